@@ -1,0 +1,152 @@
+// The capping policy (`config/policy.json`): the schema, its cross-field rules, and the compiled form the
+// capper uses (for each segment and channel, the caps that apply, in order).
+import { z } from "zod";
+import { InvalidPolicyError } from "./errors.ts";
+import { MAX_WINDOW_MS, MIN_WINDOW_MS, parseDuration } from "./duration.ts";
+import { describeIssues } from "./validation.ts";
+
+/** Each allowed send is kept in the user's log, so `max` bounds the log's length. */
+export const MAX_CAP = 10_000;
+/** A decision names the cap that bit by its position; the script's reply byte bounds the count. */
+export const MAX_CAPS_PER_CHANNEL = 32;
+/** The script stores a channel as one byte. */
+export const MAX_CHANNELS = 250;
+/** Entries are kept at least this long, so a redelivered batch is recognised even under short caps. */
+export const MIN_HORIZON_MS = 86_400_000;
+export const ALL_CHANNELS = "*";
+
+const name = (what: string) =>
+  z.string().regex(/^[a-z0-9][a-z0-9_-]{0,63}$/, `expected a ${what} name of a-z, 0-9, "_" or "-"`);
+
+const window = z.string().refine((text) => parseDuration(text) !== undefined, 'expected e.g. "7d"').refine((text) => {
+  const ms = parseDuration(text) ?? 0;
+  return ms >= MIN_WINDOW_MS && ms <= MAX_WINDOW_MS;
+}, "expected a window from 1s to 30d");
+
+const capSchema = z.strictObject({
+  window,
+  max: z.int(`expected an integer from 0 to ${MAX_CAP}`).min(0).max(MAX_CAP),
+});
+
+const capsSchema = z.record(z.string(), z.array(capSchema).max(MAX_CAPS_PER_CHANNEL));
+
+const objectKey = z
+  .string()
+  .min(1)
+  .max(1024)
+  .refine((key) => !key.startsWith("/") && !key.split("/").includes(".."), "expected a relative object key");
+
+const segmentSchema = z.strictObject({ name: name("segment"), bitmap: objectKey, caps: capsSchema });
+
+export const policySchema = z
+  .strictObject({
+    version: z.string().min(1).max(64),
+    channels: z.array(name("channel")).min(1).max(MAX_CHANNELS),
+    segments: z.array(segmentSchema).max(64),
+    default: z.strictObject({ name: name("segment"), caps: capsSchema }),
+  })
+  .superRefine((policy, ctx) => {
+    const seenChannels = new Set<string>();
+    policy.channels.forEach((channel, i) => {
+      if (seenChannels.has(channel)) ctx.addIssue({ code: "custom", path: ["channels", i], message: `duplicate channel "${channel}"` });
+      seenChannels.add(channel);
+    });
+    const checkCaps = (caps: Record<string, unknown[]>, path: (string | number)[]) => {
+      for (const [channel, list] of Object.entries(caps)) {
+        if (channel !== ALL_CHANNELS && !seenChannels.has(channel)) {
+          ctx.addIssue({ code: "custom", path: [...path, channel], message: `unknown channel "${channel}" (not in channels)` });
+        }
+      }
+      for (const channel of policy.channels) {
+        const count = (caps[channel]?.length ?? 0) + (caps[ALL_CHANNELS]?.length ?? 0);
+        if (count > MAX_CAPS_PER_CHANNEL) {
+          ctx.addIssue({ code: "custom", path, message: `more than ${MAX_CAPS_PER_CHANNEL} caps apply to channel "${channel}"` });
+        }
+      }
+    };
+    const segmentNames = new Set<string>();
+    const bitmaps = new Set<string>();
+    policy.segments.forEach((segment, i) => {
+      if (segmentNames.has(segment.name)) ctx.addIssue({ code: "custom", path: ["segments", i, "name"], message: `duplicate segment "${segment.name}"` });
+      if (bitmaps.has(segment.bitmap)) ctx.addIssue({ code: "custom", path: ["segments", i, "bitmap"], message: `bitmap "${segment.bitmap}" is used by another segment` });
+      segmentNames.add(segment.name);
+      bitmaps.add(segment.bitmap);
+      checkCaps(segment.caps, ["segments", i, "caps"]);
+    });
+    if (segmentNames.has(policy.default.name)) ctx.addIssue({ code: "custom", path: ["default", "name"], message: `"${policy.default.name}" is also a segment name` });
+    checkCaps(policy.default.caps, ["default", "caps"]);
+  });
+
+export type PolicyDocument = z.output<typeof policySchema>;
+
+export interface CapRule {
+  /** The channel the cap counts, or "*" for every channel. */
+  channel: string;
+  window: string;
+  windowMs: number;
+  max: number;
+}
+
+export interface Segment {
+  name: string;
+  /** Object key of the segment's bitmap; undefined for the default segment. */
+  bitmap?: string;
+}
+
+export interface Policy {
+  version: string;
+  channels: readonly string[];
+  /** The listed segments in order, then the default segment last. */
+  segments: readonly Segment[];
+  /** Index of the default segment in `segments`. */
+  defaultSegment: number;
+  /** How long a user's log entries are kept: the longest window, at least MIN_HORIZON_MS. */
+  horizonMs: number;
+  /** The caps that apply to a send on `channel` by a user of segment `segment`: the channel's own, then "*". */
+  capsFor(segment: number, channel: string): readonly CapRule[];
+}
+
+/** Validates a parsed JSON document; throws InvalidPolicyError listing every problem by field. */
+export function parsePolicy(document: unknown): Policy {
+  const result = policySchema.safeParse(document);
+  if (!result.success) {
+    throw new InvalidPolicyError(describeIssues(result.error).map(({ path, message }) => (path ? `${path}: ${message}` : message)));
+  }
+  return compilePolicy(result.data);
+}
+
+/** Parses the text of a policy file; a JSON syntax error is an InvalidPolicyError too. */
+export function parsePolicyText(text: string): Policy {
+  let document: unknown;
+  try {
+    document = JSON.parse(text);
+  } catch (error) {
+    throw new InvalidPolicyError([`not valid JSON: ${(error as Error).message}`]);
+  }
+  return parsePolicy(document);
+}
+
+function compilePolicy(document: PolicyDocument): Policy {
+  const all = [...document.segments, { ...document.default, bitmap: undefined }];
+  let horizonMs = MIN_HORIZON_MS;
+  const table = all.map((segment) => {
+    const rules = (channel: string): CapRule[] =>
+      (segment.caps[channel] ?? []).map((cap) => {
+        const windowMs = parseDuration(cap.window) as number;
+        horizonMs = Math.max(horizonMs, windowMs);
+        return { channel, window: cap.window, windowMs, max: cap.max };
+      });
+    const shared = rules(ALL_CHANNELS);
+    return new Map(document.channels.map((channel) => [channel, [...rules(channel), ...shared]]));
+  });
+  return {
+    version: document.version,
+    channels: document.channels,
+    segments: all.map(({ name, bitmap }) => (bitmap === undefined ? { name } : { name, bitmap })),
+    defaultSegment: all.length - 1,
+    horizonMs,
+    capsFor(segment, channel) {
+      return table[segment]?.get(channel) ?? [];
+    },
+  };
+}

@@ -1,0 +1,28 @@
+// Small policies and segment sets for tests, built with the same parsers production uses.
+import roaring from "roaring";
+import { parsePolicy, type Policy } from "../../functions/core/policy.ts";
+import { SegmentIndex } from "../../functions/core/segment-index.ts";
+import type { Rules } from "../../functions/core/capper.ts";
+
+export function rulesOf(policy: unknown, members: Record<string, number[]> = {}): Rules & { policy: Policy } {
+  const parsed = parsePolicy(policy);
+  const bitmaps = parsed.segments
+    .filter((segment) => segment.bitmap !== undefined)
+    .map((segment) => new roaring.RoaringBitmap32(members[segment.name] ?? []));
+  return { policy: parsed, segments: new SegmentIndex(bitmaps) };
+}
+
+/** One segment "new" (users listed) and a default; caps given per channel. */
+export function simplePolicy(caps: Record<string, { window: string; max: number }[]>, defaultCaps = caps) {
+  return {
+    version: "test.1",
+    channels: ["email", "push", "sms"],
+    segments: [{ name: "new", bitmap: "segments/new.roaring", caps }],
+    default: { name: "unsegmented", caps: defaultCaps },
+  };
+}
+
+export const HOUR = 3_600_000;
+export const DAY = 24 * HOUR;
+/** A fixed Monday 00:00 UTC, far from any real clock. */
+export const T0 = Date.UTC(2026, 10, 2);
