@@ -47,6 +47,8 @@ export function createRedisCluster(config: RedisClusterConfig): TollgateCluster 
 export interface RedisCapStoreOptions {
   /** How long one script call may take, retries included, before the batch fails (default 6 s: a failover takes ~3.5 s). */
   deadlineMs?: number;
+  /** Told of every transient error that is retried (for logs and metrics). */
+  onRetry?: (error: Error) => void;
 }
 
 /**
@@ -56,12 +58,14 @@ export interface RedisCapStoreOptions {
  */
 export class RedisCapStore implements CapStore {
   private readonly deadlineMs: number;
+  private readonly onRetry: (error: Error) => void;
 
   constructor(
     private readonly cluster: TollgateCluster,
     options: RedisCapStoreOptions = {},
   ) {
     this.deadlineMs = options.deadlineMs ?? 6_000;
+    this.onRetry = options.onRetry ?? (() => {});
   }
 
   async capSends(keys: readonly string[], args: readonly (string | Buffer)[]): Promise<Buffer> {
@@ -73,6 +77,7 @@ export class RedisCapStore implements CapStore {
         if (!isTransient(error) || Date.now() + backoff(attempt) >= deadline) {
           throw new StoreUnavailableError(`cap-sends failed on ${keys[0]}: ${(error as Error).message}`, { cause: error });
         }
+        this.onRetry(error as Error);
         this.cluster.refreshSlotsCache();
         await sleep(backoff(attempt));
       }

@@ -18,10 +18,11 @@ export const ALL_CHANNELS = "*";
 const name = (what: string) =>
   z.string().regex(/^[a-z0-9][a-z0-9_-]{0,63}$/, `expected a ${what} name of a-z, 0-9, "_" or "-"`);
 
-const window = z.string().refine((text) => parseDuration(text) !== undefined, 'expected e.g. "7d"').refine((text) => {
-  const ms = parseDuration(text) ?? 0;
-  return ms >= MIN_WINDOW_MS && ms <= MAX_WINDOW_MS;
-}, "expected a window from 1s to 30d");
+const window = z.string().superRefine((text, ctx) => {
+  const ms = parseDuration(text);
+  if (ms === undefined) ctx.addIssue({ code: "custom", message: 'expected e.g. "7d"' });
+  else if (ms < MIN_WINDOW_MS || ms > MAX_WINDOW_MS) ctx.addIssue({ code: "custom", message: "expected a window from 1s to 30d" });
+});
 
 const capSchema = z.strictObject({
   window,
