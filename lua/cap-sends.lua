@@ -1,4 +1,4 @@
---[[ cap-sends.lua: exact multi-window sliding-log frequency caps for many users in one call.
+--[=[ cap-sends.lua: exact multi-window sliding-log frequency caps for many users in one call.
 
 Each key holds the send logs of one block of 128 consecutive user IDs; every key of a call shares one hash
 tag (the users' slot group), so one call decides every user of the group at once.
@@ -7,24 +7,27 @@ KEYS[k]    the group's block keys, always all 8 (a fixed key count lets the clie
            first key); a block whose user argument is empty is not read
 ARGV[1]    now: ms since the epoch; a cap counts the sends in (now - window, now]
 ARGV[2]    mode: "count" records allowed sends; "peek" decides the same way and writes nothing
-ARGV[3]    horizon, ms: entries at or before now - horizon are dropped when their record is rewritten; a
-           written key expires `horizon` after its newest entry
+ARGV[3]    horizon, ms: sends at or before now - horizon no longer count and are dropped when the block is
+           compacted; a written key expires `horizon` after its newest send
 ARGV[4]    identity: "<channel>:<campaign ID>"; the channel name has no ":". An empty campaign ID means no
            identity (every send counts). A send whose identity is already in the user's log is a duplicate.
 ARGV[5]    caps by profile: profiles separated by "|", caps by ",", a cap is "windowMs:max:scope" with scope
            1 = counts every channel ("*"), 0 = counts the identity's channel only. Profile p is the p-th.
-ARGV[5+k]  users of KEYS[k] (may be empty): 2 bytes each, offset in block (0..127) and profile number (255: count without
-           checking caps, for exempt sends that count), ascending by offset, no repeats
+ARGV[5+k]  users of KEYS[k] (may be empty): 2 bytes each, offset in block (0..127) and profile number (255:
+           count without checking caps, for exempt sends that count), no repeats
 Reply      one byte per user in argument order: 0 allowed (counted), 1 duplicate (counted before, nothing
            changes), 2 exempt (counted without checks), 3+i capped by cap i (0-based) of its profile
 
-Block value (binary, big endian):
-  1 byte   format (1)
-  6 bytes  newest entry, ms
-  2 bytes  identity count C; then C times: 1 byte length L, L bytes identity
-  records ascending by offset: 1 byte offset, 2 bytes entry count N, N times: 6 bytes time ms, 2 bytes identity
-  number (1..C)
-]]
+Block value: cmsgpack of (format 3, newest, compactAt, classLimit, identities, times, eventIdentities,
+classes, users). The sends of one call share a time and an identity, and the users of a block mostly share
+their histories, so both are stored once per block:
+  - event e: a send time times[e] (ms) and an identity identities[eventIdentities[e]];
+  - class c: a history, the string of 2-byte big-endian event numbers classes[c];
+  - users: 256 bytes, each user's class number (2 bytes big endian, by offset; 0 = no sends).
+Numbers stay stable, so a call reads and changes only what its users need. When the event count reaches
+compactAt or the class count reaches classLimit, expired events and unused identities and classes are
+dropped and the rest renumbered.
+]=]
 
 local now = tonumber(ARGV[1])
 local peek = ARGV[2] == 'peek'
@@ -33,8 +36,11 @@ local identity = ARGV[4]
 local channel = string.match(identity, '^[^:]*')
 local anonymous = #identity == #channel + 1
 local cutoff = now - horizon
-local byte, sub, char = string.byte, string.sub, string.char
+local byte, sub, char, floor, concat = string.byte, string.sub, string.char, math.floor, table.concat
+local FORMAT, MIN_COMPACT_AT, MIN_CLASS_LIMIT = 3, 32, 256
+local NO_SENDS = string.rep('\0', 256)
 
+-- Caps by profile: for each cap, its window's lower bound, its max and whether it counts every channel.
 local capLo, capMax, capAll = {}, {}, {}
 do
   local p = 0
@@ -50,175 +56,224 @@ do
   end
 end
 
+local u16s = {}
 local function u16(n)
-  return char(math.floor(n / 256), n % 256)
+  local s = u16s[n]
+  if s == nil then
+    s = char(floor(n / 256), n % 256)
+    u16s[n] = s
+  end
+  return s
 end
 
-local function u48(n)
-  local f = n % 256; n = (n - f) / 256
-  local e = n % 256; n = (n - e) / 256
-  local d = n % 256; n = (n - d) / 256
-  local c = n % 256; n = (n - c) / 256
-  local b = n % 256; n = (n - b) / 256
-  return char(n, b, c, d, e, f)
+-- Keeps only live events that some user's history refers to, renumbered by first use, and the identities
+-- and classes they need. `users` (the unpacked class bytes) is rewritten in place.
+local function compact(identities, times, eventIdentities, classes, users)
+  local eventMap, identityMap, classMap, historyIndex = {}, {}, { [0] = 0 }, {}
+  local newIdentities, newTimes, newEventIdentities, newClasses = {}, {}, {}, {}
+  local newest = 0
+  for o = 1, 255, 2 do
+    local c = users[o] * 256 + users[o + 1]
+    local nc = classMap[c]
+    if nc == nil then
+      local history, parts = classes[c], {}
+      for q = 1, #history, 2 do
+        local eh, el = byte(history, q, q + 1)
+        local e = eh * 256 + el
+        local ne = eventMap[e]
+        if ne == nil then
+          ne = false
+          local t = times[e]
+          if t > cutoff then
+            local id = eventIdentities[e]
+            local ni = identityMap[id]
+            if ni == nil then
+              newIdentities[#newIdentities + 1] = identities[id]
+              ni = #newIdentities
+              identityMap[id] = ni
+            end
+            newTimes[#newTimes + 1] = t
+            newEventIdentities[#newEventIdentities + 1] = ni
+            ne = #newTimes
+            if t > newest then newest = t end
+          end
+          eventMap[e] = ne
+        end
+        if ne then parts[#parts + 1] = u16(ne) end
+      end
+      nc = 0
+      if #parts > 0 then
+        local h = concat(parts)
+        nc = historyIndex[h]
+        if nc == nil then
+          newClasses[#newClasses + 1] = h
+          nc = #newClasses
+          historyIndex[h] = nc
+        end
+      end
+      classMap[c] = nc
+    end
+    users[o], users[o + 1] = floor(nc / 256), nc % 256
+  end
+  return newIdentities, newTimes, newEventIdentities, newClasses, newest
 end
 
-local nowBytes = u48(now)
-local replyByte = {}
-for d = 0, 255 do replyByte[d] = char(d) end
-local reply = {}
+local reply, nreply = {}, 0
+local decisionByte = {}
 local counts = {}
 
 for k = 1, #KEYS do
-  local key, users = KEYS[k], ARGV[5 + k]
-  if #users > 0 then
-  local blob = redis.call('GET', key)
-  local ids, idChannel, newest, p, tableEnd = {}, {}, now, 1, 10
-  if blob then
-    local a, b, c, d, e, f = byte(blob, 2, 7)
-    newest = math.max(now, ((((a * 256 + b) * 256 + c) * 256 + d) * 256 + e) * 256 + f)
-    local hi, lo = byte(blob, 8, 9)
-    p = 10
-    for i = 1, hi * 256 + lo do
-      local len = byte(blob, p)
-      ids[i] = sub(blob, p + 1, p + len)
-      idChannel[i] = string.match(ids[i], '^[^:]*')
-      p = p + 1 + len
-    end
-    tableEnd = p
-  else
-    blob = ''
-  end
-  local mine
-  for i = 1, #ids do
-    if ids[i] == identity then mine = i break end
-  end
-  -- A new identity means a full rewrite: every record is pruned and renumbered, and identities no entry
-  -- refers to any more are dropped. That happens once per campaign and block, so the table stays small.
-  local full = mine == nil and not peek
-  if full then
-    ids[#ids + 1] = identity
-    idChannel[#ids] = channel
-    mine = #ids
-  end
-
-  local size, nusers, u = #blob, #users, 1
-  local records = {}   -- rewritten block body: raw record strings, or {offset, times..., ids...} when full
-  local written = false
-  while p <= size or u <= nusers do
-    local ro = p <= size and byte(blob, p) or 256
-    local uo = u <= nusers and byte(users, u) or 256
-    local n, first = 0, p + 3
-    if ro <= uo then
-      local hi, lo = byte(blob, p + 1, p + 2)
-      n = hi * 256 + lo
-      p = p + 3 + 8 * n
-    end
-    if ro < uo then
-      -- a record no user of this call touches: copy it, or prune it when renumbering
-      if full then
-        local rec = { ro }
-        for q = first, p - 1, 8 do
-          local a, b, c, d, e, f, ih, il = byte(blob, q, q + 7)
-          if ((((a * 256 + b) * 256 + c) * 256 + d) * 256 + e) * 256 + f > cutoff then
-            rec[#rec + 1] = sub(blob, q, q + 5)
-            rec[#rec + 1] = ih * 256 + il
-          end
-        end
-        records[#records + 1] = rec
-      else
-        records[#records + 1] = sub(blob, first - 3, p - 1)
-      end
+  local key, argUsers = KEYS[k], ARGV[5 + k]
+  if #argUsers > 0 then
+    local blob = redis.call('GET', key)
+    local format, newest, compactAt, classLimit, identities, times, eventIdentities, classes, userClasses
+    if blob then
+      format, newest, compactAt, classLimit, identities, times, eventIdentities, classes, userClasses = cmsgpack.unpack(blob)
+      if format ~= FORMAT then return redis.error_reply('ERR cap-sends: unknown block format in ' .. key) end
     else
-      local profile = byte(users, u + 1)
-      u = u + 2
-      local forced = profile == 255
-      local lo, mx, all = capLo[profile], capMax[profile], capAll[profile]
-      if not forced and lo == nil then
-        return redis.error_reply('ERR cap-sends: unknown profile ' .. profile)
+      newest, compactAt, classLimit, identities, times, eventIdentities, classes, userClasses =
+        0, MIN_COMPACT_AT, MIN_CLASS_LIMIT, {}, {}, {}, {}, NO_SENDS
+    end
+    local users = { byte(userClasses, 1, 256) }
+    local mine
+    for i = 1, #identities do
+      if identities[i] == identity then mine = i break end
+    end
+    local identityChannel = {}
+    for i = 1, #identities do identityChannel[i] = string.match(identities[i], '^[^:]*') end
+
+    -- What each event means for this call, worked out the first time a history refers to it.
+    local alive, ofMine, hits = {}, {}, {}
+    for profile, lo in pairs(capLo) do
+      local h = {}
+      for i = 1, #lo do h[i] = {} end
+      hits[profile] = h
+    end
+    local function learn(e)
+      local t, id = times[e], eventIdentities[e]
+      alive[e] = t > cutoff
+      ofMine[e] = id == mine and not anonymous
+      local own = identityChannel[id] == channel
+      local counted = t <= now
+      for profile, lo in pairs(capLo) do
+        local all, h = capAll[profile], hits[profile]
+        for i = 1, #lo do h[i][e] = counted and t > lo[i] and (own or all[i]) end
       end
-      local ncaps = forced and 0 or #lo
+    end
+
+    -- The decision for a user of `profile` whose history is class `c` (0: no sends).
+    local function judge(profile, c)
+      local forced = profile == 255
+      local h, mx = hits[profile], capMax[profile]
+      local ncaps = forced and 0 or #mx
       for i = 1, ncaps do counts[i] = 0 end
       local duplicate = false
-      local rec = { uo }
-      for q = first, first + 8 * n - 1, 8 do
-        local a, b, c, d, e, f, ih, il = byte(blob, q, q + 7)
-        local t = ((((a * 256 + b) * 256 + c) * 256 + d) * 256 + e) * 256 + f
-        if t > cutoff then
-          local id = ih * 256 + il
-          if full then
-            rec[#rec + 1] = sub(blob, q, q + 5)
-            rec[#rec + 1] = id
-          else
-            rec[#rec + 1] = sub(blob, q, q + 7)
-          end
-          if id == mine and not anonymous then duplicate = true end
-          if t <= now then
-            local own = idChannel[id] == channel
-            for i = 1, ncaps do
-              if t > lo[i] and (own or all[i]) then counts[i] = counts[i] + 1 end
-            end
+      local history = c > 0 and classes[c] or ''
+      for q = 1, #history, 2 do
+        local eh, el = byte(history, q, q + 1)
+        local e = eh * 256 + el
+        local a = alive[e]
+        if a == nil then
+          learn(e)
+          a = alive[e]
+        end
+        if a then
+          if ofMine[e] then duplicate = true end
+          for i = 1, ncaps do
+            if h[i][e] then counts[i] = counts[i] + 1 end
           end
         end
       end
-      local decision = 0
-      if duplicate then
-        decision = 1
-      elseif forced then
-        decision = 2
-      else
-        for i = 1, ncaps do
-          if counts[i] >= mx[i] then decision = 2 + i break end
-        end
+      if duplicate then return 1 end
+      if forced then return 2 end
+      for i = 1, ncaps do
+        if counts[i] >= mx[i] then return 2 + i end
       end
+      return 0
+    end
+
+    -- The class a history of class `c` becomes with this call's send appended (expired sends dropped).
+    local newEntry, historyIndex
+    local transitions = {}
+    local function appendTo(c)
+      if newEntry == nil then
+        if mine == nil then
+          identities[#identities + 1] = identity
+          mine = #identities
+        end
+        local last = #times
+        if last == 0 or times[last] ~= now or eventIdentities[last] ~= mine then
+          last = last + 1
+          times[last] = now
+          eventIdentities[last] = mine
+        end
+        newEntry = u16(last)
+        historyIndex = {}
+        for i = 1, #classes do historyIndex[classes[i]] = i end
+      end
+      local parts, history = {}, c > 0 and classes[c] or ''
+      for q = 1, #history, 2 do
+        local eh, el = byte(history, q, q + 1)
+        -- judge() has learned every event of this history
+        if alive[eh * 256 + el] then parts[#parts + 1] = sub(history, q, q + 1) end
+      end
+      parts[#parts + 1] = newEntry
+      local h = concat(parts)
+      local nc = historyIndex[h]
+      if nc == nil then
+        classes[#classes + 1] = h
+        nc = #classes
+        historyIndex[h] = nc
+      end
+      transitions[c] = nc
+      return nc
+    end
+
+    local verdicts, written = {}, false
+    local userBytes = { byte(argUsers, 1, #argUsers) }
+    for u = 1, #userBytes, 2 do
+      local o, profile = userBytes[u] * 2 + 1, userBytes[u + 1]
+      local c = users[o] * 256 + users[o + 1]
+      -- users of a block mostly share a history: decide each (profile, class) once per call
+      local byClass = verdicts[profile]
+      if byClass == nil then
+        if profile ~= 255 and capMax[profile] == nil then
+          return redis.error_reply('ERR cap-sends: unknown profile ' .. profile)
+        end
+        byClass = {}
+        verdicts[profile] = byClass
+      end
+      local decision = byClass[c]
+      if decision == nil then
+        decision = judge(profile, c)
+        byClass[c] = decision
+      end
+      nreply = nreply + 1
+      local b = decisionByte[decision]
+      if b == nil then
+        b = char(decision)
+        decisionByte[decision] = b
+      end
+      reply[nreply] = b
       if (decision == 0 or decision == 2) and not peek then
-        if full then
-          rec[#rec + 1] = nowBytes
-          rec[#rec + 1] = mine
-        else
-          rec[#rec + 1] = nowBytes .. u16(mine)
-        end
+        local nc = transitions[c] or appendTo(c)
+        users[o], users[o + 1] = floor(nc / 256), nc % 256
         written = true
       end
-      reply[#reply + 1] = replyByte[decision]
-      if full then
-        records[#records + 1] = rec
-      elseif #rec > 1 then
-        records[#records + 1] = char(uo) .. u16(#rec - 1) .. table.concat(rec, '', 2)
-      end
     end
-  end
 
-  if written then
-    local header
-    if full then
-      -- renumber the identities still referred to, in order of first use
-      local renumber, kept = {}, {}
-      for r = 1, #records do
-        local rec = records[r]
-        local pieces = { char(rec[1]), u16((#rec - 1) / 2) }
-        for i = 2, #rec, 2 do
-          local old = rec[i + 1]
-          local new = renumber[old]
-          if new == nil then
-            kept[#kept + 1] = ids[old]
-            new = #kept
-            renumber[old] = new
-          end
-          pieces[#pieces + 1] = rec[i]
-          pieces[#pieces + 1] = u16(new)
-        end
-        records[r] = #rec > 1 and table.concat(pieces) or ''
+    if written then
+      if now > newest then newest = now end
+      if #times >= compactAt or #classes >= classLimit then
+        identities, times, eventIdentities, classes, newest = compact(identities, times, eventIdentities, classes, users)
+        compactAt = math.max(MIN_COMPACT_AT, 2 * #times)
+        classLimit = math.max(MIN_CLASS_LIMIT, 2 * #classes)
       end
-      local table_ = { u16(#kept) }
-      for i = 1, #kept do table_[#table_ + 1] = char(#kept[i]) .. kept[i] end
-      header = table.concat(table_)
-    else
-      header = sub(blob, 8, tableEnd - 1)
+      local value = cmsgpack.pack(FORMAT, newest, compactAt, classLimit, identities, times, eventIdentities, classes,
+        char(unpack(users)))
+      redis.call('SET', key, value, 'PX', math.max(1, newest + horizon - now))
     end
-    redis.call('SET', key, '\1' .. u48(newest) .. header .. table.concat(records), 'PX', newest + horizon - now)
-  end
   end
 end
 
-return table.concat(reply)
+return concat(reply, '', 1, nreply)

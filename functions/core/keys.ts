@@ -44,9 +44,10 @@ export function capKeyOfUser(namespace: string, userId: number): string {
 }
 
 /**
- * The baseline the bench compares against (Grab's design): one sorted set per user. Not used by the
- * product; built here so every key format lives in one module.
+ * The baseline the bench compares against (Grab's design): one sorted set per user, hashed by the user
+ * unless `hashTag` pins it to a slot (redis-benchmark's `__rand_int__` keys). Not used by the product;
+ * built here so every key format lives in one module.
  */
-export function perUserLogKey(namespace: string, userId: number): string {
-  return `${namespace}:log:{${userId}}`;
+export function perUserLogKey(namespace: string, user: number | string, hashTag?: string): string {
+  return hashTag === undefined ? `${namespace}:log:{${user}}` : `${namespace}:log:{${hashTag}}:${user}`;
 }

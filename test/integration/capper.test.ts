@@ -5,6 +5,7 @@ import { RedisCapStore, type TollgateCluster } from "../../functions/adapters/re
 import { Capper, type CapBatchResult } from "../../functions/core/capper.ts";
 import { fixedClock } from "../../functions/core/clock.ts";
 import { capKeyOfUser, USERS_PER_GROUP } from "../../functions/core/keys.ts";
+import { decodeBlock } from "../support/block.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
 import { DAY, HOUR, rulesOf, simplePolicy, T0 } from "../support/rules.ts";
 
@@ -188,7 +189,7 @@ describe("capping engine on the cluster", () => {
     expect(kinds(await wide.peek({ ...base, campaignId: "b" }))).toEqual(["capped"]);
   });
 
-  it("prunes entries past the horizon and expires keys when nothing in them can matter", async () => {
+  it("drops expired sends from a rewritten record and expires keys when nothing in them can matter", async () => {
     const namespace = uniqueNamespace();
     const capper = capperFor(rulesOf(simplePolicy({ push: [{ window: "2d", max: 1 }] })), namespace);
     const user = 12_345;
@@ -197,25 +198,32 @@ describe("capping engine on the cluster", () => {
     const ttl = await cluster.pttl(key);
     expect(ttl).toBeGreaterThan(2 * DAY - 60_000);
     expect(ttl).toBeLessThanOrEqual(2 * DAY);
-    const before = (await cluster.getBuffer(key))!.length;
-    // three days later the old entry is gone: one entry is stored, not two, and "old" left the identity table
+    // three days later the old send is past the 2-day horizon: the record keeps only the new one
     await capper.capBatch({ campaignId: "new", channel: "push", userIds: [user], at: at(3, 9) });
-    const after = (await cluster.getBuffer(key))!;
-    expect(after.length).toBe(before - "old".length + "new".length);
-    expect(after.includes(Buffer.from("push:old"))).toBe(false);
+    const block = decodeBlock((await cluster.getBuffer(key))!);
+    expect(block.history(user % 128)).toEqual(["push:new"]);
+    expect(block.newest).toBe(at(3, 9));
   });
 
-  it("keeps the identity table small across many campaigns", async () => {
+  it("compacts a block: expired events and unused identities go, counts stay exact", async () => {
     const namespace = uniqueNamespace();
-    const capper = capperFor(rulesOf(simplePolicy({ push: [{ window: "1d", max: 1000 }] })), namespace);
+    const capper = capperFor(rulesOf(simplePolicy({ push: [{ window: "1d", max: 2 }] })), namespace);
     const users = Array.from({ length: 128 }, (_, i) => i);
-    for (let c = 0; c < 40; c++) {
-      await capper.capBatch({ campaignId: `camp-${c}`, channel: "push", userIds: users, at: at(c, 9) });
+    for (let c = 0; c < 100; c++) {
+      // two campaigns every 12 hours: each user's day always holds the latest two
+      const result = await capper.capBatch({ campaignId: `camp-${c}`, channel: "push", userIds: users, at: at(0, 12 * c) });
+      expect(result.totals.unsegmented).toMatchObject({ allowed: 128 });
     }
-    // a 1d horizon: only the last two days' campaigns can still be referenced
-    const value = (await cluster.getBuffer(capKeyOfUser(namespace, 0)))!;
-    expect(value.readUInt16BE(7)).toBeLessThanOrEqual(2);
-    expect(kinds(await capper.capBatch({ campaignId: "camp-39", channel: "push", userIds: [0], at: at(39, 10) }))).toEqual(["duplicate"]);
+    const block = decodeBlock((await cluster.getBuffer(capKeyOfUser(namespace, 0)))!);
+    expect(block.events.length).toBeLessThan(block.compactAt);
+    expect(block.compactAt).toBeLessThanOrEqual(32);
+    expect(block.identities.length).toBeLessThanOrEqual(block.events.length);
+    // sends older than the 1-day horizon are gone from the history
+    expect(block.history(0).length).toBeLessThanOrEqual(block.events.length);
+    expect(block.history(0).slice(-2)).toEqual(["push:camp-98", "push:camp-99"]);
+    expect(block.history(0)).not.toContain("push:camp-0");
+    expect(kinds(await capper.capBatch({ campaignId: "camp-99", channel: "push", userIds: [0], at: at(0, 12 * 99 + 1) }))).toEqual(["duplicate"]);
+    expect(kinds(await capper.capBatch({ campaignId: "one-more", channel: "push", userIds: [0], at: at(0, 12 * 99 + 1) }))).toEqual(["capped"]);
   });
 
   it("decides users at the top of the ID range", async () => {

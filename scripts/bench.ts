@@ -1,0 +1,274 @@
+// `npm run bench`: the capping engine against Grab's per-user design and rate-limiter-flexible, in one run,
+// on one fresh local Redis Cluster (3 primaries + 3 replicas), printed beside the ceiling measured in the
+// same run. Not a test: it asserts nothing, it measures. The table replaces the marked section of
+// docs/BENCHMARKS.md.
+//
+//   BENCH_USERS (1000000)  BENCH_CONCURRENCY (4 batches in flight)  BENCH_BASE_PORT (7200)
+import { execFile } from "node:child_process";
+import { readFileSync, writeFileSync } from "node:fs";
+import { cpus } from "node:os";
+import { promisify } from "node:util";
+import calculateSlot from "cluster-key-slot";
+import type Redis from "ioredis";
+import roaring from "roaring";
+import { RateLimiterRedis } from "rate-limiter-flexible";
+import { createRedisCluster, RedisCapStore, type TollgateCluster } from "../functions/adapters/redis-cluster.ts";
+import { Capper } from "../functions/core/capper.ts";
+import { fixedClock } from "../functions/core/clock.ts";
+import { perUserLogKey } from "../functions/core/keys.ts";
+import { parsePolicy } from "../functions/core/policy.ts";
+import { SegmentIndex } from "../functions/core/segment-index.ts";
+import { startCluster, stopCluster } from "./redis-cluster.ts";
+
+const execFileAsync = promisify(execFile);
+
+const USERS = Number(process.env.BENCH_USERS ?? 1_000_000);
+const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 4);
+const BASE_PORT = Number(process.env.BENCH_BASE_PORT ?? 7200);
+const BATCH = 10_000;
+const DAY = 86_400_000;
+const T0 = Date.UTC(2026, 10, 2, 9);
+const SEGMENTS = ["new", "active", "dormant", "vip"];
+const CAPS = { push: [{ window: "1d", max: 1 }, { window: "7d", max: 2 }] };
+
+interface Phase {
+  seconds: number;
+  decisions: number;
+  cpuSeconds: number;
+  allowed: number;
+}
+
+const segmentOfUser = (id: number) => (Math.imul(id, 0x9e3779b1) >>> 0) % (SEGMENTS.length + 1);
+
+async function main(): Promise<void> {
+  const local = await startCluster({ basePort: BASE_PORT });
+  const nodes = local.ports.slice(0, 3).map((port) => ({ host: local.host, port }));
+  const clients: TollgateCluster[] = [];
+  const connect = () => {
+    const client = createRedisCluster({ nodes });
+    clients.push(client);
+    return client;
+  };
+  try {
+    const lines = await run(connect);
+    const table = lines.join("\n");
+    console.log(`\n${table}\n`);
+    replaceSection("docs/BENCHMARKS.md", "capping", table);
+    console.log("updated docs/BENCHMARKS.md");
+  } finally {
+    await Promise.all(clients.map((client) => client.quit().catch(() => {})));
+    if (local.started) await stopCluster({ basePort: BASE_PORT });
+  }
+}
+
+async function run(connect: () => TollgateCluster): Promise<string[]> {
+  const batches: number[][] = [];
+  for (let start = 0; start < USERS; start += BATCH) {
+    batches.push(Array.from({ length: Math.min(BATCH, USERS - start) }, (_, i) => start + i));
+  }
+  const members = SEGMENTS.map(() => new roaring.RoaringBitmap32());
+  for (let id = 0; id < USERS; id++) members[segmentOfUser(id)]?.add(id);
+  members.forEach((bitmap) => bitmap.runOptimize());
+  const segments = new SegmentIndex(members);
+  const policy = parsePolicy({
+    version: "bench",
+    channels: ["push"],
+    segments: SEGMENTS.map((name) => ({ name, bitmap: `segments/${name}.roaring`, caps: CAPS })),
+    default: { name: "unsegmented", caps: CAPS },
+  });
+
+  const resolutionNs = measureResolution(segments);
+  console.log(`segment resolution: ${resolutionNs.toFixed(1)} ns/user`);
+
+  const engineCluster = connect();
+  await engineCluster.ping();
+  const primaries = engineCluster.nodes("master");
+  const capper = new Capper({
+    store: new RedisCapStore(engineCluster),
+    rules: () => ({ policy, segments }),
+    clock: fixedClock(T0 + 30 * DAY),
+    namespace: "bench-tg",
+  });
+  const engine: Phase[] = [];
+  const memoryBefore = await usedMemory(primaries);
+  for (let day = 0; day < 3; day++) {
+    engine.push(
+      await measure(primaries, batches, async (userIds) => {
+        const result = await capper.capBatch({ campaignId: `campaign-${day}`, channel: "push", userIds, at: T0 + day * DAY });
+        return Object.values(result.totals).reduce((sum, t) => sum + t.allowed, 0);
+      }),
+    );
+    report(`tollgate campaign ${day + 1}`, engine[day] as Phase);
+  }
+  const engineBytes = (await usedMemory(primaries)) - memoryBefore;
+
+  const grabCluster = connect();
+  const lua = readFileSync(new URL("./bench/grab-sliding-log.lua", import.meta.url), "utf8");
+  grabCluster.defineCommand("grabSlidingLog", { numberOfKeys: 1, lua });
+  const grabCall = (grabCluster as unknown as { grabSlidingLog: (...args: (string | number)[]) => Promise<number> })
+    .grabSlidingLog.bind(grabCluster);
+  const grab: Phase[] = [];
+  const grabMemoryBefore = await usedMemory(primaries);
+  for (let day = 0; day < 3; day++) {
+    const now = T0 + day * DAY;
+    grab.push(
+      await measure(primaries, batches, async (userIds) => {
+        const replies = await Promise.all(
+          userIds.map((id) => grabCall(perUserLogKey("bench-grab", id), now, DAY, 1, 7 * DAY, 2, now - 7 * DAY)),
+        );
+        return replies.reduce((sum, allowed) => sum + allowed, 0);
+      }),
+    );
+    report(`grab per-user campaign ${day + 1}`, grab[day] as Phase);
+  }
+  const grabBytes = (await usedMemory(primaries)) - grabMemoryBefore;
+
+  const limiter = new RateLimiterRedis({ storeClient: connect(), keyPrefix: "bench-rlf", points: 1, duration: 86_400 });
+  const flexible = await measure(primaries, batches, async (userIds) => {
+    const outcomes = await Promise.allSettled(userIds.map((id) => limiter.consume(String(id))));
+    return outcomes.filter((outcome) => outcome.status === "fulfilled").length;
+  });
+  report("rate-limiter-flexible campaign 1", flexible);
+
+  const ceiling = await serverCeiling(primaries, lua);
+  console.log(`redis-benchmark ceiling of the per-user script: ${Math.round(ceiling)} calls/s`);
+
+  const rate = (phase: Phase) => phase.decisions / phase.seconds;
+  const cpu = (phase: Phase) => (phase.cpuSeconds / phase.decisions) * 1e6;
+  const n = (value: number) => Math.round(value).toLocaleString("en-US");
+  const x = (value: number) => `${value.toFixed(1)}×`;
+  const us = (value: number) => `${value.toFixed(2)} µs`;
+  const [e1, e2, e3] = engine as [Phase, Phase, Phase];
+  const [g1, g2, g3] = grab as [Phase, Phase, Phase];
+  return [
+    `Measured ${new Date().toISOString().slice(0, 10)} by \`npm run bench\` (BENCH_USERS=${USERS}, ${CONCURRENCY} batches of ${BATCH} in flight), ` +
+      `Node ${process.version}, ${cpus().length} × ${cpus()[0]?.model ?? "cpu"}, ${await redisVersion(primaries)}, ` +
+      "3 primaries + 3 replicas on loopback, one Node process.",
+    "",
+    "| Figure | Tollgate engine | Grab per-user sliding log | rate-limiter-flexible | Ratio / ceiling |",
+    "|---|---|---|---|---|",
+    `| Decisions/s, campaign 1 (empty logs) | ${n(rate(e1))} | ${n(rate(g1))} | ${n(rate(flexible))} | ${x(rate(e1) / rate(g1))} Grab, ${x(rate(e1) / rate(flexible))} rate-limiter-flexible |`,
+    `| Decisions/s, campaign 2 (1 send in the logs) | ${n(rate(e2))} | ${n(rate(g2))} | | ${x(rate(e2) / rate(g2))} Grab |`,
+    `| Decisions/s, campaign 3 (2 sends, all capped) | ${n(rate(e3))} | ${n(rate(g3))} | | ${x(rate(e3) / rate(g3))} Grab |`,
+    `| Per-user script ceiling (redis-benchmark, all primaries at once) | | ${n(ceiling)} calls/s | | Tollgate campaign 1 = ${x(rate(e1) / ceiling)} the per-user ceiling |`,
+    `| Redis primary CPU per decision, campaign 1 / 2 / 3 | ${us(cpu(e1))} / ${us(cpu(e2))} / ${us(cpu(e3))} | ${us(cpu(g1))} / ${us(cpu(g2))} / ${us(cpu(g3))} | ${us(cpu(flexible))} (campaign 1) | ${x(cpu(g2) / cpu(e2))} less CPU than Grab (campaign 2) |`,
+    `| Redis memory per capped user, 2 sends in the week (used_memory, primaries) | ${(engineBytes / USERS).toFixed(1)} B | ${(grabBytes / USERS).toFixed(1)} B | | ${x(grabBytes / engineBytes)} smaller |`,
+    `| Segment resolution, 4 segments, 10k-user batches | ${resolutionNs.toFixed(1)} ns/user | | | |`,
+    "",
+    `Allowed per campaign: Tollgate ${e1.allowed} / ${e2.allowed} / ${e3.allowed}, Grab ${g1.allowed} / ${g2.allowed} / ${g3.allowed} ` +
+      `(caps 1/1d and 2/7d; campaigns a day apart), rate-limiter-flexible ${flexible.allowed} (one 1-per-day limiter).`,
+  ];
+}
+
+/** Runs `work` over every batch, CONCURRENCY at a time, with the primaries' CPU time read before and after. */
+async function measure(primaries: Redis[], batches: number[][], work: (userIds: number[]) => Promise<number>): Promise<Phase> {
+  const cpuBefore = await cpuSeconds(primaries);
+  const started = performance.now();
+  let next = 0;
+  let allowed = 0;
+  let decisions = 0;
+  const worker = async () => {
+    while (next < batches.length) {
+      const batch = batches[next++] as number[];
+      // not `allowed += await ...`: that reads `allowed` before the await and loses other workers' updates
+      const allowedInBatch = await work(batch);
+      allowed += allowedInBatch;
+      decisions += batch.length;
+    }
+  };
+  await Promise.all(Array.from({ length: CONCURRENCY }, worker));
+  const seconds = (performance.now() - started) / 1000;
+  return { seconds, decisions, allowed, cpuSeconds: (await cpuSeconds(primaries)) - cpuBefore };
+}
+
+function report(label: string, phase: Phase): void {
+  console.log(
+    `${label}: ${Math.round(phase.decisions / phase.seconds)} decisions/s, ` +
+      `${((phase.cpuSeconds / phase.decisions) * 1e6).toFixed(2)} µs primary CPU/decision, ${phase.allowed} allowed`,
+  );
+}
+
+/** ns per user to resolve 100 sorted batches of 10k random users (after a warm-up pass). */
+function measureResolution(segments: SegmentIndex): number {
+  const batches = Array.from({ length: 100 }, (_, b) => {
+    const ids = new Uint32Array(BATCH);
+    for (let i = 0; i < BATCH; i++) ids[i] = (Math.imul(b * BATCH + i, 0x2545f491) >>> 0) % USERS;
+    return ids.sort();
+  });
+  for (const ids of batches) segments.resolveSorted(ids);
+  const started = process.hrtime.bigint();
+  for (const ids of batches) segments.resolveSorted(ids);
+  return Number(process.hrtime.bigint() - started) / (batches.length * BATCH);
+}
+
+/** What the primaries can do with the per-user script alone: one redis-benchmark per primary, all at once. */
+async function serverCeiling(primaries: Redis[], lua: string): Promise<number> {
+  const now = T0 + 10 * DAY;
+  const runs = primaries.map(async (node) => {
+    const sha = (await node.script("LOAD", lua)) as string;
+    const port = node.options.port as number;
+    const owned = new Set<number>();
+    const ranges = (await node.call("CLUSTER", "SLOTS")) as [number, number, [string, number]][];
+    for (const [from, to, [, masterPort]] of ranges) if (masterPort === port) for (let s = from; s <= to; s++) owned.add(s);
+    let tag = 0;
+    while (!owned.has(calculateSlot(`{ceiling-${tag}}`))) tag++;
+    const key = perUserLogKey("bench-ceiling", "__rand_int__", `ceiling-${tag}`);
+    const { stdout } = await execFileAsync(
+      "redis-benchmark",
+      ["-h", "127.0.0.1", "-p", String(port), "-c", "32", "-P", "16", "-n", "300000", "-r", String(USERS), "--csv",
+        "EVALSHA", sha, "1", key, String(now), String(DAY), "1", String(7 * DAY), "2", String(now - 7 * DAY)],
+      { timeout: 120_000 },
+    );
+    const last = stdout.trim().split("\n").pop() ?? "";
+    return Number(last.split(",")[1]?.replaceAll('"', ""));
+  });
+  return (await Promise.all(runs)).reduce((sum, rps) => sum + rps, 0);
+}
+
+async function cpuSeconds(nodes: Redis[]): Promise<number> {
+  const infos = await Promise.all(nodes.map((node) => node.info("cpu")));
+  return infos.reduce((sum, info) => sum + field(info, "used_cpu_user") + field(info, "used_cpu_sys"), 0);
+}
+
+/** used_memory of the primaries once their replicas have caught up (replica output buffers drained). */
+async function usedMemory(nodes: Redis[]): Promise<number> {
+  for (let tries = 0; tries < 100; tries++) {
+    const infos = await Promise.all(nodes.map((node) => node.info("replication")));
+    const settled = infos.every((info) => {
+      const offset = field(info, "master_repl_offset");
+      return [...info.matchAll(/^slave\d+:.*offset=(\d+)/gm)].every((match) => Number(match[1]) === offset);
+    });
+    if (settled) break;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  const infos = await Promise.all(nodes.map((node) => node.info("memory")));
+  return infos.reduce((sum, info) => sum + field(info, "used_memory"), 0);
+}
+
+async function redisVersion(nodes: Redis[]): Promise<string> {
+  const info = await (nodes[0] as Redis).info("server");
+  return `redis-server ${field(info, "redis_version", true)}`;
+}
+
+function field(info: string, name: string): number;
+function field(info: string, name: string, text: true): string;
+function field(info: string, name: string, text?: true): number | string {
+  const value = new RegExp(`^${name}:(.*)$`, "m").exec(info)?.[1]?.trim() ?? "";
+  return text ? value : Number(value);
+}
+
+/** Replaces the text between `<!-- bench:NAME:start -->` and `<!-- bench:NAME:end -->`. */
+function replaceSection(path: string, name: string, body: string): void {
+  const start = `<!-- bench:${name}:start -->`;
+  const end = `<!-- bench:${name}:end -->`;
+  const text = readFileSync(path, "utf8");
+  const from = text.indexOf(start);
+  const to = text.indexOf(end);
+  if (from < 0 || to < from) throw new Error(`${path} has no ${start} ... ${end} section`);
+  writeFileSync(path, `${text.slice(0, from + start.length)}\n${body}\n${text.slice(to)}`);
+}
+
+main().catch((error: unknown) => {
+  console.error(error);
+  process.exitCode = 1;
+});
