@@ -1,9 +1,9 @@
 --[=[ cap-sends.lua: exact multi-window sliding-log frequency caps for many users in one call.
 
-Each key holds the send logs of one block of 128 consecutive user IDs; every key of a call shares one hash
+Each key holds the send logs of one block of 256 consecutive user IDs; every key of a call shares one hash
 tag (the users' slot group), so one call decides every user of the group at once.
 
-KEYS[k]    the group's block keys, always all 8 (a fixed key count lets the client route the call by its
+KEYS[k]    the group's block keys, always all 4 (a fixed key count lets the client route the call by its
            first key); a block whose user argument is empty is not read
 ARGV[1]    now: ms since the epoch; a cap counts the sends in (now - window, now]
 ARGV[2]    mode: "count" records allowed sends; "peek" decides the same way and writes nothing
@@ -13,7 +13,7 @@ ARGV[4]    identity: "<channel>:<campaign ID>"; the channel name has no ":". An 
            identity (every send counts). A send whose identity is already in the user's log is a duplicate.
 ARGV[5]    caps by profile: profiles separated by "|", caps by ",", a cap is "windowMs:max:scope" with scope
            1 = counts every channel ("*"), 0 = counts the identity's channel only. Profile p is the p-th.
-ARGV[5+k]  users of KEYS[k] (may be empty): 2 bytes each, offset in block (0..127) and profile number (255:
+ARGV[5+k]  users of KEYS[k] (may be empty): 2 bytes each, offset in block (0..255) and profile number (255:
            count without checking caps, for exempt sends that count), no repeats
 Reply      one byte per user in argument order: 0 allowed (counted), 1 duplicate (counted before, nothing
            changes), 2 exempt (counted without checks), 3+i capped by cap i (0-based) of its profile
@@ -23,7 +23,7 @@ classes, users). The sends of one call share a time and an identity, and the use
 their histories, so both are stored once per block:
   - event e: a send time times[e] (ms) and an identity identities[eventIdentities[e]];
   - class c: a history, the string of 2-byte big-endian event numbers classes[c];
-  - users: 256 bytes, each user's class number (2 bytes big endian, by offset; 0 = no sends).
+  - users: 512 bytes, each user's class number (2 bytes big endian, by offset; 0 = no sends).
 Numbers stay stable, so a call reads and changes only what its users need. When the event count reaches
 compactAt or the class count reaches classLimit, expired events and unused identities and classes are
 dropped and the rest renumbered.
@@ -38,7 +38,8 @@ local anonymous = #identity == #channel + 1
 local cutoff = now - horizon
 local byte, sub, char, floor, concat = string.byte, string.sub, string.char, math.floor, table.concat
 local FORMAT, MIN_COMPACT_AT, MIN_CLASS_LIMIT = 3, 32, 256
-local NO_SENDS = string.rep('\0', 256)
+local BLOCK_USERS = 256
+local NO_SENDS = string.rep('\0', 2 * BLOCK_USERS)
 
 -- Caps by profile: for each cap, its window's lower bound, its max and whether it counts every channel.
 local capLo, capMax, capAll = {}, {}, {}
@@ -72,7 +73,7 @@ local function compact(identities, times, eventIdentities, classes, users)
   local eventMap, identityMap, classMap, historyIndex = {}, {}, { [0] = 0 }, {}
   local newIdentities, newTimes, newEventIdentities, newClasses = {}, {}, {}, {}
   local newest = 0
-  for o = 1, 255, 2 do
+  for o = 1, 2 * BLOCK_USERS - 1, 2 do
     local c = users[o] * 256 + users[o + 1]
     local nc = classMap[c]
     if nc == nil then
@@ -119,7 +120,6 @@ local function compact(identities, times, eventIdentities, classes, users)
 end
 
 local reply, nreply = {}, 0
-local decisionByte = {}
 local counts = {}
 
 for k = 1, #KEYS do
@@ -134,7 +134,7 @@ for k = 1, #KEYS do
       newest, compactAt, classLimit, identities, times, eventIdentities, classes, userClasses =
         0, MIN_COMPACT_AT, MIN_CLASS_LIMIT, {}, {}, {}, {}, NO_SENDS
     end
-    local users = { byte(userClasses, 1, 256) }
+    local users = { byte(userClasses, 1, 2 * BLOCK_USERS) }
     local mine
     for i = 1, #identities do
       if identities[i] == identity then mine = i break end
@@ -194,7 +194,6 @@ for k = 1, #KEYS do
 
     -- The class a history of class `c` becomes with this call's send appended (expired sends dropped).
     local newEntry, historyIndex
-    local transitions = {}
     local function appendTo(c)
       if newEntry == nil then
         if mine == nil then
@@ -225,16 +224,17 @@ for k = 1, #KEYS do
         nc = #classes
         historyIndex[h] = nc
       end
-      transitions[c] = nc
       return nc
     end
 
+    -- Per user only table lookups: decisions per (profile, class) and the class after an append are
+    -- worked out once per call, because users of a block mostly share a history.
     local verdicts, written = {}, false
+    local nextHi, nextLo = {}, {}
     local userBytes = { byte(argUsers, 1, #argUsers) }
     for u = 1, #userBytes, 2 do
       local o, profile = userBytes[u] * 2 + 1, userBytes[u + 1]
       local c = users[o] * 256 + users[o + 1]
-      -- users of a block mostly share a history: decide each (profile, class) once per call
       local byClass = verdicts[profile]
       if byClass == nil then
         if profile ~= 255 and capMax[profile] == nil then
@@ -243,22 +243,26 @@ for k = 1, #KEYS do
         byClass = {}
         verdicts[profile] = byClass
       end
-      local decision = byClass[c]
-      if decision == nil then
-        decision = judge(profile, c)
-        byClass[c] = decision
+      -- a verdict is the decision, negated when the send is to be recorded (0 is recorded too: see below)
+      local verdict = byClass[c]
+      if verdict == nil then
+        verdict = judge(profile, c)
+        if (verdict == 0 or verdict == 2) and not peek then verdict = -verdict - 1 end
+        byClass[c] = verdict
       end
       nreply = nreply + 1
-      local b = decisionByte[decision]
-      if b == nil then
-        b = char(decision)
-        decisionByte[decision] = b
-      end
-      reply[nreply] = b
-      if (decision == 0 or decision == 2) and not peek then
-        local nc = transitions[c] or appendTo(c)
-        users[o], users[o + 1] = floor(nc / 256), nc % 256
+      if verdict < 0 then
+        reply[nreply] = -verdict - 1
+        local hi = nextHi[c]
+        if hi == nil then
+          local nc = appendTo(c)
+          hi = floor(nc / 256)
+          nextHi[c], nextLo[c] = hi, nc % 256
+        end
+        users[o], users[o + 1] = hi, nextLo[c]
         written = true
+      else
+        reply[nreply] = verdict
       end
     end
 
@@ -276,4 +280,9 @@ for k = 1, #KEYS do
   end
 end
 
-return concat(reply, '', 1, nreply)
+-- one byte per user; string.char takes the decisions in slices that stay within Lua's stack limit
+local out = {}
+for first = 1, nreply, 4000 do
+  out[#out + 1] = char(unpack(reply, first, math.min(first + 3999, nreply)))
+end
+return concat(out)

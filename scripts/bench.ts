@@ -9,7 +9,7 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { cpus } from "node:os";
 import { promisify } from "node:util";
 import calculateSlot from "cluster-key-slot";
-import type Redis from "ioredis";
+import type { Redis } from "ioredis";
 import roaring from "roaring";
 import { RateLimiterRedis } from "rate-limiter-flexible";
 import { createRedisCluster, RedisCapStore, type TollgateCluster } from "../functions/adapters/redis-cluster.ts";

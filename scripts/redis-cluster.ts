@@ -7,6 +7,7 @@ import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node
 import { createConnection } from "node:net";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
+import { isMain } from "./is-main.ts";
 
 const execFileAsync = promisify(execFile);
 
@@ -233,7 +234,7 @@ async function main(command: string | undefined): Promise<void> {
   }
 }
 
-if (process.argv[1] && resolve(process.argv[1]) === resolve(new URL(import.meta.url).pathname)) {
+if (isMain(import.meta)) {
   main(process.argv[2]).catch((error: unknown) => {
     console.error(error instanceof Error ? error.message : error);
     process.exitCode = 1;

@@ -2,11 +2,11 @@
 //
 // Capping keys hold the send logs of a block of USERS_PER_BLOCK consecutive user IDs; BLOCKS_PER_GROUP
 // consecutive blocks share one hash tag, so one script call (one slot, no CROSSSLOT) can decide up to
-// USERS_PER_GROUP users:  <namespace>:cap:{<group>}:<block>   e.g. tg:cap:{976}:3 holds users 999808..999935.
+// USERS_PER_GROUP users:  <namespace>:cap:{<group>}:<block>   e.g. tg:cap:{976}:3 holds users 999,936..1,000,191.
 import { ValidationError } from "./errors.ts";
 
-export const USERS_PER_BLOCK = 128;
-export const BLOCKS_PER_GROUP = 8;
+export const USERS_PER_BLOCK = 256;
+export const BLOCKS_PER_GROUP = 4;
 export const USERS_PER_GROUP = USERS_PER_BLOCK * BLOCKS_PER_GROUP;
 
 export const DEFAULT_NAMESPACE = "tg";

@@ -1,5 +1,5 @@
 // The engine through the faults a cluster has in production: an emptied script cache, a failover, no cluster.
-import Redis from "ioredis";
+import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRedisCluster, RedisCapStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
 import { type CapBatchResult, Capper } from "../../functions/core/capper.ts";

@@ -1,6 +1,8 @@
+import { readFileSync } from "node:fs";
 import calculateSlot from "cluster-key-slot";
 import { describe, expect, it } from "vitest";
 import {
+  BLOCKS_PER_GROUP,
   capBlockKey,
   capKeyOfUser,
   checkNamespace,
@@ -27,8 +29,16 @@ describe("keys", () => {
   it("maps the largest user ID", () => {
     const id = 4_294_967_295;
     expect(groupOf(id)).toBe(4_194_303);
-    expect(offsetInBlockOf(id)).toBe(127);
-    expect(capKeyOfUser("tg", id)).toBe("tg:cap:{4194303}:7");
+    expect(offsetInBlockOf(id)).toBe(USERS_PER_BLOCK - 1);
+    expect(capKeyOfUser("tg", id)).toBe(`tg:cap:{4194303}:${BLOCKS_PER_GROUP - 1}`);
+  });
+
+  it("agrees with the block size and key count lua/cap-sends.lua is written for", () => {
+    const lua = readFileSync(new URL("../../lua/cap-sends.lua", import.meta.url), "utf8");
+    expect(lua).toContain(`local BLOCK_USERS = ${USERS_PER_BLOCK}\n`);
+    expect(lua).toContain(`always all ${BLOCKS_PER_GROUP} (`);
+    // a user's offset travels as one byte
+    expect(USERS_PER_BLOCK).toBeLessThanOrEqual(256);
   });
 
   it("refuses a namespace that would change the hash tag", () => {
