@@ -121,7 +121,7 @@ function printTable(campaigns: [string, Record<string, SegmentTotals>][]): void 
   }
   const widths = rows[0]!.map((_, c) => Math.max(...rows.map((row) => row[c]!.length)));
   console.log("");
-  for (const row of rows) console.log(row.map((cell, c) => cell.padEnd(widths[c]!)).join("  "));
+  for (const row of rows) console.log(row.map((cell, c) => cell.padEnd(widths[c]!)).join("  ").trimEnd());
 }
 
 main().catch((error: unknown) => {
