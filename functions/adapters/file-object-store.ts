@@ -1,5 +1,5 @@
 // An ObjectStore over a local directory: object key `segments/new.roaring` is `<root>/segments/new.roaring`.
-import { readFile } from "node:fs/promises";
+import { readFile, stat } from "node:fs/promises";
 import { join, resolve, sep } from "node:path";
 import { ObjectNotFoundError } from "../core/errors.ts";
 import type { ObjectStore } from "../core/object-store.ts";
@@ -11,11 +11,22 @@ export class FileObjectStore implements ObjectStore {
     this.root = resolve(root);
   }
 
-  async get(key: string): Promise<Uint8Array> {
+  get(key: string): Promise<Uint8Array> {
+    return this.read(key, async (path) => new Uint8Array(await readFile(path)));
+  }
+
+  etag(key: string): Promise<string> {
+    return this.read(key, async (path) => {
+      const { mtimeMs, size } = await stat(path);
+      return `${mtimeMs}-${size}`;
+    });
+  }
+
+  private async read<T>(key: string, action: (path: string) => Promise<T>): Promise<T> {
     const path = resolve(join(this.root, key));
     if (!path.startsWith(this.root + sep)) throw new ObjectNotFoundError(key);
     try {
-      return new Uint8Array(await readFile(path));
+      return await action(path);
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code === "ENOENT") throw new ObjectNotFoundError(key, { cause: error });
       throw error;

@@ -62,7 +62,7 @@ export interface CapBatchResult {
 export interface CapperOptions {
   store: CapStore;
   /** The current policy and segments; read once per batch, so a swap never splits a batch. */
-  rules: () => Rules;
+  rules: () => Rules | Promise<Rules>;
   clock?: Clock;
   namespace?: string;
 }
@@ -85,7 +85,7 @@ interface ScriptCall {
 
 export class Capper {
   private readonly store: CapStore;
-  private readonly rules: () => Rules;
+  private readonly rules: () => Rules | Promise<Rules>;
   private readonly clock: Clock;
   private readonly namespace: string;
   private readonly capSpecs = new WeakMap<Policy, Map<string, string>>();
@@ -109,7 +109,7 @@ export class Capper {
 
   private async decide(input: CampaignBatchInput, mode: "count" | "peek"): Promise<CapBatchResult> {
     const batch = parseOrThrow(campaignBatchSchema, input);
-    const { policy, segments } = this.rules();
+    const { policy, segments } = await this.rules();
     if (!policy.channels.includes(batch.channel)) {
       throw new ValidationError("channel", `unknown channel "${batch.channel}" (policy has ${policy.channels.join(", ")})`);
     }

@@ -58,3 +58,16 @@ export class ObjectNotFoundError extends TollgateError {
 
 /** The counter store (Redis) could not answer in time; nothing was decided for the affected users. */
 export class StoreUnavailableError extends TollgateError {}
+
+/** Some delivery messages were not accepted by the delivery queue, even after retries. */
+export class DeliveryError extends TollgateError {
+  readonly failures: readonly { code: string; message: string; senderFault: boolean }[];
+  constructor(total: number, failures: readonly { code: string; message: string; senderFault: boolean }[], options?: { cause?: unknown }) {
+    const first = failures[0];
+    super(`${failures.length} of ${total} delivery messages not accepted${first ? ` (${first.code}: ${first.message})` : ""}`, options);
+    this.failures = failures;
+  }
+}
+
+/** The invocation is too close to its timeout to start another record; the record is retried later. */
+export class TimeBudgetError extends TollgateError {}

@@ -1,0 +1,52 @@
+// The campaign consumer's environment, parsed once at cold start. A bad value names the variable.
+import { z } from "zod";
+import { DEFAULT_DELIVERY_BATCH_SIZE } from "../core/delivery.ts";
+import { DEFAULT_NAMESPACE } from "../core/keys.ts";
+import { DEFAULT_POLICY_KEY } from "../core/rules-source.ts";
+import { parseOrThrow } from "../core/validation.ts";
+
+const integer = (min: number, max: number, fallback: number) =>
+  z
+    .string()
+    .default(String(fallback))
+    .refine((text) => /^[0-9]+$/.test(text) && Number(text) >= min && Number(text) <= max, `expected an integer from ${min} to ${max}`)
+    .transform(Number);
+
+const flag = z
+  .enum(["true", "false", "1", "0", ""], 'expected "true" or "false"')
+  .default("false")
+  .transform((text) => text === "true" || text === "1");
+
+const hostPort = /^[A-Za-z0-9.-]+:[0-9]{1,5}$/;
+
+export const consumerEnvironmentSchema = z.object({
+  REDIS_NODES: z
+    .string('required: the Redis configuration endpoint or nodes, "host:port[,host:port...]"')
+    .refine((text) => text.split(",").every((node) => hostPort.test(node.trim())), 'expected "host:port[,host:port...]"')
+    .transform((text) =>
+      text.split(",").map((node) => {
+        const [host, port] = node.trim().split(":");
+        return { host: host as string, port: Number(port) };
+      }),
+    ),
+  REDIS_TLS: flag,
+  REDIS_USERNAME: z.string().optional(),
+  REDIS_PASSWORD: z.string().optional(),
+  REDIS_DEADLINE_MS: integer(100, 60_000, 6_000),
+  CONFIG_BUCKET: z.string("required: the bucket holding the policy and segment bitmaps").min(1, "must not be empty"),
+  POLICY_KEY: z.string().min(1).default(DEFAULT_POLICY_KEY),
+  DELIVERY_QUEUE_URL: z.url("required: the delivery queue URL"),
+  DEAD_LETTER_QUEUE_URL: z.url("required: the campaign queue's dead-letter queue URL"),
+  DELIVERY_BATCH_SIZE: integer(1, 1_000, DEFAULT_DELIVERY_BATCH_SIZE),
+  REFRESH_SECONDS: integer(0, 86_400, 60),
+  KEY_NAMESPACE: z.string().regex(/^[A-Za-z0-9_.:-]{1,64}$/, "expected 1-64 characters of A-Z, a-z, 0-9, _ . : -").default(DEFAULT_NAMESPACE),
+  TIME_BUDGET_MARGIN_MS: integer(0, 900_000, 15_000),
+  AWS_REGION: z.string().min(1).default("us-east-1"),
+  AWS_ENDPOINT_URL: z.url("expected a URL").optional(),
+});
+
+export type ConsumerEnvironment = z.output<typeof consumerEnvironmentSchema>;
+
+export function parseConsumerEnvironment(env: NodeJS.ProcessEnv): ConsumerEnvironment {
+  return parseOrThrow(consumerEnvironmentSchema, env);
+}

@@ -1,0 +1,35 @@
+// An ObjectStore over an S3 bucket. Bitmaps are binary: bodies are read as bytes, never as text.
+import { GetObjectCommand, HeadObjectCommand, NoSuchKey, NotFound, type S3Client } from "@aws-sdk/client-s3";
+import { ObjectNotFoundError } from "../core/errors.ts";
+import type { ObjectStore } from "../core/object-store.ts";
+
+export class S3ObjectStore implements ObjectStore {
+  constructor(
+    private readonly s3: S3Client,
+    private readonly bucket: string,
+  ) {}
+
+  async get(key: string): Promise<Uint8Array> {
+    try {
+      const object = await this.s3.send(new GetObjectCommand({ Bucket: this.bucket, Key: key }));
+      if (!object.Body) throw new ObjectNotFoundError(key);
+      return await object.Body.transformToByteArray();
+    } catch (error) {
+      throw notFound(error, key);
+    }
+  }
+
+  async etag(key: string): Promise<string> {
+    try {
+      const head = await this.s3.send(new HeadObjectCommand({ Bucket: this.bucket, Key: key }));
+      return head.ETag ?? head.LastModified?.toISOString() ?? "";
+    } catch (error) {
+      throw notFound(error, key);
+    }
+  }
+}
+
+function notFound(error: unknown, key: string): unknown {
+  if (error instanceof NoSuchKey || error instanceof NotFound) return new ObjectNotFoundError(`s3 ${key}`, { cause: error });
+  return error;
+}

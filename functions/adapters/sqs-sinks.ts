@@ -1,0 +1,144 @@
+// The SQS side of the consumer: delivery messages out with SendMessageBatch, poison messages to the DLQ.
+import {
+  type MessageAttributeValue,
+  SendMessageBatchCommand,
+  type SendMessageBatchRequestEntry,
+  SendMessageCommand,
+  type SQSClient,
+} from "@aws-sdk/client-sqs";
+import type { DeadLetterSink } from "../core/campaign-consumer.ts";
+import { type DeliveryMessage, type DeliverySink } from "../core/delivery.ts";
+import { DeliveryError } from "../core/errors.ts";
+
+/** SendMessageBatch takes at most 10 entries and 1 MiB in all (bodies and attributes). */
+const MAX_ENTRIES = 10;
+const MAX_BATCH_BYTES = 1_048_576;
+
+type Failure = DeliveryError["failures"][number];
+
+export interface SqsDeliverySinkOptions {
+  /** Attempts per entry whose failure is not the sender's fault (throttling, service errors). */
+  attempts?: number;
+  /** SendMessageBatch calls in flight at once. */
+  concurrency?: number;
+  /** Told of every failed entry or call that will be retried (for metrics). */
+  onRetry?: (reason: string) => void;
+}
+
+export class SqsDeliverySink implements DeliverySink {
+  private readonly attempts: number;
+  private readonly concurrency: number;
+
+  constructor(
+    private readonly sqs: SQSClient,
+    private readonly queueUrl: string,
+    private readonly options: SqsDeliverySinkOptions = {},
+  ) {
+    this.attempts = options.attempts ?? 3;
+    this.concurrency = options.concurrency ?? 8;
+  }
+
+  async send(messages: readonly DeliveryMessage[]): Promise<void> {
+    const entries = messages.map((message, i): SendMessageBatchRequestEntry => ({
+      Id: String(i),
+      MessageBody: JSON.stringify(message),
+      MessageAttributes: {
+        campaignId: { DataType: "String", StringValue: message.campaignId },
+        channel: { DataType: "String", StringValue: message.channel },
+      },
+    }));
+    const chunks = chunkEntries(entries);
+    const failures: Failure[] = [];
+    let next = 0;
+    const worker = async () => {
+      while (next < chunks.length) failures.push(...(await this.sendChunk(chunks[next++] as SendMessageBatchRequestEntry[])));
+    };
+    await Promise.all(Array.from({ length: Math.min(this.concurrency, chunks.length) }, worker));
+    if (failures.length > 0) throw new DeliveryError(messages.length, failures);
+  }
+
+  /**
+   * Sends one chunk. Entries the sender got wrong (SenderFault) fail at once; the rest (throttling, service
+   * errors, a failed call) are retried with jittered backoff. Returns what finally failed.
+   */
+  private async sendChunk(chunk: SendMessageBatchRequestEntry[]): Promise<Failure[]> {
+    const permanent: Failure[] = [];
+    let pending = chunk;
+    for (let attempt = 1; ; attempt++) {
+      const retry: SendMessageBatchRequestEntry[] = [];
+      const transient: Failure[] = [];
+      try {
+        const reply = await this.sqs.send(new SendMessageBatchCommand({ QueueUrl: this.queueUrl, Entries: pending }));
+        // Failed[] can be non-empty on an HTTP 200: every entry is checked
+        for (const failed of reply.Failed ?? []) {
+          const failure = { code: failed.Code ?? "Unknown", message: failed.Message ?? "", senderFault: failed.SenderFault === true };
+          if (failure.senderFault) {
+            permanent.push(failure);
+          } else {
+            transient.push(failure);
+            retry.push(pending.find((entry) => entry.Id === failed.Id) as SendMessageBatchRequestEntry);
+          }
+        }
+      } catch (error) {
+        const failure = { code: (error as Error).name, message: (error as Error).message, senderFault: false };
+        transient.push(...pending.map(() => failure));
+        retry.push(...pending);
+      }
+      if (retry.length === 0) return permanent;
+      if (attempt >= this.attempts) return [...permanent, ...transient];
+      this.options.onRetry?.(transient[0]?.code ?? "Unknown");
+      pending = retry;
+      await new Promise((resolve) => setTimeout(resolve, 50 * 2 ** attempt * (0.5 + Math.random())));
+    }
+  }
+}
+
+/** Groups entries into SendMessageBatch calls of at most 10 entries and 1 MiB. */
+export function chunkEntries(entries: readonly SendMessageBatchRequestEntry[]): SendMessageBatchRequestEntry[][] {
+  const chunks: SendMessageBatchRequestEntry[][] = [];
+  let current: SendMessageBatchRequestEntry[] = [];
+  let bytes = 0;
+  for (const entry of entries) {
+    const size = entrySize(entry);
+    if (current.length === MAX_ENTRIES || (current.length > 0 && bytes + size > MAX_BATCH_BYTES)) {
+      chunks.push(current);
+      current = [];
+      bytes = 0;
+    }
+    current.push(entry);
+    bytes += size;
+  }
+  if (current.length > 0) chunks.push(current);
+  return chunks;
+}
+
+/** How SQS counts a message's size: the body plus each attribute's name, type and value. */
+function entrySize(entry: { MessageBody?: string; MessageAttributes?: Record<string, MessageAttributeValue> }): number {
+  let size = Buffer.byteLength(entry.MessageBody ?? "");
+  for (const [name, value] of Object.entries(entry.MessageAttributes ?? {})) {
+    size += Buffer.byteLength(name) + Buffer.byteLength(value.DataType ?? "") + Buffer.byteLength(value.StringValue ?? "");
+  }
+  return size;
+}
+
+/** Poison messages go to the campaign queue's DLQ as they came, with the reason as message attributes. */
+export class SqsDeadLetterSink implements DeadLetterSink {
+  constructor(
+    private readonly sqs: SQSClient,
+    private readonly queueUrl: string,
+  ) {}
+
+  async send(body: string, reason: { message: string; path: string; sourceMessageId: string }): Promise<void> {
+    await this.sqs.send(
+      new SendMessageCommand({
+        QueueUrl: this.queueUrl,
+        MessageBody: body,
+        MessageAttributes: {
+          reason: { DataType: "String", StringValue: reason.message.slice(0, 1024) },
+          ...(reason.path ? { path: { DataType: "String", StringValue: reason.path } } : {}),
+          sourceMessageId: { DataType: "String", StringValue: reason.sourceMessageId },
+        },
+      }),
+    );
+  }
+}

@@ -1,0 +1,55 @@
+// Builds the campaign consumer from its environment with real clients: Redis Cluster, S3, SQS.
+// The Lambda entry and the local stack both use this, so they run the same code.
+import { Logger } from "@aws-lambda-powertools/logger";
+import { Metrics, MetricUnit } from "@aws-lambda-powertools/metrics";
+import { CampaignConsumer } from "../core/campaign-consumer.ts";
+import { Capper } from "../core/capper.ts";
+import { RulesSource } from "../core/rules-source.ts";
+import { makeCampaignConsumerHandler } from "../handlers/campaign-consumer.ts";
+import { createAwsClients } from "./aws-clients.ts";
+import { parseConsumerEnvironment } from "./environment.ts";
+import { createRedisCluster, RedisCapStore } from "./redis-cluster.ts";
+import { S3ObjectStore } from "./s3-object-store.ts";
+import { SqsDeadLetterSink, SqsDeliverySink } from "./sqs-sinks.ts";
+
+export function wireCampaignConsumer(env: NodeJS.ProcessEnv) {
+  const config = parseConsumerEnvironment(env);
+  const logger = new Logger({ serviceName: "tollgate-campaign-consumer" });
+  const metrics = new Metrics({ namespace: "Tollgate", serviceName: "campaign-consumer" });
+  const { s3, sqs } = createAwsClients({ region: config.AWS_REGION, ...(config.AWS_ENDPOINT_URL ? { endpoint: config.AWS_ENDPOINT_URL } : {}) });
+  const cluster = createRedisCluster({
+    nodes: config.REDIS_NODES,
+    tls: config.REDIS_TLS,
+    ...(config.REDIS_USERNAME ? { username: config.REDIS_USERNAME } : {}),
+    ...(config.REDIS_PASSWORD ? { password: config.REDIS_PASSWORD } : {}),
+  });
+  const rules = new RulesSource({
+    store: new S3ObjectStore(s3, config.CONFIG_BUCKET),
+    policyKey: config.POLICY_KEY,
+    refreshMs: config.REFRESH_SECONDS * 1000,
+    onRejected: (error) => {
+      logger.error("new policy or segments refused; the last good ones stay in service", { error });
+      const single = metrics.singleMetric();
+      single.addMetric("rulesRejected", MetricUnit.Count, 1);
+    },
+    onActivated: (active, tags) => logger.info("rules in service", { policyVersion: active.policy.version, tags }),
+  });
+  const capper = new Capper({
+    store: new RedisCapStore(cluster, {
+      deadlineMs: config.REDIS_DEADLINE_MS,
+      onRetry: (error) => logger.warn("redis call retried", { error: error.message }),
+    }),
+    rules: () => rules.current(),
+    namespace: config.KEY_NAMESPACE,
+  });
+  const consumer = new CampaignConsumer({
+    capper,
+    delivery: new SqsDeliverySink(sqs, config.DELIVERY_QUEUE_URL, {
+      onRetry: (code) => logger.warn("delivery entries retried", { code }),
+    }),
+    deadLetters: new SqsDeadLetterSink(sqs, config.DEAD_LETTER_QUEUE_URL),
+    sendsPerMessage: config.DELIVERY_BATCH_SIZE,
+  });
+  const handler = makeCampaignConsumerHandler({ consumer, logger, metrics, timeBudgetMarginMs: config.TIME_BUDGET_MARGIN_MS });
+  return { handler, cluster, s3, sqs, config };
+}

@@ -1,0 +1,71 @@
+// The campaign consumer's SQS adapter: each record through CampaignConsumer, partial batch responses,
+// one log line and the metrics per record, and a time budget so a timeout never returns the whole batch.
+import { BatchProcessor, EventType, processPartialResponse } from "@aws-lambda-powertools/batch";
+import type { Logger } from "@aws-lambda-powertools/logger";
+import { injectLambdaContext } from "@aws-lambda-powertools/logger/middleware";
+import { type Metrics, MetricUnit } from "@aws-lambda-powertools/metrics";
+import { logMetrics } from "@aws-lambda-powertools/metrics/middleware";
+import middy from "@middy/core";
+import type { Context, SQSBatchResponse, SQSEvent, SQSRecord } from "aws-lambda";
+import type { CampaignConsumer } from "../core/campaign-consumer.ts";
+import { StoreUnavailableError, TimeBudgetError } from "../core/errors.ts";
+
+export interface CampaignConsumerHandlerDeps {
+  consumer: CampaignConsumer;
+  logger: Logger;
+  metrics: Metrics;
+  /** A record is started only with at least this much time left (its worst case: Redis and SQS deadlines). */
+  timeBudgetMarginMs: number;
+}
+
+export function makeCampaignConsumerHandler(deps: CampaignConsumerHandlerDeps) {
+  const { consumer, logger, metrics, timeBudgetMarginMs } = deps;
+  const processor = new BatchProcessor(EventType.SQS);
+
+  const handler = async (event: SQSEvent, context: Context): Promise<SQSBatchResponse> => {
+    let storeDown: StoreUnavailableError | undefined;
+    const recordHandler = async (record: SQSRecord): Promise<void> => {
+      // Redis is down for this invocation: fail the rest at once instead of waiting out each deadline
+      if (storeDown) throw storeDown;
+      const remaining = context.getRemainingTimeInMillis();
+      if (remaining < timeBudgetMarginMs) {
+        metrics.addMetric("recordsDeferred", MetricUnit.Count, 1);
+        throw new TimeBudgetError(`${remaining} ms left, record ${record.messageId} needs up to ${timeBudgetMarginMs} ms`);
+      }
+      try {
+        const outcome = await consumer.consume(record.body, record.messageId);
+        if (outcome.kind === "dead-lettered") {
+          logger.warn("campaign batch dead-lettered", { messageId: record.messageId, reason: outcome.reason });
+          metrics.addMetric("poisonMessages", MetricUnit.Count, 1);
+          return;
+        }
+        logger.info("campaign batch decided", {
+          messageId: record.messageId,
+          campaignId: outcome.campaignId,
+          channel: outcome.channel,
+          policyVersion: outcome.result.policyVersion,
+          deliveryMessages: outcome.deliveryMessages,
+          totals: outcome.result.totals,
+        });
+        for (const [segment, totals] of Object.entries(outcome.result.totals)) {
+          const single = metrics.singleMetric();
+          single.addDimensions({ channel: outcome.channel, segment });
+          single.addMetric("allowed", MetricUnit.Count, totals.allowed);
+          single.addMetric("capped", MetricUnit.Count, totals.capped);
+          single.addMetric("duplicate", MetricUnit.Count, totals.duplicate);
+          single.addMetric("exempt", MetricUnit.Count, totals.exempt);
+        }
+      } catch (error) {
+        if (error instanceof StoreUnavailableError) storeDown = error;
+        logger.error("campaign batch failed; it will be retried", { messageId: record.messageId, error: error as Error });
+        metrics.addMetric(error instanceof StoreUnavailableError ? "storeErrors" : "recordFailures", MetricUnit.Count, 1);
+        throw error;
+      }
+    };
+    // One record at a time, so the time budget is checked before each; each record is itself parallel
+    // (every slot group of the batch in flight, delivery sends in parallel).
+    return processPartialResponse(event, recordHandler, processor, { context, processInParallel: false });
+  };
+
+  return middy(handler).use(injectLambdaContext(logger)).use(logMetrics(metrics));
+}
