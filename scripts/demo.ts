@@ -1,21 +1,20 @@
-// `npm run demo`: the main job on this machine. Starts the local Redis Cluster, builds sample segments for
-// 1,000,000 users and a policy, loads them the way production does (policy parser, portable bitmaps through
-// an ObjectStore), runs a campaign to every user, a second one an hour later on the same channel, and
-// redelivers a batch of the first; prints who was sent and who was capped, then stops what it started.
-import { mkdirSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
-import { FileObjectStore } from "../functions/adapters/file-object-store.ts";
-import { createRedisCluster, RedisCapStore } from "../functions/adapters/redis-cluster.ts";
-import { type CapBatchResult, Capper, type SegmentTotals } from "../functions/core/capper.ts";
-import { systemClock } from "../functions/core/clock.ts";
-import { parsePolicyText } from "../functions/core/policy.ts";
+// `npm run demo`: the main job on this machine, through the real pipeline.
+//
+// It starts the local stack: the Redis Cluster, S3 + SQS (fauxqs), and the campaign consumer driven by
+// an SQS poller. It then:
+// - builds sample segments for 1,000,000 users and uploads them to S3 with a policy;
+// - pushes a campaign to every user onto the campaign queue and waits for it to drain;
+// - pushes a second campaign on the same channel.
+// For each campaign it reads the delivery queue and prints, per segment, who was sent and who was capped
+// with the cap that bit. Then it stops everything it started.
+import { createAwsClients } from "../functions/adapters/aws-clients.ts";
+import type { ConsumeOutcome } from "../functions/core/campaign-consumer.ts";
+import type { SegmentTotals } from "../functions/core/capper.ts";
 import { buildSegments } from "../functions/core/segment-builder.ts";
-import { loadSegmentIndex } from "../functions/core/segment-index.ts";
-import { startCluster, stopCluster } from "./redis-cluster.ts";
+import { startLocalStack } from "./local-stack.ts";
+import { pushCampaign, readDelivery, uploadObject } from "./operations.ts";
 
 const USERS = Number(process.env.DEMO_USERS ?? 1_000_000);
-const BATCH = 10_000;
-const root = join(".local", "demo");
 
 const policyDocument = {
   version: "demo.1",
@@ -40,85 +39,67 @@ function sampleSegments(): { name: string; userIds: number[] }[] {
 }
 
 async function main(): Promise<void> {
-  console.log("starting the local Redis Cluster (3 primaries + 3 replicas on 127.0.0.1) ...");
-  const local = await startCluster();
-  const cluster = createRedisCluster({ nodes: local.ports.slice(0, 3).map((port) => ({ host: local.host, port })) });
-  try {
-    mkdirSync(join(root, "segments"), { recursive: true });
-    mkdirSync(join(root, "config"), { recursive: true });
-    const built = buildSegments(sampleSegments());
-    for (const [name, bytes] of built) writeFileSync(join(root, "segments", `${name}.roaring`), bytes);
-    writeFileSync(join(root, "config", "policy.json"), JSON.stringify(policyDocument, null, 2));
-
-    const store = new FileObjectStore(root);
-    const policy = parsePolicyText(Buffer.from(await store.get("config/policy.json")).toString("utf8"));
-    const segments = await loadSegmentIndex(policy, store);
-    console.log(
-      `policy ${policy.version}; segments ${policy.segments
-        .slice(0, -1)
-        .map((s, i) => `${s.name} (${segments.sizes()[i]} users)`)
-        .join(", ")}; ${USERS} users in all`,
-    );
-
-    // A namespace per run, so running the demo again starts from empty logs.
-    const capper = new Capper({
-      store: new RedisCapStore(cluster),
-      rules: () => ({ policy, segments }),
-      namespace: `demo-${Date.now()}`,
-    });
-    const now = systemClock.now();
-    const first = await campaign(capper, "spring-sale", now - 3_600_000);
-    const second = await campaign(capper, "flash-sale", now);
-    const redelivered = await capper.capBatch({
-      campaignId: "spring-sale",
-      channel: "push",
-      userIds: Array.from({ length: BATCH }, (_, i) => i),
-      at: now - 3_600_000,
-    });
-
-    printTable([
-      ["spring-sale (push, 1 h ago)", first],
-      ["flash-sale (push, now)", second],
-    ]);
-    const again = Object.values(redelivered.totals).reduce((sum, t) => sum + t.duplicate, 0);
-    console.log(`\nredelivered the first batch of spring-sale: ${again} of ${BATCH} recognised as duplicates, none counted twice`);
-  } finally {
-    await cluster.quit();
-    if (local.started) {
-      await stopCluster();
-      console.log("stopped the local Redis Cluster");
-    }
-  }
-}
-
-async function campaign(capper: Capper, campaignId: string, at: number): Promise<Record<string, SegmentTotals>> {
   const started = performance.now();
-  const totals: Record<string, SegmentTotals> = {};
-  for (let start = 0; start < USERS; start += BATCH) {
-    const userIds = Array.from({ length: Math.min(BATCH, USERS - start) }, (_, i) => start + i);
-    const result: CapBatchResult = await capper.capBatch({ campaignId, channel: "push", userIds, at });
-    for (const [segment, counts] of Object.entries(result.totals)) {
-      const sum = (totals[segment] ??= { allowed: 0, capped: 0, duplicate: 0, exempt: 0, cappedBy: {} });
-      sum.allowed += counts.allowed;
-      sum.capped += counts.capped;
-      sum.duplicate += counts.duplicate;
-      sum.exempt += counts.exempt;
-      for (const [cap, n] of Object.entries(counts.cappedBy)) sum.cappedBy[cap] = (sum.cappedBy[cap] ?? 0) + n;
+  console.log("starting the local stack: Redis Cluster (3 primaries + 3 replicas), S3 + SQS (fauxqs), campaign consumer ...");
+  const decided = new Map<string, Record<string, SegmentTotals>>();
+  const stack = await startLocalStack({
+    // a namespace per run, so running the demo again starts from empty logs
+    environment: { KEY_NAMESPACE: `demo-${Date.now()}` },
+    onOutcome: (outcome: ConsumeOutcome) => {
+      if (outcome.kind !== "forwarded") return;
+      const totals = decided.get(outcome.campaignId) ?? {};
+      for (const [segment, t] of Object.entries(outcome.result.totals)) {
+        const sum = (totals[segment] ??= { allowed: 0, capped: 0, duplicate: 0, exempt: 0, cappedBy: {} });
+        sum.allowed += t.allowed;
+        sum.capped += t.capped;
+        sum.duplicate += t.duplicate;
+        sum.exempt += t.exempt;
+        for (const [cap, n] of Object.entries(t.cappedBy)) sum.cappedBy[cap] = (sum.cappedBy[cap] ?? 0) + n;
+      }
+      decided.set(outcome.campaignId, totals);
+    },
+  });
+  try {
+    const { endpoints } = stack;
+    const { s3, sqs } = createAwsClients({ region: endpoints.region, endpoint: endpoints.awsEndpoint });
+    for (const [name, bytes] of buildSegments(sampleSegments())) {
+      await uploadObject(s3, endpoints.bucket, `segments/${name}.roaring`, bytes);
     }
+    await uploadObject(s3, endpoints.bucket, "config/policy.json", JSON.stringify(policyDocument, null, 2));
+    console.log(`uploaded policy ${policyDocument.version} and 3 segment bitmaps to s3://${endpoints.bucket}`);
+
+    const userIds = Array.from({ length: USERS }, (_, i) => i);
+    const rows: string[][] = [];
+    for (const campaignId of ["spring-sale", "flash-sale"]) {
+      const t0 = performance.now();
+      const messages = await pushCampaign(sqs, endpoints.campaignQueueUrl, { campaignId, channel: "push", userIds, payload: { template: campaignId } });
+      await stack.poller.drained();
+      const sent: Record<string, number> = {};
+      const deliveryMessages = await readDelivery(sqs, endpoints.deliveryQueueUrl, {
+        remove: true,
+        onMessage: (message) => {
+          for (const send of message.sends) sent[send.segment] = (sent[send.segment] ?? 0) + 1;
+        },
+      });
+      const seconds = (performance.now() - t0) / 1000;
+      console.log(
+        `${campaignId}: ${USERS} users in ${messages} campaign messages -> ${deliveryMessages} delivery messages, ${seconds.toFixed(1)} s`,
+      );
+      for (const [segment, totals] of Object.entries(decided.get(campaignId) ?? {})) {
+        const caps = Object.entries(totals.cappedBy).map(([cap, n]) => `${cap} (${n})`).join(", ");
+        rows.push([campaignId, segment, String(sent[segment] ?? 0), String(totals.capped), caps || "-"]);
+      }
+    }
+    printTable([["campaign", "segment", "sent", "capped", "cap that bit"], ...rows]);
+    const dead = stack.poller.stats.failedRecords;
+    console.log(`\n${stack.poller.stats.invocations} handler invocations, ${dead} failed records; ${((performance.now() - started) / 1000).toFixed(1)} s in all`);
+  } finally {
+    await stack.stop();
+    console.log("stopped the local stack");
   }
-  const seconds = (performance.now() - started) / 1000;
-  console.log(`${campaignId}: ${USERS} users decided in ${seconds.toFixed(2)} s`);
-  return totals;
 }
 
-function printTable(campaigns: [string, Record<string, SegmentTotals>][]): void {
-  const rows = [["campaign", "segment", "sent", "capped", "cap that bit"]];
-  for (const [label, totals] of campaigns) {
-    for (const [segment, t] of Object.entries(totals)) {
-      const caps = Object.entries(t.cappedBy).map(([cap, n]) => `${cap} (${n})`).join(", ");
-      rows.push([label, segment, String(t.allowed + t.duplicate), String(t.capped), caps || "-"]);
-    }
-  }
+function printTable(rows: string[][]): void {
   const widths = rows[0]!.map((_, c) => Math.max(...rows.map((row) => row[c]!.length)));
   console.log("");
   for (const row of rows) console.log(row.map((cell, c) => cell.padEnd(widths[c]!)).join("  ").trimEnd());

@@ -18,6 +18,8 @@ const flag = z
   .transform((text) => text === "true" || text === "1");
 
 const hostPort = /^[A-Za-z0-9.-]+:[0-9]{1,5}$/;
+// Not z.url(): queue URLs of local emulators have hosts like sqs.us-east-1.127.0.0.1, which it refuses.
+const httpUrl = (required: string) => z.string(required).regex(/^https?:\/\/[^\s/]+(\/\S*)?$/, "expected an http(s) URL");
 
 export const consumerEnvironmentSchema = z.object({
   REDIS_NODES: z
@@ -35,14 +37,14 @@ export const consumerEnvironmentSchema = z.object({
   REDIS_DEADLINE_MS: integer(100, 60_000, 6_000),
   CONFIG_BUCKET: z.string("required: the bucket holding the policy and segment bitmaps").min(1, "must not be empty"),
   POLICY_KEY: z.string().min(1).default(DEFAULT_POLICY_KEY),
-  DELIVERY_QUEUE_URL: z.url("required: the delivery queue URL"),
-  DEAD_LETTER_QUEUE_URL: z.url("required: the campaign queue's dead-letter queue URL"),
+  DELIVERY_QUEUE_URL: httpUrl("required: the delivery queue URL"),
+  DEAD_LETTER_QUEUE_URL: httpUrl("required: the campaign queue's dead-letter queue URL"),
   DELIVERY_BATCH_SIZE: integer(1, 1_000, DEFAULT_DELIVERY_BATCH_SIZE),
   REFRESH_SECONDS: integer(0, 86_400, 60),
   KEY_NAMESPACE: z.string().regex(/^[A-Za-z0-9_.:-]{1,64}$/, "expected 1-64 characters of A-Z, a-z, 0-9, _ . : -").default(DEFAULT_NAMESPACE),
   TIME_BUDGET_MARGIN_MS: integer(0, 900_000, 15_000),
   AWS_REGION: z.string().min(1).default("us-east-1"),
-  AWS_ENDPOINT_URL: z.url("expected a URL").optional(),
+  AWS_ENDPOINT_URL: httpUrl("expected an http(s) URL").optional(),
 });
 
 export type ConsumerEnvironment = z.output<typeof consumerEnvironmentSchema>;

@@ -70,6 +70,9 @@ export class RedisCapStore implements CapStore {
 
   async capSends(keys: readonly string[], args: readonly (string | Buffer)[]): Promise<Buffer> {
     const deadline = Date.now() + this.deadlineMs;
+    // After its bounded reconnect attempts ioredis ends the client for good; a warm container outlives
+    // a Redis outage, so a call after one starts the client again.
+    if (this.cluster.status === "end") this.cluster.connect().catch(() => {});
     for (let attempt = 1; ; attempt++) {
       try {
         return await withDeadline(this.cluster.capSendsBuffer(...keys, ...args), deadline - Date.now());

@@ -5,14 +5,14 @@ import { Metrics, MetricUnit } from "@aws-lambda-powertools/metrics";
 import { CampaignConsumer } from "../core/campaign-consumer.ts";
 import { Capper } from "../core/capper.ts";
 import { RulesSource } from "../core/rules-source.ts";
-import { makeCampaignConsumerHandler } from "../handlers/campaign-consumer.ts";
+import { type CampaignConsumerHandlerDeps, makeCampaignConsumerHandler } from "../handlers/campaign-consumer.ts";
 import { createAwsClients } from "./aws-clients.ts";
 import { parseConsumerEnvironment } from "./environment.ts";
 import { createRedisCluster, RedisCapStore } from "./redis-cluster.ts";
 import { S3ObjectStore } from "./s3-object-store.ts";
 import { SqsDeadLetterSink, SqsDeliverySink } from "./sqs-sinks.ts";
 
-export function wireCampaignConsumer(env: NodeJS.ProcessEnv) {
+export function wireCampaignConsumer(env: NodeJS.ProcessEnv, observe: Pick<CampaignConsumerHandlerDeps, "onOutcome"> = {}) {
   const config = parseConsumerEnvironment(env);
   const logger = new Logger({ serviceName: "tollgate-campaign-consumer" });
   const metrics = new Metrics({ namespace: "Tollgate", serviceName: "campaign-consumer" });
@@ -50,6 +50,6 @@ export function wireCampaignConsumer(env: NodeJS.ProcessEnv) {
     deadLetters: new SqsDeadLetterSink(sqs, config.DEAD_LETTER_QUEUE_URL),
     sendsPerMessage: config.DELIVERY_BATCH_SIZE,
   });
-  const handler = makeCampaignConsumerHandler({ consumer, logger, metrics, timeBudgetMarginMs: config.TIME_BUDGET_MARGIN_MS });
+  const handler = makeCampaignConsumerHandler({ consumer, logger, metrics, timeBudgetMarginMs: config.TIME_BUDGET_MARGIN_MS, ...observe });
   return { handler, cluster, s3, sqs, config };
 }

@@ -7,7 +7,7 @@ import { type Metrics, MetricUnit } from "@aws-lambda-powertools/metrics";
 import { logMetrics } from "@aws-lambda-powertools/metrics/middleware";
 import middy from "@middy/core";
 import type { Context, SQSBatchResponse, SQSEvent, SQSRecord } from "aws-lambda";
-import type { CampaignConsumer } from "../core/campaign-consumer.ts";
+import type { CampaignConsumer, ConsumeOutcome } from "../core/campaign-consumer.ts";
 import { StoreUnavailableError, TimeBudgetError } from "../core/errors.ts";
 
 export interface CampaignConsumerHandlerDeps {
@@ -16,6 +16,8 @@ export interface CampaignConsumerHandlerDeps {
   metrics: Metrics;
   /** A record is started only with at least this much time left (its worst case: Redis and SQS deadlines). */
   timeBudgetMarginMs: number;
+  /** Told of every completed record (the local stack's demo and bench read the decisions here). */
+  onOutcome?: (outcome: ConsumeOutcome, record: SQSRecord) => void;
 }
 
 export function makeCampaignConsumerHandler(deps: CampaignConsumerHandlerDeps) {
@@ -34,6 +36,7 @@ export function makeCampaignConsumerHandler(deps: CampaignConsumerHandlerDeps) {
       }
       try {
         const outcome = await consumer.consume(record.body, record.messageId);
+        deps.onOutcome?.(outcome, record);
         if (outcome.kind === "dead-lettered") {
           logger.warn("campaign batch dead-lettered", { messageId: record.messageId, reason: outcome.reason });
           metrics.addMetric("poisonMessages", MetricUnit.Count, 1);
@@ -47,9 +50,11 @@ export function makeCampaignConsumerHandler(deps: CampaignConsumerHandlerDeps) {
           deliveryMessages: outcome.deliveryMessages,
           totals: outcome.result.totals,
         });
+        metrics.addMetric("recordsDecided", MetricUnit.Count, 1);
         for (const [segment, totals] of Object.entries(outcome.result.totals)) {
+          // a single metric is flushed per addMetric and forgets added dimensions: use default ones
           const single = metrics.singleMetric();
-          single.addDimensions({ channel: outcome.channel, segment });
+          single.setDefaultDimensions({ channel: outcome.channel, segment });
           single.addMetric("allowed", MetricUnit.Count, totals.allowed);
           single.addMetric("capped", MetricUnit.Count, totals.capped);
           single.addMetric("duplicate", MetricUnit.Count, totals.duplicate);

@@ -1,0 +1,185 @@
+// `npm run local`: the whole campaign pipeline on this machine with real parts. It runs:
+// - the Redis Cluster;
+// - fauxqs (S3 + SQS, in process): the bucket, the campaign and delivery queues, and their DLQs with a
+//   redrive policy;
+// - the campaign consumer handler, driven by an SQS poller as Lambda's event source mapping would drive it.
+// It writes .local/endpoints.json, stays up until Ctrl-C, then stops everything it started.
+import { mkdirSync, writeFileSync } from "node:fs";
+import { dirname } from "node:path";
+import { CreateBucketCommand } from "@aws-sdk/client-s3";
+import { CreateQueueCommand, GetQueueAttributesCommand, type SQSClient } from "@aws-sdk/client-sqs";
+import { startFauxqs } from "fauxqs";
+import { createAwsClients } from "../functions/adapters/aws-clients.ts";
+import { wireCampaignConsumer } from "../functions/adapters/wiring.ts";
+import type { CampaignConsumerHandlerDeps } from "../functions/handlers/campaign-consumer.ts";
+import { isMain } from "./is-main.ts";
+import { SqsPoller } from "./local/sqs-poller.ts";
+import { startCluster, stopCluster } from "./redis-cluster.ts";
+
+export const ENDPOINTS_FILE = ".local/endpoints.json";
+
+export interface Endpoints {
+  awsEndpoint: string;
+  region: string;
+  bucket: string;
+  campaignQueueUrl: string;
+  deliveryQueueUrl: string;
+  /** The campaign queue's DLQ. */
+  deadLetterQueueUrl: string;
+  deliveryDeadLetterQueueUrl: string;
+  /** Every Redis node, primaries and replicas. */
+  redis: string[];
+}
+
+export interface LocalStackOptions {
+  redisBasePort?: number;
+  /** 0 picks a free port. */
+  awsPort?: number;
+  region?: string;
+  bucket?: string;
+  /** Prefix of the queue names, so several stacks can share an emulator. */
+  queuePrefix?: string;
+  batchSize?: number;
+  batchingWindowMs?: number;
+  concurrency?: number;
+  visibilityTimeoutSeconds?: number;
+  maxReceiveCount?: number;
+  functionTimeoutMs?: number;
+  /** Extra consumer environment (DELIVERY_BATCH_SIZE, REFRESH_SECONDS, KEY_NAMESPACE, ...). */
+  environment?: Record<string, string>;
+  /** Attributes of the delivery queue (tests set a small MaximumMessageSize). */
+  deliveryQueueAttributes?: Record<string, string>;
+  /** Write .local/endpoints.json (default true). */
+  writeEndpoints?: boolean;
+  /** Start the poller (default true). */
+  poll?: boolean;
+  /** Told of every record the consumer completed. */
+  onOutcome?: CampaignConsumerHandlerDeps["onOutcome"];
+}
+
+export interface LocalStack {
+  endpoints: Endpoints;
+  sqs: SQSClient;
+  poller: SqsPoller;
+  consumer: ReturnType<typeof wireCampaignConsumer>;
+  stop(): Promise<void>;
+}
+
+export async function startLocalStack(options: LocalStackOptions = {}): Promise<LocalStack> {
+  const region = options.region ?? "us-east-1";
+  const bucket = options.bucket ?? "tollgate-local";
+  const prefix = options.queuePrefix ?? "tollgate";
+  // The SDK signs every request; the emulator accepts any credentials.
+  process.env.AWS_ACCESS_KEY_ID ??= "local";
+  process.env.AWS_SECRET_ACCESS_KEY ??= "local";
+  // Powertools reads these from process.env: quiet by default here, louder when the caller asks.
+  process.env.POWERTOOLS_LOG_LEVEL ??= "WARN";
+  process.env.POWERTOOLS_METRICS_DISABLED ??= "true";
+
+  const redis = await startCluster(options.redisBasePort === undefined ? {} : { basePort: options.redisBasePort });
+  const stops: (() => Promise<unknown>)[] = [];
+  if (redis.started) stops.push(() => stopCluster(options.redisBasePort === undefined ? {} : { basePort: options.redisBasePort }));
+  try {
+    const fauxqs = await startFauxqs({ port: options.awsPort ?? 0, host: "127.0.0.1", logger: false });
+    stops.push(() => fauxqs.stop());
+    const awsEndpoint = `http://127.0.0.1:${fauxqs.port}`;
+    const { s3, sqs } = createAwsClients({ region, endpoint: awsEndpoint });
+    await s3.send(new CreateBucketCommand({ Bucket: bucket }));
+    const visibility = String(options.visibilityTimeoutSeconds ?? 30);
+    const maxReceiveCount = options.maxReceiveCount ?? 5;
+    const campaignDlq = await createQueue(sqs, `${prefix}-campaign-dlq`, { MessageRetentionPeriod: "1209600" });
+    const campaign = await createQueue(sqs, `${prefix}-campaign`, {
+      VisibilityTimeout: visibility,
+      RedrivePolicy: JSON.stringify({ deadLetterTargetArn: campaignDlq.arn, maxReceiveCount }),
+    });
+    const deliveryDlq = await createQueue(sqs, `${prefix}-delivery-dlq`, { MessageRetentionPeriod: "1209600" });
+    const delivery = await createQueue(sqs, `${prefix}-delivery`, {
+      RedrivePolicy: JSON.stringify({ deadLetterTargetArn: deliveryDlq.arn, maxReceiveCount: 5 }),
+      ...options.deliveryQueueAttributes,
+    });
+    const endpoints: Endpoints = {
+      awsEndpoint,
+      region,
+      bucket,
+      campaignQueueUrl: campaign.url,
+      deliveryQueueUrl: delivery.url,
+      deadLetterQueueUrl: campaignDlq.url,
+      deliveryDeadLetterQueueUrl: deliveryDlq.url,
+      redis: redis.nodes,
+    };
+
+    const consumer = wireCampaignConsumer({
+      ...process.env,
+      REDIS_NODES: redis.nodes.join(","),
+      CONFIG_BUCKET: bucket,
+      DELIVERY_QUEUE_URL: delivery.url,
+      DEAD_LETTER_QUEUE_URL: campaignDlq.url,
+      AWS_REGION: region,
+      AWS_ENDPOINT_URL: awsEndpoint,
+      ...options.environment,
+    }, options.onOutcome ? { onOutcome: options.onOutcome } : {});
+    stops.unshift(() => consumer.cluster.quit());
+    const poller = new SqsPoller({
+      sqs,
+      queueUrl: campaign.url,
+      queueArn: campaign.arn,
+      region,
+      handler: consumer.handler,
+      batchSize: options.batchSize ?? 10,
+      batchingWindowMs: options.batchingWindowMs ?? 0,
+      concurrency: options.concurrency ?? 2,
+      functionTimeoutMs: options.functionTimeoutMs ?? 60_000,
+    });
+    if (options.poll !== false) poller.start();
+    stops.unshift(() => poller.stop());
+    if (options.writeEndpoints !== false) {
+      mkdirSync(dirname(ENDPOINTS_FILE), { recursive: true });
+      writeFileSync(ENDPOINTS_FILE, `${JSON.stringify(endpoints, null, 2)}\n`);
+    }
+    let stopped = false;
+    return {
+      endpoints,
+      sqs,
+      poller,
+      consumer,
+      stop: async () => {
+        if (stopped) return;
+        stopped = true;
+        for (const stop of stops) await stop();
+      },
+    };
+  } catch (error) {
+    for (const stop of stops.reverse()) await stop().catch(() => {});
+    throw error;
+  }
+}
+
+async function createQueue(sqs: SQSClient, name: string, attributes: Record<string, string>): Promise<{ url: string; arn: string }> {
+  const { QueueUrl } = await sqs.send(new CreateQueueCommand({ QueueName: name, Attributes: attributes }));
+  const { Attributes } = await sqs.send(new GetQueueAttributesCommand({ QueueUrl, AttributeNames: ["QueueArn"] }));
+  return { url: QueueUrl as string, arn: Attributes?.QueueArn as string };
+}
+
+async function main(): Promise<void> {
+  const stack = await startLocalStack({
+    awsPort: Number(process.env.LOCAL_AWS_PORT ?? 4566),
+    batchSize: Number(process.env.LOCAL_BATCH_SIZE ?? 10),
+    batchingWindowMs: Number(process.env.LOCAL_BATCHING_WINDOW_MS ?? 0),
+  });
+  console.log(`local stack up; endpoints in ${ENDPOINTS_FILE}:\n${JSON.stringify(stack.endpoints, null, 2)}\nCtrl-C stops it.`);
+  const shutdown = async () => {
+    console.log("\nstopping ...");
+    await stack.stop();
+    console.log("stopped");
+    process.exit(0);
+  };
+  process.once("SIGINT", shutdown);
+  process.once("SIGTERM", shutdown);
+}
+
+if (isMain(import.meta)) {
+  main().catch((error: unknown) => {
+    console.error(error instanceof Error ? error.message : error);
+    process.exitCode = 1;
+  });
+}
