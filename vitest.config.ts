@@ -7,6 +7,8 @@ export default defineConfig({
     globalSetup: ["test/global-setup.ts"],
     // Failover and SCRIPT FLUSH tests change the shared cluster: files run one at a time.
     fileParallelism: false,
+    // the handlers' structured logs and EMF metrics are asserted through behaviour, not read from stdout
+    env: { POWERTOOLS_LOG_LEVEL: "SILENT", POWERTOOLS_METRICS_DISABLED: "true" },
     testTimeout: 60_000,
     hookTimeout: 90_000,
   },

@@ -111,29 +111,7 @@ export class SqsPoller {
 
   private async invoke(messages: Message[]): Promise<void> {
     const { sqs, queueUrl, queueArn, region, handler } = this.options;
-    const event: SQSEvent = {
-      Records: messages.map((message) => ({
-        messageId: message.MessageId as string,
-        receiptHandle: message.ReceiptHandle as string,
-        body: message.Body ?? "",
-        attributes: {
-          ApproximateReceiveCount: message.Attributes?.ApproximateReceiveCount ?? "1",
-          SentTimestamp: message.Attributes?.SentTimestamp ?? String(Date.now()),
-          SenderId: message.Attributes?.SenderId ?? "local",
-          ApproximateFirstReceiveTimestamp: message.Attributes?.ApproximateFirstReceiveTimestamp ?? String(Date.now()),
-        },
-        messageAttributes: Object.fromEntries(
-          Object.entries(message.MessageAttributes ?? {}).map(([name, value]) => [
-            name,
-            { dataType: value.DataType ?? "String", ...(value.StringValue === undefined ? {} : { stringValue: value.StringValue }) },
-          ]),
-        ),
-        md5OfBody: message.MD5OfBody ?? "",
-        eventSource: "aws:sqs",
-        eventSourceARN: queueArn,
-        awsRegion: region,
-      })),
-    };
+    const event = toSqsEvent(messages, queueArn, region);
     this.stats.invocations++;
     this.stats.records += messages.length;
     let failed = new Set<string>();
@@ -159,7 +137,35 @@ export class SqsPoller {
   }
 }
 
-function lambdaContext(timeoutMs: number): Context {
+/** The event Lambda builds from received messages. */
+export function toSqsEvent(messages: readonly Message[], queueArn: string, region: string): SQSEvent {
+  return {
+    Records: messages.map((message) => ({
+      messageId: message.MessageId as string,
+      receiptHandle: message.ReceiptHandle as string,
+      body: message.Body ?? "",
+      attributes: {
+        ApproximateReceiveCount: message.Attributes?.ApproximateReceiveCount ?? "1",
+        SentTimestamp: message.Attributes?.SentTimestamp ?? String(Date.now()),
+        SenderId: message.Attributes?.SenderId ?? "local",
+        ApproximateFirstReceiveTimestamp: message.Attributes?.ApproximateFirstReceiveTimestamp ?? String(Date.now()),
+      },
+      messageAttributes: Object.fromEntries(
+        Object.entries(message.MessageAttributes ?? {}).map(([name, value]) => [
+          name,
+          { dataType: value.DataType ?? "String", ...(value.StringValue === undefined ? {} : { stringValue: value.StringValue }) },
+        ]),
+      ),
+      md5OfBody: message.MD5OfBody ?? "",
+      eventSource: "aws:sqs",
+      eventSourceARN: queueArn,
+      awsRegion: region,
+    })),
+  };
+}
+
+/** A Lambda context whose remaining time counts down from `timeoutMs`. */
+export function lambdaContext(timeoutMs: number): Context {
   const deadline = Date.now() + timeoutMs;
   const name = "tollgate-campaign-consumer";
   return {

@@ -1,0 +1,133 @@
+// The campaign pipeline with real parts: fauxqs (S3 + SQS) through the real AWS SDK clients, the real
+// Redis Cluster, the real handler driven by SQS events.
+import { GetQueueAttributesCommand, ReceiveMessageCommand } from "@aws-sdk/client-sqs";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { LocalStack } from "../../scripts/local-stack.ts";
+import { pushCampaign } from "../../scripts/operations.ts";
+import { drainDelivery, invoke, receive, sendRaw, testStack, uploadRules } from "../support/pipeline.ts";
+
+const policy = {
+  version: "pipeline.1",
+  channels: ["email", "push"],
+  segments: [{ name: "new", bitmap: "segments/new.roaring", caps: { push: [{ window: "1d", max: 1 }] } }],
+  default: { name: "unsegmented", caps: { "*": [{ window: "7d", max: 2 }] } },
+};
+const newUsers = Array.from({ length: 1000 }, (_, i) => i);
+const users = Array.from({ length: 3000 }, (_, i) => i);
+
+describe("campaign pipeline", () => {
+  let stack: LocalStack;
+  beforeAll(async () => {
+    stack = await testStack({ environment: { DELIVERY_BATCH_SIZE: "100" } });
+    await uploadRules(stack, policy, { new: newUsers });
+  });
+  afterAll(async () => {
+    await stack.stop();
+  });
+
+  it("forwards exactly the approved sends, with segments and dedupe ids; a second campaign is capped by policy", async () => {
+    stack.poller.start();
+    try {
+      await pushCampaign(stack.sqs, stack.endpoints.campaignQueueUrl, { campaignId: "c1", channel: "push", userIds: users, usersPerMessage: 700 });
+      await stack.poller.drained();
+      const first = await drainDelivery(stack);
+      const sends = first.flatMap((m) => m.sends);
+      expect(sends).toHaveLength(3000);
+      expect(new Set(sends.map((s) => s.userId))).toEqual(new Set(users));
+      for (const send of sends) {
+        expect(send.segment).toBe(send.userId < 1000 ? "new" : "unsegmented");
+        expect(send.dedupeId).toBe(`c1:push:${send.userId}`);
+      }
+      expect(first.every((m) => m.sends.length <= 100 && m.campaignId === "c1" && m.channel === "push")).toBe(true);
+
+      await pushCampaign(stack.sqs, stack.endpoints.campaignQueueUrl, { campaignId: "c2", channel: "push", userIds: users, usersPerMessage: 700 });
+      await stack.poller.drained();
+      const second = (await drainDelivery(stack)).flatMap((m) => m.sends);
+      // "new" users hit push 1/1d; the others have room in "*" 2/7d
+      expect(second.map((s) => s.userId).sort((a, b) => a - b)).toEqual(users.slice(1000));
+      expect(stack.poller.stats.failedRecords).toBe(0);
+    } finally {
+      await stack.poller.stop();
+    }
+  });
+
+  it("counts a redelivered message once and forwards the same dedupe ids", async () => {
+    const userIds = Array.from({ length: 50 }, (_, i) => 5000 + i);
+    await sendRaw(stack, JSON.stringify({ campaignId: "r1", channel: "email", userIds }));
+    // first delivery: processed, but never deleted (as if the function died after its work)
+    const [message] = await receive(stack, 1, undefined, 1);
+    expect((await invoke(stack, [message!], { settle: false })).batchItemFailures).toEqual([]);
+    const firstIds = (await drainDelivery(stack)).flatMap((m) => m.sends.map((s) => s.dedupeId));
+    // the visibility timeout expires and the same message comes back
+    const [again] = await receive(stack, 1);
+    expect(again!.MessageId).toBe(message!.MessageId);
+    expect(again!.Attributes?.ApproximateReceiveCount).toBe("2");
+    expect((await invoke(stack, [again!])).batchItemFailures).toEqual([]);
+    const secondIds = (await drainDelivery(stack)).flatMap((m) => m.sends.map((s) => s.dedupeId));
+    expect(secondIds.sort()).toEqual(firstIds.sort());
+    // counted once: "*" allows 2 a week, so one more campaign passes and the next is capped
+    await sendRaw(stack, JSON.stringify({ campaignId: "r2", channel: "email", userIds }));
+    await sendRaw(stack, JSON.stringify({ campaignId: "r3", channel: "email", userIds }));
+    const two = await receive(stack, 2);
+    expect((await invoke(stack, two)).batchItemFailures).toEqual([]);
+    const forwarded = (await drainDelivery(stack)).flatMap((m) => m.sends.map((s) => s.dedupeId.split(":")[0]));
+    expect(forwarded).toHaveLength(50);
+    expect(new Set(forwarded).size).toBe(1);
+  });
+
+  it("sends poison messages to the DLQ with their reason and completes the rest of the batch", async () => {
+    const bodies = [
+      "{ not json",
+      JSON.stringify({ campaignId: "p1", channel: "push", userIds: "1,2,3" }),
+      JSON.stringify({ campaignId: "p1", channel: "fax", userIds: [1] }),
+      JSON.stringify({ campaignId: "p1", channel: "push", userIds: [1, 4_294_967_296] }),
+      JSON.stringify({ campaignId: "good", channel: "email", userIds: [7001, 7002] }),
+    ];
+    for (const body of bodies) await sendRaw(stack, body);
+    const messages = await receive(stack, bodies.length);
+    expect((await invoke(stack, messages)).batchItemFailures).toEqual([]);
+    const dead = await receive(stack, 4, stack.endpoints.deadLetterQueueUrl);
+    const reasons = dead.map((m) => m.MessageAttributes?.reason?.StringValue ?? "").sort();
+    expect(reasons).toEqual([
+      expect.stringMatching(/^body: not valid JSON/),
+      'channel: unknown channel "fax" (policy has email, push)',
+      "userIds: expected an array of user IDs",
+      "userIds[1]: expected a user ID: an integer from 0 to 4294967295",
+    ]);
+    expect(new Set(dead.map((m) => m.Body))).toEqual(new Set(bodies.slice(0, 4)));
+    expect((await drainDelivery(stack)).flatMap((m) => m.sends.map((s) => s.userId))).toEqual([7001, 7002]);
+  });
+});
+
+describe("a delivery queue that rejects some entries", () => {
+  let stack: LocalStack;
+  beforeAll(async () => {
+    // SQS refuses (per entry, SenderFault) any message over the queue's MaximumMessageSize
+    stack = await testStack({ deliveryQueueAttributes: { MaximumMessageSize: "1024" }, environment: { DELIVERY_BATCH_SIZE: "5" } });
+    await uploadRules(stack, policy, { new: newUsers });
+  });
+  afterAll(async () => {
+    await stack.stop();
+  });
+
+  it("fails exactly the records whose sends were refused, and loses nothing", async () => {
+    const small = Array.from({ length: 10 }, (_, i) => 8000 + i);
+    const large = Array.from({ length: 10 }, (_, i) => 9000 + i);
+    const okId = await sendRaw(stack, JSON.stringify({ campaignId: "ok", channel: "push", userIds: small }));
+    const bigId = await sendRaw(stack, JSON.stringify({ campaignId: "big", channel: "push", userIds: large, payload: { html: "x".repeat(1200) } }));
+    const messages = await receive(stack, 2, undefined, 1);
+    const response = await invoke(stack, messages);
+    expect(response.batchItemFailures).toEqual([{ itemIdentifier: bigId }]);
+    expect(okId).not.toBe(bigId);
+    // the accepted record's users were forwarded; the refused record is back on the queue for a retry
+    expect((await drainDelivery(stack)).flatMap((m) => m.sends.map((s) => s.userId)).sort()).toEqual(small);
+    const [retried] = await receive(stack, 1);
+    expect(retried!.MessageId).toBe(bigId);
+    const { Attributes } = await stack.sqs.send(
+      new GetQueueAttributesCommand({ QueueUrl: stack.endpoints.deadLetterQueueUrl, AttributeNames: ["ApproximateNumberOfMessages"] }),
+    );
+    expect(Attributes?.ApproximateNumberOfMessages).toBe("0");
+    const none = await stack.sqs.send(new ReceiveMessageCommand({ QueueUrl: stack.endpoints.deliveryQueueUrl, WaitTimeSeconds: 0 }));
+    expect(none.Messages ?? []).toEqual([]);
+  });
+});

@@ -1,0 +1,83 @@
+// Helpers for pipeline tests: a local stack of real parts per test file, and a way to drive the handler
+// with exactly the messages a test chose (as Lambda's event source mapping would).
+import { DeleteMessageCommand, type Message, ReceiveMessageCommand, SendMessageCommand } from "@aws-sdk/client-sqs";
+import type { SQSBatchResponse } from "aws-lambda";
+import { createAwsClients } from "../../functions/adapters/aws-clients.ts";
+import { buildSegments } from "../../functions/core/segment-builder.ts";
+import type { DeliveryMessage } from "../../functions/core/delivery.ts";
+import { type LocalStack, type LocalStackOptions, startLocalStack } from "../../scripts/local-stack.ts";
+import { lambdaContext, toSqsEvent } from "../../scripts/local/sqs-poller.ts";
+import { readDelivery, uploadObject } from "../../scripts/operations.ts";
+import { uniqueNamespace } from "./cluster.ts";
+
+export async function testStack(options: LocalStackOptions = {}): Promise<LocalStack> {
+  return startLocalStack({
+    poll: false,
+    writeEndpoints: false,
+    queuePrefix: uniqueNamespace(),
+    ...options,
+    environment: { KEY_NAMESPACE: uniqueNamespace(), ...options.environment },
+  });
+}
+
+export function clientsOf(stack: LocalStack) {
+  return createAwsClients({ region: stack.endpoints.region, endpoint: stack.endpoints.awsEndpoint });
+}
+
+/** Uploads a policy and the bitmaps of its segments (members by segment name). */
+export async function uploadRules(stack: LocalStack, policy: { segments: { name: string; bitmap: string }[] }, members: Record<string, number[]>) {
+  const { s3 } = clientsOf(stack);
+  const built = buildSegments(policy.segments.map(({ name }) => ({ name, userIds: members[name] ?? [] })));
+  for (const { name, bitmap } of policy.segments) await uploadObject(s3, stack.endpoints.bucket, bitmap, built.get(name) as Uint8Array);
+  await uploadObject(s3, stack.endpoints.bucket, "config/policy.json", JSON.stringify(policy));
+}
+
+export async function sendRaw(stack: LocalStack, body: string): Promise<string> {
+  const { MessageId } = await stack.sqs.send(new SendMessageCommand({ QueueUrl: stack.endpoints.campaignQueueUrl, MessageBody: body }));
+  return MessageId as string;
+}
+
+/** Receives exactly `count` messages from a queue (waiting for them to become visible). */
+export async function receive(stack: LocalStack, count: number, queueUrl = stack.endpoints.campaignQueueUrl, visibilityTimeout?: number): Promise<Message[]> {
+  const messages: Message[] = [];
+  const deadline = Date.now() + 30_000;
+  while (messages.length < count) {
+    if (Date.now() > deadline) throw new Error(`only ${messages.length} of ${count} messages arrived`);
+    const { Messages = [] } = await stack.sqs.send(
+      new ReceiveMessageCommand({
+        QueueUrl: queueUrl,
+        MaxNumberOfMessages: Math.min(10, count - messages.length),
+        WaitTimeSeconds: 1,
+        MessageSystemAttributeNames: ["All"],
+        MessageAttributeNames: ["All"],
+        ...(visibilityTimeout === undefined ? {} : { VisibilityTimeout: visibilityTimeout }),
+      }),
+    );
+    messages.push(...Messages);
+  }
+  return messages;
+}
+
+/**
+ * Invokes the consumer handler with these messages as one SQS event, then, like the event source mapping,
+ * deletes the messages that did not fail (unless `settle` is false: the function "died" after its work).
+ */
+export async function invoke(stack: LocalStack, messages: Message[], options: { settle?: boolean; timeoutMs?: number } = {}): Promise<SQSBatchResponse> {
+  const campaignArn = `arn:aws:sqs:${stack.endpoints.region}:000000000000:campaign`;
+  const event = toSqsEvent(messages, campaignArn, stack.endpoints.region);
+  const response = (await stack.consumer.handler(event, lambdaContext(options.timeoutMs ?? 60_000))) as SQSBatchResponse;
+  if (options.settle !== false) {
+    const failed = new Set(response.batchItemFailures.map((f) => f.itemIdentifier));
+    for (const message of messages.filter((m) => !failed.has(m.MessageId as string))) {
+      await stack.sqs.send(new DeleteMessageCommand({ QueueUrl: stack.endpoints.campaignQueueUrl, ReceiptHandle: message.ReceiptHandle as string }));
+    }
+  }
+  return response;
+}
+
+/** Every delivery message now on the delivery queue (drained). */
+export async function drainDelivery(stack: LocalStack): Promise<DeliveryMessage[]> {
+  const messages: DeliveryMessage[] = [];
+  await readDelivery(stack.sqs, stack.endpoints.deliveryQueueUrl, { remove: true, onMessage: (m) => messages.push(m) });
+  return messages;
+}
