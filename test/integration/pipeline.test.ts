@@ -1,8 +1,10 @@
 // The campaign pipeline with real parts: fauxqs (S3 + SQS) through the real AWS SDK clients, the real
 // Redis Cluster, the real handler driven by SQS events.
 import { GetQueueAttributesCommand, ReceiveMessageCommand } from "@aws-sdk/client-sqs";
+import type { SQSBatchResponse } from "aws-lambda";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { LocalStack } from "../../scripts/local-stack.ts";
+import { lambdaContext, toSqsEvent } from "../../scripts/local/sqs-poller.ts";
 import { pushCampaign } from "../../scripts/operations.ts";
 import { drainDelivery, invoke, receive, sendRaw, testStack, uploadRules } from "../support/pipeline.ts";
 
@@ -129,5 +131,28 @@ describe("a delivery queue that rejects some entries", () => {
     expect(Attributes?.ApproximateNumberOfMessages).toBe("0");
     const none = await stack.sqs.send(new ReceiveMessageCommand({ QueueUrl: stack.endpoints.deliveryQueueUrl, WaitTimeSeconds: 0 }));
     expect(none.Messages ?? []).toEqual([]);
+  });
+});
+
+describe("the time budget", () => {
+  let stack: LocalStack;
+  beforeAll(async () => {
+    stack = await testStack({ environment: { TIME_BUDGET_MARGIN_MS: "15000" } });
+    await uploadRules(stack, policy, { new: newUsers });
+  });
+  afterAll(async () => {
+    await stack.stop();
+  });
+
+  it("reports the records it cannot start in time as failures instead of timing out the whole batch", async () => {
+    for (let i = 0; i < 3; i++) await sendRaw(stack, JSON.stringify({ campaignId: `t${i}`, channel: "push", userIds: [20_000 + i] }));
+    const messages = await receive(stack, 3);
+    // the first record starts with a minute left; by the second only 10 s remain, under the 15 s margin
+    const remaining = [60_000, 10_000, 9_000];
+    const context = { ...lambdaContext(60_000), getRemainingTimeInMillis: () => remaining.shift() ?? 0 };
+    const event = toSqsEvent(messages, "arn:aws:sqs:us-east-1:000000000000:campaign", "us-east-1");
+    const response = (await stack.consumer.handler(event, context)) as SQSBatchResponse;
+    expect(response.batchItemFailures.map((f) => f.itemIdentifier)).toEqual(messages.slice(1).map((m) => m.MessageId));
+    expect((await drainDelivery(stack)).flatMap((m) => m.sends.map((s) => s.dedupeId))).toEqual(["t0:push:20000"]);
   });
 });

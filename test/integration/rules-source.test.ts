@@ -1,0 +1,96 @@
+// Policy and segment hot swap through the real S3 adapter (fauxqs + @aws-sdk/client-s3), with a fixed clock.
+import { CreateBucketCommand, type S3Client } from "@aws-sdk/client-s3";
+import { type FauxqsServer, startFauxqs } from "fauxqs";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createAwsClients } from "../../functions/adapters/aws-clients.ts";
+import { S3ObjectStore } from "../../functions/adapters/s3-object-store.ts";
+import { fixedClock } from "../../functions/core/clock.ts";
+import { CorruptBitmapError, InvalidPolicyError, ObjectNotFoundError } from "../../functions/core/errors.ts";
+import { RulesSource } from "../../functions/core/rules-source.ts";
+import { buildSegments } from "../../functions/core/segment-builder.ts";
+import { uploadObject } from "../../scripts/operations.ts";
+import { T0 } from "../support/rules.ts";
+
+let server: FauxqsServer;
+let s3: S3Client;
+beforeAll(async () => {
+  process.env.AWS_ACCESS_KEY_ID ??= "local";
+  process.env.AWS_SECRET_ACCESS_KEY ??= "local";
+  server = await startFauxqs({ port: 0, host: "127.0.0.1", logger: false });
+  s3 = createAwsClients({ region: "us-east-1", endpoint: `http://127.0.0.1:${server.port}` }).s3;
+});
+afterAll(async () => {
+  await server.stop();
+});
+
+const policy = (version: string, bitmap = "segments/new.roaring") => ({
+  version,
+  channels: ["push"],
+  segments: [{ name: "new", bitmap, caps: { push: [{ window: "1d", max: 1 }] } }],
+  default: { name: "rest", caps: {} },
+});
+
+async function bucketWith(name: string, version: string, members: number[]) {
+  await s3.send(new CreateBucketCommand({ Bucket: name }));
+  await uploadObject(s3, name, "segments/new.roaring", buildSegments([{ name: "new", userIds: members }]).get("new") as Uint8Array);
+  await uploadObject(s3, name, "config/policy.json", JSON.stringify(policy(version)));
+}
+
+describe("rules source", () => {
+  it("picks up a new policy and new bitmaps after the refresh interval, not before", async () => {
+    await bucketWith("swap", "v1", [1]);
+    const clock = fixedClock(T0);
+    const activated: string[] = [];
+    const source = new RulesSource({
+      store: new S3ObjectStore(s3, "swap"),
+      refreshMs: 60_000,
+      clock,
+      onActivated: (rules) => activated.push(rules.policy.version),
+    });
+    const first = await source.current();
+    expect(first.policy.version).toBe("v1");
+    expect(Array.from(first.segments.resolveSorted(Uint32Array.from([1, 2])))).toEqual([0, 1]);
+
+    await uploadObject(s3, "swap", "config/policy.json", JSON.stringify(policy("v2")));
+    clock.advance(59_999);
+    expect((await source.current()).policy.version).toBe("v1");
+    clock.advance(1);
+    expect((await source.current()).policy.version).toBe("v2");
+
+    // a re-uploaded bitmap is picked up even when the policy did not change
+    await uploadObject(s3, "swap", "segments/new.roaring", buildSegments([{ name: "new", userIds: [2] }]).get("new") as Uint8Array);
+    clock.advance(60_000);
+    expect(Array.from((await source.current()).segments.resolveSorted(Uint32Array.from([1, 2])))).toEqual([1, 0]);
+    expect(activated).toEqual(["v1", "v2", "v2"]);
+  });
+
+  it("keeps the last good rules when a new policy or bitmap is invalid", async () => {
+    await bucketWith("bad", "good", [5]);
+    const clock = fixedClock(T0);
+    const rejected: Error[] = [];
+    const source = new RulesSource({ store: new S3ObjectStore(s3, "bad"), refreshMs: 60_000, clock, onRejected: (e) => rejected.push(e) });
+    expect((await source.current()).policy.version).toBe("good");
+
+    await uploadObject(s3, "bad", "config/policy.json", JSON.stringify({ ...policy("broken"), channels: [] }));
+    clock.advance(60_000);
+    expect((await source.current()).policy.version).toBe("good");
+    expect(rejected.at(-1)).toBeInstanceOf(InvalidPolicyError);
+
+    await uploadObject(s3, "bad", "config/policy.json", JSON.stringify(policy("new-good")));
+    await uploadObject(s3, "bad", "segments/new.roaring", "not a bitmap");
+    clock.advance(60_000);
+    const still = await source.current();
+    expect(still.policy.version).toBe("good");
+    expect(Array.from(still.segments.resolveSorted(Uint32Array.from([5])))).toEqual([0]);
+    expect(rejected.at(-1)).toBeInstanceOf(CorruptBitmapError);
+    expect(rejected.at(-1)?.message).toContain("segments/new.roaring");
+  });
+
+  it("fails on a cold start without a valid policy, rather than guessing", async () => {
+    await s3.send(new CreateBucketCommand({ Bucket: "cold" }));
+    const source = new RulesSource({ store: new S3ObjectStore(s3, "cold"), refreshMs: 60_000 });
+    await expect(source.current()).rejects.toThrow(ObjectNotFoundError);
+    await uploadObject(s3, "cold", "config/policy.json", "{ not json");
+    await expect(source.current()).rejects.toThrow(InvalidPolicyError);
+  });
+});
