@@ -1,15 +1,77 @@
-// The `tollgate` operator CLI. Exit codes: 0 done, 1 the input was refused (the message says why),
-// 2 usage error.
+// The `tollgate` operator CLI. Exit codes: 0 done, 1 the input or a service refused (the message says
+// why), 2 usage error. AWS commands use the usual AWS environment (credentials, AWS_REGION), or
+// `--endpoint` for an emulator, or `--local` for the stack of `npm run local` (.local/endpoints.json).
 //
 //   npm run tollgate -- segments build --out build/segments new=new.txt active=active.txt
+//   npm run tollgate -- segments upload --local build/segments/*.roaring
 //   npm run tollgate -- policy validate config/policy.json
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
-import { Command, CommanderError } from "commander";
+//   npm run tollgate -- policy upload --local config/policy.json
+//   npm run tollgate -- campaign push --local --campaign spring --channel push --range 0-999999
+//   npm run tollgate -- delivery tail --local --max 20
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { basename, join } from "node:path";
+import { SingleBar } from "cli-progress";
+import { Command, CommanderError, Option } from "commander";
+import { createAwsClients } from "../functions/adapters/aws-clients.ts";
+import { campaignBatchSchema } from "../functions/core/campaign-batch.ts";
 import { InvalidPolicyError, ValidationError } from "../functions/core/errors.ts";
 import { parsePolicyText } from "../functions/core/policy.ts";
-import { buildSegments, parseUserIdList } from "../functions/core/segment-builder.ts";
+import { DEFAULT_POLICY_KEY } from "../functions/core/rules-source.ts";
+import { buildSegments, MAX_USER_ID, parseUserIdList } from "../functions/core/segment-builder.ts";
+import { parseBitmap } from "../functions/core/segment-index.ts";
+import { parseOrThrow } from "../functions/core/validation.ts";
 import { isMain } from "./is-main.ts";
+import { ENDPOINTS_FILE, type Endpoints } from "./local/endpoints.ts";
+import { pushCampaign, readDelivery, uploadObject } from "./operations.ts";
+
+interface AwsOptions {
+  local?: boolean;
+  endpoint?: string;
+  region?: string;
+}
+
+/** --local, --endpoint and --region, shared by every command that talks to AWS. */
+function withAws(command: Command): Command {
+  return command
+    .option("--local", `use the stack of \`npm run local\` (${ENDPOINTS_FILE})`)
+    .addOption(new Option("--endpoint <url>", "S3/SQS endpoint (an emulator)").env("AWS_ENDPOINT_URL"))
+    .addOption(new Option("--region <region>", "AWS region").env("AWS_REGION").default("us-east-1"));
+}
+
+function localEndpoints(): Endpoints {
+  if (!existsSync(ENDPOINTS_FILE)) throw new ValidationError("--local", `${ENDPOINTS_FILE} not found: is \`npm run local\` running?`);
+  return JSON.parse(readFileSync(ENDPOINTS_FILE, "utf8")) as Endpoints;
+}
+
+function aws(options: AwsOptions) {
+  const local = options.local ? localEndpoints() : undefined;
+  if (local) {
+    process.env.AWS_ACCESS_KEY_ID ??= "local";
+    process.env.AWS_SECRET_ACCESS_KEY ??= "local";
+  }
+  const endpoint = local?.awsEndpoint ?? options.endpoint;
+  const clients = createAwsClients({ region: local?.region ?? options.region ?? "us-east-1", ...(endpoint ? { endpoint } : {}) });
+  return { ...clients, local };
+}
+
+/** A value from the option, or from the local stack's endpoints, or a usage error naming the option. */
+function required(value: string | undefined, fallback: string | undefined, option: string): string {
+  const chosen = value ?? fallback;
+  if (!chosen) throw new ValidationError(option, "required (or --local)");
+  return chosen;
+}
+
+/** User IDs from `--range A-B` or `--ids-file F`. */
+function userIdsOf(options: { range?: string; idsFile?: string }): number[] {
+  if (options.range !== undefined) {
+    const match = /^([0-9]+)-([0-9]+)$/.exec(options.range);
+    const [from, to] = [Number(match?.[1]), Number(match?.[2])];
+    if (!match || from > to || to > MAX_USER_ID) throw new ValidationError("--range", `expected FROM-TO with 0 <= FROM <= TO <= ${MAX_USER_ID}`);
+    return Array.from({ length: to - from + 1 }, (_, i) => from + i);
+  }
+  if (options.idsFile !== undefined) return parseUserIdList(readFileSync(options.idsFile, "utf8"), options.idsFile);
+  throw new ValidationError("--range", "give --range FROM-TO or --ids-file FILE");
+}
 
 export function makeProgram(): Command {
   const program = new Command("tollgate")
@@ -39,6 +101,27 @@ export function makeProgram(): Command {
       }
     });
 
+  withAws(
+    segments
+      .command("upload")
+      .description("check and upload bitmaps to s3://BUCKET/segments/<file name>")
+      .option("--bucket <name>", "the config bucket")
+      .argument("<file...>", "portable roaring bitmap files"),
+  ).action(async (files: string[], options: AwsOptions & { bucket?: string }) => {
+    const { s3, local } = aws(options);
+    const bucket = required(options.bucket, local?.bucket, "--bucket");
+    // every file is checked before the first upload: a bad one uploads nothing
+    const bodies = files.map((file) => {
+      const bytes = readFileSync(file);
+      parseBitmap(bytes, file);
+      return { key: `segments/${basename(file)}`, bytes };
+    });
+    for (const { key, bytes } of bodies) {
+      await uploadObject(s3, bucket, key, bytes);
+      console.log(`uploaded s3://${bucket}/${key} (${bytes.length} bytes)`);
+    }
+  });
+
   const policy = program.command("policy").description("the capping policy (config/policy.json)");
   policy
     .command("validate")
@@ -51,6 +134,100 @@ export function makeProgram(): Command {
           `segments ${parsed.segments.map((s) => s.name).join(", ")})`,
       );
     });
+
+  withAws(
+    policy
+      .command("upload")
+      .description("validate, then upload to s3://BUCKET/config/policy.json; an invalid policy is not uploaded")
+      .option("--bucket <name>", "the config bucket")
+      .option("--key <key>", "object key", DEFAULT_POLICY_KEY)
+      .argument("<file>", "policy JSON file"),
+  ).action(async (file: string, options: AwsOptions & { bucket?: string; key: string }) => {
+    const text = readFileSync(file, "utf8");
+    const parsed = parsePolicyText(text);
+    const { s3, local } = aws(options);
+    const bucket = required(options.bucket, local?.bucket, "--bucket");
+    await uploadObject(s3, bucket, options.key, text);
+    console.log(`uploaded policy ${parsed.version} to s3://${bucket}/${options.key}; containers pick it up within REFRESH_SECONDS`);
+  });
+
+  withAws(
+    program
+      .command("campaign")
+      .description("campaigns")
+      .command("push")
+      .description("put a campaign on the campaign queue as batch messages")
+      .option("--queue-url <url>", "the campaign queue")
+      .requiredOption("--campaign <id>", "campaign ID")
+      .requiredOption("--channel <name>", "channel")
+      .option("--range <from-to>", "user IDs FROM..TO")
+      .option("--ids-file <file>", "file of user IDs")
+      .option("--payload <json>", "payload forwarded with every send")
+      .option("--at <ms>", "send time, ms since the epoch (default: when processed)")
+      .option("--exempt", "skip the caps (transactional)")
+      .option("--count-exempt", "with --exempt: count the sends anyway")
+      .option("--per-message <n>", "user IDs per message", "10000"),
+  ).action(
+    async (options: AwsOptions & {
+      queueUrl?: string; campaign: string; channel: string; range?: string; idsFile?: string; payload?: string;
+      at?: string; exempt?: boolean; countExempt?: boolean; perMessage: string;
+    }) => {
+      const userIds = userIdsOf(options);
+      let payload: unknown;
+      if (options.payload !== undefined) {
+        try {
+          payload = JSON.parse(options.payload);
+        } catch {
+          throw new ValidationError("--payload", "not valid JSON");
+        }
+      }
+      const batch = parseOrThrow(campaignBatchSchema, {
+        campaignId: options.campaign,
+        channel: options.channel,
+        userIds: [],
+        ...(payload === undefined ? {} : { payload }),
+        ...(options.at === undefined ? {} : { at: Number(options.at) }),
+        ...(options.exempt ? { exempt: true } : {}),
+        ...(options.countExempt ? { countExempt: true } : {}),
+      });
+      const perMessage = Number(options.perMessage);
+      if (!Number.isInteger(perMessage) || perMessage < 1 || perMessage > 50_000) {
+        throw new ValidationError("--per-message", "expected an integer from 1 to 50000");
+      }
+      const { sqs, local } = aws(options);
+      const queueUrl = required(options.queueUrl, local?.campaignQueueUrl, "--queue-url");
+      const bar = process.stderr.isTTY ? new SingleBar({ format: "pushing [{bar}] {value}/{total} users" }) : undefined;
+      bar?.start(userIds.length, 0);
+      const messages = await pushCampaign(sqs, queueUrl, { ...batch, userIds, usersPerMessage: perMessage, onProgress: (sent) => bar?.update(sent) });
+      bar?.stop();
+      console.log(`pushed campaign ${batch.campaignId}: ${userIds.length} users in ${messages} messages`);
+    },
+  );
+
+  withAws(
+    program
+      .command("delivery")
+      .description("the delivery queue")
+      .command("tail")
+      .description("print delivery messages as JSON lines")
+      .option("--queue-url <url>", "the delivery queue")
+      .option("--max <n>", "stop after this many messages", "100")
+      .option("--remove", "delete what was read (default: leave it for the real consumer)"),
+  ).action(async (options: AwsOptions & { queueUrl?: string; max: string; remove?: boolean }) => {
+    const { sqs, local } = aws(options);
+    const queueUrl = required(options.queueUrl, local?.deliveryQueueUrl, "--queue-url");
+    let sends = 0;
+    const count = await readDelivery(sqs, queueUrl, {
+      max: Number(options.max),
+      remove: options.remove === true,
+      onMessage: (message) => {
+        // print whatever arrives, even a message that is not a delivery message
+        sends += Array.isArray(message.sends) ? message.sends.length : 0;
+        console.log(JSON.stringify(message));
+      },
+    });
+    console.error(`${count} delivery messages, ${sends} sends`);
+  });
 
   return program;
 }
@@ -74,7 +251,10 @@ export async function runCli(argv: readonly string[]): Promise<number> {
       console.error(`tollgate: ${(error as Error).message}`);
       return 1;
     }
-    throw error;
+    // a service refused (missing bucket or queue, no credentials, no network): say so, exit 1
+    const { name, message } = error as Error;
+    console.error(`tollgate: ${name}: ${message}`);
+    return 1;
   }
 }
 

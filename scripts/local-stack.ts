@@ -13,23 +13,9 @@ import { createAwsClients } from "../functions/adapters/aws-clients.ts";
 import { wireCampaignConsumer } from "../functions/adapters/wiring.ts";
 import type { CampaignConsumerHandlerDeps } from "../functions/handlers/campaign-consumer.ts";
 import { isMain } from "./is-main.ts";
+import { ENDPOINTS_FILE, type Endpoints } from "./local/endpoints.ts";
 import { SqsPoller } from "./local/sqs-poller.ts";
 import { startCluster, stopCluster } from "./redis-cluster.ts";
-
-export const ENDPOINTS_FILE = ".local/endpoints.json";
-
-export interface Endpoints {
-  awsEndpoint: string;
-  region: string;
-  bucket: string;
-  campaignQueueUrl: string;
-  deliveryQueueUrl: string;
-  /** The campaign queue's DLQ. */
-  deadLetterQueueUrl: string;
-  deliveryDeadLetterQueueUrl: string;
-  /** Every Redis node, primaries and replicas. */
-  redis: string[];
-}
 
 export interface LocalStackOptions {
   redisBasePort?: number;

@@ -1,0 +1,16 @@
+// `.local/endpoints.json`: where the local stack says its parts listen (DESIGN.md's contract).
+
+export const ENDPOINTS_FILE = ".local/endpoints.json";
+
+export interface Endpoints {
+  awsEndpoint: string;
+  region: string;
+  bucket: string;
+  campaignQueueUrl: string;
+  deliveryQueueUrl: string;
+  /** The campaign queue's DLQ. */
+  deadLetterQueueUrl: string;
+  deliveryDeadLetterQueueUrl: string;
+  /** Every Redis node, primaries and replicas. */
+  redis: string[];
+}
