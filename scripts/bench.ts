@@ -1,9 +1,10 @@
-// `npm run bench`: the capping engine against Grab's per-user design and rate-limiter-flexible, in one run,
-// on one fresh local Redis Cluster (3 primaries + 3 replicas), printed beside the ceiling measured in the
-// same run. Not a test: it asserts nothing, it measures. The table replaces the marked section of
-// docs/BENCHMARKS.md.
+// `npm run bench`: the capping engine against Grab's per-user design and rate-limiter-flexible, then the
+// whole campaign pipeline through the local stack, in one run, on one fresh local Redis Cluster
+// (3 primaries + 3 replicas), each figure beside the ceiling measured in the same run. Not a test: it
+// asserts nothing, it measures. Each table replaces its marked section of docs/BENCHMARKS.md.
 //
 //   BENCH_USERS (1000000)  BENCH_CONCURRENCY (4 batches in flight)  BENCH_BASE_PORT (7200)
+//   BENCH_ONLY (capping | pipeline; default both)
 import { execFile } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 import { cpus } from "node:os";
@@ -18,6 +19,11 @@ import { fixedClock } from "../functions/core/clock.ts";
 import { perUserLogKey } from "../functions/core/keys.ts";
 import { parsePolicy } from "../functions/core/policy.ts";
 import { SegmentIndex } from "../functions/core/segment-index.ts";
+import type { SQSClient } from "@aws-sdk/client-sqs";
+import { createAwsClients } from "../functions/adapters/aws-clients.ts";
+import { buildSegments } from "../functions/core/segment-builder.ts";
+import { startLocalStack } from "./local-stack.ts";
+import { pushCampaign, uploadObject } from "./operations.ts";
 import { startCluster, stopCluster } from "./redis-cluster.ts";
 
 const execFileAsync = promisify(execFile);
@@ -49,19 +55,29 @@ async function main(): Promise<void> {
     clients.push(client);
     return client;
   };
+  const only = process.env.BENCH_ONLY;
   try {
-    const lines = await run(connect);
-    const table = lines.join("\n");
-    console.log(`\n${table}\n`);
-    replaceSection("docs/BENCHMARKS.md", "capping", table);
-    console.log("updated docs/BENCHMARKS.md");
+    let engineRate: number | undefined;
+    if (only === undefined || only === "capping") {
+      const { lines, rate } = await run(connect);
+      engineRate = rate;
+      publish("capping", lines);
+    }
+    if (only === undefined || only === "pipeline") publish("pipeline", await runPipeline(engineRate));
   } finally {
     await Promise.all(clients.map((client) => client.quit().catch(() => {})));
     if (local.started) await stopCluster({ basePort: BASE_PORT });
   }
 }
 
-async function run(connect: () => TollgateCluster): Promise<string[]> {
+function publish(section: string, lines: string[]): void {
+  const table = lines.join("\n");
+  console.log(`\n${table}\n`);
+  replaceSection("docs/BENCHMARKS.md", section, table);
+  console.log(`updated the ${section} section of docs/BENCHMARKS.md`);
+}
+
+async function run(connect: () => TollgateCluster): Promise<{ lines: string[]; rate: number }> {
   const batches: number[][] = [];
   for (let start = 0; start < USERS; start += BATCH) {
     batches.push(Array.from({ length: Math.min(BATCH, USERS - start) }, (_, i) => start + i));
@@ -140,7 +156,7 @@ async function run(connect: () => TollgateCluster): Promise<string[]> {
   const us = (value: number) => `${value.toFixed(2)} µs`;
   const [e1, e2, e3] = engine as [Phase, Phase, Phase];
   const [g1, g2, g3] = grab as [Phase, Phase, Phase];
-  return [
+  const lines = [
     `Measured ${new Date().toISOString().slice(0, 10)} by \`npm run bench\` (BENCH_USERS=${USERS}, ${CONCURRENCY} batches of ${BATCH} in flight), ` +
       `Node ${process.version}, ${cpus().length} × ${cpus()[0]?.model ?? "cpu"}, ${await redisVersion(primaries)}, ` +
       "3 primaries + 3 replicas on loopback, one Node process.",
@@ -158,6 +174,92 @@ async function run(connect: () => TollgateCluster): Promise<string[]> {
     `Allowed per campaign: Tollgate ${e1.allowed} / ${e2.allowed} / ${e3.allowed}, Grab ${g1.allowed} / ${g2.allowed} / ${g3.allowed} ` +
       `(caps 1/1d and 2/7d; campaigns a day apart), rate-limiter-flexible ${flexible.allowed} (one 1-per-day limiter).`,
   ];
+  return { lines, rate: rate(e1) };
+}
+
+/**
+ * A campaign to every user through the local stack: pushed to the campaign queue (10,000 users a
+ * message), decided by the handler that the SQS poller drives (batches of 10, 2 at once), and forwarded
+ * to the delivery queue (DELIVERY_BATCH_SIZE 100). It is timed from the first push until the campaign
+ * queue is drained.
+ */
+async function runPipeline(engineRate: number | undefined): Promise<string[]> {
+  const requests = new Map<string, number>();
+  const count = (client: SQSClient, role: string) =>
+    client.middlewareStack.add(
+      (next, context) => async (args) => {
+        // GetQueueAttributes is the bench's own polling for "drained", not part of the pipeline
+        if (context.commandName !== "GetQueueAttributesCommand") {
+          const key = `${role} ${context.commandName}`;
+          requests.set(key, (requests.get(key) ?? 0) + 1);
+        }
+        return next(args);
+      },
+      { step: "initialize", name: `benchCount${role}` },
+    );
+  let decideMs = 0;
+  let forwardMs = 0;
+  const stack = await startLocalStack({
+    redisBasePort: BASE_PORT,
+    writeEndpoints: false,
+    queuePrefix: "bench",
+    environment: { KEY_NAMESPACE: `bench-pipeline-${Date.now()}` },
+    onOutcome: (outcome) => {
+      if (outcome.kind !== "forwarded") return;
+      decideMs += outcome.timings.decideMs;
+      forwardMs += outcome.timings.forwardMs;
+    },
+  });
+  try {
+    const { endpoints } = stack;
+    const { s3, sqs } = createAwsClients({ region: endpoints.region, endpoint: endpoints.awsEndpoint });
+    const members = SEGMENTS.map((): number[] => []);
+    for (let id = 0; id < USERS; id++) members[segmentOfUser(id)]?.push(id);
+    const built = buildSegments(SEGMENTS.map((name, i) => ({ name, userIds: members[i] as number[] })));
+    for (const [name, bytes] of built) await uploadObject(s3, endpoints.bucket, `segments/${name}.roaring`, bytes);
+    await uploadObject(s3, endpoints.bucket, "config/policy.json", JSON.stringify({
+      version: "bench",
+      channels: ["push"],
+      segments: SEGMENTS.map((name) => ({ name, bitmap: `segments/${name}.roaring`, caps: CAPS })),
+      default: { name: "unsegmented", caps: CAPS },
+    }));
+    count(sqs, "push");
+    count(stack.sqs, "event-source");
+    count(stack.consumer.sqs, "handler");
+    const userIds = Array.from({ length: USERS }, (_, i) => i);
+    const started = performance.now();
+    await pushCampaign(sqs, endpoints.campaignQueueUrl, { campaignId: "bench-e2e", channel: "push", userIds });
+    await stack.poller.drained(600_000);
+    const seconds = (performance.now() - started) / 1000;
+    const { handlerMs, invocations, failedRecords } = stack.poller.stats;
+    const per1000 = (prefix: string) =>
+      ([...requests].filter(([key]) => key.startsWith(prefix)).reduce((sum, [, n]) => sum + n, 0) * 1000) / USERS;
+    const list = (prefix: string) =>
+      [...requests].filter(([key]) => key.startsWith(prefix)).map(([key, n]) => `${key.split(" ")[1]} ${n}`).join(", ");
+    const share = (ms: number) => `${((100 * ms) / handlerMs).toFixed(0)}%`;
+    const rate = USERS / seconds;
+    console.log(`pipeline: ${Math.round(rate)} users/s, ${invocations} invocations, ${failedRecords} failed records`);
+    return [
+      `Measured ${new Date().toISOString().slice(0, 10)} by \`npm run bench\` (BENCH_USERS=${USERS}): one campaign to every user, ` +
+        "pushed as 10,000-user messages, handler batches of 10 with 2 invocations at once, DELIVERY_BATCH_SIZE 100, fauxqs in the same Node process.",
+      "",
+      "| Figure | Value |",
+      "|---|---|",
+      `| End-to-end users/s (first push → campaign queue drained, sends on the delivery queue) | ${Math.round(rate).toLocaleString("en-US")} |`,
+      engineRate === undefined
+        ? "| Engine alone, same run | (run without BENCH_ONLY to compare) |"
+        : `| Engine alone, same run (capping table, campaign 1) | ${Math.round(engineRate).toLocaleString("en-US")} decisions/s: the pipeline runs at ${((100 * rate) / engineRate).toFixed(0)}% of it |`,
+      `| Handler time deciding (segments + Redis) | ${share(decideMs)} |`,
+      `| Handler time forwarding (SendMessageBatch to the delivery queue) | ${share(forwardMs)} |`,
+      `| Handler time otherwise (parse, build delivery messages, middleware) | ${share(handlerMs - decideMs - forwardMs)} |`,
+      `| Handler invocations / failed records | ${invocations} / ${failedRecords} |`,
+      `| SQS requests per 1,000 users: campaign push | ${per1000("push").toFixed(2)} (${list("push")}) |`,
+      `| SQS requests per 1,000 users: event source (receive, delete) | ${per1000("event-source").toFixed(2)} (${list("event-source")}) |`,
+      `| SQS requests per 1,000 users: handler (delivery, DLQ) | ${per1000("handler").toFixed(2)} (${list("handler")}) |`,
+    ];
+  } finally {
+    await stack.stop();
+  }
 }
 
 /** Runs `work` over every batch, CONCURRENCY at a time, with the primaries' CPU time read before and after. */

@@ -12,7 +12,15 @@ export interface DeadLetterSink {
 }
 
 export type ConsumeOutcome =
-  | { kind: "forwarded"; campaignId: string; channel: string; result: CapBatchResult; deliveryMessages: number }
+  | {
+      kind: "forwarded";
+      campaignId: string;
+      channel: string;
+      result: CapBatchResult;
+      deliveryMessages: number;
+      /** Wall time deciding (segments + Redis) and forwarding (delivery queue), ms. */
+      timings: { decideMs: number; forwardMs: number };
+    }
   | { kind: "dead-lettered"; reason: string };
 
 export interface CampaignConsumerOptions {
@@ -34,6 +42,7 @@ export class CampaignConsumer {
       return this.deadLetter(body, messageId, new ValidationError("body", `not valid JSON: ${(error as Error).message}`));
     }
     let result: CapBatchResult;
+    const started = performance.now();
     try {
       // capBatch validates the whole message (schema, channel, `at`) before it touches Redis
       result = await this.options.capper.capBatch(document as CampaignBatch);
@@ -41,10 +50,12 @@ export class CampaignConsumer {
       if (error instanceof ValidationError) return this.deadLetter(body, messageId, error);
       throw error;
     }
+    const decided = performance.now();
     const batch = document as CampaignBatch;
     const messages = deliveryMessages(batch, result.decisions, this.options.sendsPerMessage);
     await this.options.delivery.send(messages);
-    return { kind: "forwarded", campaignId: batch.campaignId, channel: batch.channel, result, deliveryMessages: messages.length };
+    const timings = { decideMs: decided - started, forwardMs: performance.now() - decided };
+    return { kind: "forwarded", campaignId: batch.campaignId, channel: batch.channel, result, deliveryMessages: messages.length, timings };
   }
 
   private async deadLetter(body: string, sourceMessageId: string, error: ValidationError): Promise<ConsumeOutcome> {

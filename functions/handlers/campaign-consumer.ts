@@ -48,6 +48,7 @@ export function makeCampaignConsumerHandler(deps: CampaignConsumerHandlerDeps) {
           channel: outcome.channel,
           policyVersion: outcome.result.policyVersion,
           deliveryMessages: outcome.deliveryMessages,
+          timings: outcome.timings,
           totals: outcome.result.totals,
         });
         metrics.addMetric("recordsDecided", MetricUnit.Count, 1);

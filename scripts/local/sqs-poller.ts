@@ -37,13 +37,15 @@ export interface PollerStats {
   records: number;
   failedRecords: number;
   failedInvocations: number;
+  /** Wall time inside the handler, ms. */
+  handlerMs: number;
 }
 
 export class SqsPoller {
   private running = false;
   private busy = 0;
   private loops: Promise<void>[] = [];
-  readonly stats: PollerStats = { invocations: 0, records: 0, failedRecords: 0, failedInvocations: 0 };
+  readonly stats: PollerStats = { invocations: 0, records: 0, failedRecords: 0, failedInvocations: 0, handlerMs: 0 };
 
   constructor(private readonly options: SqsPollerOptions) {}
 
@@ -115,6 +117,7 @@ export class SqsPoller {
     this.stats.invocations++;
     this.stats.records += messages.length;
     let failed = new Set<string>();
+    const started = performance.now();
     try {
       const response = await handler(event, lambdaContext(this.options.functionTimeoutMs ?? 60_000));
       failed = new Set((response?.batchItemFailures ?? []).map((failure) => failure.itemIdentifier));
@@ -123,6 +126,8 @@ export class SqsPoller {
       this.stats.failedInvocations++;
       failed = new Set(messages.map((message) => message.MessageId as string));
       this.options.onInvocationError?.(error);
+    } finally {
+      this.stats.handlerMs += performance.now() - started;
     }
     this.stats.failedRecords += failed.size;
     const done = messages.filter((message) => !failed.has(message.MessageId as string));
