@@ -75,7 +75,7 @@ function userIdsOf(options: { range?: string; idsFile?: string }): number[] {
 
 export function makeProgram(): Command {
   const program = new Command("tollgate")
-    .description("Operate Tollgate: build segments, validate policies")
+    .description("Operate Tollgate: segments, policies, campaigns, the delivery queue")
     .exitOverride()
     .configureOutput({ writeErr: (text) => process.stderr.write(text) });
 
