@@ -7,11 +7,17 @@ function load(name: string): string {
 }
 
 import { BLOCKS_PER_GROUP } from "../core/keys.ts";
+import { ALGORITHMS, MAX_LIMITS } from "../core/limits.ts";
+
+/** lua/limits.lua with every algorithm file in front of it: one script, one atomic call. */
+const limitsLua = ["local ALGORITHMS = {}", ...ALGORITHMS.map(load), load("limits")].join("\n");
 
 /**
  * Each script takes a fixed number of keys: ioredis routes an autopipelined custom command by its first
  * key only when it knows where the keys are.
  */
-export const luaScripts = {
+export const luaScripts: Record<string, { lua: string; numberOfKeys: number }> = {
   capSends: { lua: load("cap-sends"), numberOfKeys: BLOCKS_PER_GROUP },
-} as const;
+  // limits1 .. limits16: the same script once per key count
+  ...Object.fromEntries(Array.from({ length: MAX_LIMITS }, (_, i) => [`limits${i + 1}`, { lua: limitsLua, numberOfKeys: i + 1 }])),
+};

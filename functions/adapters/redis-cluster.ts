@@ -2,6 +2,7 @@
 // over it, which retries a script call through failovers within a deadline.
 import { Cluster, type ClusterNode } from "ioredis";
 import type { CapStore } from "../core/capper.ts";
+import type { LimitStore } from "../core/limits.ts";
 import { StoreUnavailableError } from "../core/errors.ts";
 import { luaScripts } from "./lua-scripts.ts";
 
@@ -18,7 +19,8 @@ export interface RedisClusterConfig {
 }
 
 type CapSendsCommand = (...keysAndArgs: (string | Buffer)[]) => Promise<Buffer>;
-export type TollgateCluster = Cluster & { capSendsBuffer: CapSendsCommand };
+type LimitsCommand = (...keysAndArgs: string[]) => Promise<number[]>;
+export type TollgateCluster = Cluster & { capSendsBuffer: CapSendsCommand } & Record<`limits${number}`, LimitsCommand>;
 
 export function createRedisCluster(config: RedisClusterConfig): TollgateCluster {
   const cluster = new Cluster(config.nodes, {
@@ -52,9 +54,35 @@ export interface RedisCapStoreOptions {
 }
 
 /**
- * Runs cap-sends. A pipelined write is never re-sent by ioredis after MOVED/ASK or a dropped connection,
- * so this retries it, refreshing the slot map, until the deadline. That is safe because the script is
- * idempotent: a send already counted by the lost attempt comes back as a duplicate, never counted twice.
+ * Runs `call` until it succeeds, a non-retryable error, or the deadline. Between attempts the slot map is
+ * refreshed: ioredis never re-sends a pipelined write after MOVED/ASK or a dropped connection.
+ */
+async function withRetries<T>(
+  cluster: TollgateCluster,
+  call: () => Promise<T>,
+  options: { deadlineMs: number; retryable: (error: unknown) => boolean; onRetry: (error: Error) => void; what: string },
+): Promise<T> {
+  const deadline = Date.now() + options.deadlineMs;
+  // After its bounded reconnect attempts ioredis ends the client for good; a warm container outlives
+  // a Redis outage, so a call after one starts the client again.
+  if (cluster.status === "end") cluster.connect().catch(() => {});
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await withDeadline(call(), deadline - Date.now());
+    } catch (error) {
+      if (!options.retryable(error) || Date.now() + backoff(attempt) >= deadline) {
+        throw new StoreUnavailableError(`${options.what} failed: ${(error as Error).message}`, { cause: error });
+      }
+      options.onRetry(error as Error);
+      cluster.refreshSlotsCache();
+      await sleep(backoff(attempt));
+    }
+  }
+}
+
+/**
+ * Runs cap-sends, retrying every transient error until the deadline. That is safe because the script is
+ * idempotent: a send already counted by a lost attempt comes back as a duplicate, never counted twice.
  */
 export class RedisCapStore implements CapStore {
   private readonly deadlineMs: number;
@@ -68,23 +96,35 @@ export class RedisCapStore implements CapStore {
     this.onRetry = options.onRetry ?? (() => {});
   }
 
-  async capSends(keys: readonly string[], args: readonly (string | Buffer)[]): Promise<Buffer> {
-    const deadline = Date.now() + this.deadlineMs;
-    // After its bounded reconnect attempts ioredis ends the client for good; a warm container outlives
-    // a Redis outage, so a call after one starts the client again.
-    if (this.cluster.status === "end") this.cluster.connect().catch(() => {});
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return await withDeadline(this.cluster.capSendsBuffer(...keys, ...args), deadline - Date.now());
-      } catch (error) {
-        if (!isTransient(error) || Date.now() + backoff(attempt) >= deadline) {
-          throw new StoreUnavailableError(`cap-sends failed on ${keys[0]}: ${(error as Error).message}`, { cause: error });
-        }
-        this.onRetry(error as Error);
-        this.cluster.refreshSlotsCache();
-        await sleep(backoff(attempt));
-      }
-    }
+  capSends(keys: readonly string[], args: readonly (string | Buffer)[]): Promise<Buffer> {
+    return withRetries(this.cluster, () => this.cluster.capSendsBuffer(...keys, ...args), {
+      deadlineMs: this.deadlineMs,
+      retryable: isTransient,
+      onRetry: this.onRetry,
+      what: `cap-sends on ${keys[0]}`,
+    });
+  }
+}
+
+/**
+ * Runs lua/limits.lua. Charging is not idempotent, so only replies that prove the call did not run
+ * (MOVED, ASK, TRYAGAIN, CLUSTERDOWN) are retried; a timeout or a dropped connection fails the request.
+ */
+export class RedisLimitStore implements LimitStore {
+  constructor(
+    private readonly cluster: TollgateCluster,
+    private readonly options: { deadlineMs: number; onRetry?: (error: Error) => void },
+  ) {}
+
+  runLimits(keys: readonly string[], args: readonly string[]): Promise<number[]> {
+    const command = this.cluster[`limits${keys.length}`];
+    if (!command) throw new Error(`no limits script for ${keys.length} keys`);
+    return withRetries(this.cluster, () => command.call(this.cluster, ...keys, ...args), {
+      deadlineMs: this.options.deadlineMs,
+      retryable: (error) => error instanceof Error && error.name === "ReplyError" && /^(MOVED|ASK|TRYAGAIN|CLUSTERDOWN) /.test(error.message),
+      onRetry: this.options.onRetry ?? (() => {}),
+      what: `limits on ${keys[0]}`,
+    });
   }
 }
 

@@ -44,6 +44,16 @@ export function capKeyOfUser(namespace: string, userId: number): string {
 }
 
 /**
+ * A rate limit's state: `<namespace>:rl:{<tag>}:<algorithm>:<key>`. One limit uses its own key as the
+ * hash tag; the limits of one /v1/limits request share their scope, so one script call reaches them all.
+ * The algorithm is part of the key (another algorithm's state is never misread); the parameters are not
+ * (changing them keeps the usage).
+ */
+export function limitKey(namespace: string, tag: string, algorithm: string, key: string): string {
+  return `${namespace}:rl:{${tag}}:${algorithm}:${key}`;
+}
+
+/**
  * The baseline the bench compares against (Grab's design): one sorted set per user, hashed by the user
  * unless `hashTag` pins it to a slot (redis-benchmark's `__rand_int__` keys). Not used by the product;
  * built here so every key format lives in one module.

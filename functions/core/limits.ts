@@ -1,0 +1,145 @@
+// General rate limits: five algorithms in Lua (lua/<algorithm>.lua, run by lua/limits.lua), one limit or
+// several checked and charged all-or-nothing in one atomic call.
+import { z } from "zod";
+import type { Clock } from "./clock.ts";
+import { systemClock } from "./clock.ts";
+import { ValidationError } from "./errors.ts";
+import { checkNamespace, DEFAULT_NAMESPACE, limitKey } from "./keys.ts";
+import { parseOrThrow } from "./validation.ts";
+import { MAX_FUTURE_MS } from "./campaign-batch.ts";
+
+export const ALGORITHMS = ["token-bucket", "sliding-window", "sliding-log", "fixed-window", "gcra"] as const;
+export type Algorithm = (typeof ALGORITHMS)[number];
+/** Limits per /v1/limits request (and per script call). */
+export const MAX_LIMITS = 16;
+const MAX_COUNT = 1_000_000_000;
+const MAX_WINDOW_MS = 365 * 86_400_000;
+
+const positive = (max: number) => z.int("expected a positive integer").min(1, "expected a positive integer").max(max, `at most ${max}`);
+const key = z.string("expected a string").min(1, "must not be empty").max(256, "at most 256 characters");
+
+const limitSchema = z.discriminatedUnion(
+  "algorithm",
+  [
+    z.object({
+      key,
+      algorithm: z.literal("token-bucket"),
+      max: positive(MAX_COUNT),
+      refillAmount: positive(MAX_COUNT),
+      refillEveryMs: positive(MAX_WINDOW_MS),
+      strict: z.boolean("expected true or false").optional(),
+    }),
+    z.object({ key, algorithm: z.literal("sliding-window"), max: positive(MAX_COUNT), windowMs: positive(MAX_WINDOW_MS) }),
+    z.object({ key, algorithm: z.literal("sliding-log"), max: positive(100_000), windowMs: positive(MAX_WINDOW_MS) }),
+    z.object({ key, algorithm: z.literal("fixed-window"), max: positive(MAX_COUNT), windowMs: positive(MAX_WINDOW_MS) }),
+    z.object({
+      key,
+      algorithm: z.literal("gcra"),
+      burst: z.int("expected an integer").min(0, "expected 0 or more").max(MAX_COUNT),
+      count: positive(MAX_COUNT),
+      periodMs: positive(MAX_WINDOW_MS),
+    }),
+  ],
+  { error: `expected algorithm to be one of ${ALGORITHMS.join(", ")}` },
+);
+export type LimitSpec = z.output<typeof limitSchema>;
+
+const cost = z.int("expected an integer from 0").min(0, "expected an integer from 0").max(MAX_COUNT).optional();
+const at = z.int("expected ms since the epoch").min(0, "expected ms since the epoch").optional();
+
+export const limitRequestSchema = z.intersection(limitSchema, z.object({ cost, at }));
+export const limitsRequestSchema = z.object({
+  scope: key,
+  limits: z.array(limitSchema, "expected an array of limits").min(1, "at least one limit").max(MAX_LIMITS, `at most ${MAX_LIMITS} limits`),
+  cost,
+  at,
+});
+
+export interface LimitResult {
+  /** This limit's own verdict; in /v1/limits the request is allowed only when every limit allows. */
+  allowed: boolean;
+  limit: number;
+  /** What is left after this request (on a denial: what is left now). */
+  remaining: number;
+  resetAt: number;
+  retryAfterMs?: number;
+}
+
+/** What the limiter needs from the store: run lua/limits.lua on keys that share one hash tag. */
+export interface LimitStore {
+  runLimits(keys: readonly string[], args: readonly string[]): Promise<number[]>;
+}
+
+export interface LimiterOptions {
+  store: LimitStore;
+  clock?: Clock;
+  namespace?: string;
+}
+
+/** The most a single request can ever be allowed to cost: asking for more is a client error. */
+function capacity(spec: LimitSpec): number {
+  return spec.algorithm === "gcra" ? spec.burst + 1 : spec.max;
+}
+
+function scriptArgs(spec: LimitSpec, charge: number): string[] {
+  switch (spec.algorithm) {
+    case "token-bucket":
+      return [spec.algorithm, String(charge), String(spec.max), String(spec.refillAmount), String(spec.refillEveryMs), spec.strict ? "1" : "0"];
+    case "gcra":
+      return [spec.algorithm, String(charge), String(spec.burst), String(spec.count), String(spec.periodMs), ""];
+    default:
+      return [spec.algorithm, String(charge), String(spec.max), String(spec.windowMs), "", ""];
+  }
+}
+
+export class Limiter {
+  private readonly store: LimitStore;
+  private readonly clock: Clock;
+  private readonly namespace: string;
+
+  constructor(options: LimiterOptions) {
+    this.store = options.store;
+    this.clock = options.clock ?? systemClock;
+    this.namespace = checkNamespace(options.namespace ?? DEFAULT_NAMESPACE);
+  }
+
+  /** One limit (POST /v1/limit). */
+  async check(request: unknown): Promise<LimitResult & { algorithm: Algorithm }> {
+    const parsed = parseOrThrow(limitRequestSchema, request);
+    const [result] = await this.run(parsed.key, [parsed], parsed.cost ?? 1, parsed.at, "");
+    // one limit: its own verdict is the request's
+    return { ...(result as LimitResult), algorithm: parsed.algorithm };
+  }
+
+  /** Several limits, all charged or none (POST /v1/limits); the keys share the scope's hash slot. */
+  async checkAll(request: unknown): Promise<{ allowed: boolean; results: (LimitResult & { key: string; algorithm: Algorithm })[] }> {
+    const parsed = parseOrThrow(limitsRequestSchema, request);
+    const results = await this.run(parsed.scope, parsed.limits, parsed.cost ?? 1, parsed.at, "limits");
+    return {
+      allowed: results.every((r) => r.allowed),
+      results: results.map((r, i) => ({ ...r, key: (parsed.limits[i] as LimitSpec).key, algorithm: (parsed.limits[i] as LimitSpec).algorithm })),
+    };
+  }
+
+  private async run(tag: string, specs: readonly LimitSpec[], charge: number, at: number | undefined, root: string): Promise<LimitResult[]> {
+    specs.forEach((spec, i) => {
+      if (charge > capacity(spec)) {
+        const path = root ? `${root}[${i}]` : "cost";
+        throw new ValidationError(path, `cost ${charge} is more than this limit can ever allow (${capacity(spec)})`);
+      }
+    });
+    const now = this.clock.now();
+    if (at !== undefined && at > now + MAX_FUTURE_MS) {
+      throw new ValidationError("at", `${at} is more than ${MAX_FUTURE_MS / 60_000} minutes ahead of the clock (${now})`);
+    }
+    const keys = specs.map((spec) => limitKey(this.namespace, tag, spec.algorithm, spec.key));
+    const args = [String(at ?? now), ...specs.flatMap((spec) => scriptArgs(spec, charge))];
+    const reply = await this.store.runLimits(keys, args);
+    return specs.map((_, i) => {
+      const [allowed, limit, remaining, resetAt, retryAfterMs] = reply.slice(1 + 5 * i, 6 + 5 * i) as number[];
+      const result: LimitResult = { allowed: allowed === 1, limit: limit as number, remaining: remaining as number, resetAt: resetAt as number };
+      if (!result.allowed) result.retryAfterMs = Math.max(1, retryAfterMs ?? 1);
+      return result;
+    });
+  }
+}
