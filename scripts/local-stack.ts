@@ -2,7 +2,8 @@
 // - the Redis Cluster;
 // - fauxqs (S3 + SQS, in process): the bucket, the campaign and delivery queues, and their DLQs with a
 //   redrive policy;
-// - the campaign consumer handler, driven by an SQS poller as Lambda's event source mapping would drive it.
+// - the campaign consumer handler, driven by an SQS poller as Lambda's event source mapping would drive it;
+// - the check API handler behind a local Function URL (HTTP on 127.0.0.1, payload 2.0 events).
 // It writes .local/endpoints.json, stays up until Ctrl-C, then stops everything it started.
 import { mkdirSync, writeFileSync } from "node:fs";
 import { dirname } from "node:path";
@@ -10,10 +11,11 @@ import { CreateBucketCommand } from "@aws-sdk/client-s3";
 import { CreateQueueCommand, GetQueueAttributesCommand, type SQSClient } from "@aws-sdk/client-sqs";
 import { startFauxqs } from "fauxqs";
 import { createAwsClients } from "../functions/adapters/aws-clients.ts";
-import { wireCampaignConsumer } from "../functions/adapters/wiring.ts";
+import { wireCampaignConsumer, wireCheckApi } from "../functions/adapters/wiring.ts";
 import type { CampaignConsumerHandlerDeps } from "../functions/handlers/campaign-consumer.ts";
 import { isMain } from "./is-main.ts";
 import { ENDPOINTS_FILE, type Endpoints } from "./local/endpoints.ts";
+import { startFunctionUrlServer } from "./local/function-url-server.ts";
 import { SqsPoller } from "./local/sqs-poller.ts";
 import { startCluster, stopCluster } from "./redis-cluster.ts";
 
@@ -41,6 +43,10 @@ export interface LocalStackOptions {
   poll?: boolean;
   /** Told of every record the consumer completed. */
   onOutcome?: CampaignConsumerHandlerDeps["onOutcome"];
+  /** Port of the check API's Function URL (0 picks a free one). */
+  functionUrlPort?: number;
+  /** Extra check API environment (CHECK_TIMEOUT_MS, NEGATIVE_CACHE, ...). */
+  checkApiEnvironment?: Record<string, string>;
 }
 
 export interface LocalStack {
@@ -48,6 +54,7 @@ export interface LocalStack {
   sqs: SQSClient;
   poller: SqsPoller;
   consumer: ReturnType<typeof wireCampaignConsumer>;
+  checkApi: ReturnType<typeof wireCheckApi>;
   stop(): Promise<void>;
 }
 
@@ -83,7 +90,19 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
       RedrivePolicy: JSON.stringify({ deadLetterTargetArn: deliveryDlq.arn, maxReceiveCount: 5 }),
       ...options.deliveryQueueAttributes,
     });
+    const shared = {
+      ...process.env,
+      REDIS_NODES: redis.nodes.join(","),
+      CONFIG_BUCKET: bucket,
+      AWS_REGION: region,
+      AWS_ENDPOINT_URL: awsEndpoint,
+    };
+    const checkApi = wireCheckApi({ ...shared, ...options.environment, ...options.checkApiEnvironment });
+    stops.unshift(() => checkApi.cluster.quit());
+    const functionUrl = await startFunctionUrlServer(checkApi.handler, options.functionUrlPort ?? 0);
+    stops.unshift(() => functionUrl.stop());
     const endpoints: Endpoints = {
+      functionUrl: functionUrl.url,
       awsEndpoint,
       region,
       bucket,
@@ -94,16 +113,10 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
       redis: redis.nodes,
     };
 
-    const consumer = wireCampaignConsumer({
-      ...process.env,
-      REDIS_NODES: redis.nodes.join(","),
-      CONFIG_BUCKET: bucket,
-      DELIVERY_QUEUE_URL: delivery.url,
-      DEAD_LETTER_QUEUE_URL: campaignDlq.url,
-      AWS_REGION: region,
-      AWS_ENDPOINT_URL: awsEndpoint,
-      ...options.environment,
-    }, options.onOutcome ? { onOutcome: options.onOutcome } : {});
+    const consumer = wireCampaignConsumer(
+      { ...shared, DELIVERY_QUEUE_URL: delivery.url, DEAD_LETTER_QUEUE_URL: campaignDlq.url, ...options.environment },
+      options.onOutcome ? { onOutcome: options.onOutcome } : {},
+    );
     stops.unshift(() => consumer.cluster.quit());
     const poller = new SqsPoller({
       sqs,
@@ -128,6 +141,7 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
       sqs,
       poller,
       consumer,
+      checkApi,
       stop: async () => {
         if (stopped) return;
         stopped = true;
@@ -149,6 +163,7 @@ async function createQueue(sqs: SQSClient, name: string, attributes: Record<stri
 async function main(): Promise<void> {
   const stack = await startLocalStack({
     awsPort: Number(process.env.LOCAL_AWS_PORT ?? 4566),
+    functionUrlPort: Number(process.env.LOCAL_FUNCTION_URL_PORT ?? 8787),
     batchSize: Number(process.env.LOCAL_BATCH_SIZE ?? 10),
     batchingWindowMs: Number(process.env.LOCAL_BATCHING_WINDOW_MS ?? 0),
   });

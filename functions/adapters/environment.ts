@@ -12,16 +12,18 @@ const integer = (min: number, max: number, fallback: number) =>
     .refine((text) => /^[0-9]+$/.test(text) && Number(text) >= min && Number(text) <= max, `expected an integer from ${min} to ${max}`)
     .transform(Number);
 
-const flag = z
-  .enum(["true", "false", "1", "0", ""], 'expected "true" or "false"')
-  .default("false")
-  .transform((text) => text === "true" || text === "1");
+const flag = (fallback: "true" | "false") =>
+  z
+    .enum(["true", "false", "1", "0", ""], 'expected "true" or "false"')
+    .default(fallback)
+    .transform((text) => text === "true" || text === "1");
 
 const hostPort = /^[A-Za-z0-9.-]+:[0-9]{1,5}$/;
 // Not z.url(): queue URLs of local emulators have hosts like sqs.us-east-1.127.0.0.1, which it refuses.
 const httpUrl = (required: string) => z.string(required).regex(/^https?:\/\/[^\s/]+(\/\S*)?$/, "expected an http(s) URL");
 
-export const consumerEnvironmentSchema = z.object({
+/** What every Tollgate function reads: Redis, the rules bucket, the key namespace, AWS. */
+const commonEnvironment = {
   REDIS_NODES: z
     .string('required: the Redis configuration endpoint or nodes, "host:port[,host:port...]"')
     .refine((text) => text.split(",").every((node) => hostPort.test(node.trim())), 'expected "host:port[,host:port...]"')
@@ -31,24 +33,41 @@ export const consumerEnvironmentSchema = z.object({
         return { host: host as string, port: Number(port) };
       }),
     ),
-  REDIS_TLS: flag,
+  REDIS_TLS: flag("false"),
   REDIS_USERNAME: z.string().optional(),
   REDIS_PASSWORD: z.string().optional(),
-  REDIS_DEADLINE_MS: integer(100, 60_000, 6_000),
   CONFIG_BUCKET: z.string("required: the bucket holding the policy and segment bitmaps").min(1, "must not be empty"),
   POLICY_KEY: z.string().min(1).default(DEFAULT_POLICY_KEY),
+  REFRESH_SECONDS: integer(0, 86_400, 60),
+  KEY_NAMESPACE: z.string().regex(/^[A-Za-z0-9_.:-]{1,64}$/, "expected 1-64 characters of A-Z, a-z, 0-9, _ . : -").default(DEFAULT_NAMESPACE),
+  AWS_REGION: z.string().min(1).default("us-east-1"),
+  AWS_ENDPOINT_URL: httpUrl("expected an http(s) URL").optional(),
+};
+
+export const consumerEnvironmentSchema = z.object({
+  ...commonEnvironment,
+  REDIS_DEADLINE_MS: integer(100, 60_000, 6_000),
   DELIVERY_QUEUE_URL: httpUrl("required: the delivery queue URL"),
   DEAD_LETTER_QUEUE_URL: httpUrl("required: the campaign queue's dead-letter queue URL"),
   DELIVERY_BATCH_SIZE: integer(1, 1_000, DEFAULT_DELIVERY_BATCH_SIZE),
-  REFRESH_SECONDS: integer(0, 86_400, 60),
-  KEY_NAMESPACE: z.string().regex(/^[A-Za-z0-9_.:-]{1,64}$/, "expected 1-64 characters of A-Z, a-z, 0-9, _ . : -").default(DEFAULT_NAMESPACE),
   TIME_BUDGET_MARGIN_MS: integer(0, 900_000, 15_000),
-  AWS_REGION: z.string().min(1).default("us-east-1"),
-  AWS_ENDPOINT_URL: httpUrl("expected an http(s) URL").optional(),
+});
+
+export const checkApiEnvironmentSchema = z.object({
+  ...commonEnvironment,
+  /** Per request: a slow store never holds a caller longer. */
+  CHECK_TIMEOUT_MS: integer(5, 10_000, 50),
+  /** Answer keys known to be denied until they may pass again, without a Redis call. */
+  NEGATIVE_CACHE: flag("true"),
 });
 
 export type ConsumerEnvironment = z.output<typeof consumerEnvironmentSchema>;
+export type CheckApiEnvironment = z.output<typeof checkApiEnvironmentSchema>;
 
 export function parseConsumerEnvironment(env: NodeJS.ProcessEnv): ConsumerEnvironment {
   return parseOrThrow(consumerEnvironmentSchema, env);
+}
+
+export function parseCheckApiEnvironment(env: NodeJS.ProcessEnv): CheckApiEnvironment {
+  return parseOrThrow(checkApiEnvironmentSchema, env);
 }

@@ -1,14 +1,18 @@
-// Builds the campaign consumer from its environment with real clients: Redis Cluster, S3, SQS.
-// The Lambda entry and the local stack both use this, so they run the same code.
+// Builds each function from its environment with real clients (Redis Cluster, S3, SQS). The Lambda
+// entries and the local stack both use this, so they run the same code.
 import { Logger } from "@aws-lambda-powertools/logger";
 import { Metrics, MetricUnit } from "@aws-lambda-powertools/metrics";
 import { CampaignConsumer } from "../core/campaign-consumer.ts";
 import { Capper } from "../core/capper.ts";
 import { RulesSource } from "../core/rules-source.ts";
+import { systemClock } from "../core/clock.ts";
+import { Limiter } from "../core/limits.ts";
+import { NegativeCache } from "../core/negative-cache.ts";
 import { type CampaignConsumerHandlerDeps, makeCampaignConsumerHandler } from "../handlers/campaign-consumer.ts";
+import { type HealthReport, makeCheckApiHandler } from "../handlers/check-api.ts";
 import { createAwsClients } from "./aws-clients.ts";
-import { parseConsumerEnvironment } from "./environment.ts";
-import { createRedisCluster, RedisCapStore } from "./redis-cluster.ts";
+import { parseCheckApiEnvironment, parseConsumerEnvironment } from "./environment.ts";
+import { createRedisCluster, RedisCapStore, RedisLimitStore } from "./redis-cluster.ts";
 import { S3ObjectStore } from "./s3-object-store.ts";
 import { SqsDeadLetterSink, SqsDeliverySink } from "./sqs-sinks.ts";
 
@@ -52,4 +56,52 @@ export function wireCampaignConsumer(env: NodeJS.ProcessEnv, observe: Pick<Campa
   });
   const handler = makeCampaignConsumerHandler({ consumer, logger, metrics, timeBudgetMarginMs: config.TIME_BUDGET_MARGIN_MS, ...observe });
   return { handler, cluster, s3, sqs, config };
+}
+
+/** The check API from its environment: Limiter over Redis (per-request budget), rules for health. */
+export function wireCheckApi(env: NodeJS.ProcessEnv) {
+  const config = parseCheckApiEnvironment(env);
+  const logger = new Logger({ serviceName: "tollgate-check-api" });
+  const metrics = new Metrics({ namespace: "Tollgate", serviceName: "check-api" });
+  const { s3 } = createAwsClients({ region: config.AWS_REGION, ...(config.AWS_ENDPOINT_URL ? { endpoint: config.AWS_ENDPOINT_URL } : {}) });
+  const cluster = createRedisCluster({
+    nodes: config.REDIS_NODES,
+    tls: config.REDIS_TLS,
+    ...(config.REDIS_USERNAME ? { username: config.REDIS_USERNAME } : {}),
+    ...(config.REDIS_PASSWORD ? { password: config.REDIS_PASSWORD } : {}),
+  });
+  const rules = new RulesSource({
+    store: new S3ObjectStore(s3, config.CONFIG_BUCKET),
+    policyKey: config.POLICY_KEY,
+    refreshMs: config.REFRESH_SECONDS * 1000,
+    onRejected: (error) => logger.error("new policy or segments refused; the last good ones stay in service", { error }),
+  });
+  const limiter = new Limiter({ store: new RedisLimitStore(cluster, { deadlineMs: config.CHECK_TIMEOUT_MS }), namespace: config.KEY_NAMESPACE });
+  const health = async (): Promise<HealthReport> => {
+    const redis = await Promise.race([
+      cluster.ping().then(() => "ok" as const, () => "unavailable" as const),
+      new Promise<"unavailable">((resolve) => setTimeout(() => resolve("unavailable"), config.CHECK_TIMEOUT_MS * 4)),
+    ]);
+    try {
+      const { policy, segments } = await rules.current();
+      const sizes = segments.sizes();
+      const report: HealthReport = {
+        ok: redis === "ok",
+        redis,
+        policyVersion: policy.version,
+        segments: Object.fromEntries(policy.segments.slice(0, -1).map((segment, i) => [segment.name, sizes[i] ?? 0])),
+      };
+      return report;
+    } catch {
+      return { ok: false, redis };
+    }
+  };
+  const handler = makeCheckApiHandler({
+    limiter,
+    health,
+    logger,
+    metrics,
+    ...(config.NEGATIVE_CACHE ? { negativeCache: new NegativeCache(systemClock) } : {}),
+  });
+  return { handler, cluster, config };
 }

@@ -3,6 +3,8 @@
 export const ENDPOINTS_FILE = ".local/endpoints.json";
 
 export interface Endpoints {
+  /** The check API's local Function URL. */
+  functionUrl: string;
   awsEndpoint: string;
   region: string;
   bucket: string;

@@ -1,0 +1,43 @@
+// A small in-container cache of denials: a request that was just denied is denied again, without a Redis
+// call, until it could pass (its retryAfter). Only exact repeats hit it (same limit, parameters and cost),
+// never peeks, client timestamps or strict token buckets (whose denials change state).
+import type { Clock } from "./clock.ts";
+import type { LimitResult } from "./limits.ts";
+
+export class NegativeCache {
+  private readonly entries = new Map<string, { until: number; result: LimitResult }>();
+
+  constructor(
+    private readonly clock: Clock,
+    private readonly maxEntries = 10_000,
+  ) {}
+
+  /** The cached denial for this request, with remaining time recomputed, or undefined. */
+  get(identity: string): LimitResult | undefined {
+    const entry = this.entries.get(identity);
+    if (!entry) return undefined;
+    const now = this.clock.now();
+    if (now >= entry.until) {
+      this.entries.delete(identity);
+      return undefined;
+    }
+    return { ...entry.result, retryAfterMs: entry.until - now };
+  }
+
+  remember(identity: string, result: LimitResult): void {
+    if (result.allowed || result.retryAfterMs === undefined) return;
+    if (this.entries.size >= this.maxEntries) {
+      // drop the oldest insertion: a Map iterates in insertion order
+      const oldest = this.entries.keys().next().value;
+      if (oldest !== undefined) this.entries.delete(oldest);
+    }
+    this.entries.set(identity, { until: this.clock.now() + result.retryAfterMs, result });
+  }
+}
+
+/** Which requests may be answered from the cache, and under what identity. */
+export function cacheIdentity(request: Record<string, unknown>): string | undefined {
+  if (request.at !== undefined || request.cost === 0 || request.strict === true) return undefined;
+  const { onStoreError: _ignored, ...limit } = request;
+  return JSON.stringify(Object.keys(limit).sort().map((key) => [key, limit[key]]));
+}

@@ -1,0 +1,163 @@
+// The check API's Function URL adapter: routes, body limits and parsing, status codes and headers. The
+// decisions come from the core (Limiter, FrequencyChecker); this file only shapes HTTP.
+import type { Logger } from "@aws-lambda-powertools/logger";
+import { injectLambdaContext } from "@aws-lambda-powertools/logger/middleware";
+import { type Metrics, MetricUnit } from "@aws-lambda-powertools/metrics";
+import { logMetrics } from "@aws-lambda-powertools/metrics/middleware";
+import middy from "@middy/core";
+import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2, Context } from "aws-lambda";
+import { StoreUnavailableError, ValidationError } from "../core/errors.ts";
+import type { Limiter, LimitResult } from "../core/limits.ts";
+import { cacheIdentity, type NegativeCache } from "../core/negative-cache.ts";
+
+export const MAX_BODY_BYTES = 64 * 1024;
+
+export interface HealthReport {
+  ok: boolean;
+  redis: "ok" | "unavailable";
+  policyVersion?: string;
+  segments?: Record<string, number>;
+}
+
+export interface CheckApiDeps {
+  limiter: Limiter;
+  /** POST /v1/frequency; absent until the check Lambda is given the rules bucket. */
+  frequency?: (body: unknown) => Promise<Record<string, unknown>>;
+  health: () => Promise<HealthReport>;
+  negativeCache?: NegativeCache;
+  logger: Logger;
+  metrics: Metrics;
+}
+
+type Response = APIGatewayProxyStructuredResultV2;
+
+class HttpError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    readonly path?: string,
+  ) {
+    super(message);
+  }
+}
+
+const json = (status: number, body: unknown, headers: Record<string, string> = {}): Response => ({
+  statusCode: status,
+  headers: { "content-type": "application/json", ...headers },
+  body: JSON.stringify(body),
+});
+
+/** RateLimit-* headers (seconds, rounded up) and Retry-After when denied. */
+function rateLimitHeaders(result: LimitResult, now: number): Record<string, string> {
+  const headers: Record<string, string> = {
+    "ratelimit-limit": String(result.limit),
+    "ratelimit-remaining": String(result.remaining),
+    "ratelimit-reset": String(Math.max(0, Math.ceil((result.resetAt - now) / 1000))),
+  };
+  if (!result.allowed) headers["retry-after"] = String(Math.max(1, Math.ceil((result.retryAfterMs ?? 1) / 1000)));
+  return headers;
+}
+
+function parseBody(event: APIGatewayProxyEventV2): Record<string, unknown> {
+  const raw = event.body ?? "";
+  const text = event.isBase64Encoded ? Buffer.from(raw, "base64").toString("utf8") : raw;
+  if (Buffer.byteLength(text) > MAX_BODY_BYTES) throw new HttpError(413, "payload_too_large", `body over ${MAX_BODY_BYTES} bytes`);
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch (error) {
+    throw new HttpError(400, "invalid_request", `not valid JSON: ${(error as Error).message}`, "body");
+  }
+  if (typeof body !== "object" || body === null || Array.isArray(body)) throw new HttpError(400, "invalid_request", "expected a JSON object", "body");
+  const { onStoreError } = body as { onStoreError?: unknown };
+  if (onStoreError !== undefined && onStoreError !== "allow" && onStoreError !== "deny") {
+    throw new HttpError(400, "invalid_request", 'expected "allow" or "deny"', "onStoreError");
+  }
+  return body as Record<string, unknown>;
+}
+
+export function makeCheckApiHandler(deps: CheckApiDeps) {
+  const { limiter, negativeCache, logger, metrics } = deps;
+
+  const count = (algorithm: string, result: LimitResult) => {
+    const single = metrics.singleMetric();
+    single.setDefaultDimensions({ algorithm });
+    single.addMetric(result.allowed ? "allowed" : "denied", MetricUnit.Count, 1);
+    if (result.allowed && result.limit > 0 && result.remaining <= result.limit * 0.2) single.addMetric("nearLimit", MetricUnit.Count, 1);
+  };
+
+  const routes: Record<string, Record<string, (body: Record<string, unknown>) => Promise<Response>>> = {
+    "/v1/limit": {
+      POST: async (body) => {
+        const identity = negativeCache ? cacheIdentity(body) : undefined;
+        const cached = identity ? negativeCache?.get(identity) : undefined;
+        if (cached) {
+          const { algorithm } = body as { algorithm: string };
+          count(algorithm, cached);
+          return json(200, { ...cached, reason: "cache" }, rateLimitHeaders(cached, Date.now()));
+        }
+        const result = await limiter.check(body);
+        if (identity) negativeCache?.remember(identity, result);
+        const { algorithm, ...reply } = result;
+        count(algorithm, result);
+        return json(200, reply, rateLimitHeaders(result, Date.now()));
+      },
+    },
+    "/v1/limits": {
+      POST: async (body) => {
+        const reply = await limiter.checkAll(body);
+        for (const result of reply.results) count(result.algorithm, result);
+        const denied = reply.results.find((r) => !r.allowed);
+        const headline = denied ?? reply.results.reduce((a, b) => (b.remaining < a.remaining ? b : a));
+        return json(200, reply, rateLimitHeaders({ ...headline, allowed: reply.allowed }, Date.now()));
+      },
+    },
+    "/v1/frequency": {
+      POST: async (body) => {
+        if (!deps.frequency) throw new HttpError(404, "not_found", "frequency checks are not configured");
+        return json(200, await deps.frequency(body));
+      },
+    },
+    "/v1/health": {
+      GET: async () => {
+        const report = await deps.health();
+        return json(report.ok ? 200 : 503, report);
+      },
+    },
+  };
+
+  const handler = async (event: APIGatewayProxyEventV2, _context: Context): Promise<Response> => {
+    const method = event.requestContext.http.method.toUpperCase();
+    const route = routes[event.rawPath];
+    let body: Record<string, unknown> = {};
+    try {
+      if (!route) throw new HttpError(404, "not_found", `no route ${event.rawPath}`);
+      const action = route[method];
+      if (!action) throw new HttpError(405, "method_not_allowed", `${method} not allowed on ${event.rawPath}; use ${Object.keys(route).join(", ")}`);
+      if (method === "POST") body = parseBody(event);
+      return await action(body);
+    } catch (error) {
+      if (error instanceof HttpError) {
+        const headers: Record<string, string> = error.status === 405 && route ? { allow: Object.keys(route).join(", ") } : {};
+        return json(error.status, { error: { code: error.code, message: error.message, ...(error.path ? { path: error.path } : {}) } }, headers);
+      }
+      if (error instanceof ValidationError) {
+        return json(400, { error: { code: "invalid_request", message: error.message, path: error.path } });
+      }
+      if (error instanceof StoreUnavailableError) {
+        metrics.addMetric("storeErrors", MetricUnit.Count, 1);
+        logger.warn("store unavailable", { path: event.rawPath, error: error.message });
+        if (body.onStoreError === "allow") {
+          metrics.addMetric("allowedOnStoreError", MetricUnit.Count, 1);
+          return json(200, { allowed: true, reason: "store_unavailable" });
+        }
+        return json(503, { error: { code: "store_unavailable", message: "the counter store did not answer in time" } }, { "retry-after": "1" });
+      }
+      logger.error("check failed", { path: event.rawPath, error: error as Error });
+      return json(500, { error: { code: "internal_error", message: "internal error" } });
+    }
+  };
+
+  return middy(handler).use(injectLambdaContext(logger)).use(logMetrics(metrics));
+}

@@ -1,0 +1,73 @@
+// A local Lambda Function URL: HTTP requests become payload-2.0 events for the handler, and its result
+// becomes the HTTP response, as on AWS (with AWS_IAM auth there; none on loopback).
+import { randomUUID } from "node:crypto";
+import { createServer, type IncomingMessage, type Server } from "node:http";
+import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2, Context } from "aws-lambda";
+import { lambdaContext } from "./sqs-poller.ts";
+
+export type FunctionUrlHandler = (event: APIGatewayProxyEventV2, context: Context) => Promise<APIGatewayProxyStructuredResultV2>;
+
+/** Function URLs accept request bodies up to 6 MB; the handler enforces its own, smaller limit. */
+const MAX_REQUEST_BYTES = 6 * 1024 * 1024;
+
+export async function startFunctionUrlServer(handler: FunctionUrlHandler, port = 0): Promise<{ url: string; server: Server; stop(): Promise<void> }> {
+  const server = createServer(async (request, response) => {
+    try {
+      const body = await readBody(request);
+      if (body === undefined) {
+        response.writeHead(413, { "content-type": "application/json" }).end('{"error":{"code":"payload_too_large"}}');
+        return;
+      }
+      const result = await handler(toEvent(request, body), lambdaContext(30_000));
+      response.writeHead(result.statusCode ?? 200, result.headers as Record<string, string>);
+      response.end(result.isBase64Encoded ? Buffer.from(result.body ?? "", "base64") : (result.body ?? ""));
+    } catch (error) {
+      response.writeHead(502, { "content-type": "application/json" }).end(JSON.stringify({ error: { code: "handler_failed", message: (error as Error).message } }));
+    }
+  });
+  await new Promise<void>((resolve) => server.listen(port, "127.0.0.1", resolve));
+  const address = server.address();
+  const url = `http://127.0.0.1:${typeof address === "object" && address ? address.port : port}`;
+  return { url, server, stop: () => new Promise((resolve) => server.close(() => resolve())) };
+}
+
+function readBody(request: IncomingMessage): Promise<string | undefined> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    request.on("data", (chunk: Buffer) => {
+      size += chunk.length;
+      if (size <= MAX_REQUEST_BYTES) chunks.push(chunk);
+    });
+    request.on("end", () => resolve(size > MAX_REQUEST_BYTES ? undefined : Buffer.concat(chunks).toString("utf8")));
+    request.on("error", reject);
+  });
+}
+
+function toEvent(request: IncomingMessage, body: string): APIGatewayProxyEventV2 {
+  const url = new URL(request.url ?? "/", "http://localhost");
+  const headers = Object.fromEntries(Object.entries(request.headers).map(([name, value]) => [name, Array.isArray(value) ? value.join(",") : (value ?? "")]));
+  const now = new Date();
+  return {
+    version: "2.0",
+    routeKey: "$default",
+    rawPath: url.pathname,
+    rawQueryString: url.search.slice(1),
+    headers,
+    ...(url.search ? { queryStringParameters: Object.fromEntries(url.searchParams) } : {}),
+    requestContext: {
+      accountId: "anonymous",
+      apiId: "local",
+      domainName: headers.host ?? "localhost",
+      domainPrefix: "local",
+      http: { method: request.method ?? "GET", path: url.pathname, protocol: "HTTP/1.1", sourceIp: request.socket.remoteAddress ?? "127.0.0.1", userAgent: headers["user-agent"] ?? "" },
+      requestId: randomUUID(),
+      routeKey: "$default",
+      stage: "$default",
+      time: now.toISOString(),
+      timeEpoch: now.getTime(),
+    },
+    ...(body ? { body } : {}),
+    isBase64Encoded: false,
+  };
+}

@@ -1,0 +1,129 @@
+// The check API over HTTP: the local Function URL server, payload 2.0 events, the real handler, the real
+// cluster. Every error path answers with the documented status and body.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { wireCheckApi } from "../../functions/adapters/wiring.ts";
+import type { LocalStack } from "../../scripts/local-stack.ts";
+import { startFunctionUrlServer } from "../../scripts/local/function-url-server.ts";
+import { testStack, uploadRules } from "../support/pipeline.ts";
+
+let stack: LocalStack;
+let url: string;
+beforeAll(async () => {
+  stack = await testStack();
+  url = stack.endpoints.functionUrl;
+  await uploadRules(
+    stack,
+    {
+      version: "check.1",
+      channels: ["push", "email"],
+      segments: [{ name: "new", bitmap: "segments/new.roaring", caps: { push: [{ window: "1d", max: 1 }] } }],
+      default: { name: "rest", caps: { "*": [{ window: "7d", max: 2 }] } },
+    } as never,
+    { new: [1, 2, 3] },
+  );
+});
+afterAll(async () => {
+  await stack.stop();
+});
+
+const post = (path: string, body: unknown, base = url) =>
+  fetch(`${base}${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: typeof body === "string" ? body : JSON.stringify(body) });
+
+describe("POST /v1/limit", () => {
+  it("answers with the decision and RateLimit headers, then from the negative cache", async () => {
+    const limit = { key: `http-${Date.now()}`, algorithm: "fixed-window", max: 2, windowMs: 3_600_000 };
+    const first = await post("/v1/limit", limit);
+    expect(first.status).toBe(200);
+    expect(await first.json()).toMatchObject({ allowed: true, limit: 2, remaining: 1 });
+    expect(first.headers.get("ratelimit-limit")).toBe("2");
+    expect(first.headers.get("ratelimit-remaining")).toBe("1");
+    expect(Number(first.headers.get("ratelimit-reset"))).toBeGreaterThan(0);
+    expect(first.headers.get("retry-after")).toBeNull();
+    await post("/v1/limit", limit);
+    const denied = await post("/v1/limit", limit);
+    const body = (await denied.json()) as { allowed: boolean; remaining: number; retryAfterMs: number; reason?: string };
+    expect(body).toMatchObject({ allowed: false, remaining: 0 });
+    expect(body.reason).toBeUndefined();
+    expect(body.retryAfterMs).toBeGreaterThan(0);
+    expect(Number(denied.headers.get("retry-after"))).toBe(Math.ceil(body.retryAfterMs / 1000));
+    const cached = await post("/v1/limit", limit);
+    expect(await cached.json()).toMatchObject({ allowed: false, reason: "cache" });
+  });
+
+  it("answers every bad request with the documented status, code and path", async () => {
+    const cases: [string, string | object, number, string | undefined][] = [
+      ["/v1/limit", "{ not json", 400, "body"],
+      ["/v1/limit", { key: "k", algorithm: "leaky-bucket", max: 1, windowMs: 1000 }, 400, "algorithm"],
+      ["/v1/limit", { key: "k", algorithm: "fixed-window", max: 1, windowMs: 1000, cost: -1 }, 400, "cost"],
+      ["/v1/limit", { key: "k", algorithm: "fixed-window", max: 1 }, 400, "windowMs"],
+      ["/v1/limit", { key: "k", algorithm: "fixed-window", max: 1, windowMs: 1000, cost: 2 }, 400, "cost"],
+      ["/v1/limit", { key: "k", algorithm: "fixed-window", max: 1, windowMs: 1000, onStoreError: "maybe" }, 400, "onStoreError"],
+      ["/v1/limits", { scope: "s", limits: [] }, 400, "limits"],
+      ["/v1/limit", { key: "k", pad: "x".repeat(70_000) }, 413, undefined],
+      ["/v2/limit", {}, 404, undefined],
+    ];
+    for (const [path, body, status, field] of cases) {
+      const response = await post(path, body);
+      expect(response.status, `${path} ${JSON.stringify(body).slice(0, 80)}`).toBe(status);
+      const error = ((await response.json()) as { error: { code: string; path?: string } }).error;
+      expect(error.code).toBe({ 400: "invalid_request", 413: "payload_too_large", 404: "not_found" }[status]);
+      expect(error.path).toBe(field);
+    }
+    const wrongMethod = await fetch(`${url}/v1/limit`);
+    expect(wrongMethod.status).toBe(405);
+    expect(wrongMethod.headers.get("allow")).toBe("POST");
+  });
+});
+
+describe("POST /v1/limits", () => {
+  it("charges every level or none and names the level that denied", async () => {
+    const body = (category: string) => ({
+      scope: `u-${Date.now()}`,
+      limits: [
+        { key: "global", algorithm: "fixed-window", max: 10, windowMs: 3_600_000 },
+        { key: `category:${category}`, algorithm: "fixed-window", max: 1, windowMs: 3_600_000 },
+      ],
+    });
+    const request = body("promo");
+    expect(((await (await post("/v1/limits", request)).json()) as { allowed: boolean }).allowed).toBe(true);
+    const denied = (await (await post("/v1/limits", request)).json()) as { allowed: boolean; results: { key: string; allowed: boolean; remaining: number }[] };
+    expect(denied.allowed).toBe(false);
+    expect(denied.results.map((r) => [r.key, r.allowed, r.remaining])).toEqual([["global", true, 9], ["category:promo", false, 0]]);
+  });
+});
+
+describe("GET /v1/health", () => {
+  it("reports Redis, the policy in service and the segment sizes", async () => {
+    const response = await fetch(`${url}/v1/health`);
+    expect(response.status).toBe(200);
+    expect(await response.json()).toEqual({ ok: true, redis: "ok", policyVersion: "check.1", segments: { new: 3 } });
+  });
+});
+
+describe("when Redis does not answer", () => {
+  it("fails closed with 503, or allows with a reason when the request asks", async () => {
+    const api = wireCheckApi({
+      ...process.env,
+      REDIS_NODES: "127.0.0.1:1",
+      CONFIG_BUCKET: stack.endpoints.bucket,
+      AWS_ENDPOINT_URL: stack.endpoints.awsEndpoint,
+      CHECK_TIMEOUT_MS: "50",
+    });
+    const server = await startFunctionUrlServer(api.handler);
+    try {
+      const limit = { key: "k", algorithm: "fixed-window", max: 1, windowMs: 1000 };
+      const closed = await post("/v1/limit", limit, server.url);
+      expect(closed.status).toBe(503);
+      expect(await closed.json()).toEqual({ error: { code: "store_unavailable", message: "the counter store did not answer in time" } });
+      const open = await post("/v1/limit", { ...limit, onStoreError: "allow" }, server.url);
+      expect(open.status).toBe(200);
+      expect(await open.json()).toEqual({ allowed: true, reason: "store_unavailable" });
+      const health = await fetch(`${server.url}/v1/health`);
+      expect(health.status).toBe(503);
+      expect(await health.json()).toMatchObject({ ok: false, redis: "unavailable" });
+    } finally {
+      await server.stop();
+      api.cluster.disconnect();
+    }
+  });
+});
