@@ -20,7 +20,11 @@ export interface RedisClusterConfig {
 
 type CapSendsCommand = (...keysAndArgs: (string | Buffer)[]) => Promise<Buffer>;
 type LimitsCommand = (...keysAndArgs: string[]) => Promise<number[]>;
-export type TollgateCluster = Cluster & { capSendsBuffer: CapSendsCommand } & Record<`limits${number}`, LimitsCommand>;
+type CapHistoryCommand = (key: string, offset: string) => Promise<(number | string)[]>;
+export type TollgateCluster = Cluster & { capSendsBuffer: CapSendsCommand; capHistory: CapHistoryCommand } & Record<
+    `limits${number}`,
+    LimitsCommand
+  >;
 
 export function createRedisCluster(config: RedisClusterConfig): TollgateCluster {
   const cluster = new Cluster(config.nodes, {
@@ -103,6 +107,18 @@ export class RedisCapStore implements CapStore {
       onRetry: this.onRetry,
       what: `cap-sends on ${keys[0]}`,
     });
+  }
+
+  async history(key: string, offset: number): Promise<{ at: number; identity: string }[]> {
+    const reply = await withRetries(this.cluster, () => this.cluster.capHistory(key, String(offset)), {
+      deadlineMs: this.deadlineMs,
+      retryable: isTransient,
+      onRetry: this.onRetry,
+      what: `cap-history on ${key}`,
+    });
+    const entries: { at: number; identity: string }[] = [];
+    for (let i = 0; i < reply.length; i += 2) entries.push({ at: Number(reply[i]), identity: String(reply[i + 1]) });
+    return entries;
   }
 }
 

@@ -77,6 +77,11 @@ export function wireCheckApi(env: NodeJS.ProcessEnv) {
     onRejected: (error) => logger.error("new policy or segments refused; the last good ones stay in service", { error }),
   });
   const limiter = new Limiter({ store: new RedisLimitStore(cluster, { deadlineMs: config.CHECK_TIMEOUT_MS }), namespace: config.KEY_NAMESPACE });
+  const capper = new Capper({
+    store: new RedisCapStore(cluster, { deadlineMs: config.CHECK_TIMEOUT_MS }),
+    rules: () => rules.current(),
+    namespace: config.KEY_NAMESPACE,
+  });
   const health = async (): Promise<HealthReport> => {
     const redis = await Promise.race([
       cluster.ping().then(() => "ok" as const, () => "unavailable" as const),
@@ -98,6 +103,7 @@ export function wireCheckApi(env: NodeJS.ProcessEnv) {
   };
   const handler = makeCheckApiHandler({
     limiter,
+    frequency: (body) => capper.checkUser(body),
     health,
     logger,
     metrics,

@@ -8,6 +8,7 @@ import {
   BLOCKS_PER_GROUP,
   blockInGroupOf,
   capBlockKey,
+  capKeyOfUser,
   checkNamespace,
   DEFAULT_NAMESPACE,
   groupOf,
@@ -16,6 +17,7 @@ import {
 import type { CapRule, Policy } from "./policy.ts";
 import type { SegmentIndex } from "./segment-index.ts";
 import { parseOrThrow } from "./validation.ts";
+import { type FrequencyResult, frequencyReport, frequencyRequestSchema } from "./frequency.ts";
 
 /**
  * What the capper needs from the counter store: run `lua/cap-sends.lua` on the BLOCKS_PER_GROUP keys of
@@ -23,6 +25,8 @@ import { parseOrThrow } from "./validation.ts";
  */
 export interface CapStore {
   capSends(keys: readonly string[], args: readonly (string | Buffer)[]): Promise<Buffer>;
+  /** One user's log (lua/cap-history.lua): every send's time and identity ("channel:campaignId"). */
+  history(key: string, offset: number): Promise<{ at: number; identity: string }[]>;
 }
 
 /** The policy and the segment bitmaps it names, swapped together. */
@@ -107,9 +111,34 @@ export class Capper {
     return this.decide(input, "peek");
   }
 
+  /**
+   * One user on one channel (POST /v1/frequency): the decision, counted unless `consume` is false, and
+   * every applicable window with what is used and left. Without a campaign ID every consuming check counts.
+   */
+  async checkUser(input: unknown): Promise<FrequencyResult> {
+    const request = parseOrThrow(frequencyRequestSchema, input);
+    const rules = await this.rules();
+    const result = await this.run(
+      { campaignId: request.campaignId ?? "", channel: request.channel, userIds: [request.userId], at: request.at },
+      request.consume === false ? "peek" : "count",
+      rules,
+    );
+    const decision = result.decisions[0] as CapDecision;
+    const history = await this.store.history(capKeyOfUser(this.namespace, request.userId), offsetInBlockOf(request.userId));
+    const segment = rules.policy.segments.findIndex((s) => s.name === decision.segment);
+    return frequencyReport(decision, rules.policy.capsFor(segment, request.channel), history, result.at);
+  }
+
   private async decide(input: CampaignBatchInput, mode: "count" | "peek"): Promise<CapBatchResult> {
     const batch = parseOrThrow(campaignBatchSchema, input);
-    const { policy, segments } = await this.rules();
+    return this.run(batch, mode, await this.rules());
+  }
+
+  private async run(
+    batch: Pick<CampaignBatchInput, "campaignId" | "channel" | "at" | "exempt" | "countExempt"> & { userIds: readonly number[] },
+    mode: "count" | "peek",
+    { policy, segments }: Rules,
+  ): Promise<CapBatchResult> {
     if (!policy.channels.includes(batch.channel)) {
       throw new ValidationError("channel", `unknown channel "${batch.channel}" (policy has ${policy.channels.join(", ")})`);
     }

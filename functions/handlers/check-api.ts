@@ -7,6 +7,7 @@ import { logMetrics } from "@aws-lambda-powertools/metrics/middleware";
 import middy from "@middy/core";
 import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2, Context } from "aws-lambda";
 import { StoreUnavailableError, ValidationError } from "../core/errors.ts";
+import type { FrequencyResult } from "../core/frequency.ts";
 import type { Limiter, LimitResult } from "../core/limits.ts";
 import { cacheIdentity, type NegativeCache } from "../core/negative-cache.ts";
 
@@ -21,8 +22,8 @@ export interface HealthReport {
 
 export interface CheckApiDeps {
   limiter: Limiter;
-  /** POST /v1/frequency; absent until the check Lambda is given the rules bucket. */
-  frequency?: (body: unknown) => Promise<Record<string, unknown>>;
+  /** POST /v1/frequency: one user, one channel, the campaign caps. */
+  frequency: (body: unknown) => Promise<FrequencyResult>;
   health: () => Promise<HealthReport>;
   negativeCache?: NegativeCache;
   logger: Logger;
@@ -115,8 +116,11 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
     },
     "/v1/frequency": {
       POST: async (body) => {
-        if (!deps.frequency) throw new HttpError(404, "not_found", "frequency checks are not configured");
-        return json(200, await deps.frequency(body));
+        const result = await deps.frequency(body);
+        const single = metrics.singleMetric();
+        single.setDefaultDimensions({ algorithm: "frequency" });
+        single.addMetric(result.allowed ? "allowed" : "denied", MetricUnit.Count, 1);
+        return json(200, result);
       },
     },
     "/v1/health": {

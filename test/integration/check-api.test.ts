@@ -127,3 +127,55 @@ describe("when Redis does not answer", () => {
     }
   });
 });
+
+describe("POST /v1/frequency", () => {
+  const A = Date.UTC(2026, 10, 3, 12); // a fixed send time, well in the past
+  const HOUR = 3_600_000;
+  const DAY = 24 * HOUR;
+  const check = async (body: object) => {
+    const response = await post("/v1/frequency", body);
+    return { status: response.status, body: (await response.json()) as Record<string, unknown> };
+  };
+
+  it("counts a check, reports every window, and says when a capped user may hear again", async () => {
+    expect((await check({ userId: 1, channel: "push", at: A })).body).toEqual({
+      allowed: true,
+      decision: "allowed",
+      segment: "new",
+      windows: [{ channel: "push", window: "1d", max: 1, used: 1, remaining: 0, resetAt: A + DAY }],
+    });
+    const capped = { userId: 1, channel: "push", at: A + HOUR };
+    expect((await check(capped)).body).toMatchObject({ allowed: false, decision: "capped", retryAfterMs: 23 * HOUR });
+    // a peek changes nothing
+    for (let i = 0; i < 2; i++) {
+      expect((await check({ ...capped, consume: false, at: A + DAY })).body).toMatchObject({
+        allowed: true,
+        windows: [{ used: 0, remaining: 1, resetAt: A + DAY }],
+      });
+    }
+  });
+
+  it("treats a campaign ID as the send's identity, and counts every channel in '*' caps", async () => {
+    const base = { userId: 50, at: A };
+    expect((await check({ ...base, channel: "email", campaignId: "c1" })).body).toMatchObject({ decision: "allowed", segment: "rest" });
+    expect((await check({ ...base, channel: "email", campaignId: "c1" })).body).toMatchObject({ allowed: true, decision: "duplicate" });
+    expect((await check({ ...base, channel: "push", at: A + 1 })).body).toMatchObject({
+      decision: "allowed",
+      windows: [{ channel: "*", window: "7d", max: 2, used: 2, remaining: 0, resetAt: A + 7 * DAY }],
+    });
+    expect((await check({ ...base, channel: "email", at: A + 2 })).body).toMatchObject({ decision: "capped", retryAfterMs: 7 * DAY - 2 });
+  });
+
+  it("names the field of a bad request", async () => {
+    for (const [body, path] of [
+      [{ userId: -1, channel: "push" }, "userId"],
+      [{ userId: 1, channel: "fax" }, "channel"],
+      [{ userId: 1, channel: "push", campaignId: "" }, "campaignId"],
+      [{ userId: 1, channel: "push", consume: "yes" }, "consume"],
+    ] as const) {
+      const { status, body: reply } = await check(body);
+      expect(status).toBe(400);
+      expect((reply.error as { path: string }).path).toBe(path);
+    }
+  });
+});

@@ -1,0 +1,60 @@
+// POST /v1/frequency: one user, one channel. The decision comes from cap-sends (atomic); the windows are
+// worked out exactly from the user's log and the policy's caps.
+import { z } from "zod";
+import type { CapDecision } from "./capper.ts";
+import type { CapRule } from "./policy.ts";
+import { MAX_USER_ID } from "./segment-builder.ts";
+
+export const frequencyRequestSchema = z.object({
+  userId: z.int(`expected a user ID: an integer from 0 to ${MAX_USER_ID}`).min(0, "expected a user ID").max(MAX_USER_ID, "expected a user ID"),
+  channel: z.string("expected a string").min(1, "must not be empty").max(64, "must be at most 64 characters"),
+  campaignId: z.string("expected a string").min(1, "must not be empty").max(128, "must be at most 128 characters").regex(/^[\x21-\x7e]+$/, "expected printable ASCII without spaces").optional(),
+  at: z.int("expected ms since the epoch").min(0, "expected ms since the epoch").optional(),
+  consume: z.boolean("expected true or false").optional(),
+});
+
+export interface FrequencyWindow {
+  channel: string;
+  window: string;
+  max: number;
+  used: number;
+  remaining: number;
+  /** When the oldest send counted in this window ages out (now when none is counted). */
+  resetAt: number;
+}
+
+export interface FrequencyResult {
+  allowed: boolean;
+  decision: CapDecision["decision"];
+  segment: string;
+  windows: FrequencyWindow[];
+  /** When capped: when every full window has room again (absent when a cap of 0 means never). */
+  retryAfterMs?: number;
+}
+
+export function frequencyReport(
+  decision: CapDecision,
+  caps: readonly CapRule[],
+  history: readonly { at: number; identity: string }[],
+  now: number,
+): FrequencyResult {
+  let retryAt = 0;
+  let never = false;
+  const windows = caps.map((cap): FrequencyWindow => {
+    const counted = history
+      .filter(({ at, identity }) => at > now - cap.windowMs && at <= now && (cap.channel === "*" || identity.startsWith(`${cap.channel}:`)))
+      .map(({ at }) => at)
+      .sort((a, b) => a - b);
+    const used = counted.length;
+    if (used >= cap.max) {
+      if (cap.max === 0) never = true;
+      // room returns when the (used - max + 1)-th oldest counted send ages out
+      else retryAt = Math.max(retryAt, (counted[used - cap.max] as number) + cap.windowMs);
+    }
+    return { channel: cap.channel, window: cap.window, max: cap.max, used, remaining: Math.max(0, cap.max - used), resetAt: counted.length > 0 ? (counted[0] as number) + cap.windowMs : now };
+  });
+  const allowed = decision.decision !== "capped";
+  const result: FrequencyResult = { allowed, decision: decision.decision, segment: decision.segment, windows };
+  if (!allowed && !never) result.retryAfterMs = Math.max(1, retryAt - now);
+  return result;
+}
