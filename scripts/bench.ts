@@ -4,7 +4,7 @@
 // asserts nothing, it measures. Each table replaces its marked section of docs/BENCHMARKS.md.
 //
 //   BENCH_USERS (1000000)  BENCH_CONCURRENCY (4 batches in flight)  BENCH_BASE_PORT (7200)
-//   BENCH_ONLY (capping | pipeline; default both)
+//   BENCH_ONLY (capping | pipeline | check-api; default all)
 import { execFile } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 import { cpus } from "node:os";
@@ -13,8 +13,9 @@ import calculateSlot from "cluster-key-slot";
 import type { Redis } from "ioredis";
 import roaring from "roaring";
 import { RateLimiterRedis } from "rate-limiter-flexible";
-import { createRedisCluster, RedisCapStore, type TollgateCluster } from "../functions/adapters/redis-cluster.ts";
+import { createRedisCluster, RedisCapStore, RedisLimitStore, type TollgateCluster } from "../functions/adapters/redis-cluster.ts";
 import { Capper } from "../functions/core/capper.ts";
+import { Limiter } from "../functions/core/limits.ts";
 import { fixedClock } from "../functions/core/clock.ts";
 import { perUserLogKey } from "../functions/core/keys.ts";
 import { parsePolicy } from "../functions/core/policy.ts";
@@ -22,7 +23,10 @@ import { SegmentIndex } from "../functions/core/segment-index.ts";
 import type { SQSClient } from "@aws-sdk/client-sqs";
 import { createAwsClients } from "../functions/adapters/aws-clients.ts";
 import { buildSegments } from "../functions/core/segment-builder.ts";
+import { createServer } from "node:http";
 import { startLocalStack } from "./local-stack.ts";
+import { functionUrlEvent } from "./local/function-url-server.ts";
+import { lambdaContext } from "./local/sqs-poller.ts";
 import { pushCampaign, uploadObject } from "./operations.ts";
 import { startCluster, stopCluster } from "./redis-cluster.ts";
 
@@ -64,6 +68,7 @@ async function main(): Promise<void> {
       publish("capping", lines);
     }
     if (only === undefined || only === "pipeline") publish("pipeline", await runPipeline(engineRate));
+    if (only === undefined || only === "check-api") publish("check-api", await runCheckApi());
   } finally {
     await Promise.all(clients.map((client) => client.quit().catch(() => {})));
     if (local.started) await stopCluster({ basePort: BASE_PORT });
@@ -368,6 +373,134 @@ function replaceSection(path: string, name: string, body: string): void {
   const to = text.indexOf(end);
   if (from < 0 || to < from) throw new Error(`${path} has no ${start} ... ${end} section`);
   writeFileSync(path, `${text.slice(0, from + start.length)}\n${body}\n${text.slice(to)}`);
+}
+
+const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))] as number;
+const ms = (value: number) => `${value.toFixed(3)} ms`;
+
+/** p50 and p99 of `runs` sequential calls of `call(i)`, after a warm-up. */
+async function latencies(runs: number, call: (i: number) => Promise<unknown>): Promise<{ p50: number; p99: number }> {
+  for (let i = 0; i < 200; i++) await call(-1 - i);
+  const samples: number[] = [];
+  for (let i = 0; i < runs; i++) {
+    const started = performance.now();
+    await call(i);
+    samples.push(performance.now() - started);
+  }
+  samples.sort((a, b) => a - b);
+  return { p50: percentile(samples, 0.5), p99: percentile(samples, 0.99) };
+}
+
+/** Calls per second of `call` with 32 in flight for 3 s. */
+async function throughput(call: () => Promise<unknown>): Promise<number> {
+  let calls = 0;
+  const end = Date.now() + 3000;
+  await Promise.all(Array.from({ length: 32 }, async () => {
+    while (Date.now() < end) {
+      await call();
+      calls++;
+    }
+  }));
+  return calls / 3;
+}
+
+/** autocannon in its own process, so the load generator does not share the server's event loop. */
+async function load(url: string, body: string): Promise<{ rps: number; p99: number; errors: number }> {
+  const { stdout } = await execFileAsync(
+    "node_modules/.bin/autocannon",
+    ["-j", "-c", "32", "-d", "5", "-m", "POST", "-H", "content-type=application/json", "-b", body, url],
+    { timeout: 60_000, maxBuffer: 16 * 1024 * 1024 },
+  );
+  const report = JSON.parse(stdout) as { requests: { average: number }; latency: { p99: number }; errors: number; non2xx: number };
+  return { rps: report.requests.average, p99: report.latency.p99, errors: report.errors + report.non2xx };
+}
+
+/**
+ * The check API: the handler in process, one request at a time, per algorithm, beside a bare Redis round
+ * trip (the floor); then the local Function URL server under autocannon, beside rate-limiter-flexible
+ * behind an HTTP server as small.
+ */
+async function runCheckApi(): Promise<string[]> {
+  const stack = await startLocalStack({ redisBasePort: BASE_PORT, writeEndpoints: false, queuePrefix: "bench-check", environment: { KEY_NAMESPACE: `bench-check-${Date.now()}` } });
+  const servers: { stop(): Promise<void> }[] = [];
+  try {
+    const { s3 } = createAwsClients({ region: stack.endpoints.region, endpoint: stack.endpoints.awsEndpoint });
+    await uploadObject(s3, stack.endpoints.bucket, "config/policy.json", JSON.stringify({
+      version: "bench", channels: ["push"], segments: [], default: { name: "everyone", caps: { push: [{ window: "1d", max: 1000000 }] } },
+    }));
+    const handler = stack.checkApi.handler;
+    const limits: Record<string, object> = {
+      "token-bucket": { algorithm: "token-bucket", max: 1_000_000, refillAmount: 1, refillEveryMs: 1000 },
+      "sliding-window": { algorithm: "sliding-window", max: 1_000_000, windowMs: 60_000 },
+      "sliding-log": { algorithm: "sliding-log", max: 100_000, windowMs: 60_000 },
+      "fixed-window": { algorithm: "fixed-window", max: 1_000_000, windowMs: 60_000 },
+      gcra: { algorithm: "gcra", burst: 1_000_000, count: 1000, periodMs: 1000 },
+    };
+    const context = lambdaContext(30_000);
+    const rows: string[] = [];
+    const floor = await latencies(2000, () => stack.checkApi.cluster.ping());
+    rows.push(`| Redis round trip (PING, same client): the floor | ${ms(floor.p50)} | ${ms(floor.p99)} |`);
+    for (const [name, spec] of Object.entries(limits)) {
+      // 1,000 keys in turn: every request is allowed and reaches Redis (no negative-cache answers)
+      const result = await latencies(2000, (i) => handler(functionUrlEvent("POST", "/v1/limit", JSON.stringify({ key: `k${i % 1000}`, ...spec })), context));
+      rows.push(`| POST /v1/limit ${name} | ${ms(result.p50)} | ${ms(result.p99)} |`);
+    }
+    const frequency = await latencies(2000, (i) => handler(functionUrlEvent("POST", "/v1/frequency", JSON.stringify({ userId: i + 1000, channel: "push" })), context));
+    rows.push(`| POST /v1/frequency | ${ms(frequency.p50)} | ${ms(frequency.p99)} |`);
+
+    const rlfClient = createRedisCluster({ nodes: stack.endpoints.redis.slice(0, 3).map((node) => ({ host: "127.0.0.1", port: Number(node.split(":")[1]) })) });
+    const rlf = new RateLimiterRedis({ storeClient: rlfClient, keyPrefix: `bench-http-${Date.now()}`, points: 1_000_000_000, duration: 60 });
+    const rlfServer = createServer((request, response) => {
+      let text = "";
+      request.on("data", (chunk: Buffer) => { text += chunk; });
+      request.on("end", () => {
+        const { key } = JSON.parse(text) as { key: string };
+        rlf.consume(key).then(
+          (res) => response.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ allowed: true, remaining: res.remainingPoints })),
+          () => response.writeHead(429).end(),
+        );
+      });
+    });
+    await new Promise<void>((resolve) => rlfServer.listen(0, "127.0.0.1", resolve));
+    servers.push({ stop: async () => { await new Promise((resolve) => rlfServer.close(resolve)); rlfClient.disconnect(); } });
+    const rlfPort = (rlfServer.address() as { port: number }).port;
+    const body = JSON.stringify({ key: "http-bench", algorithm: "fixed-window", max: 1_000_000_000, windowMs: 60_000 });
+    const ours = await load(`${stack.endpoints.functionUrl}/v1/limit`, body);
+    const theirs = await load(`http://127.0.0.1:${rlfPort}/`, body);
+    // where the HTTP figure goes: the same request with 32 in flight, without HTTP, layer by layer
+    const parsed = JSON.parse(body) as Record<string, unknown>;
+    const limiter = new Limiter({ store: new RedisLimitStore(stack.checkApi.cluster, { deadlineMs: 1000 }), namespace: `bench-layers-${Date.now()}` });
+    const layers = [
+      ["`Limiter.check` (validation, Lua, result)", await throughput(() => limiter.check(parsed))],
+      ["the handler (middy, Powertools logger and metrics, routing, JSON)", await throughput(() => handler(functionUrlEvent("POST", "/v1/limit", body), context))],
+      ["`RateLimiterRedis.consume`", await throughput(() => rlf.consume("layers"))],
+    ] as const;
+    console.log(`check api http: ${Math.round(ours.rps)} req/s vs rate-limiter-flexible ${Math.round(theirs.rps)} req/s`);
+    return [
+      `Measured ${new Date().toISOString().slice(0, 10)} by \`npm run bench\`: 2,000 sequential requests per row after 200 warm-up ones, the handler called in process (payload 2.0 events, middy, Powertools), on the bench cluster.`,
+      "",
+      "| In process, one request at a time | p50 | p99 |",
+      "|---|---|---|",
+      ...rows,
+      "",
+      "Over HTTP on loopback, autocannon in its own process (32 connections, 5 s), one key, a limit never reached:",
+      "",
+      "| Server | Requests/s | p99 | Errors |",
+      "|---|---|---|---|",
+      `| Tollgate local Function URL server, POST /v1/limit fixed-window | ${Math.round(ours.rps).toLocaleString("en-US")} | ${ours.p99} ms | ${ours.errors} |`,
+      `| rate-limiter-flexible \`RateLimiterRedis.consume\` behind a minimal Node HTTP server | ${Math.round(theirs.rps).toLocaleString("en-US")} | ${theirs.p99} ms | ${theirs.errors} |`,
+      `| Ratio | ${(ours.rps / theirs.rps).toFixed(2)}× | | |`,
+      "",
+      "The same request in process, 32 in flight for 3 s, layer by layer:",
+      "",
+      "| Layer | Requests/s |",
+      "|---|---|",
+      ...layers.map(([name, rps]) => `| ${name} | ${Math.round(rps).toLocaleString("en-US")} |`),
+    ];
+  } finally {
+    for (const server of servers) await server.stop();
+    await stack.stop();
+  }
 }
 
 main().catch((error: unknown) => {

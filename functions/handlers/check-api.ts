@@ -81,11 +81,12 @@ function parseBody(event: APIGatewayProxyEventV2): Record<string, unknown> {
 export function makeCheckApiHandler(deps: CheckApiDeps) {
   const { limiter, negativeCache, logger, metrics } = deps;
 
-  const count = (algorithm: string, result: LimitResult) => {
-    const single = metrics.singleMetric();
-    single.setDefaultDimensions({ algorithm });
-    single.addMetric(result.allowed ? "allowed" : "denied", MetricUnit.Count, 1);
-    if (result.allowed && result.limit > 0 && result.remaining <= result.limit * 0.2) single.addMetric("nearLimit", MetricUnit.Count, 1);
+  // one EMF document per request (flushed by logMetrics), with the algorithm as a dimension
+  const count = (algorithm: string, result: { allowed: boolean; limit?: number; remaining?: number }) => {
+    metrics.addDimension("algorithm", algorithm);
+    metrics.addMetric(result.allowed ? "allowed" : "denied", MetricUnit.Count, 1);
+    const { limit = 0, remaining = 0 } = result;
+    if (result.allowed && limit > 0 && remaining <= limit * 0.2) metrics.addMetric("nearLimit", MetricUnit.Count, 1);
   };
 
   const routes: Record<string, Record<string, (body: Record<string, unknown>) => Promise<Response>>> = {
@@ -108,7 +109,7 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
     "/v1/limits": {
       POST: async (body) => {
         const reply = await limiter.checkAll(body);
-        for (const result of reply.results) count(result.algorithm, result);
+        count("limits", { allowed: reply.allowed });
         const denied = reply.results.find((r) => !r.allowed);
         const headline = denied ?? reply.results.reduce((a, b) => (b.remaining < a.remaining ? b : a));
         return json(200, reply, rateLimitHeaders({ ...headline, allowed: reply.allowed }, Date.now()));
@@ -117,9 +118,7 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
     "/v1/frequency": {
       POST: async (body) => {
         const result = await deps.frequency(body);
-        const single = metrics.singleMetric();
-        single.setDefaultDimensions({ algorithm: "frequency" });
-        single.addMetric(result.allowed ? "allowed" : "denied", MetricUnit.Count, 1);
+        count("frequency", result);
         return json(200, result);
       },
     },
@@ -133,6 +132,7 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
 
   const handler = async (event: APIGatewayProxyEventV2, _context: Context): Promise<Response> => {
     const method = event.requestContext.http.method.toUpperCase();
+    metrics.addMetric("requests", MetricUnit.Count, 1);
     const route = routes[event.rawPath];
     let body: Record<string, unknown> = {};
     try {

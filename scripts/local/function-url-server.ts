@@ -45,8 +45,13 @@ function readBody(request: IncomingMessage): Promise<string | undefined> {
 }
 
 function toEvent(request: IncomingMessage, body: string): APIGatewayProxyEventV2 {
-  const url = new URL(request.url ?? "/", "http://localhost");
   const headers = Object.fromEntries(Object.entries(request.headers).map(([name, value]) => [name, Array.isArray(value) ? value.join(",") : (value ?? "")]));
+  return functionUrlEvent(request.method ?? "GET", request.url ?? "/", body, headers, request.socket.remoteAddress ?? "127.0.0.1");
+}
+
+/** The payload 2.0 event a Function URL hands its function for one request. */
+export function functionUrlEvent(method: string, target: string, body: string, headers: Record<string, string> = {}, sourceIp = "127.0.0.1"): APIGatewayProxyEventV2 {
+  const url = new URL(target, "http://localhost");
   const now = new Date();
   return {
     version: "2.0",
@@ -60,7 +65,7 @@ function toEvent(request: IncomingMessage, body: string): APIGatewayProxyEventV2
       apiId: "local",
       domainName: headers.host ?? "localhost",
       domainPrefix: "local",
-      http: { method: request.method ?? "GET", path: url.pathname, protocol: "HTTP/1.1", sourceIp: request.socket.remoteAddress ?? "127.0.0.1", userAgent: headers["user-agent"] ?? "" },
+      http: { method, path: url.pathname, protocol: "HTTP/1.1", sourceIp, userAgent: headers["user-agent"] ?? "" },
       requestId: randomUUID(),
       routeKey: "$default",
       stage: "$default",
