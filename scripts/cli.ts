@@ -8,6 +8,7 @@
 //   npm run tollgate -- policy upload --local config/policy.json
 //   npm run tollgate -- campaign push --local --campaign spring --channel push --range 0-999999
 //   npm run tollgate -- delivery tail --local --max 20
+//   npm run tollgate -- check --local /v1/limit '{"key":"login:1.2.3.4","algorithm":"gcra","burst":4,"count":1,"periodMs":1000}'
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { basename, join } from "node:path";
 import { SingleBar } from "cli-progress";
@@ -20,7 +21,9 @@ import { DEFAULT_POLICY_KEY } from "../functions/core/rules-source.ts";
 import { buildSegments, MAX_USER_ID, parseUserIdList } from "../functions/core/segment-builder.ts";
 import { parseBitmap } from "../functions/core/segment-index.ts";
 import { parseOrThrow } from "../functions/core/validation.ts";
+import { defaultProvider } from "@aws-sdk/credential-provider-node";
 import { isMain } from "./is-main.ts";
+import { functionUrlRegion, type SignedRequest, signRequest } from "./sign-request.ts";
 import { ENDPOINTS_FILE, type Endpoints } from "./local/endpoints.ts";
 import { pushCampaign, readDelivery, uploadObject } from "./operations.ts";
 
@@ -229,7 +232,54 @@ export function makeProgram(): Command {
     console.error(`${count} delivery messages, ${sends} sends`);
   });
 
+  program
+    .command("check")
+    .description("ask the check API: exit 0 allowed, 3 denied or capped, 1 on an error reply")
+    .argument("<path>", "/v1/limit, /v1/limits, /v1/frequency or /v1/health")
+    .argument("[json]", "request body (POST)")
+    .option("--local", `use the local Function URL (${ENDPOINTS_FILE})`)
+    .option("--url <url>", "the Function URL")
+    .option("--sign", "sign with SigV4 (default: when the URL is a Lambda Function URL)")
+    .addOption(new Option("--region <region>", "signing region (default: from the URL)").env("AWS_REGION"))
+    .action(async (path: string, json: string | undefined, options: { local?: boolean; url?: string; sign?: boolean; region?: string }) => {
+      const base = required(options.url, options.local ? localEndpoints().functionUrl : undefined, "--url");
+      if (json !== undefined) {
+        try {
+          JSON.parse(json);
+        } catch {
+          throw new ValidationError("json", "not valid JSON");
+        }
+      }
+      let request: SignedRequest = {
+        url: new URL(path, base).toString(),
+        method: json === undefined ? "GET" : "POST",
+        headers: json === undefined ? {} : { "content-type": "application/json" },
+        body: json ?? "",
+      };
+      const region = functionUrlRegion(request.url) ?? options.region;
+      if (options.sign || functionUrlRegion(request.url)) {
+        if (!region) throw new ValidationError("--region", "required to sign a request to this URL");
+        request = await signRequest(request, { region, credentials: defaultProvider() });
+      }
+      const response = await fetch(request.url, { method: request.method, headers: request.headers, ...(request.body ? { body: request.body } : {}) });
+      const text = await response.text();
+      console.log(text);
+      if (!response.ok) {
+        console.error(`tollgate: ${response.status} ${response.statusText}`);
+        throw new CheckFailed(1);
+      }
+      const reply = JSON.parse(text) as { allowed?: boolean };
+      if (reply.allowed === false) throw new CheckFailed(3);
+    });
+
   return program;
+}
+
+/** A check that ran but did not allow: its exit code, without a message. */
+class CheckFailed extends Error {
+  constructor(readonly exitCode: number) {
+    super(`exit ${exitCode}`);
+  }
 }
 
 /** Runs the CLI; returns the exit code instead of exiting, so tests can call it. */
@@ -239,6 +289,7 @@ export async function runCli(argv: readonly string[]): Promise<number> {
     return 0;
   } catch (error) {
     if (error instanceof CommanderError) return error.exitCode === 0 ? 0 : 2;
+    if (error instanceof CheckFailed) return error.exitCode;
     if (error instanceof InvalidPolicyError) {
       console.error(`tollgate: invalid policy:\n${error.issues.map((issue) => `  ${issue}`).join("\n")}`);
       return 1;

@@ -1,8 +1,9 @@
 // The check API over HTTP: the local Function URL server, payload 2.0 events, the real handler, the real
 // cluster. Every error path answers with the documented status and body.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { wireCheckApi } from "../../functions/adapters/wiring.ts";
 import type { LocalStack } from "../../scripts/local-stack.ts";
+import { runCli } from "../../scripts/cli.ts";
 import { startFunctionUrlServer } from "../../scripts/local/function-url-server.ts";
 import { testStack, uploadRules } from "../support/pipeline.ts";
 
@@ -176,6 +177,26 @@ describe("POST /v1/frequency", () => {
       const { status, body: reply } = await check(body);
       expect(status).toBe(400);
       expect((reply.error as { path: string }).path).toBe(path);
+    }
+  });
+});
+
+describe("tollgate check", () => {
+  it("exits 0 when allowed, 3 when denied, 1 on an error reply", async () => {
+    const log = vi.spyOn(console, "log").mockImplementation(() => {});
+    const error = vi.spyOn(console, "error").mockImplementation(() => {});
+    try {
+      const limit = JSON.stringify({ key: `cli-${Date.now()}`, algorithm: "fixed-window", max: 1, windowMs: 3_600_000 });
+      expect(await runCli(["check", "--url", url, "/v1/limit", limit])).toBe(0);
+      expect(JSON.parse(String(log.mock.calls.at(-1)?.[0]))).toMatchObject({ allowed: true, remaining: 0 });
+      expect(await runCli(["check", "--url", url, "/v1/limit", limit])).toBe(3);
+      expect(await runCli(["check", "--url", url, "/v1/limit", '{"key":"k"}'])).toBe(1);
+      expect(await runCli(["check", "--url", url, "/v1/health"])).toBe(0);
+      expect(await runCli(["check", "--url", url, "/v1/limit", "{ not json"])).toBe(1);
+      expect(error.mock.calls.flat().join(" ")).toContain("json: not valid JSON");
+    } finally {
+      log.mockRestore();
+      error.mockRestore();
     }
   });
 });
