@@ -61,6 +61,7 @@ export const checkApiEnvironmentSchema = z.object({
   NEGATIVE_CACHE: flag("true"),
 });
 
+export type CommonEnvironment = z.output<z.ZodObject<typeof commonEnvironment>>;
 export type ConsumerEnvironment = z.output<typeof consumerEnvironmentSchema>;
 export type CheckApiEnvironment = z.output<typeof checkApiEnvironmentSchema>;
 

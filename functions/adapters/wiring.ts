@@ -11,15 +11,13 @@ import { NegativeCache } from "../core/negative-cache.ts";
 import { type CampaignConsumerHandlerDeps, makeCampaignConsumerHandler } from "../handlers/campaign-consumer.ts";
 import { type HealthReport, makeCheckApiHandler } from "../handlers/check-api.ts";
 import { createAwsClients } from "./aws-clients.ts";
-import { parseCheckApiEnvironment, parseConsumerEnvironment } from "./environment.ts";
+import { type CommonEnvironment, parseCheckApiEnvironment, parseConsumerEnvironment } from "./environment.ts";
 import { createRedisCluster, RedisCapStore, RedisLimitStore } from "./redis-cluster.ts";
 import { S3ObjectStore } from "./s3-object-store.ts";
 import { SqsDeadLetterSink, SqsDeliverySink } from "./sqs-sinks.ts";
 
-export function wireCampaignConsumer(env: NodeJS.ProcessEnv, observe: Pick<CampaignConsumerHandlerDeps, "onOutcome"> = {}) {
-  const config = parseConsumerEnvironment(env);
-  const logger = new Logger({ serviceName: "tollgate-campaign-consumer" });
-  const metrics = new Metrics({ namespace: "Tollgate", serviceName: "campaign-consumer" });
+/** What every function builds the same way: AWS clients, the Redis Cluster client, the rules source. */
+function commonParts(config: CommonEnvironment, logger: Logger, metrics: Metrics) {
   const { s3, sqs } = createAwsClients({ region: config.AWS_REGION, ...(config.AWS_ENDPOINT_URL ? { endpoint: config.AWS_ENDPOINT_URL } : {}) });
   const cluster = createRedisCluster({
     nodes: config.REDIS_NODES,
@@ -38,6 +36,14 @@ export function wireCampaignConsumer(env: NodeJS.ProcessEnv, observe: Pick<Campa
     },
     onActivated: (active, tags) => logger.info("rules in service", { policyVersion: active.policy.version, tags }),
   });
+  return { s3, sqs, cluster, rules };
+}
+
+export function wireCampaignConsumer(env: NodeJS.ProcessEnv, observe: Pick<CampaignConsumerHandlerDeps, "onOutcome"> = {}) {
+  const config = parseConsumerEnvironment(env);
+  const logger = new Logger({ serviceName: "tollgate-campaign-consumer" });
+  const metrics = new Metrics({ namespace: "Tollgate", serviceName: "campaign-consumer" });
+  const { s3, sqs, cluster, rules } = commonParts(config, logger, metrics);
   const capper = new Capper({
     store: new RedisCapStore(cluster, {
       deadlineMs: config.REDIS_DEADLINE_MS,
@@ -63,19 +69,7 @@ export function wireCheckApi(env: NodeJS.ProcessEnv) {
   const config = parseCheckApiEnvironment(env);
   const logger = new Logger({ serviceName: "tollgate-check-api" });
   const metrics = new Metrics({ namespace: "Tollgate", serviceName: "check-api" });
-  const { s3 } = createAwsClients({ region: config.AWS_REGION, ...(config.AWS_ENDPOINT_URL ? { endpoint: config.AWS_ENDPOINT_URL } : {}) });
-  const cluster = createRedisCluster({
-    nodes: config.REDIS_NODES,
-    tls: config.REDIS_TLS,
-    ...(config.REDIS_USERNAME ? { username: config.REDIS_USERNAME } : {}),
-    ...(config.REDIS_PASSWORD ? { password: config.REDIS_PASSWORD } : {}),
-  });
-  const rules = new RulesSource({
-    store: new S3ObjectStore(s3, config.CONFIG_BUCKET),
-    policyKey: config.POLICY_KEY,
-    refreshMs: config.REFRESH_SECONDS * 1000,
-    onRejected: (error) => logger.error("new policy or segments refused; the last good ones stay in service", { error }),
-  });
+  const { cluster, rules } = commonParts(config, logger, metrics);
   const limiter = new Limiter({ store: new RedisLimitStore(cluster, { deadlineMs: config.CHECK_TIMEOUT_MS }), namespace: config.KEY_NAMESPACE });
   const capper = new Capper({
     store: new RedisCapStore(cluster, { deadlineMs: config.CHECK_TIMEOUT_MS }),

@@ -4,6 +4,7 @@ import { readFileSync } from "node:fs";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import type { LocalStack } from "../../scripts/local-stack.ts";
 import { testStack, uploadRules } from "../support/pipeline.ts";
+import { designPolicy } from "../support/rules.ts";
 
 const doc = readFileSync(new URL("../../docs/api.md", import.meta.url), "utf8");
 const examples = [...doc.matchAll(/```http\n([^\n]+)\n?([\s\S]*?)```\s*```json\n(\d{3})\n([\s\S]*?)```/g)].map((match) => {
@@ -11,28 +12,11 @@ const examples = [...doc.matchAll(/```http\n([^\n]+)\n?([\s\S]*?)```\s*```json\n
   return { method: method as string, path: path as string, body: (match[2] as string).trim(), status: Number(match[3]), reply: JSON.parse(match[4] as string) as unknown };
 });
 
-// The policy of DESIGN.md, with users 17 and 42 in "new".
-const designPolicy = {
-  version: "2026-11-22.1",
-  channels: ["email", "push", "sms"],
-  segments: [
-    {
-      name: "new",
-      bitmap: "segments/new.roaring",
-      caps: {
-        push: [{ window: "1d", max: 2 }, { window: "7d", max: 5 }],
-        email: [{ window: "1d", max: 1 }, { window: "7d", max: 3 }],
-        "*": [{ window: "7d", max: 6 }],
-      },
-    },
-  ],
-  default: { name: "unsegmented", caps: { "*": [{ window: "7d", max: 2 }] } },
-};
-
 let stack: LocalStack;
 beforeAll(async () => {
   stack = await testStack();
-  await uploadRules(stack, designPolicy as never, { new: [17, 42] });
+  // the policy of DESIGN.md, with users 17 and 42 in "new"
+  await uploadRules(stack, designPolicy(), { new: [17, 42] });
 });
 afterAll(async () => {
   await stack.stop();

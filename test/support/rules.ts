@@ -26,3 +26,23 @@ export const HOUR = 3_600_000;
 export const DAY = 24 * HOUR;
 /** A fixed Monday 00:00 UTC, far from any real clock. */
 export const T0 = Date.UTC(2026, 10, 2);
+
+/** The policy of DESIGN.md ("new" with push, email and "*" caps; a default of 2 a week). */
+export function designPolicy() {
+  return {
+    version: "2026-11-22.1",
+    channels: ["email", "push", "sms"],
+    segments: [
+      {
+        name: "new",
+        bitmap: "segments/new.roaring",
+        caps: {
+          push: [{ window: "1d", max: 2 }, { window: "7d", max: 5 }],
+          email: [{ window: "1d", max: 1 }, { window: "7d", max: 3 }],
+          "*": [{ window: "7d", max: 6 }],
+        } as Record<string, { window: string; max: number }[]>,
+      },
+    ],
+    default: { name: "unsegmented", caps: { "*": [{ window: "7d", max: 2 }] } as Record<string, { window: string; max: number }[]> },
+  };
+}

@@ -1,24 +1,14 @@
 import { describe, expect, it } from "vitest";
 import { InvalidPolicyError } from "../../functions/core/errors.ts";
 import { parsePolicy, parsePolicyText } from "../../functions/core/policy.ts";
+import { designPolicy } from "../support/rules.ts";
 
-const valid = () => ({
-  version: "2026-11-22.1",
-  channels: ["email", "push", "sms"],
-  segments: [
-    {
-      name: "new",
-      bitmap: "segments/new.roaring",
-      caps: {
-        push: [{ window: "1d", max: 2 }, { window: "7d", max: 5 }],
-        email: [{ window: "1d", max: 1 }, { window: "7d", max: 3 }],
-        "*": [{ window: "7d", max: 6 }],
-      },
-    },
-    { name: "active", bitmap: "segments/active.roaring", caps: { push: [{ window: "12h", max: 1 }] } },
-  ],
-  default: { name: "unsegmented", caps: { "*": [{ window: "7d", max: 2 }] } },
-});
+/** DESIGN.md's policy plus a second segment. */
+const valid = () => {
+  const policy = designPolicy();
+  policy.segments.push({ name: "active", bitmap: "segments/active.roaring", caps: { push: [{ window: "12h", max: 1 }] } });
+  return policy;
+};
 
 function issuesOf(document: unknown): readonly string[] {
   try {
