@@ -1,4 +1,5 @@
-// Lambda entry of the campaign consumer: reads the environment once and wires the real clients.
+// Lambda entry of the campaign consumer: reads the environment (and the Redis secret) once, at cold start.
+import { withRedisSecret } from "./adapters/redis-secret.ts";
 import { wireCampaignConsumer } from "./adapters/wiring.ts";
 
-export const handler = wireCampaignConsumer(process.env).handler;
+export const handler = wireCampaignConsumer(await withRedisSecret(process.env)).handler;

@@ -35,7 +35,9 @@ const commonEnvironment = {
     ),
   REDIS_TLS: flag("false"),
   REDIS_USERNAME: z.string().optional(),
+  /** Set in memory from REDIS_AUTH_SECRET_ARN by the Lambda entries; locally, a plain variable. */
   REDIS_PASSWORD: z.string().optional(),
+  REDIS_AUTH_SECRET_ARN: z.string().regex(/^arn:aws[a-z-]*:secretsmanager:/, "expected a Secrets Manager ARN").optional(),
   CONFIG_BUCKET: z.string("required: the bucket holding the policy and segment bitmaps").min(1, "must not be empty"),
   POLICY_KEY: z.string().min(1).default(DEFAULT_POLICY_KEY),
   REFRESH_SECONDS: integer(0, 86_400, 60),

@@ -1,9 +1,19 @@
 // The Lua scripts in lua/, read once per process. ioredis sends each by SHA and falls back to EVAL on
 // NOSCRIPT (after SCRIPT FLUSH, a restart or a failover), per connection.
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
+
+/**
+ * In the repository the scripts are at ../../lua/ from this file; in a Lambda bundle (one file), the
+ * bundling step copies them to ./lua/ beside it.
+ */
+const LUA_DIRS = [new URL("./lua/", import.meta.url), new URL("../../lua/", import.meta.url)];
 
 function load(name: string): string {
-  return readFileSync(new URL(`../../lua/${name}.lua`, import.meta.url), "utf8");
+  for (const dir of LUA_DIRS) {
+    const file = new URL(`${name}.lua`, dir);
+    if (existsSync(file)) return readFileSync(file, "utf8");
+  }
+  throw new Error(`lua/${name}.lua not found beside the code (${LUA_DIRS.map(String).join(", ")})`);
 }
 
 import { BLOCKS_PER_GROUP } from "../core/keys.ts";

@@ -1,0 +1,146 @@
+// The two Lambdas: the campaign consumer (SQS event source) and the check API (Function URL, AWS_IAM).
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { Duration, type RemovalPolicy } from "aws-cdk-lib";
+import * as ec2 from "aws-cdk-lib/aws-ec2";
+import * as iam from "aws-cdk-lib/aws-iam";
+import * as lambda from "aws-cdk-lib/aws-lambda";
+import { SqsEventSource } from "aws-cdk-lib/aws-lambda-event-sources";
+import * as nodejs from "aws-cdk-lib/aws-lambda-nodejs";
+import * as logs from "aws-cdk-lib/aws-logs";
+import { Construct } from "constructs";
+import type { Cache } from "./cache.ts";
+import type { TollgateConfig } from "./config.ts";
+import type { Network } from "./network.ts";
+import type { Storage } from "./storage.ts";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+
+/**
+ * esbuild bundles each handler into one ESM file. `roaring` is a native addon: it stays external, and
+ * the copy `npm ci` built in node_modules (its JS and build/Release/roaring.node) goes into the asset.
+ * That binary is built for the deploying machine, which is why the functions are x86_64: deploy from
+ * x86_64 Linux (glibc no newer than Lambda's; see the README). The Lua scripts are copied beside the
+ * bundle, where lua-scripts.ts finds them.
+ */
+export const bundling: nodejs.BundlingOptions = {
+  format: nodejs.OutputFormat.ESM,
+  target: "node22",
+  mainFields: ["module", "main"],
+  banner: "import { createRequire } from 'module'; const require = createRequire(import.meta.url);",
+  // the AWS SDK is bundled, at the versions the tests ran with; only the native addon stays outside
+  externalModules: ["roaring"],
+  sourceMap: true,
+  commandHooks: {
+    beforeBundling: () => [],
+    beforeInstall: () => [],
+    afterBundling: (inputDir: string, outputDir: string) => [
+      `cp -r "${inputDir}/lua" "${outputDir}/lua"`,
+      `mkdir -p "${outputDir}/node_modules/roaring/build/Release"`,
+      `cp "${inputDir}"/node_modules/roaring/*.js "${inputDir}/node_modules/roaring/package.json" "${outputDir}/node_modules/roaring/"`,
+      `cp "${inputDir}/node_modules/roaring/build/Release/roaring.node" "${outputDir}/node_modules/roaring/build/Release/"`,
+    ],
+  },
+};
+
+/** Read the policy and the bitmaps, nothing else in the bucket: GetObject (HEAD included) on two prefixes. */
+function readRules(storage: Storage): iam.PolicyStatement {
+  return new iam.PolicyStatement({
+    actions: ["s3:GetObject"],
+    resources: [storage.bucket.arnForObjects("config/*"), storage.bucket.arnForObjects("segments/*")],
+  });
+}
+
+export interface FunctionsProps {
+  config: TollgateConfig;
+  network: Network;
+  cache: Cache;
+  storage: Storage;
+  removalPolicy: RemovalPolicy;
+}
+
+export class Functions extends Construct {
+  readonly consumer: nodejs.NodejsFunction;
+  readonly checkApi: nodejs.NodejsFunction;
+  readonly checkApiUrl: lambda.FunctionUrl;
+
+  constructor(scope: Construct, id: string, props: FunctionsProps) {
+    super(scope, id);
+    const { config, network, cache, storage } = props;
+    const common = {
+      runtime: lambda.Runtime.NODEJS_22_X,
+      architecture: lambda.Architecture.X86_64,
+      vpc: network.vpc,
+      vpcSubnets: { subnetType: ec2.SubnetType.PRIVATE_ISOLATED },
+      securityGroups: [network.lambdaSecurityGroup],
+      tracing: lambda.Tracing.ACTIVE,
+      projectRoot: root,
+      depsLockFilePath: join(root, "package-lock.json"),
+      bundling,
+    };
+    const environment = {
+      REDIS_NODES: cache.configurationEndpoint,
+      REDIS_TLS: "true",
+      REDIS_AUTH_SECRET_ARN: cache.authToken.secretArn,
+      CONFIG_BUCKET: storage.bucket.bucketName,
+      NODE_OPTIONS: "--enable-source-maps",
+    };
+    const logGroup = (name: string) =>
+      new logs.LogGroup(this, `${name}Logs`, { retention: config.logRetentionDays as logs.RetentionDays, removalPolicy: props.removalPolicy });
+
+    this.consumer = new nodejs.NodejsFunction(this, "CampaignConsumer", {
+      ...common,
+      entry: join(root, "functions/campaign-consumer.ts"),
+      description: "Tollgate: decides campaign batches and forwards the approved sends",
+      memorySize: config.consumerMemoryMb,
+      timeout: Duration.seconds(config.consumerTimeoutSeconds),
+      logGroup: logGroup("CampaignConsumer"),
+      environment: {
+        ...environment,
+        DELIVERY_QUEUE_URL: storage.deliveryQueue.queueUrl,
+        DEAD_LETTER_QUEUE_URL: storage.campaignDeadLetters.queueUrl,
+        DELIVERY_BATCH_SIZE: String(config.deliveryBatchSize),
+      },
+    });
+    this.consumer.addEventSource(
+      new SqsEventSource(storage.campaignQueue, {
+        batchSize: config.batchSize,
+        ...(config.batchingWindowSeconds > 0 ? { maxBatchingWindow: Duration.seconds(config.batchingWindowSeconds) } : {}),
+        reportBatchItemFailures: true,
+        maxConcurrency: config.maxConcurrency,
+      }),
+    );
+    this.consumer.addToRolePolicy(readRules(storage));
+    storage.deliveryQueue.grantSendMessages(this.consumer);
+    storage.campaignDeadLetters.grantSendMessages(this.consumer);
+    cache.authToken.grantRead(this.consumer);
+
+    this.checkApi = new nodejs.NodejsFunction(this, "CheckApi", {
+      ...common,
+      entry: join(root, "functions/check-api.ts"),
+      description: "Tollgate: frequency checks and rate limits behind a Function URL",
+      memorySize: config.checkApiMemoryMb,
+      timeout: Duration.seconds(10),
+      logGroup: logGroup("CheckApi"),
+      reservedConcurrentExecutions: config.checkApiReservedConcurrency,
+      environment,
+    });
+    this.checkApi.addToRolePolicy(readRules(storage));
+    cache.authToken.grantRead(this.checkApi);
+    const target =
+      config.checkApiProvisionedConcurrency > 0
+        ? new lambda.Alias(this, "CheckApiLive", {
+            aliasName: "live",
+            version: this.checkApi.currentVersion,
+            provisionedConcurrentExecutions: config.checkApiProvisionedConcurrency,
+          })
+        : this.checkApi;
+    // AWS_IAM: callers sign with SigV4 and need lambda:InvokeFunctionUrl and lambda:InvokeFunction (grantCheckApi)
+    this.checkApiUrl = target.addFunctionUrl({ authType: lambda.FunctionUrlAuthType.AWS_IAM });
+  }
+
+  /** Lets a role or user call the check API's Function URL (both actions Function URLs now require). */
+  grantCheckApi(grantee: iam.IGrantable): iam.Grant {
+    return this.checkApi.grantInvokeUrl(grantee);
+  }
+}

@@ -1,0 +1,44 @@
+// Every cdk-nag finding we accept, on the construct it concerns, each with its reason.
+import { Validations } from "aws-cdk-lib";
+import type { IConstruct } from "constructs";
+import type { TollgateStack } from "./tollgate-stack.ts";
+
+function accept(construct: IConstruct, findings: Record<string, string>): void {
+  for (const [id, reason] of Object.entries(findings)) Validations.of(construct).acknowledge({ id, reason });
+}
+
+export function acknowledgeFindings(stack: TollgateStack): void {
+  const { network, cache, storage, functions } = stack;
+  const bucketArn = `<${stack.getLogicalId(storage.bucket.node.defaultChild as never)}.Arn>`;
+  for (const fn of [functions.consumer, functions.checkApi]) {
+    accept(fn, {
+      "AwsSolutions::AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]":
+        "CDK's execution policy for the function's own log group; writing logs is all it grants",
+      "AwsSolutions::AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole]":
+        "Needed to create and delete the function's ENIs in the VPC; those EC2 actions cannot be scoped to resources",
+      "AwsSolutions::AwsSolutions-IAM5[Resource::*]": "X-Ray tracing (xray:PutTraceSegments, PutTelemetryRecords) has no resource-level permissions",
+      [`AwsSolutions::AwsSolutions-IAM5[Resource::${bucketArn}/config/*]`]: "s3:GetObject on the policy prefix only; object names are not known when deploying",
+      [`AwsSolutions::AwsSolutions-IAM5[Resource::${bucketArn}/segments/*]`]: "s3:GetObject on the segment bitmaps prefix only; bitmaps are added by operators after deploying",
+      "AwsSolutions::AwsSolutions-L1":
+        "nodejs22.x on purpose: development and CI run Node 20 and the code is tested against APIs both share; moving to nodejs24.x is a tested change, not a default",
+      "Serverless::Serverless-LambdaLatestVersion": "Same as AwsSolutions-L1: nodejs22.x is the newest runtime the code is tested for",
+      "Serverless::Serverless-LambdaDLQ":
+        "A Lambda DLQ only catches asynchronous invocations: the consumer is invoked by SQS (its queue's redrive policy is the DLQ) and the check API synchronously by its Function URL",
+    });
+  }
+  accept(functions.consumer, {
+    "Serverless::Serverless-LambdaEventSourceMappingDestination":
+      "SQS event sources do not support on-failure destinations; failed records return to the queue and its redrive policy moves them to the campaign DLQ",
+  });
+  accept(cache.authToken, {
+    "AwsSolutions::AwsSolutions-SMG4":
+      "An ElastiCache AUTH token rotates through ModifyReplicationGroup (ROTATE, then SET), which no managed rotation Lambda does; the runbook is in docs/OPERATIONS.md",
+  });
+  accept(network.vpc, {
+    "AwsSolutions::AwsSolutions-EC23":
+      "The interface endpoints' security groups admit HTTPS from the VPC's own CIDR only (an intrinsic the rule cannot evaluate), not 0.0.0.0/0",
+  });
+  for (const dlq of [storage.campaignDeadLetters, storage.deliveryDeadLetters]) {
+    accept(dlq, { "Serverless::Serverless-SQSRedrivePolicy": "A dead-letter queue is the end of the line: messages wait there for inspection and redrive" });
+  }
+}

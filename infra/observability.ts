@@ -1,0 +1,84 @@
+// A dashboard (decisions per segment and channel, check API latency and denials, DLQ depth, Redis CPU and
+// memory) and the alarms an operator needs (DLQ not empty, consumer errors, Redis memory/CPU, queue age).
+import { Duration } from "aws-cdk-lib";
+import * as cloudwatch from "aws-cdk-lib/aws-cloudwatch";
+import { Construct } from "constructs";
+import type { Cache } from "./cache.ts";
+import type { Functions } from "./functions.ts";
+import type { Storage } from "./storage.ts";
+
+export class Observability extends Construct {
+  readonly alarms: cloudwatch.Alarm[] = [];
+
+  constructor(scope: Construct, id: string, props: { name: string; cache: Cache; functions: Functions; storage: Storage }) {
+    super(scope, id);
+    const { cache, functions, storage } = props;
+    const period = Duration.minutes(5);
+    const decisions = (metric: string) =>
+      new cloudwatch.MathExpression({
+        expression: `SEARCH('{Tollgate,channel,segment,service} MetricName="${metric}"', 'Sum', 300)`,
+        label: metric,
+        period,
+      });
+    const redis = (metric: string) =>
+      new cloudwatch.Metric({
+        namespace: "AWS/ElastiCache",
+        metricName: metric,
+        dimensionsMap: { ReplicationGroupId: cache.replicationGroup.ref },
+        statistic: "Maximum",
+        period,
+      });
+    const dlqDepth = (queue: Storage["campaignDeadLetters"]) => queue.metricApproximateNumberOfMessagesVisible({ period: Duration.minutes(1), statistic: "Maximum" });
+
+    new cloudwatch.Dashboard(this, "Dashboard", {
+      dashboardName: `${props.name}-overview`,
+      widgets: [
+        [
+          new cloudwatch.GraphWidget({ title: "Allowed sends by segment and channel", left: [decisions("allowed")], width: 12 }),
+          new cloudwatch.GraphWidget({ title: "Capped sends by segment and channel", left: [decisions("capped")], width: 12 }),
+        ],
+        [
+          new cloudwatch.GraphWidget({
+            title: "Check API latency",
+            left: ["p50", "p99"].map((statistic) => functions.checkApi.metricDuration({ statistic, period })),
+            width: 12,
+          }),
+          new cloudwatch.GraphWidget({
+            title: "Check API denials by algorithm",
+            left: [new cloudwatch.MathExpression({ expression: `SEARCH('{Tollgate,algorithm,service} MetricName="denied"', 'Sum', 300)`, label: "denied", period })],
+            width: 12,
+          }),
+        ],
+        [
+          new cloudwatch.GraphWidget({ title: "Dead-letter queues", left: [dlqDepth(storage.campaignDeadLetters), dlqDepth(storage.deliveryDeadLetters)], width: 8 }),
+          new cloudwatch.GraphWidget({ title: "Redis engine CPU %", left: [redis("EngineCPUUtilization")], width: 8 }),
+          new cloudwatch.GraphWidget({ title: "Redis memory %", left: [redis("DatabaseMemoryUsagePercentage")], width: 8 }),
+        ],
+      ],
+    });
+
+    const alarm = (id: string, metric: cloudwatch.IMetric, threshold: number, description: string) => {
+      const created = new cloudwatch.Alarm(this, id, {
+        metric,
+        threshold,
+        evaluationPeriods: 1,
+        comparisonOperator: cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
+        alarmDescription: description,
+      });
+      this.alarms.push(created);
+      return created;
+    };
+    alarm("CampaignDlqNotEmpty", dlqDepth(storage.campaignDeadLetters), 1, "Campaign batches in the DLQ: read their reason attribute, fix, redrive (docs/OPERATIONS.md)");
+    alarm("DeliveryDlqNotEmpty", dlqDepth(storage.deliveryDeadLetters), 1, "Delivery messages in the DLQ: the delivery consumer is failing");
+    alarm("ConsumerErrors", functions.consumer.metricErrors({ period }), 1, "The campaign consumer threw: Redis down or a bug; batches are retried");
+    alarm("RedisMemoryHigh", redis("DatabaseMemoryUsagePercentage"), 80, "Redis memory over 80%: with noeviction, writes fail when full; scale out");
+    alarm("RedisCpuHigh", redis("EngineCPUUtilization"), 80, "Redis engine CPU over 80% on a node");
+    alarm(
+      "CampaignQueueOld",
+      storage.campaignQueue.metricApproximateAgeOfOldestMessage({ period, statistic: "Maximum" }),
+      900,
+      "Campaign batches waiting over 15 minutes: consumers too few (maxConcurrency) or failing",
+    );
+  }
+}

@@ -1,0 +1,51 @@
+// The config bucket (policy and segment bitmaps) and the SQS queues with their dead-letter queues.
+import { Duration, type RemovalPolicy } from "aws-cdk-lib";
+import * as s3 from "aws-cdk-lib/aws-s3";
+import * as sqs from "aws-cdk-lib/aws-sqs";
+import { Construct } from "constructs";
+
+export class Storage extends Construct {
+  readonly bucket: s3.Bucket;
+  readonly campaignQueue: sqs.Queue;
+  readonly campaignDeadLetters: sqs.Queue;
+  readonly deliveryQueue: sqs.Queue;
+  readonly deliveryDeadLetters: sqs.Queue;
+
+  constructor(scope: Construct, id: string, props: { consumerTimeout: Duration; removalPolicy: RemovalPolicy }) {
+    super(scope, id);
+    const accessLogs = new s3.Bucket(this, "AccessLogs", {
+      blockPublicAccess: s3.BlockPublicAccess.BLOCK_ALL,
+      encryption: s3.BucketEncryption.S3_MANAGED,
+      enforceSSL: true,
+      objectOwnership: s3.ObjectOwnership.BUCKET_OWNER_PREFERRED,
+      lifecycleRules: [{ expiration: Duration.days(90) }],
+      removalPolicy: props.removalPolicy,
+    });
+    this.bucket = new s3.Bucket(this, "Config", {
+      blockPublicAccess: s3.BlockPublicAccess.BLOCK_ALL,
+      encryption: s3.BucketEncryption.S3_MANAGED,
+      enforceSSL: true,
+      // a bad policy or bitmap upload can be rolled back to the previous version
+      versioned: true,
+      serverAccessLogsBucket: accessLogs,
+      serverAccessLogsPrefix: "config/",
+      lifecycleRules: [{ noncurrentVersionExpiration: Duration.days(30), noncurrentVersionsToRetain: 10 }],
+      removalPolicy: props.removalPolicy,
+    });
+    const queue = (name: string, props2: sqs.QueueProps) =>
+      new sqs.Queue(this, name, { encryption: sqs.QueueEncryption.SQS_MANAGED, enforceSSL: true, removalPolicy: props.removalPolicy, ...props2 });
+    // the DLQs keep messages longer than their source queues, so nothing expires before it is redriven
+    this.campaignDeadLetters = queue("CampaignDeadLetters", { retentionPeriod: Duration.days(14) });
+    this.campaignQueue = queue("Campaign", {
+      // at least 6 times the consumer's timeout (AWS guidance for Lambda event sources)
+      visibilityTimeout: Duration.seconds(props.consumerTimeout.toSeconds() * 6),
+      retentionPeriod: Duration.days(4),
+      deadLetterQueue: { queue: this.campaignDeadLetters, maxReceiveCount: 5 },
+    });
+    this.deliveryDeadLetters = queue("DeliveryDeadLetters", { retentionPeriod: Duration.days(14) });
+    this.deliveryQueue = queue("Delivery", {
+      retentionPeriod: Duration.days(4),
+      deadLetterQueue: { queue: this.deliveryDeadLetters, maxReceiveCount: 5 },
+    });
+  }
+}

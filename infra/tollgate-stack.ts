@@ -1,0 +1,37 @@
+// The whole system in one stack: network, cache, storage, functions, observability, and the outputs a
+// user needs to push campaigns and call the check API.
+import { CfnOutput, RemovalPolicy, Stack, type StackProps } from "aws-cdk-lib";
+import { Duration } from "aws-cdk-lib";
+import type { Construct } from "constructs";
+import { Cache } from "./cache.ts";
+import { readConfig, type TollgateConfig } from "./config.ts";
+import { Functions } from "./functions.ts";
+import { Network } from "./network.ts";
+import { Observability } from "./observability.ts";
+import { Storage } from "./storage.ts";
+
+export class TollgateStack extends Stack {
+  readonly config: TollgateConfig;
+  readonly network: Network;
+  readonly cache: Cache;
+  readonly storage: Storage;
+  readonly functions: Functions;
+
+  constructor(scope: Construct, id: string, props?: StackProps) {
+    super(scope, id, props);
+    const config = (this.config = readConfig(this.node));
+    const removalPolicy = config.removalPolicy === "destroy" ? RemovalPolicy.DESTROY : RemovalPolicy.RETAIN;
+    const network = (this.network = new Network(this, "Network", { redisPort: config.redisPort, logRetentionDays: config.logRetentionDays, removalPolicy }));
+    const cache = (this.cache = new Cache(this, "Cache", { config, vpc: network.vpc, securityGroup: network.redisSecurityGroup, removalPolicy }));
+    const storage = (this.storage = new Storage(this, "Storage", { consumerTimeout: Duration.seconds(config.consumerTimeoutSeconds), removalPolicy }));
+    this.functions = new Functions(this, "Functions", { config, network, cache, storage, removalPolicy });
+    new Observability(this, "Observability", { name: config.name, cache, functions: this.functions, storage });
+
+    new CfnOutput(this, "FunctionUrl", { value: this.functions.checkApiUrl.url, description: "Check API (AWS_IAM auth)" });
+    new CfnOutput(this, "CampaignQueueUrl", { value: storage.campaignQueue.queueUrl });
+    new CfnOutput(this, "DeliveryQueueUrl", { value: storage.deliveryQueue.queueUrl });
+    new CfnOutput(this, "DeadLetterQueueUrl", { value: storage.campaignDeadLetters.queueUrl });
+    new CfnOutput(this, "ConfigBucket", { value: storage.bucket.bucketName });
+    new CfnOutput(this, "RedisConfigurationEndpoint", { value: cache.configurationEndpoint });
+  }
+}
