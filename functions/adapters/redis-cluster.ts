@@ -55,6 +55,12 @@ export interface RedisCapStoreOptions {
   deadlineMs?: number;
   /** Told of every transient error that is retried (for logs and metrics). */
   onRetry?: (error: Error) => void;
+  /**
+   * "transient" (default): every transient error, safe for campaign sends, which are idempotent.
+   * "redirects": only replies proving the call did not run, for checks without a campaign ID, which
+   * would count twice if a lost attempt had run.
+   */
+  retryOn?: "transient" | "redirects";
 }
 
 /**
@@ -85,12 +91,14 @@ async function withRetries<T>(
 }
 
 /**
- * Runs cap-sends, retrying every transient error until the deadline. That is safe because the script is
- * idempotent: a send already counted by a lost attempt comes back as a duplicate, never counted twice.
+ * Runs cap-sends, by default retrying every transient error until the deadline. That is safe for campaign
+ * sends because the script is idempotent: a send already counted by a lost attempt comes back as a
+ * duplicate, never counted twice.
  */
 export class RedisCapStore implements CapStore {
   private readonly deadlineMs: number;
   private readonly onRetry: (error: Error) => void;
+  private readonly retryable: (error: unknown) => boolean;
 
   constructor(
     private readonly cluster: TollgateCluster,
@@ -98,12 +106,13 @@ export class RedisCapStore implements CapStore {
   ) {
     this.deadlineMs = options.deadlineMs ?? 6_000;
     this.onRetry = options.onRetry ?? (() => {});
+    this.retryable = options.retryOn === "redirects" ? isRedirect : isTransient;
   }
 
   capSends(keys: readonly string[], args: readonly (string | Buffer)[]): Promise<Buffer> {
     return withRetries(this.cluster, () => this.cluster.capSendsBuffer(...keys, ...args), {
       deadlineMs: this.deadlineMs,
-      retryable: isTransient,
+      retryable: this.retryable,
       onRetry: this.onRetry,
       what: `cap-sends on ${keys[0]}`,
     });
@@ -137,7 +146,7 @@ export class RedisLimitStore implements LimitStore {
     if (!command) throw new Error(`no limits script for ${keys.length} keys`);
     return withRetries(this.cluster, () => command.call(this.cluster, ...keys, ...args), {
       deadlineMs: this.options.deadlineMs,
-      retryable: (error) => error instanceof Error && error.name === "ReplyError" && /^(MOVED|ASK|TRYAGAIN|CLUSTERDOWN) /.test(error.message),
+      retryable: isRedirect,
       onRetry: this.options.onRetry ?? (() => {}),
       what: `limits on ${keys[0]}`,
     });
@@ -153,6 +162,11 @@ function isTransient(error: unknown): boolean {
   if (!(error instanceof Error)) return false;
   if (error.name === "ReplyError") return !error.message.startsWith("ERR ");
   return true;
+}
+
+/** Cluster replies that prove the command did not run: it is safe to send again, idempotent or not. */
+function isRedirect(error: unknown): boolean {
+  return error instanceof Error && error.name === "ReplyError" && /^(MOVED|ASK|TRYAGAIN|CLUSTERDOWN) /.test(error.message);
 }
 
 const backoff = (attempt: number) => Math.min(50 * 2 ** (attempt - 1), 500);

@@ -72,7 +72,8 @@ export function wireCheckApi(env: NodeJS.ProcessEnv) {
   const { cluster, rules } = commonParts(config, logger, metrics);
   const limiter = new Limiter({ store: new RedisLimitStore(cluster, { deadlineMs: config.CHECK_TIMEOUT_MS }), namespace: config.KEY_NAMESPACE });
   const capper = new Capper({
-    store: new RedisCapStore(cluster, { deadlineMs: config.CHECK_TIMEOUT_MS }),
+    // a frequency check without a campaign ID is not idempotent: retry only what surely did not run
+    store: new RedisCapStore(cluster, { deadlineMs: config.CHECK_TIMEOUT_MS, retryOn: "redirects" }),
     rules: () => rules.current(),
     namespace: config.KEY_NAMESPACE,
   });

@@ -4,8 +4,6 @@ import { MAX_USER_ID } from "./segment-builder.ts";
 
 /** One script call's reply and the sort trick in the capper both bound a batch. */
 export const MAX_BATCH_USERS = 1_000_000;
-/** `at` may run ahead of the clock by this much (clock skew between producers); more is rejected. */
-export const MAX_FUTURE_MS = 5 * 60_000;
 
 const userId = z
   .int(`expected a user ID: an integer from 0 to ${MAX_USER_ID}`)

@@ -1,8 +1,8 @@
 // The campaign capper: decides a whole batch of sends against the policy's caps, in as few script calls
 // as the key layout allows (one per slot group of USERS_PER_GROUP consecutive user IDs), all in flight at once.
 import type { Clock } from "./clock.ts";
-import { systemClock } from "./clock.ts";
-import { type CampaignBatchInput, campaignBatchSchema, MAX_FUTURE_MS } from "./campaign-batch.ts";
+import { decisionTime, systemClock } from "./clock.ts";
+import { type CampaignBatchInput, campaignBatchSchema } from "./campaign-batch.ts";
 import { ValidationError } from "./errors.ts";
 import {
   BLOCKS_PER_GROUP,
@@ -142,11 +142,7 @@ export class Capper {
     if (!policy.channels.includes(batch.channel)) {
       throw new ValidationError("channel", `unknown channel "${batch.channel}" (policy has ${policy.channels.join(", ")})`);
     }
-    const now = this.clock.now();
-    const at = batch.at ?? now;
-    if (at > now + MAX_FUTURE_MS) {
-      throw new ValidationError("at", `${at} is more than ${MAX_FUTURE_MS / 60_000} minutes ahead of the clock (${now})`);
-    }
+    const at = decisionTime(batch.at, this.clock);
 
     const { sortedIds, positions } = sortByUser(batch.userIds);
     const segmentOf = segments.resolveSorted(sortedIds);

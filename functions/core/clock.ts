@@ -1,4 +1,17 @@
 // Time is a port: production reads the system clock, tests pass a fixed one.
+import { ValidationError } from "./errors.ts";
+
+/** `at` may run ahead of the clock by this much (clock skew between producers); more is rejected. */
+export const MAX_FUTURE_MS = 5 * 60_000;
+
+/** The time a request is decided at: its `at`, or now; an `at` too far ahead is a ValidationError. */
+export function decisionTime(at: number | undefined, clock: Clock): number {
+  const now = clock.now();
+  if (at !== undefined && at > now + MAX_FUTURE_MS) {
+    throw new ValidationError("at", `${at} is more than ${MAX_FUTURE_MS / 60_000} minutes ahead of the clock (${now})`);
+  }
+  return at ?? now;
+}
 
 export interface Clock {
   /** Milliseconds since the epoch. */

@@ -1,12 +1,10 @@
 // General rate limits: five algorithms in Lua (lua/<algorithm>.lua, run by lua/limits.lua), one limit or
 // several checked and charged all-or-nothing in one atomic call.
 import { z } from "zod";
-import type { Clock } from "./clock.ts";
-import { systemClock } from "./clock.ts";
+import { type Clock, decisionTime, systemClock } from "./clock.ts";
 import { ValidationError } from "./errors.ts";
 import { checkNamespace, DEFAULT_NAMESPACE, limitKey } from "./keys.ts";
 import { parseOrThrow } from "./validation.ts";
-import { MAX_FUTURE_MS } from "./campaign-batch.ts";
 
 export const ALGORITHMS = ["token-bucket", "sliding-window", "sliding-log", "fixed-window", "gcra"] as const;
 export type Algorithm = (typeof ALGORITHMS)[number];
@@ -128,12 +126,9 @@ export class Limiter {
         throw new ValidationError(path, `cost ${charge} is more than this limit can ever allow (${capacity(spec)})`);
       }
     });
-    const now = this.clock.now();
-    if (at !== undefined && at > now + MAX_FUTURE_MS) {
-      throw new ValidationError("at", `${at} is more than ${MAX_FUTURE_MS / 60_000} minutes ahead of the clock (${now})`);
-    }
+    const now = decisionTime(at, this.clock);
     const keys = specs.map((spec) => limitKey(this.namespace, tag, spec.algorithm, spec.key));
-    const args = [String(at ?? now), ...specs.flatMap((spec) => scriptArgs(spec, charge))];
+    const args = [String(now), ...specs.flatMap((spec) => scriptArgs(spec, charge))];
     const reply = await this.store.runLimits(keys, args);
     return specs.map((_, i) => {
       const [allowed, limit, remaining, resetAt, retryAfterMs] = reply.slice(1 + 5 * i, 6 + 5 * i) as number[];

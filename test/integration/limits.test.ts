@@ -147,6 +147,8 @@ describe("limits", () => {
       [{ key: "k", algorithm: "fixed-window", max: 1, windowMs: 1000, cost: -1 }, "cost"],
       [{ key: "", algorithm: "fixed-window", max: 1, windowMs: 1000 }, "key"],
       [{ key: "k", algorithm: "token-bucket", max: 0, refillAmount: 1, refillEveryMs: 1 }, "max"],
+      // the limiter's clock is T0 + 1 day: more than 5 minutes ahead of it is refused
+      [{ key: "k", algorithm: "fixed-window", max: 1, windowMs: 1000, at: T0 + 86_400_000 + 300_001 }, "at"],
     ];
     for (const [request, path] of cases) {
       const error = await limiter.check(request).catch((e: unknown) => e);
