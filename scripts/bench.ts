@@ -25,7 +25,7 @@ import { createAwsClients } from "../functions/adapters/aws-clients.ts";
 import { buildSegments } from "../functions/core/segment-builder.ts";
 import { createServer } from "node:http";
 import { startLocalStack } from "./local-stack.ts";
-import { functionUrlEvent } from "./local/function-url-server.ts";
+import { dispatcher, functionUrlEvent } from "./local/function-url-server.ts";
 import { lambdaContext } from "./local/sqs-poller.ts";
 import { pushCampaign, uploadObject } from "./operations.ts";
 import { startCluster, stopCluster } from "./redis-cluster.ts";
@@ -421,14 +421,23 @@ async function load(url: string, body: string): Promise<{ rps: number; p99: numb
  * behind an HTTP server as small.
  */
 async function runCheckApi(): Promise<string[]> {
-  const stack = await startLocalStack({ redisBasePort: BASE_PORT, writeEndpoints: false, queuePrefix: "bench-check", environment: { KEY_NAMESPACE: `bench-check-${Date.now()}` } });
+  // 32 execution environments for autocannon's 32 connections, as Lambda would scale to them
+  const stack = await startLocalStack({
+    redisBasePort: BASE_PORT,
+    writeEndpoints: false,
+    queuePrefix: "bench-check",
+    environment: { KEY_NAMESPACE: `bench-check-${Date.now()}` },
+    checkApiConcurrency: 32,
+  });
   const servers: { stop(): Promise<void> }[] = [];
   try {
     const { s3 } = createAwsClients({ region: stack.endpoints.region, endpoint: stack.endpoints.awsEndpoint });
     await uploadObject(s3, stack.endpoints.bucket, "config/policy.json", JSON.stringify({
       version: "bench", channels: ["push"], segments: [], default: { name: "everyone", caps: { push: [{ window: "1d", max: 1000000 }] } },
     }));
-    const handler = stack.checkApi.handler;
+    // one execution environment, one request at a time, for the latencies
+    const [first] = stack.checkApiEnvironments;
+    const handler = (first as (typeof stack.checkApiEnvironments)[number]).handler;
     const limits: Record<string, object> = {
       "token-bucket": { algorithm: "token-bucket", max: 1_000_000, refillAmount: 1, refillEveryMs: 1000 },
       "sliding-window": { algorithm: "sliding-window", max: 1_000_000, windowMs: 60_000 },
@@ -438,7 +447,7 @@ async function runCheckApi(): Promise<string[]> {
     };
     const context = lambdaContext(30_000);
     const rows: string[] = [];
-    const floor = await latencies(2000, () => stack.checkApi.cluster.ping());
+    const floor = await latencies(2000, () => (first as (typeof stack.checkApiEnvironments)[number]).cluster.ping());
     rows.push(`| Redis round trip (PING, same client): the floor | ${ms(floor.p50)} | ${ms(floor.p99)} |`);
     for (const [name, spec] of Object.entries(limits)) {
       // 1,000 keys in turn: every request is allowed and reaches Redis (no negative-cache answers)
@@ -469,10 +478,15 @@ async function runCheckApi(): Promise<string[]> {
     const theirs = await load(`http://127.0.0.1:${rlfPort}/`, body);
     // where the HTTP figure goes: the same request with 32 in flight, without HTTP, layer by layer
     const parsed = JSON.parse(body) as Record<string, unknown>;
-    const limiter = new Limiter({ store: new RedisLimitStore(stack.checkApi.cluster, { deadlineMs: 1000 }), namespace: `bench-layers-${Date.now()}` });
+    const limiter = new Limiter({ store: new RedisLimitStore((first as (typeof stack.checkApiEnvironments)[number]).cluster, { deadlineMs: 1000 }), namespace: `bench-layers-${Date.now()}` });
+    // as the local Function URL server runs it: each execution environment one invocation at a time
+    const environments = dispatcher(stack.checkApiEnvironments.map((environment) => environment.handler));
     const layers = [
       ["`Limiter.check` (validation, Lua, result)", await throughput(() => limiter.check(parsed))],
-      ["the handler (middy, Powertools logger and metrics, routing, JSON)", await throughput(() => handler(functionUrlEvent("POST", "/v1/limit", body), context))],
+      [
+        `the handler (middy, Powertools logger and metrics, routing, JSON), ${stack.checkApiEnvironments.length} execution environments`,
+        await throughput(() => environments(functionUrlEvent("POST", "/v1/limit", body), context)),
+      ],
       ["`RateLimiterRedis.consume`", await throughput(() => rlf.consume("layers"))],
     ] as const;
     console.log(`check api http: ${Math.round(ours.rps)} req/s vs rate-limiter-flexible ${Math.round(theirs.rps)} req/s`);
@@ -483,7 +497,7 @@ async function runCheckApi(): Promise<string[]> {
       "|---|---|---|",
       ...rows,
       "",
-      "Over HTTP on loopback, autocannon in its own process (32 connections, 5 s), one key, a limit never reached:",
+      "Over HTTP on loopback, autocannon in its own process (32 connections, 5 s), one key, a limit never reached; the check API runs 32 execution environments, one invocation each at a time, as Lambda would:",
       "",
       "| Server | Requests/s | p99 | Errors |",
       "|---|---|---|---|",

@@ -47,6 +47,8 @@ export interface LocalStackOptions {
   functionUrlPort?: number;
   /** Extra check API environment (CHECK_TIMEOUT_MS, NEGATIVE_CACHE, ...). */
   checkApiEnvironment?: Record<string, string>;
+  /** Execution environments of the check API: invocations at once, one each (default 4). */
+  checkApiConcurrency?: number;
 }
 
 export interface LocalStack {
@@ -54,7 +56,8 @@ export interface LocalStack {
   sqs: SQSClient;
   poller: SqsPoller;
   consumer: ReturnType<typeof wireCampaignConsumer>;
-  checkApi: ReturnType<typeof wireCheckApi>;
+  /** The check API's execution environments; each runs one invocation at a time. */
+  checkApiEnvironments: ReturnType<typeof wireCheckApi>[];
   stop(): Promise<void>;
 }
 
@@ -97,9 +100,15 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
       AWS_REGION: region,
       AWS_ENDPOINT_URL: awsEndpoint,
     };
-    const checkApi = wireCheckApi({ ...shared, ...options.environment, ...options.checkApiEnvironment });
-    stops.unshift(() => checkApi.cluster.quit());
-    const functionUrl = await startFunctionUrlServer(checkApi.handler, options.functionUrlPort ?? 0);
+    const checkApiEnvironments = Array.from({ length: options.checkApiConcurrency ?? 4 }, () => {
+      const environment = wireCheckApi({ ...shared, ...options.environment, ...options.checkApiEnvironment });
+      stops.unshift(() => environment.cluster.quit());
+      return environment;
+    });
+    const functionUrl = await startFunctionUrlServer(
+      checkApiEnvironments.map((environment) => environment.handler),
+      options.functionUrlPort ?? 0,
+    );
     stops.unshift(() => functionUrl.stop());
     const endpoints: Endpoints = {
       functionUrl: functionUrl.url,
@@ -141,7 +150,7 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
       sqs,
       poller,
       consumer,
-      checkApi,
+      checkApiEnvironments,
       stop: async () => {
         if (stopped) return;
         stopped = true;

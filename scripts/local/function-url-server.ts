@@ -10,7 +10,32 @@ export type FunctionUrlHandler = (event: APIGatewayProxyEventV2, context: Contex
 /** Function URLs accept request bodies up to 6 MB; the handler enforces its own, smaller limit. */
 const MAX_REQUEST_BYTES = 6 * 1024 * 1024;
 
-export async function startFunctionUrlServer(handler: FunctionUrlHandler, port = 0): Promise<{ url: string; server: Server; stop(): Promise<void> }> {
+/**
+ * Runs each invocation on a free handler, one invocation per handler at a time, as Lambda runs one per
+ * execution environment: module state (clients, caches, the Powertools instances) is never shared by
+ * two invocations at once. When every handler is busy, invocations wait in order.
+ */
+export function dispatcher(handlers: readonly FunctionUrlHandler[]): FunctionUrlHandler {
+  const idle = [...handlers];
+  const waiting: ((handler: FunctionUrlHandler) => void)[] = [];
+  return async (event, context) => {
+    const handler = idle.pop() ?? (await new Promise<FunctionUrlHandler>((resolve) => waiting.push(resolve)));
+    try {
+      return await handler(event, context);
+    } finally {
+      const next = waiting.shift();
+      if (next) next(handler);
+      else idle.push(handler);
+    }
+  };
+}
+
+/** Serves `handlers` (the execution environments of one function) at a local Function URL. */
+export async function startFunctionUrlServer(
+  handlers: FunctionUrlHandler | readonly FunctionUrlHandler[],
+  port = 0,
+): Promise<{ url: string; server: Server; stop(): Promise<void> }> {
+  const handler = dispatcher(Array.isArray(handlers) ? handlers : [handlers as FunctionUrlHandler]);
   const server = createServer(async (request, response) => {
     try {
       const body = await readBody(request);
