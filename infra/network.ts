@@ -1,5 +1,5 @@
-// A VPC with isolated private subnets in 2+ AZs (no NAT), private routes to S3, SQS and Secrets Manager,
-// flow logs, and the security groups that let only the Lambdas reach Redis.
+// A VPC with isolated private subnets in 2+ AZs (no NAT), private routes to S3, SQS, Secrets Manager and
+// X-Ray, flow logs, and the security groups that let only the Lambdas reach Redis.
 import type { RemovalPolicy } from "aws-cdk-lib";
 import * as ec2 from "aws-cdk-lib/aws-ec2";
 import * as logs from "aws-cdk-lib/aws-logs";
@@ -20,7 +20,13 @@ export class Network extends Construct {
     const flowLogs = new logs.LogGroup(this, "FlowLogs", { retention: props.logRetentionDays as logs.RetentionDays, removalPolicy: props.removalPolicy });
     this.vpc.addFlowLog("FlowLog", { destination: ec2.FlowLogDestination.toCloudWatchLogs(flowLogs), trafficType: ec2.FlowLogTrafficType.ALL });
     this.vpc.addGatewayEndpoint("S3", { service: ec2.GatewayVpcEndpointAwsService.S3 });
-    for (const [id, service] of [["Sqs", ec2.InterfaceVpcEndpointAwsService.SQS], ["SecretsManager", ec2.InterfaceVpcEndpointAwsService.SECRETS_MANAGER]] as const) {
+    // without a NAT, every AWS API the functions call needs an endpoint: SQS, the Redis secret, and X-Ray
+    // (active tracing sends segments from inside the VPC)
+    for (const [id, service] of [
+      ["Sqs", ec2.InterfaceVpcEndpointAwsService.SQS],
+      ["SecretsManager", ec2.InterfaceVpcEndpointAwsService.SECRETS_MANAGER],
+      ["XRay", ec2.InterfaceVpcEndpointAwsService.XRAY],
+    ] as const) {
       this.vpc.addInterfaceEndpoint(id, { service, privateDnsEnabled: true, subnets: { subnetType: ec2.SubnetType.PRIVATE_ISOLATED } });
     }
     this.lambdaSecurityGroup = new ec2.SecurityGroup(this, "Lambdas", { vpc: this.vpc, description: "Tollgate Lambdas", allowAllOutbound: true });

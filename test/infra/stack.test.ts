@@ -66,6 +66,12 @@ describe("template", () => {
     template.hasResourceProperties("AWS::EC2::SecurityGroupIngress", { FromPort: 6380, ToPort: 6380, SourceSecurityGroupId: Match.anyValue() });
   });
 
+  it("reaches S3, SQS, Secrets Manager and X-Ray through VPC endpoints, with no NAT", () => {
+    expect(ofType("AWS::EC2::NatGateway")).toHaveLength(0);
+    const services = ofType("AWS::EC2::VPCEndpoint").map(([, e]) => JSON.stringify(e.Properties.ServiceName));
+    for (const service of ["s3", "sqs", "secretsmanager", "xray"]) expect(services.some((name) => name.includes(`.${service}`)), service).toBe(true);
+  });
+
   it("runs both Lambdas in the VPC's private subnets, on nodejs22.x, with tracing and log retention", () => {
     const isolated = new Set(ofType("AWS::EC2::Subnet").filter(([, r]) => JSON.stringify(r.Properties.Tags).includes("Isolated")).map(([id]) => id));
     expect(isolated.size).toBeGreaterThanOrEqual(2);
