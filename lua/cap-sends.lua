@@ -6,7 +6,8 @@ tag (the users' slot group), so one call decides every user of the group at once
 KEYS[k]    the group's block keys, always all 4 (a fixed key count lets the client route the call by its
            first key); a block whose user argument is empty is not read
 ARGV[1]    now: ms since the epoch; a cap counts the sends in (now - window, now]
-ARGV[2]    mode: "count" records allowed sends; "peek" decides the same way and writes nothing
+ARGV[2]    mode: "count" records allowed sends; "peek" decides the same way and writes nothing; with "+log"
+           ("count+log", "peek+log") the reply also carries each user's log after the decision
 ARGV[3]    horizon, ms: sends at or before now - horizon no longer count and are dropped when the block is
            compacted; a written key expires `horizon` after its newest send
 ARGV[4]    identity: "<channel>:<campaign ID>"; the channel name has no ":". An empty campaign ID means no
@@ -16,7 +17,10 @@ ARGV[5]    caps by profile: profiles separated by "|", caps by ",", a cap is "wi
 ARGV[5+k]  users of KEYS[k] (may be empty): 2 bytes each, offset in block (0..255) and profile number (255:
            count without checking caps, for exempt sends that count), no repeats
 Reply      one byte per user in argument order: 0 allowed (counted), 1 duplicate (counted before, nothing
-           changes), 2 exempt (counted without checks), 3+i capped by cap i (0-based) of its profile
+           changes), 2 exempt (counted without checks), 3+i capped by cap i (0-based) of its profile.
+           With "+log", then each user's log as it is after this call, in argument order: a line
+           "<time ms> <identity>\n" per send (expired ones included; users are told apart by the caller,
+           which asks for one user)
 
 Block value: cmsgpack of (format 3, newest, compactAt, classLimit, identities, times, eventIdentities,
 classes, users). The sends of one call share a time and an identity, and the users of a block mostly share
@@ -30,7 +34,8 @@ dropped and the rest renumbered.
 ]=]
 
 local now = tonumber(ARGV[1])
-local peek = ARGV[2] == 'peek'
+local peek = string.sub(ARGV[2], 1, 4) == 'peek'
+local withLog = string.sub(ARGV[2], -4) == '+log'
 local horizon = tonumber(ARGV[3])
 local identity = ARGV[4]
 local channel = string.match(identity, '^[^:]*')
@@ -120,6 +125,7 @@ local function compact(identities, times, eventIdentities, classes, users)
 end
 
 local reply, nreply = {}, 0
+local logs = {}
 local counts = {}
 
 for k = 1, #KEYS do
@@ -266,6 +272,20 @@ for k = 1, #KEYS do
       end
     end
 
+    -- the log as this call leaves it, read before a compaction renumbers the tables
+    if withLog then
+      for u = 1, #userBytes, 2 do
+        local o = userBytes[u] * 2 + 1
+        local c = users[o] * 256 + users[o + 1]
+        local history = c > 0 and classes[c] or ''
+        for q = 1, #history, 2 do
+          local hi, lo = byte(history, q, q + 1)
+          local e = hi * 256 + lo
+          logs[#logs + 1] = string.format('%.0f %s\n', times[e], identities[eventIdentities[e]])
+        end
+      end
+    end
+
     if written then
       if now > newest then newest = now end
       if #times >= compactAt or #classes >= classLimit then
@@ -285,4 +305,4 @@ local out = {}
 for first = 1, nreply, 4000 do
   out[#out + 1] = char(unpack(reply, first, math.min(first + 3999, nreply)))
 end
-return concat(out)
+return concat(out) .. concat(logs)

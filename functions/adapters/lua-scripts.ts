@@ -28,7 +28,6 @@ const limitsLua = ["local ALGORITHMS = {}", ...ALGORITHMS.map(load), load("limit
  */
 export const luaScripts: Record<string, { lua: string; numberOfKeys: number }> = {
   capSends: { lua: load("cap-sends"), numberOfKeys: BLOCKS_PER_GROUP },
-  capHistory: { lua: load("cap-history"), numberOfKeys: 1 },
   // limits1 .. limits16: the same script once per key count
   ...Object.fromEntries(Array.from({ length: MAX_LIMITS }, (_, i) => [`limits${i + 1}`, { lua: limitsLua, numberOfKeys: i + 1 }])),
 };

@@ -20,8 +20,7 @@ export interface RedisClusterConfig {
 
 type CapSendsCommand = (...keysAndArgs: (string | Buffer)[]) => Promise<Buffer>;
 type LimitsCommand = (...keysAndArgs: string[]) => Promise<number[]>;
-type CapHistoryCommand = (key: string, offset: string) => Promise<(number | string)[]>;
-export type TollgateCluster = Cluster & { capSendsBuffer: CapSendsCommand; capHistory: CapHistoryCommand } & Record<
+export type TollgateCluster = Cluster & { capSendsBuffer: CapSendsCommand } & Record<
     `limits${number}`,
     LimitsCommand
   >;
@@ -116,18 +115,6 @@ export class RedisCapStore implements CapStore {
       onRetry: this.onRetry,
       what: `cap-sends on ${keys[0]}`,
     });
-  }
-
-  async history(key: string, offset: number): Promise<{ at: number; identity: string }[]> {
-    const reply = await withRetries(this.cluster, () => this.cluster.capHistory(key, String(offset)), {
-      deadlineMs: this.deadlineMs,
-      retryable: isTransient,
-      onRetry: this.onRetry,
-      what: `cap-history on ${key}`,
-    });
-    const entries: { at: number; identity: string }[] = [];
-    for (let i = 0; i < reply.length; i += 2) entries.push({ at: Number(reply[i]), identity: String(reply[i + 1]) });
-    return entries;
   }
 }
 

@@ -8,7 +8,6 @@ import {
   BLOCKS_PER_GROUP,
   blockInGroupOf,
   capBlockKey,
-  capKeyOfUser,
   checkNamespace,
   DEFAULT_NAMESPACE,
   groupOf,
@@ -25,8 +24,6 @@ import { type FrequencyResult, frequencyReport, frequencyRequestSchema } from ".
  */
 export interface CapStore {
   capSends(keys: readonly string[], args: readonly (string | Buffer)[]): Promise<Buffer>;
-  /** One user's log (lua/cap-history.lua): every send's time and identity ("channel:campaignId"). */
-  history(key: string, offset: number): Promise<{ at: number; identity: string }[]>;
 }
 
 /** The policy and the segment bitmaps it names, swapped together. */
@@ -118,27 +115,36 @@ export class Capper {
   async checkUser(input: unknown): Promise<FrequencyResult> {
     const request = parseOrThrow(frequencyRequestSchema, input);
     const rules = await this.rules();
-    const result = await this.run(
+    // one call: the decision and the user's log as the decision left it (atomic, one round trip)
+    const { result, log } = await this.run(
       { campaignId: request.campaignId ?? "", channel: request.channel, userIds: [request.userId], at: request.at },
       request.consume === false ? "peek" : "count",
       rules,
+      true,
     );
     const decision = result.decisions[0] as CapDecision;
-    const history = await this.store.history(capKeyOfUser(this.namespace, request.userId), offsetInBlockOf(request.userId));
+    const history = log
+      .split("\n")
+      .filter(Boolean)
+      .map((line) => {
+        const space = line.indexOf(" ");
+        return { at: Number(line.slice(0, space)), identity: line.slice(space + 1) };
+      });
     const segment = rules.policy.segments.findIndex((s) => s.name === decision.segment);
     return frequencyReport(decision, rules.policy.capsFor(segment, request.channel), history, result.at);
   }
 
   private async decide(input: CampaignBatchInput, mode: "count" | "peek"): Promise<CapBatchResult> {
     const batch = parseOrThrow(campaignBatchSchema, input);
-    return this.run(batch, mode, await this.rules());
+    return (await this.run(batch, mode, await this.rules())).result;
   }
 
   private async run(
     batch: Pick<CampaignBatchInput, "campaignId" | "channel" | "at" | "exempt" | "countExempt"> & { userIds: readonly number[] },
     mode: "count" | "peek",
     { policy, segments }: Rules,
-  ): Promise<CapBatchResult> {
+    withLog = false,
+  ): Promise<{ result: CapBatchResult; log: string }> {
     if (!policy.channels.includes(batch.channel)) {
       throw new ValidationError("channel", `unknown channel "${batch.channel}" (policy has ${policy.channels.join(", ")})`);
     }
@@ -147,6 +153,7 @@ export class Capper {
     const { sortedIds, positions } = sortByUser(batch.userIds);
     const segmentOf = segments.resolveSorted(sortedIds);
     const replies = new Uint8Array(sortedIds.length);
+    let log = "";
     const uncounted = batch.exempt === true && batch.countExempt !== true;
     if (uncounted) {
       replies.fill(REPLY_EXEMPT);
@@ -155,7 +162,7 @@ export class Capper {
       const calls = this.planCalls(sortedIds, segmentOf, forced);
       const common = [
         String(at),
-        mode,
+        withLog ? `${mode}+log` : mode,
         String(policy.horizonMs),
         `${batch.channel}:${batch.campaignId}`,
         this.capSpec(policy, batch.channel),
@@ -163,13 +170,14 @@ export class Capper {
       const results = await Promise.all(calls.map((call) => this.store.capSends(call.keys, [...common, ...call.args])));
       results.forEach((reply, c) => {
         const { members } = calls[c] as ScriptCall;
-        if (reply.length !== members.length) {
-          throw new Error(`cap-sends replied ${reply.length} decisions for ${members.length} users`);
+        if (withLog ? reply.length < members.length : reply.length !== members.length) {
+          throw new Error(`cap-sends replied ${reply.length} bytes for ${members.length} users`);
         }
         for (let m = 0; m < members.length; m++) replies[members[m] as number] = reply[m] as number;
+        if (withLog) log += reply.subarray(members.length).toString("latin1");
       });
     }
-    return this.report({ policy, at, channel: batch.channel, sortedIds, positions, segmentOf, replies });
+    return { result: this.report({ policy, at, channel: batch.channel, sortedIds, positions, segmentOf, replies }), log };
   }
 
   /** One script call per slot group: every block key of the group, and per block 2 bytes per distinct user. */

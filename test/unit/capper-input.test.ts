@@ -7,7 +7,6 @@ import { rulesOf, simplePolicy, T0 } from "../support/rules.ts";
 
 const untouchable: CapStore = {
   capSends: () => Promise.reject(new Error("the store must not be called for invalid input")),
-  history: () => Promise.reject(new Error("the store must not be called for invalid input")),
 };
 const rules = rulesOf(simplePolicy({ push: [{ window: "1d", max: 1 }] }));
 const capper = new Capper({ store: untouchable, rules: () => rules, clock: fixedClock(T0) });
