@@ -73,6 +73,7 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
   process.env.POWERTOOLS_METRICS_DISABLED ??= "true";
 
   const redis = await startCluster(options.redisBasePort === undefined ? {} : { basePort: options.redisBasePort });
+  // run in order on stop: what is started later goes to the front (poller, clients), servers stay last
   const stops: (() => Promise<unknown>)[] = [];
   if (redis.started) stops.push(() => stopCluster(options.redisBasePort === undefined ? {} : { basePort: options.redisBasePort }));
   try {
@@ -158,7 +159,8 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
       },
     };
   } catch (error) {
-    for (const stop of stops.reverse()) await stop().catch(() => {});
+    // the same order as a normal stop: the poller and clients first, the servers last
+    for (const stop of stops) await stop().catch(() => {});
     throw error;
   }
 }
