@@ -22,12 +22,11 @@ import { parsePolicy } from "../functions/core/policy.ts";
 import { SegmentIndex } from "../functions/core/segment-index.ts";
 import type { SQSClient } from "@aws-sdk/client-sqs";
 import { createAwsClients } from "../functions/adapters/aws-clients.ts";
-import { buildSegments } from "../functions/core/segment-builder.ts";
 import { createServer } from "node:http";
 import { startLocalStack } from "./local-stack.ts";
 import { dispatcher, functionUrlEvent } from "./local/function-url-server.ts";
 import { lambdaContext } from "./local/sqs-poller.ts";
-import { pushCampaign, uploadObject } from "./operations.ts";
+import { pushCampaign, uploadObject, uploadRules } from "./operations.ts";
 import { startCluster, stopCluster } from "./redis-cluster.ts";
 
 const execFileAsync = promisify(execFile);
@@ -218,16 +217,14 @@ async function runPipeline(engineRate: number | undefined): Promise<string[]> {
   try {
     const { endpoints } = stack;
     const { s3, sqs } = createAwsClients({ region: endpoints.region, endpoint: endpoints.awsEndpoint });
-    const members = SEGMENTS.map((): number[] => []);
-    for (let id = 0; id < USERS; id++) members[segmentOfUser(id)]?.push(id);
-    const built = buildSegments(SEGMENTS.map((name, i) => ({ name, userIds: members[i] as number[] })));
-    for (const [name, bytes] of built) await uploadObject(s3, endpoints.bucket, `segments/${name}.roaring`, bytes);
-    await uploadObject(s3, endpoints.bucket, "config/policy.json", JSON.stringify({
+    const members: Record<string, number[]> = Object.fromEntries(SEGMENTS.map((name) => [name, []]));
+    for (let id = 0; id < USERS; id++) members[SEGMENTS[segmentOfUser(id)] as string]?.push(id);
+    await uploadRules(s3, endpoints.bucket, {
       version: "bench",
       channels: ["push"],
       segments: SEGMENTS.map((name) => ({ name, bitmap: `segments/${name}.roaring`, caps: CAPS })),
       default: { name: "unsegmented", caps: CAPS },
-    }));
+    }, members);
     count(sqs, "push");
     count(stack.sqs, "event-source");
     count(stack.consumer.sqs, "handler");

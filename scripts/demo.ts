@@ -10,9 +10,8 @@
 import { createAwsClients } from "../functions/adapters/aws-clients.ts";
 import type { ConsumeOutcome } from "../functions/core/campaign-consumer.ts";
 import type { SegmentTotals } from "../functions/core/capper.ts";
-import { buildSegments } from "../functions/core/segment-builder.ts";
 import { startLocalStack } from "./local-stack.ts";
-import { pushCampaign, readDelivery, uploadObject } from "./operations.ts";
+import { pushCampaign, readDelivery, uploadRules } from "./operations.ts";
 
 const USERS = Number(process.env.DEMO_USERS ?? 1_000_000);
 
@@ -28,14 +27,14 @@ const policyDocument = {
 };
 
 /** Sample membership: 10% new, 40% active, 30% dormant, the rest in no segment. */
-function sampleSegments(): { name: string; userIds: number[] }[] {
+function sampleMembers(): Record<string, number[]> {
   const lists: Record<string, number[]> = { new: [], active: [], dormant: [] };
   for (let id = 0; id < USERS; id++) {
     const bucket = (Math.imul(id, 0x9e3779b1) >>> 0) % 10;
     const name = bucket < 1 ? "new" : bucket < 5 ? "active" : bucket < 8 ? "dormant" : undefined;
     if (name) lists[name]?.push(id);
   }
-  return Object.entries(lists).map(([name, userIds]) => ({ name, userIds }));
+  return lists;
 }
 
 async function main(): Promise<void> {
@@ -62,10 +61,7 @@ async function main(): Promise<void> {
   try {
     const { endpoints } = stack;
     const { s3, sqs } = createAwsClients({ region: endpoints.region, endpoint: endpoints.awsEndpoint });
-    for (const [name, bytes] of buildSegments(sampleSegments())) {
-      await uploadObject(s3, endpoints.bucket, `segments/${name}.roaring`, bytes);
-    }
-    await uploadObject(s3, endpoints.bucket, "config/policy.json", JSON.stringify(policyDocument, null, 2));
+    await uploadRules(s3, endpoints.bucket, policyDocument, sampleMembers());
     console.log(`uploaded policy ${policyDocument.version} and 3 segment bitmaps to s3://${endpoints.bucket}`);
 
     const userIds = Array.from({ length: USERS }, (_, i) => i);

@@ -1,5 +1,5 @@
-// The operator actions the CLI, the demo and the bench share: upload objects, push a campaign onto the
-// campaign queue, read what arrived on the delivery queue.
+// The operator actions the CLI, the demo, the bench and the tests share: upload objects and rules, push a
+// campaign onto the campaign queue, read what arrived on the delivery queue.
 import { PutObjectCommand, type S3Client } from "@aws-sdk/client-s3";
 import {
   DeleteMessageBatchCommand,
@@ -11,9 +11,26 @@ import {
 import { chunkEntries } from "../functions/adapters/sqs-sinks.ts";
 import type { CampaignBatchInput } from "../functions/core/campaign-batch.ts";
 import type { DeliveryMessage } from "../functions/core/delivery.ts";
+import { DEFAULT_POLICY_KEY } from "../functions/core/rules-source.ts";
+import { buildSegments } from "../functions/core/segment-builder.ts";
 
 export async function uploadObject(s3: S3Client, bucket: string, key: string, body: Uint8Array | string): Promise<void> {
   await s3.send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: body }));
+}
+
+/**
+ * Builds each segment's bitmap from its members and uploads them, then the policy: bitmaps first, so
+ * consumers never see a policy naming a bitmap that is not there yet.
+ */
+export async function uploadRules<Policy extends { segments: readonly { name: string; bitmap: string }[] }>(
+  s3: S3Client,
+  bucket: string,
+  policy: Policy,
+  members: Record<string, readonly number[]>,
+): Promise<void> {
+  const built = buildSegments(policy.segments.map(({ name }) => ({ name, userIds: members[name] ?? [] })));
+  for (const { name, bitmap } of policy.segments) await uploadObject(s3, bucket, bitmap, built.get(name) as Uint8Array);
+  await uploadObject(s3, bucket, DEFAULT_POLICY_KEY, JSON.stringify(policy, null, 2));
 }
 
 export interface CampaignPush extends Omit<CampaignBatchInput, "userIds"> {

@@ -1,7 +1,7 @@
 // The campaign consumer's environment, parsed once at cold start. A bad value names the variable.
 import { z } from "zod";
 import { DEFAULT_DELIVERY_BATCH_SIZE } from "../core/delivery.ts";
-import { DEFAULT_NAMESPACE } from "../core/keys.ts";
+import { DEFAULT_NAMESPACE, NAMESPACE_PATTERN, NAMESPACE_RULE } from "../core/keys.ts";
 import { DEFAULT_POLICY_KEY } from "../core/rules-source.ts";
 import { parseOrThrow } from "../core/validation.ts";
 
@@ -41,7 +41,7 @@ const commonEnvironment = {
   CONFIG_BUCKET: z.string("required: the bucket holding the policy and segment bitmaps").min(1, "must not be empty"),
   POLICY_KEY: z.string().min(1).default(DEFAULT_POLICY_KEY),
   REFRESH_SECONDS: integer(0, 86_400, 60),
-  KEY_NAMESPACE: z.string().regex(/^[A-Za-z0-9_.:-]{1,64}$/, "expected 1-64 characters of A-Z, a-z, 0-9, _ . : -").default(DEFAULT_NAMESPACE),
+  KEY_NAMESPACE: z.string().regex(NAMESPACE_PATTERN, NAMESPACE_RULE).default(DEFAULT_NAMESPACE),
   AWS_REGION: z.string().min(1).default("us-east-1"),
   AWS_ENDPOINT_URL: httpUrl("expected an http(s) URL").optional(),
 };

@@ -3,13 +3,13 @@
 import { z } from "zod";
 import type { CapDecision } from "./capper.ts";
 import type { CapRule } from "./policy.ts";
-import { MAX_USER_ID } from "./segment-builder.ts";
+import { campaignIdSchema, channelSchema, sendTimeSchema, userIdSchema } from "./campaign-batch.ts";
 
 export const frequencyRequestSchema = z.object({
-  userId: z.int(`expected a user ID: an integer from 0 to ${MAX_USER_ID}`).min(0, "expected a user ID").max(MAX_USER_ID, "expected a user ID"),
-  channel: z.string("expected a string").min(1, "must not be empty").max(64, "must be at most 64 characters"),
-  campaignId: z.string("expected a string").min(1, "must not be empty").max(128, "must be at most 128 characters").regex(/^[\x21-\x7e]+$/, "expected printable ASCII without spaces").optional(),
-  at: z.int("expected ms since the epoch").min(0, "expected ms since the epoch").optional(),
+  userId: userIdSchema,
+  channel: channelSchema,
+  campaignId: campaignIdSchema.optional(),
+  at: sendTimeSchema.optional(),
   consume: z.boolean("expected true or false").optional(),
 });
 

@@ -12,10 +12,11 @@ export const USERS_PER_GROUP = USERS_PER_BLOCK * BLOCKS_PER_GROUP;
 export const DEFAULT_NAMESPACE = "tg";
 
 /** A namespace may not hold braces: the group number must stay the key's hash tag. */
+export const NAMESPACE_PATTERN = /^[A-Za-z0-9_.:-]{1,64}$/;
+export const NAMESPACE_RULE = "expected 1-64 characters of A-Z, a-z, 0-9, _ . : -";
+
 export function checkNamespace(namespace: string): string {
-  if (!/^[A-Za-z0-9_.:-]{1,64}$/.test(namespace)) {
-    throw new ValidationError("namespace", "expected 1-64 characters of A-Z, a-z, 0-9, _ . : -");
-  }
+  if (!NAMESPACE_PATTERN.test(namespace)) throw new ValidationError("namespace", NAMESPACE_RULE);
   return namespace;
 }
 

@@ -3,6 +3,7 @@
 import { z } from "zod";
 import { type Clock, decisionTime, systemClock } from "./clock.ts";
 import { ValidationError } from "./errors.ts";
+import { sendTimeSchema } from "./campaign-batch.ts";
 import { checkNamespace, DEFAULT_NAMESPACE, limitKey } from "./keys.ts";
 import { parseOrThrow } from "./validation.ts";
 
@@ -43,7 +44,7 @@ const limitSchema = z.discriminatedUnion(
 export type LimitSpec = z.output<typeof limitSchema>;
 
 const cost = z.int("expected an integer from 0").min(0, "expected an integer from 0").max(MAX_COUNT).optional();
-const at = z.int("expected ms since the epoch").min(0, "expected ms since the epoch").optional();
+const at = sendTimeSchema.optional();
 
 export const limitRequestSchema = z.intersection(limitSchema, z.object({ cost, at }));
 export const limitsRequestSchema = z.object({

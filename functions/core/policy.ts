@@ -53,7 +53,7 @@ export const policySchema = z
       seenChannels.add(channel);
     });
     const checkCaps = (caps: Record<string, unknown[]>, path: (string | number)[]) => {
-      for (const [channel, list] of Object.entries(caps)) {
+      for (const channel of Object.keys(caps)) {
         if (channel !== ALL_CHANNELS && !seenChannels.has(channel)) {
           ctx.addIssue({ code: "custom", path: [...path, channel], message: `unknown channel "${channel}" (not in channels)` });
         }

@@ -19,7 +19,7 @@ beforeAll(async () => {
       channels: ["push", "email"],
       segments: [{ name: "new", bitmap: "segments/new.roaring", caps: { push: [{ window: "1d", max: 1 }] } }],
       default: { name: "rest", caps: { "*": [{ window: "7d", max: 2 }] } },
-    } as never,
+    },
     { new: [1, 2, 3] },
   );
 });

@@ -3,11 +3,10 @@
 import { DeleteMessageCommand, type Message, ReceiveMessageCommand, SendMessageCommand } from "@aws-sdk/client-sqs";
 import type { SQSBatchResponse } from "aws-lambda";
 import { createAwsClients } from "../../functions/adapters/aws-clients.ts";
-import { buildSegments } from "../../functions/core/segment-builder.ts";
 import type { DeliveryMessage } from "../../functions/core/delivery.ts";
 import { type LocalStack, type LocalStackOptions, startLocalStack } from "../../scripts/local-stack.ts";
 import { lambdaContext, toSqsEvent } from "../../scripts/local/sqs-poller.ts";
-import { readDelivery, uploadObject } from "../../scripts/operations.ts";
+import { readDelivery, uploadRules as uploadRulesTo } from "../../scripts/operations.ts";
 import { uniqueNamespace } from "./cluster.ts";
 
 export async function testStack(options: LocalStackOptions = {}): Promise<LocalStack> {
@@ -25,11 +24,12 @@ export function clientsOf(stack: LocalStack) {
 }
 
 /** Uploads a policy and the bitmaps of its segments (members by segment name). */
-export async function uploadRules(stack: LocalStack, policy: { segments: { name: string; bitmap: string }[] }, members: Record<string, number[]>) {
-  const { s3 } = clientsOf(stack);
-  const built = buildSegments(policy.segments.map(({ name }) => ({ name, userIds: members[name] ?? [] })));
-  for (const { name, bitmap } of policy.segments) await uploadObject(s3, stack.endpoints.bucket, bitmap, built.get(name) as Uint8Array);
-  await uploadObject(s3, stack.endpoints.bucket, "config/policy.json", JSON.stringify(policy));
+export async function uploadRules<Policy extends { segments: readonly { name: string; bitmap: string }[] }>(
+  stack: LocalStack,
+  policy: Policy,
+  members: Record<string, number[]>,
+) {
+  await uploadRulesTo(clientsOf(stack).s3, stack.endpoints.bucket, policy, members);
 }
 
 export async function sendRaw(stack: LocalStack, body: string): Promise<string> {
