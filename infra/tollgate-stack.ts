@@ -1,7 +1,6 @@
 // The whole system in one stack: network, cache, storage, functions, observability, and the outputs a
 // user needs to push campaigns and call the check API.
-import { CfnOutput, RemovalPolicy, Stack, type StackProps } from "aws-cdk-lib";
-import { Duration } from "aws-cdk-lib";
+import { CfnOutput, Duration, RemovalPolicy, Stack, type StackProps } from "aws-cdk-lib";
 import type { Construct } from "constructs";
 import { Cache } from "./cache.ts";
 import { readConfig, type TollgateConfig } from "./config.ts";
@@ -19,15 +18,34 @@ export class TollgateStack extends Stack {
 
   constructor(scope: Construct, id: string, props?: StackProps) {
     super(scope, id, props);
-    const config = (this.config = readConfig(this.node));
+    const config = readConfig(this.node);
+    this.config = config;
     const removalPolicy = config.removalPolicy === "destroy" ? RemovalPolicy.DESTROY : RemovalPolicy.RETAIN;
-    const network = (this.network = new Network(this, "Network", { redisPort: config.redisPort, logRetentionDays: config.logRetentionDays, removalPolicy }));
-    const cache = (this.cache = new Cache(this, "Cache", { config, vpc: network.vpc, securityGroup: network.redisSecurityGroup, removalPolicy }));
-    const storage = (this.storage = new Storage(this, "Storage", { consumerTimeout: Duration.seconds(config.consumerTimeoutSeconds), removalPolicy }));
+    const network = new Network(this, "Network", {
+      redisPort: config.redisPort,
+      logRetentionDays: config.logRetentionDays,
+      removalPolicy,
+    });
+    this.network = network;
+    const cache = new Cache(this, "Cache", {
+      config,
+      vpc: network.vpc,
+      securityGroup: network.redisSecurityGroup,
+      removalPolicy,
+    });
+    this.cache = cache;
+    const storage = new Storage(this, "Storage", {
+      consumerTimeout: Duration.seconds(config.consumerTimeoutSeconds),
+      removalPolicy,
+    });
+    this.storage = storage;
     this.functions = new Functions(this, "Functions", { config, network, cache, storage, removalPolicy });
     new Observability(this, "Observability", { name: config.name, cache, functions: this.functions, storage });
 
-    new CfnOutput(this, "FunctionUrl", { value: this.functions.checkApiUrl.url, description: "Check API (AWS_IAM auth)" });
+    new CfnOutput(this, "FunctionUrl", {
+      value: this.functions.checkApiUrl.url,
+      description: "Check API (AWS_IAM auth)",
+    });
     new CfnOutput(this, "CampaignQueueUrl", { value: storage.campaignQueue.queueUrl });
     new CfnOutput(this, "DeliveryQueueUrl", { value: storage.deliveryQueue.queueUrl });
     new CfnOutput(this, "DeadLetterQueueUrl", { value: storage.campaignDeadLetters.queueUrl });

@@ -7,25 +7,30 @@
 //   BENCH_ONLY (capping | pipeline | check-api; default all)
 import { execFile } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
+import { createServer } from "node:http";
 import { cpus } from "node:os";
 import { promisify } from "node:util";
+import type { SQSClient } from "@aws-sdk/client-sqs";
 import calculateSlot from "cluster-key-slot";
 import type { Redis } from "ioredis";
-import roaring from "roaring";
 import { RateLimiterRedis } from "rate-limiter-flexible";
-import { createRedisCluster, RedisCapStore, RedisLimitStore, type TollgateCluster } from "../functions/adapters/redis-cluster.ts";
+import roaring from "roaring";
+import { createAwsClients } from "../functions/adapters/aws-clients.ts";
+import {
+  createRedisCluster,
+  RedisCapStore,
+  RedisLimitStore,
+  type TollgateCluster,
+} from "../functions/adapters/redis-cluster.ts";
 import { Capper } from "../functions/core/capper.ts";
-import { Limiter } from "../functions/core/limits.ts";
 import { fixedClock } from "../functions/core/clock.ts";
 import { perUserLogKey } from "../functions/core/keys.ts";
+import { Limiter } from "../functions/core/limits.ts";
 import { parsePolicy } from "../functions/core/policy.ts";
 import { SegmentIndex } from "../functions/core/segment-index.ts";
-import type { SQSClient } from "@aws-sdk/client-sqs";
-import { createAwsClients } from "../functions/adapters/aws-clients.ts";
-import { createServer } from "node:http";
-import { startLocalStack } from "./local-stack.ts";
 import { dispatcher, functionUrlEvent } from "./local/function-url-server.ts";
 import { lambdaContext } from "./local/sqs-poller.ts";
+import { startLocalStack } from "./local-stack.ts";
 import { pushCampaign, uploadObject, uploadRules } from "./operations.ts";
 import { startCluster, stopCluster } from "./redis-cluster.ts";
 
@@ -38,7 +43,12 @@ const BATCH = 10_000;
 const DAY = 86_400_000;
 const T0 = Date.UTC(2026, 10, 2, 9);
 const SEGMENTS = ["new", "active", "dormant", "vip"];
-const CAPS = { push: [{ window: "1d", max: 1 }, { window: "7d", max: 2 }] };
+const CAPS = {
+  push: [
+    { window: "1d", max: 1 },
+    { window: "7d", max: 2 },
+  ],
+};
 
 interface Phase {
   seconds: number;
@@ -88,7 +98,7 @@ async function run(connect: () => TollgateCluster): Promise<{ lines: string[]; r
   }
   const members = SEGMENTS.map(() => new roaring.RoaringBitmap32());
   for (let id = 0; id < USERS; id++) members[segmentOfUser(id)]?.add(id);
-  members.forEach((bitmap) => bitmap.runOptimize());
+  for (const bitmap of members) bitmap.runOptimize();
   const segments = new SegmentIndex(members);
   const policy = parsePolicy({
     version: "bench",
@@ -114,7 +124,12 @@ async function run(connect: () => TollgateCluster): Promise<{ lines: string[]; r
   for (let day = 0; day < 3; day++) {
     engine.push(
       await measure(primaries, batches, async (userIds) => {
-        const result = await capper.capBatch({ campaignId: `campaign-${day}`, channel: "push", userIds, at: T0 + day * DAY });
+        const result = await capper.capBatch({
+          campaignId: `campaign-${day}`,
+          channel: "push",
+          userIds,
+          at: T0 + day * DAY,
+        });
         return Object.values(result.totals).reduce((sum, t) => sum + t.allowed, 0);
       }),
     );
@@ -125,8 +140,9 @@ async function run(connect: () => TollgateCluster): Promise<{ lines: string[]; r
   const grabCluster = connect();
   const lua = readFileSync(new URL("./bench/grab-sliding-log.lua", import.meta.url), "utf8");
   grabCluster.defineCommand("grabSlidingLog", { numberOfKeys: 1, lua });
-  const grabCall = (grabCluster as unknown as { grabSlidingLog: (...args: (string | number)[]) => Promise<number> })
-    .grabSlidingLog.bind(grabCluster);
+  const grabCall = (
+    grabCluster as unknown as { grabSlidingLog: (...args: (string | number)[]) => Promise<number> }
+  ).grabSlidingLog.bind(grabCluster);
   const grab: Phase[] = [];
   const grabMemoryBefore = await usedMemory(primaries);
   for (let day = 0; day < 3; day++) {
@@ -219,12 +235,17 @@ async function runPipeline(engineRate: number | undefined): Promise<string[]> {
     const { s3, sqs } = createAwsClients({ region: endpoints.region, endpoint: endpoints.awsEndpoint });
     const members: Record<string, number[]> = Object.fromEntries(SEGMENTS.map((name) => [name, []]));
     for (let id = 0; id < USERS; id++) members[SEGMENTS[segmentOfUser(id)] as string]?.push(id);
-    await uploadRules(s3, endpoints.bucket, {
-      version: "bench",
-      channels: ["push"],
-      segments: SEGMENTS.map((name) => ({ name, bitmap: `segments/${name}.roaring`, caps: CAPS })),
-      default: { name: "unsegmented", caps: CAPS },
-    }, members);
+    await uploadRules(
+      s3,
+      endpoints.bucket,
+      {
+        version: "bench",
+        channels: ["push"],
+        segments: SEGMENTS.map((name) => ({ name, bitmap: `segments/${name}.roaring`, caps: CAPS })),
+        default: { name: "unsegmented", caps: CAPS },
+      },
+      members,
+    );
     count(sqs, "push");
     count(stack.sqs, "event-source");
     count(stack.consumer.sqs, "handler");
@@ -237,7 +258,10 @@ async function runPipeline(engineRate: number | undefined): Promise<string[]> {
     const per1000 = (prefix: string) =>
       ([...requests].filter(([key]) => key.startsWith(prefix)).reduce((sum, [, n]) => sum + n, 0) * 1000) / USERS;
     const list = (prefix: string) =>
-      [...requests].filter(([key]) => key.startsWith(prefix)).map(([key, n]) => `${key.split(" ")[1]} ${n}`).join(", ");
+      [...requests]
+        .filter(([key]) => key.startsWith(prefix))
+        .map(([key, n]) => `${key.split(" ")[1]} ${n}`)
+        .join(", ");
     const share = (ms: number) => `${((100 * ms) / handlerMs).toFixed(0)}%`;
     const rate = USERS / seconds;
     console.log(`pipeline: ${Math.round(rate)} users/s, ${invocations} invocations, ${failedRecords} failed records`);
@@ -265,7 +289,11 @@ async function runPipeline(engineRate: number | undefined): Promise<string[]> {
 }
 
 /** Runs `work` over every batch, CONCURRENCY at a time, with the primaries' CPU time read before and after. */
-async function measure(primaries: Redis[], batches: number[][], work: (userIds: number[]) => Promise<number>): Promise<Phase> {
+async function measure(
+  primaries: Redis[],
+  batches: number[][],
+  work: (userIds: number[]) => Promise<number>,
+): Promise<Phase> {
   const cpuBefore = await cpuSeconds(primaries);
   const started = performance.now();
   let next = 0;
@@ -313,14 +341,38 @@ async function serverCeiling(primaries: Redis[], lua: string): Promise<number> {
     const port = node.options.port as number;
     const owned = new Set<number>();
     const ranges = (await node.call("CLUSTER", "SLOTS")) as [number, number, [string, number]][];
-    for (const [from, to, [, masterPort]] of ranges) if (masterPort === port) for (let s = from; s <= to; s++) owned.add(s);
+    for (const [from, to, [, masterPort]] of ranges)
+      if (masterPort === port) for (let s = from; s <= to; s++) owned.add(s);
     let tag = 0;
     while (!owned.has(calculateSlot(`{ceiling-${tag}}`))) tag++;
     const key = perUserLogKey("bench-ceiling", "__rand_int__", `ceiling-${tag}`);
     const { stdout } = await execFileAsync(
       "redis-benchmark",
-      ["-h", "127.0.0.1", "-p", String(port), "-c", "32", "-P", "16", "-n", "300000", "-r", String(USERS), "--csv",
-        "EVALSHA", sha, "1", key, String(now), String(DAY), "1", String(7 * DAY), "2", String(now - 7 * DAY)],
+      [
+        "-h",
+        "127.0.0.1",
+        "-p",
+        String(port),
+        "-c",
+        "32",
+        "-P",
+        "16",
+        "-n",
+        "300000",
+        "-r",
+        String(USERS),
+        "--csv",
+        "EVALSHA",
+        sha,
+        "1",
+        key,
+        String(now),
+        String(DAY),
+        "1",
+        String(7 * DAY),
+        "2",
+        String(now - 7 * DAY),
+      ],
       { timeout: 120_000 },
     );
     const last = stdout.trim().split("\n").pop() ?? "";
@@ -372,7 +424,8 @@ function replaceSection(path: string, name: string, body: string): void {
   writeFileSync(path, `${text.slice(0, from + start.length)}\n${body}\n${text.slice(to)}`);
 }
 
-const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))] as number;
+const percentile = (sorted: number[], p: number) =>
+  sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))] as number;
 const ms = (value: number) => `${value.toFixed(3)} ms`;
 
 /** p50 and p99 of `runs` sequential calls of `call(i)`, after a warm-up. */
@@ -392,12 +445,14 @@ async function latencies(runs: number, call: (i: number) => Promise<unknown>): P
 async function throughput(call: () => Promise<unknown>): Promise<number> {
   let calls = 0;
   const end = Date.now() + 3000;
-  await Promise.all(Array.from({ length: 32 }, async () => {
-    while (Date.now() < end) {
-      await call();
-      calls++;
-    }
-  }));
+  await Promise.all(
+    Array.from({ length: 32 }, async () => {
+      while (Date.now() < end) {
+        await call();
+        calls++;
+      }
+    }),
+  );
   return calls / 3;
 }
 
@@ -408,7 +463,12 @@ async function load(url: string, body: string): Promise<{ rps: number; p99: numb
     ["-j", "-c", "32", "-d", "5", "-m", "POST", "-H", "content-type=application/json", "-b", body, url],
     { timeout: 60_000, maxBuffer: 16 * 1024 * 1024 },
   );
-  const report = JSON.parse(stdout) as { requests: { average: number }; latency: { p99: number }; errors: number; non2xx: number };
+  const report = JSON.parse(stdout) as {
+    requests: { average: number };
+    latency: { p99: number };
+    errors: number;
+    non2xx: number;
+  };
   return { rps: report.requests.average, p99: report.latency.p99, errors: report.errors + report.non2xx };
 }
 
@@ -429,9 +489,17 @@ async function runCheckApi(): Promise<string[]> {
   const servers: { stop(): Promise<void> }[] = [];
   try {
     const { s3 } = createAwsClients({ region: stack.endpoints.region, endpoint: stack.endpoints.awsEndpoint });
-    await uploadObject(s3, stack.endpoints.bucket, "config/policy.json", JSON.stringify({
-      version: "bench", channels: ["push"], segments: [], default: { name: "everyone", caps: { push: [{ window: "1d", max: 1000000 }] } },
-    }));
+    await uploadObject(
+      s3,
+      stack.endpoints.bucket,
+      "config/policy.json",
+      JSON.stringify({
+        version: "bench",
+        channels: ["push"],
+        segments: [],
+        default: { name: "everyone", caps: { push: [{ window: "1d", max: 1000000 }] } },
+      }),
+    );
     // one execution environment, one request at a time, for the latencies
     const [first] = stack.checkApiEnvironments;
     const handler = (first as (typeof stack.checkApiEnvironments)[number]).handler;
@@ -448,34 +516,61 @@ async function runCheckApi(): Promise<string[]> {
     rows.push(`| Redis round trip (PING, same client): the floor | ${ms(floor.p50)} | ${ms(floor.p99)} |`);
     for (const [name, spec] of Object.entries(limits)) {
       // 1,000 keys in turn: every request is allowed and reaches Redis (no negative-cache answers)
-      const result = await latencies(2000, (i) => handler(functionUrlEvent("POST", "/v1/limit", JSON.stringify({ key: `k${i % 1000}`, ...spec })), context));
+      const result = await latencies(2000, (i) =>
+        handler(functionUrlEvent("POST", "/v1/limit", JSON.stringify({ key: `k${i % 1000}`, ...spec })), context),
+      );
       rows.push(`| POST /v1/limit ${name} | ${ms(result.p50)} | ${ms(result.p99)} |`);
     }
-    const frequency = await latencies(2000, (i) => handler(functionUrlEvent("POST", "/v1/frequency", JSON.stringify({ userId: i + 1000, channel: "push" })), context));
+    const frequency = await latencies(2000, (i) =>
+      handler(
+        functionUrlEvent("POST", "/v1/frequency", JSON.stringify({ userId: i + 1000, channel: "push" })),
+        context,
+      ),
+    );
     rows.push(`| POST /v1/frequency | ${ms(frequency.p50)} | ${ms(frequency.p99)} |`);
 
-    const rlfClient = createRedisCluster({ nodes: stack.endpoints.redis.slice(0, 3).map((node) => ({ host: "127.0.0.1", port: Number(node.split(":")[1]) })) });
-    const rlf = new RateLimiterRedis({ storeClient: rlfClient, keyPrefix: `bench-http-${Date.now()}`, points: 1_000_000_000, duration: 60 });
+    const rlfClient = createRedisCluster({
+      nodes: stack.endpoints.redis.slice(0, 3).map((node) => ({ host: "127.0.0.1", port: Number(node.split(":")[1]) })),
+    });
+    const rlf = new RateLimiterRedis({
+      storeClient: rlfClient,
+      keyPrefix: `bench-http-${Date.now()}`,
+      points: 1_000_000_000,
+      duration: 60,
+    });
     const rlfServer = createServer((request, response) => {
       let text = "";
-      request.on("data", (chunk: Buffer) => { text += chunk; });
+      request.on("data", (chunk: Buffer) => {
+        text += chunk;
+      });
       request.on("end", () => {
         const { key } = JSON.parse(text) as { key: string };
         rlf.consume(key).then(
-          (res) => response.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ allowed: true, remaining: res.remainingPoints })),
+          (res) =>
+            response
+              .writeHead(200, { "content-type": "application/json" })
+              .end(JSON.stringify({ allowed: true, remaining: res.remainingPoints })),
           () => response.writeHead(429).end(),
         );
       });
     });
     await new Promise<void>((resolve) => rlfServer.listen(0, "127.0.0.1", resolve));
-    servers.push({ stop: async () => { await new Promise((resolve) => rlfServer.close(resolve)); rlfClient.disconnect(); } });
+    servers.push({
+      stop: async () => {
+        await new Promise((resolve) => rlfServer.close(resolve));
+        rlfClient.disconnect();
+      },
+    });
     const rlfPort = (rlfServer.address() as { port: number }).port;
     const body = JSON.stringify({ key: "http-bench", algorithm: "fixed-window", max: 1_000_000_000, windowMs: 60_000 });
     const ours = await load(`${stack.endpoints.functionUrl}/v1/limit`, body);
     const theirs = await load(`http://127.0.0.1:${rlfPort}/`, body);
     // where the HTTP figure goes: the same request with 32 in flight, without HTTP, layer by layer
     const parsed = JSON.parse(body) as Record<string, unknown>;
-    const limiter = new Limiter({ store: new RedisLimitStore((first as (typeof stack.checkApiEnvironments)[number]).cluster, { deadlineMs: 1000 }), namespace: `bench-layers-${Date.now()}` });
+    const limiter = new Limiter({
+      store: new RedisLimitStore((first as (typeof stack.checkApiEnvironments)[number]).cluster, { deadlineMs: 1000 }),
+      namespace: `bench-layers-${Date.now()}`,
+    });
     // as the local Function URL server runs it: each execution environment one invocation at a time
     const environments = dispatcher(stack.checkApiEnvironments.map((environment) => environment.handler));
     const layers = [
@@ -486,7 +581,9 @@ async function runCheckApi(): Promise<string[]> {
       ],
       ["`RateLimiterRedis.consume`", await throughput(() => rlf.consume("layers"))],
     ] as const;
-    console.log(`check api http: ${Math.round(ours.rps)} req/s vs rate-limiter-flexible ${Math.round(theirs.rps)} req/s`);
+    console.log(
+      `check api http: ${Math.round(ours.rps)} req/s vs rate-limiter-flexible ${Math.round(theirs.rps)} req/s`,
+    );
     return [
       `Measured ${new Date().toISOString().slice(0, 10)} by \`npm run bench\`: 2,000 sequential requests per row after 200 warm-up ones, the handler called in process (payload 2.0 events, middy, Powertools), on the bench cluster.`,
       "",

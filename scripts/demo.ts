@@ -20,7 +20,16 @@ const policyDocument = {
   channels: ["email", "push", "sms"],
   segments: [
     { name: "new", bitmap: "segments/new.roaring", caps: { push: [{ window: "1d", max: 1 }] } },
-    { name: "active", bitmap: "segments/active.roaring", caps: { push: [{ window: "1d", max: 2 }, { window: "7d", max: 5 }] } },
+    {
+      name: "active",
+      bitmap: "segments/active.roaring",
+      caps: {
+        push: [
+          { window: "1d", max: 2 },
+          { window: "7d", max: 5 },
+        ],
+      },
+    },
     { name: "dormant", bitmap: "segments/dormant.roaring", caps: { "*": [{ window: "7d", max: 1 }] } },
   ],
   default: { name: "unsegmented", caps: { "*": [{ window: "7d", max: 3 }] } },
@@ -39,7 +48,9 @@ function sampleMembers(): Record<string, number[]> {
 
 async function main(): Promise<void> {
   const started = performance.now();
-  console.log("starting the local stack: Redis Cluster (3 primaries + 3 replicas), S3 + SQS (fauxqs), campaign consumer ...");
+  console.log(
+    "starting the local stack: Redis Cluster (3 primaries + 3 replicas), S3 + SQS (fauxqs), campaign consumer ...",
+  );
   const decided = new Map<string, Record<string, SegmentTotals>>();
   const stack = await startLocalStack({
     // a namespace per run, so running the demo again starts from empty logs
@@ -48,7 +59,8 @@ async function main(): Promise<void> {
       if (outcome.kind !== "forwarded") return;
       const totals = decided.get(outcome.campaignId) ?? {};
       for (const [segment, t] of Object.entries(outcome.result.totals)) {
-        const sum = (totals[segment] ??= { allowed: 0, capped: 0, duplicate: 0, exempt: 0, cappedBy: {} });
+        const sum = totals[segment] ?? { allowed: 0, capped: 0, duplicate: 0, exempt: 0, cappedBy: {} };
+        totals[segment] = sum;
         sum.allowed += t.allowed;
         sum.capped += t.capped;
         sum.duplicate += t.duplicate;
@@ -68,7 +80,12 @@ async function main(): Promise<void> {
     const rows: string[][] = [];
     for (const campaignId of ["spring-sale", "flash-sale"]) {
       const t0 = performance.now();
-      const messages = await pushCampaign(sqs, endpoints.campaignQueueUrl, { campaignId, channel: "push", userIds, payload: { template: campaignId } });
+      const messages = await pushCampaign(sqs, endpoints.campaignQueueUrl, {
+        campaignId,
+        channel: "push",
+        userIds,
+        payload: { template: campaignId },
+      });
       await stack.poller.drained();
       const sent: Record<string, number> = {};
       const deliveryMessages = await readDelivery(sqs, endpoints.deliveryQueueUrl, {
@@ -82,13 +99,17 @@ async function main(): Promise<void> {
         `${campaignId}: ${USERS} users in ${messages} campaign messages -> ${deliveryMessages} delivery messages, ${seconds.toFixed(1)} s`,
       );
       for (const [segment, totals] of Object.entries(decided.get(campaignId) ?? {})) {
-        const caps = Object.entries(totals.cappedBy).map(([cap, n]) => `${cap} (${n})`).join(", ");
+        const caps = Object.entries(totals.cappedBy)
+          .map(([cap, n]) => `${cap} (${n})`)
+          .join(", ");
         rows.push([campaignId, segment, String(sent[segment] ?? 0), String(totals.capped), caps || "-"]);
       }
     }
     printTable([["campaign", "segment", "sent", "capped", "cap that bit"], ...rows]);
     const dead = stack.poller.stats.failedRecords;
-    console.log(`\n${stack.poller.stats.invocations} handler invocations, ${dead} failed records; ${((performance.now() - started) / 1000).toFixed(1)} s in all`);
+    console.log(
+      `\n${stack.poller.stats.invocations} handler invocations, ${dead} failed records; ${((performance.now() - started) / 1000).toFixed(1)} s in all`,
+    );
   } finally {
     await stack.stop();
     console.log("stopped the local stack");
@@ -98,7 +119,13 @@ async function main(): Promise<void> {
 function printTable(rows: string[][]): void {
   const widths = rows[0]!.map((_, c) => Math.max(...rows.map((row) => row[c]!.length)));
   console.log("");
-  for (const row of rows) console.log(row.map((cell, c) => cell.padEnd(widths[c]!)).join("  ").trimEnd());
+  for (const row of rows)
+    console.log(
+      row
+        .map((cell, c) => cell.padEnd(widths[c]!))
+        .join("  ")
+        .trimEnd(),
+    );
 }
 
 main().catch((error: unknown) => {

@@ -12,7 +12,7 @@ import {
 } from "@aws-sdk/client-sqs";
 import type { Context, SQSBatchResponse, SQSEvent } from "aws-lambda";
 
-export type SqsHandler = (event: SQSEvent, context: Context) => Promise<SQSBatchResponse | void>;
+export type SqsHandler = (event: SQSEvent, context: Context) => Promise<SQSBatchResponse | undefined>;
 
 export interface SqsPollerOptions {
   sqs: SQSClient;
@@ -70,7 +70,9 @@ export class SqsPoller {
           AttributeNames: ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
         }),
       );
-      const waiting = Number(Attributes?.ApproximateNumberOfMessages ?? 0) + Number(Attributes?.ApproximateNumberOfMessagesNotVisible ?? 0);
+      const waiting =
+        Number(Attributes?.ApproximateNumberOfMessages ?? 0) +
+        Number(Attributes?.ApproximateNumberOfMessagesNotVisible ?? 0);
       if (waiting === 0 && this.busy === 0) return;
       if (Date.now() > deadline) throw new Error(`queue not drained within ${timeoutMs} ms (${waiting} messages left)`);
       await new Promise((resolve) => setTimeout(resolve, 50));
@@ -135,7 +137,9 @@ export class SqsPoller {
       await sqs.send(
         new DeleteMessageBatchCommand({
           QueueUrl: queueUrl,
-          Entries: done.slice(i, i + 10).map((message, j) => ({ Id: String(j), ReceiptHandle: message.ReceiptHandle as string })),
+          Entries: done
+            .slice(i, i + 10)
+            .map((message, j) => ({ Id: String(j), ReceiptHandle: message.ReceiptHandle as string })),
         }),
       );
     }
@@ -158,7 +162,10 @@ export function toSqsEvent(messages: readonly Message[], queueArn: string, regio
       messageAttributes: Object.fromEntries(
         Object.entries(message.MessageAttributes ?? {}).map(([name, value]) => [
           name,
-          { dataType: value.DataType ?? "String", ...(value.StringValue === undefined ? {} : { stringValue: value.StringValue }) },
+          {
+            dataType: value.DataType ?? "String",
+            ...(value.StringValue === undefined ? {} : { stringValue: value.StringValue }),
+          },
         ]),
       ),
       md5OfBody: message.MD5OfBody ?? "",

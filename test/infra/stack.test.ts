@@ -27,7 +27,14 @@ beforeAll(async () => {
   outdir = mkdtempSync(join(tmpdir(), "tollgate-cdk-"));
   // no credentials, no lookups: what a fresh clone has
   const env = { ...process.env };
-  for (const name of ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "CDK_DEFAULT_ACCOUNT"]) delete env[name];
+  for (const name of [
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "CDK_DEFAULT_ACCOUNT",
+  ])
+    delete env[name];
   await execFileAsync("npx", ["cdk", "synth", "--quiet", "--output", outdir], { env, timeout: 240_000 });
   const json = JSON.parse(readFileSync(join(outdir, "Tollgate.template.json"), "utf8")) as { Resources: Resources };
   resources = json.Resources;
@@ -59,23 +66,42 @@ describe("template", () => {
       AtRestEncryptionEnabled: true,
       AuthToken: Match.anyValue(),
       Port: 6380,
-      LogDeliveryConfigurations: Match.arrayWith([Match.objectLike({ LogType: "slow-log" }), Match.objectLike({ LogType: "engine-log" })]),
+      LogDeliveryConfigurations: Match.arrayWith([
+        Match.objectLike({ LogType: "slow-log" }),
+        Match.objectLike({ LogType: "engine-log" }),
+      ]),
     });
-    template.hasResourceProperties("AWS::ElastiCache::ParameterGroup", { Properties: { "cluster-enabled": "yes", "maxmemory-policy": "noeviction" } });
+    template.hasResourceProperties("AWS::ElastiCache::ParameterGroup", {
+      Properties: { "cluster-enabled": "yes", "maxmemory-policy": "noeviction" },
+    });
     // only the Lambdas' security group may reach Redis
-    template.hasResourceProperties("AWS::EC2::SecurityGroupIngress", { FromPort: 6380, ToPort: 6380, SourceSecurityGroupId: Match.anyValue() });
+    template.hasResourceProperties("AWS::EC2::SecurityGroupIngress", {
+      FromPort: 6380,
+      ToPort: 6380,
+      SourceSecurityGroupId: Match.anyValue(),
+    });
   });
 
   it("reaches S3, SQS, Secrets Manager and X-Ray through VPC endpoints, with no NAT", () => {
     expect(ofType("AWS::EC2::NatGateway")).toHaveLength(0);
     const services = ofType("AWS::EC2::VPCEndpoint").map(([, e]) => JSON.stringify(e.Properties.ServiceName));
-    for (const service of ["s3", "sqs", "secretsmanager", "xray"]) expect(services.some((name) => name.includes(`.${service}`)), service).toBe(true);
+    for (const service of ["s3", "sqs", "secretsmanager", "xray"])
+      expect(
+        services.some((name) => name.includes(`.${service}`)),
+        service,
+      ).toBe(true);
   });
 
   it("runs both Lambdas in the VPC's private subnets, on nodejs22.x, with tracing and log retention", () => {
-    const isolated = new Set(ofType("AWS::EC2::Subnet").filter(([, r]) => JSON.stringify(r.Properties.Tags).includes("Isolated")).map(([id]) => id));
+    const isolated = new Set(
+      ofType("AWS::EC2::Subnet")
+        .filter(([, r]) => JSON.stringify(r.Properties.Tags).includes("Isolated"))
+        .map(([id]) => id),
+    );
     expect(isolated.size).toBeGreaterThanOrEqual(2);
-    const functions = ofType("AWS::Lambda::Function").filter(([, r]) => (r.Properties.Runtime as string) === "nodejs22.x");
+    const functions = ofType("AWS::Lambda::Function").filter(
+      ([, r]) => (r.Properties.Runtime as string) === "nodejs22.x",
+    );
     expect(functions).toHaveLength(2);
     for (const [, fn] of functions) {
       const subnets = (fn.Properties.VpcConfig as { SubnetIds: { Ref: string }[] }).SubnetIds.map((s) => s.Ref);
@@ -88,10 +114,17 @@ describe("template", () => {
   });
 
   it("consumes the campaign queue with partial batch responses, a visibility timeout at least 6x the function's", () => {
-    template.hasResourceProperties("AWS::Lambda::EventSourceMapping", { FunctionResponseTypes: ["ReportBatchItemFailures"], BatchSize: 10, ScalingConfig: { MaximumConcurrency: 20 } });
+    template.hasResourceProperties("AWS::Lambda::EventSourceMapping", {
+      FunctionResponseTypes: ["ReportBatchItemFailures"],
+      BatchSize: 10,
+      ScalingConfig: { MaximumConcurrency: 20 },
+    });
     const [, consumer] = ofType("AWS::Lambda::Function").find(([id]) => id.includes("CampaignConsumer")) ?? [];
-    const [, campaign] = ofType("AWS::SQS::Queue").find(([id]) => id.startsWith("StorageCampaign") && !id.includes("Dead")) ?? [];
-    expect(Number(campaign?.Properties.VisibilityTimeout)).toBeGreaterThanOrEqual(6 * Number(consumer?.Properties.Timeout));
+    const [, campaign] =
+      ofType("AWS::SQS::Queue").find(([id]) => id.startsWith("StorageCampaign") && !id.includes("Dead")) ?? [];
+    expect(Number(campaign?.Properties.VisibilityTimeout)).toBeGreaterThanOrEqual(
+      6 * Number(consumer?.Properties.Timeout),
+    );
   });
 
   it("gives every source queue a DLQ (maxReceiveCount >= 5, longer retention) and encrypts every queue", () => {
@@ -99,10 +132,15 @@ describe("template", () => {
     const sources = queues.filter(([, q]) => q.Properties.RedrivePolicy);
     expect(sources).toHaveLength(2);
     for (const [, source] of sources) {
-      const policy = source.Properties.RedrivePolicy as { maxReceiveCount: number; deadLetterTargetArn: { "Fn::GetAtt": [string] } };
+      const policy = source.Properties.RedrivePolicy as {
+        maxReceiveCount: number;
+        deadLetterTargetArn: { "Fn::GetAtt": [string] };
+      };
       expect(policy.maxReceiveCount).toBeGreaterThanOrEqual(5);
       const dlq = resources[policy.deadLetterTargetArn["Fn::GetAtt"][0]] as Resources[string];
-      expect(Number(dlq.Properties.MessageRetentionPeriod)).toBeGreaterThan(Number(source.Properties.MessageRetentionPeriod));
+      expect(Number(dlq.Properties.MessageRetentionPeriod)).toBeGreaterThan(
+        Number(source.Properties.MessageRetentionPeriod),
+      );
     }
     for (const [, queue] of queues) expect(queue.Properties.SqsManagedSseEnabled).toBe(true);
     // SSL only on every queue
@@ -116,28 +154,50 @@ describe("template", () => {
   it("keeps the bucket private, versioned, SSL-only, logged, and expires old versions", () => {
     template.hasResourceProperties("AWS::S3::Bucket", {
       VersioningConfiguration: { Status: "Enabled" },
-      PublicAccessBlockConfiguration: { BlockPublicAcls: true, BlockPublicPolicy: true, IgnorePublicAcls: true, RestrictPublicBuckets: true },
+      PublicAccessBlockConfiguration: {
+        BlockPublicAcls: true,
+        BlockPublicPolicy: true,
+        IgnorePublicAcls: true,
+        RestrictPublicBuckets: true,
+      },
       LoggingConfiguration: Match.objectLike({ LogFilePrefix: "config/" }),
-      LifecycleConfiguration: { Rules: Match.arrayWith([Match.objectLike({ NoncurrentVersionExpiration: Match.anyValue() })]) },
+      LifecycleConfiguration: {
+        Rules: Match.arrayWith([Match.objectLike({ NoncurrentVersionExpiration: Match.anyValue() })]),
+      },
     });
     template.hasResourceProperties("AWS::S3::BucketPolicy", {
-      PolicyDocument: { Statement: Match.arrayWith([Match.objectLike({ Effect: "Deny", Condition: { Bool: { "aws:SecureTransport": "false" } } })]) },
+      PolicyDocument: {
+        Statement: Match.arrayWith([
+          Match.objectLike({ Effect: "Deny", Condition: { Bool: { "aws:SecureTransport": "false" } } }),
+        ]),
+      },
     });
   });
 
   it("scopes every IAM statement to named resources, except the actions AWS offers only on *", () => {
     const starOnly = new Set(["xray:PutTraceSegments", "xray:PutTelemetryRecords"]);
     for (const [, policy] of ofType("AWS::IAM::Policy")) {
-      for (const statement of (policy.Properties.PolicyDocument as { Statement: { Action: string | string[]; Resource: unknown }[] }).Statement) {
+      for (const statement of (
+        policy.Properties.PolicyDocument as { Statement: { Action: string | string[]; Resource: unknown }[] }
+      ).Statement) {
         const actions = ([] as string[]).concat(statement.Action);
-        if (statement.Resource === "*") expect(actions.every((action) => starOnly.has(action)), actions.join()).toBe(true);
-        expect(actions.some((action) => action.includes("*") && !action.startsWith("xray")), actions.join()).toBe(false);
+        if (statement.Resource === "*")
+          expect(
+            actions.every((action) => starOnly.has(action)),
+            actions.join(),
+          ).toBe(true);
+        expect(
+          actions.some((action) => action.includes("*") && !action.startsWith("xray")),
+          actions.join(),
+        ).toBe(false);
       }
     }
   });
 
   it("has the alarms an operator needs and outputs what a user needs", () => {
-    const alarms = ofType("AWS::CloudWatch::Alarm").map(([, a]) => `${a.Properties.Namespace}/${a.Properties.MetricName}`);
+    const alarms = ofType("AWS::CloudWatch::Alarm").map(
+      ([, a]) => `${a.Properties.Namespace}/${a.Properties.MetricName}`,
+    );
     expect(alarms).toEqual(
       expect.arrayContaining([
         "AWS/SQS/ApproximateNumberOfMessagesVisible",
@@ -148,7 +208,14 @@ describe("template", () => {
       ]),
     );
     expect(ofType("AWS::CloudWatch::Dashboard")).toHaveLength(1);
-    for (const output of ["FunctionUrl", "CampaignQueueUrl", "DeliveryQueueUrl", "ConfigBucket", "RedisConfigurationEndpoint"]) template.hasOutput(output, {});
+    for (const output of [
+      "FunctionUrl",
+      "CampaignQueueUrl",
+      "DeliveryQueueUrl",
+      "ConfigBucket",
+      "RedisConfigurationEndpoint",
+    ])
+      template.hasOutput(output, {});
   });
 
   it("grants a caller of the check API both actions Function URLs require", () => {
@@ -157,7 +224,9 @@ describe("template", () => {
     stack.functions.grantCheckApi(caller);
     const statements = Template.fromStack(stack).findResources("AWS::IAM::Policy");
     const actions = Object.values(statements).flatMap((p) =>
-      (p.Properties.PolicyDocument.Statement as { Action: string | string[] }[]).flatMap((s) => ([] as string[]).concat(s.Action)),
+      (p.Properties.PolicyDocument.Statement as { Action: string | string[] }[]).flatMap((s) =>
+        ([] as string[]).concat(s.Action),
+      ),
     );
     expect(actions).toEqual(expect.arrayContaining(["lambda:InvokeFunctionUrl", "lambda:InvokeFunction"]));
   });
@@ -165,27 +234,39 @@ describe("template", () => {
 
 describe("the bundles synth built", () => {
   const assetOf = (logicalIdPart: string) => {
-    const [, fn] = ofType("AWS::Lambda::Function").find(([id]) => id.includes(logicalIdPart)) ?? [];
-    const key = (fn?.Properties.Code as { S3Key: string }).S3Key.replace(/\.zip$/, "");
+    const found = ofType("AWS::Lambda::Function").find(([id]) => id.includes(logicalIdPart));
+    if (!found) throw new Error(`no function ${logicalIdPart} in the template`);
+    const key = (found[1].Properties.Code as { S3Key: string }).S3Key.replace(/\.zip$/, "");
     return join(outdir, `asset.${key}`, "index.mjs");
   };
 
   it("load with roaring and the Lua scripts, and answer", async () => {
     Object.assign(process.env, {
-      REDIS_NODES: clusterPorts.slice(0, 3).map((port) => `127.0.0.1:${port}`).join(","),
+      REDIS_NODES: clusterPorts
+        .slice(0, 3)
+        .map((port) => `127.0.0.1:${port}`)
+        .join(","),
       CONFIG_BUCKET: "unused-here",
       DELIVERY_QUEUE_URL: "http://127.0.0.1:1/000000000000/delivery",
       DEAD_LETTER_QUEUE_URL: "http://127.0.0.1:1/000000000000/dlq",
       KEY_NAMESPACE: `bundle-${Date.now()}`,
     });
-    const checkApi = (await import(pathToFileURL(assetOf("CheckApi")).href)) as { handler: (e: unknown, c: unknown) => Promise<{ statusCode: number; body: string }> };
+    const checkApi = (await import(pathToFileURL(assetOf("CheckApi")).href)) as {
+      handler: (e: unknown, c: unknown) => Promise<{ statusCode: number; body: string }>;
+    };
     const reply = await checkApi.handler(
-      functionUrlEvent("POST", "/v1/limit", JSON.stringify({ key: "bundle", algorithm: "gcra", burst: 1, count: 1, periodMs: 1000 })),
+      functionUrlEvent(
+        "POST",
+        "/v1/limit",
+        JSON.stringify({ key: "bundle", algorithm: "gcra", burst: 1, count: 1, periodMs: 1000 }),
+      ),
       lambdaContext(10_000),
     );
     expect(reply.statusCode).toBe(200);
     expect(JSON.parse(reply.body)).toMatchObject({ allowed: true, limit: 2, remaining: 1 });
-    const consumer = (await import(pathToFileURL(assetOf("CampaignConsumer")).href)) as { handler: (e: unknown, c: unknown) => Promise<unknown> };
+    const consumer = (await import(pathToFileURL(assetOf("CampaignConsumer")).href)) as {
+      handler: (e: unknown, c: unknown) => Promise<unknown>;
+    };
     expect(await consumer.handler({ Records: [] }, lambdaContext(10_000))).toEqual({ batchItemFailures: [] });
   });
 });

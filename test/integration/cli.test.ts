@@ -19,7 +19,10 @@ beforeEach(() => {
   err = [];
   vi.spyOn(console, "log").mockImplementation((...args) => void out.push(args.join(" ")));
   vi.spyOn(console, "error").mockImplementation((...args) => void err.push(args.join(" ")));
-  vi.spyOn(process.stderr, "write").mockImplementation((text) => (err.push(String(text)), true));
+  vi.spyOn(process.stderr, "write").mockImplementation((text) => {
+    err.push(String(text));
+    return true;
+  });
 });
 afterEach(() => vi.restoreAllMocks());
 
@@ -31,14 +34,28 @@ const file = (name: string, text: string) => {
 
 describe("tollgate CLI", () => {
   it("builds portable bitmaps from ID files", async () => {
-    const code = await runCli(["segments", "build", "--out", join(dir, "out"), `new=${file("new.txt", "1\n2\n3\n")}`, `active=${file("a.txt", "10, 11")}`]);
+    const code = await runCli([
+      "segments",
+      "build",
+      "--out",
+      join(dir, "out"),
+      `new=${file("new.txt", "1\n2\n3\n")}`,
+      `active=${file("a.txt", "10, 11")}`,
+    ]);
     expect(code).toBe(0);
     expect(parseBitmap(readFileSync(join(dir, "out", "new.roaring")), "new").toArray()).toEqual([1, 2, 3]);
     expect(out.join("\n")).toContain("active.roaring: 2 users");
   });
 
   it("refuses overlapping segments with exit code 1 and the overlap count", async () => {
-    const code = await runCli(["segments", "build", "--out", dir, `a=${file("a.txt", "1 2 3")}`, `b=${file("b.txt", "3 2")}`]);
+    const code = await runCli([
+      "segments",
+      "build",
+      "--out",
+      dir,
+      `a=${file("a.txt", "1 2 3")}`,
+      `b=${file("b.txt", "3 2")}`,
+    ]);
     expect(code).toBe(1);
     expect(err.join("")).toContain('2 user IDs in both "a" and "b"');
   });
@@ -95,17 +112,49 @@ describe("tollgate CLI against S3 and SQS (fauxqs)", () => {
     expect(await runCli(["segments", "upload", ...aws, "--bucket", "cli", file("bad.roaring", "junk")])).toBe(1);
     expect(err.join("")).toContain("bad.roaring: not a valid portable roaring bitmap");
 
-    const good = { version: "cli.1", channels: ["push"], segments: [{ name: "new", bitmap: "segments/new.roaring", caps: {} }], default: { name: "rest", caps: {} } };
+    const good = {
+      version: "cli.1",
+      channels: ["push"],
+      segments: [{ name: "new", bitmap: "segments/new.roaring", caps: {} }],
+      default: { name: "rest", caps: {} },
+    };
     expect(await runCli(["policy", "upload", ...aws, "--bucket", "cli", file("p.json", JSON.stringify(good))])).toBe(0);
-    expect(await runCli(["policy", "upload", ...aws, "--bucket", "cli", file("q.json", JSON.stringify({ ...good, version: "" }))])).toBe(1);
+    expect(
+      await runCli([
+        "policy",
+        "upload",
+        ...aws,
+        "--bucket",
+        "cli",
+        file("q.json", JSON.stringify({ ...good, version: "" })),
+      ]),
+    ).toBe(1);
     expect(err.join("")).toContain("version:");
-    expect(await runCli(["policy", "upload", ...aws, "--bucket", "no-such-bucket", file("r.json", JSON.stringify(good))])).toBe(1);
+    expect(
+      await runCli(["policy", "upload", ...aws, "--bucket", "no-such-bucket", file("r.json", JSON.stringify(good))]),
+    ).toBe(1);
     expect(await runCli(["policy", "upload", ...aws, file("s.json", JSON.stringify(good))])).toBe(1);
     expect(err.join("")).toContain("--bucket: required (or --local)");
   });
 
   it("pushes a campaign as batch messages and tails what arrives", async () => {
-    const code = await runCli(["campaign", "push", ...aws, "--queue-url", queueUrl, "--campaign", "cli-1", "--channel", "push", "--range", "10-2509", "--per-message", "1000", "--payload", '{"t":1}']);
+    const code = await runCli([
+      "campaign",
+      "push",
+      ...aws,
+      "--queue-url",
+      queueUrl,
+      "--campaign",
+      "cli-1",
+      "--channel",
+      "push",
+      "--range",
+      "10-2509",
+      "--per-message",
+      "1000",
+      "--payload",
+      '{"t":1}',
+    ]);
     expect(err.join("")).toBe("");
     expect(code).toBe(0);
     expect(out.join("\n")).toContain("pushed campaign cli-1: 2500 users in 3 messages");
@@ -115,11 +164,43 @@ describe("tollgate CLI against S3 and SQS (fauxqs)", () => {
     expect(lines.map((m) => m.userIds.length).sort()).toEqual([1000, 1000, 500]);
     expect(lines.every((m) => m.campaignId === "cli-1")).toBe(true);
 
-    expect(await runCli(["campaign", "push", ...aws, "--queue-url", queueUrl, "--campaign", "bad id", "--channel", "push", "--range", "1-2"])).toBe(1);
+    expect(
+      await runCli([
+        "campaign",
+        "push",
+        ...aws,
+        "--queue-url",
+        queueUrl,
+        "--campaign",
+        "bad id",
+        "--channel",
+        "push",
+        "--range",
+        "1-2",
+      ]),
+    ).toBe(1);
     expect(err.join("")).toContain("campaignId: expected printable ASCII without spaces");
-    expect(await runCli(["campaign", "push", ...aws, "--queue-url", queueUrl, "--campaign", "x", "--channel", "push", "--range", "5-1"])).toBe(1);
+    expect(
+      await runCli([
+        "campaign",
+        "push",
+        ...aws,
+        "--queue-url",
+        queueUrl,
+        "--campaign",
+        "x",
+        "--channel",
+        "push",
+        "--range",
+        "5-1",
+      ]),
+    ).toBe(1);
     expect(err.join("")).toContain("--range: expected FROM-TO");
-    expect(await runCli(["campaign", "push", ...aws, "--queue-url", queueUrl, "--campaign", "x", "--channel", "push"])).toBe(1);
-    expect(await runCli(["campaign", "push", ...aws, "--campaign", "x", "--channel", "push", "--range", "1-2"])).toBe(1);
+    expect(
+      await runCli(["campaign", "push", ...aws, "--queue-url", queueUrl, "--campaign", "x", "--channel", "push"]),
+    ).toBe(1);
+    expect(await runCli(["campaign", "push", ...aws, "--campaign", "x", "--channel", "push", "--range", "1-2"])).toBe(
+      1,
+    );
   });
 });

@@ -21,7 +21,10 @@ const rules = rulesOf(simplePolicy({ push: [{ window: "1d", max: 2 }] }));
 const retried: string[] = [];
 const capperFor = (client: TollgateCluster, deadlineMs?: number) =>
   new Capper({
-    store: new RedisCapStore(client, { ...(deadlineMs === undefined ? {} : { deadlineMs }), onRetry: (error) => retried.push(error.message) }),
+    store: new RedisCapStore(client, {
+      ...(deadlineMs === undefined ? {} : { deadlineMs }),
+      onRetry: (error) => retried.push(error.message),
+    }),
     rules: () => rules,
     clock: fixedClock(T0 + DAY),
     namespace: uniqueNamespace(),
@@ -35,7 +38,7 @@ async function eachNode<T>(action: (node: Redis) => Promise<T>): Promise<T[]> {
   try {
     return await Promise.all(nodes.map(action));
   } finally {
-    nodes.forEach((node) => node.disconnect());
+    for (const node of nodes) node.disconnect();
   }
 }
 
@@ -49,7 +52,10 @@ describe("faults", () => {
     // the client still believes the script is loaded on its sockets: the next call meets NOSCRIPT
     expect(counts(await capper.capBatch(batch))).toMatchObject({ allowed: 0, duplicate: 3000 });
     expect(counts(await capper.capBatch({ ...batch, campaignId: "two" }))).toMatchObject({ allowed: 3000 });
-    expect(counts(await capper.capBatch({ ...batch, campaignId: "three" }))).toMatchObject({ allowed: 0, capped: 3000 });
+    expect(counts(await capper.capBatch({ ...batch, campaignId: "three" }))).toMatchObject({
+      allowed: 0,
+      capped: 3000,
+    });
   });
 
   it("keeps deciding correctly through a replica promotion (CLUSTER FAILOVER), without a restart", async () => {
@@ -94,7 +100,7 @@ describe("faults", () => {
 
 async function findReplicaPort(): Promise<number> {
   const roles = await eachNode(async (node) => (await node.role())[0]);
-  const index = roles.findIndex((role) => role === "slave");
+  const index = roles.indexOf("slave");
   if (index < 0) throw new Error("no replica in the cluster");
   return clusterPorts[index] as number;
 }
