@@ -4,7 +4,10 @@ import { AwsSolutionsChecks, ServerlessChecks } from "cdk-nag";
 import { acknowledgeFindings } from "./nag.ts";
 import { TollgateStack } from "./tollgate-stack.ts";
 
-export function buildApp(context: Record<string, unknown> = {}, options: { acknowledge?: boolean } = {}): { app: App; stack: TollgateStack } {
+export function buildApp(
+  context: Record<string, unknown> = {},
+  options: { acknowledge?: boolean } = {},
+): { app: App; stack: TollgateStack } {
   const app = new App({ context });
   const stack = new TollgateStack(app, String(app.node.tryGetContext("tollgate:stackName") ?? "Tollgate"), {
     env: { account: process.env.CDK_DEFAULT_ACCOUNT, region: process.env.CDK_DEFAULT_REGION },

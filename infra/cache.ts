@@ -40,9 +40,18 @@ export class Cache extends Construct {
         "maxmemory-policy": "noeviction",
       },
     });
-    const slowLog = new logs.LogGroup(this, "SlowLog", { retention: config.logRetentionDays as logs.RetentionDays, removalPolicy: props.removalPolicy });
-    const engineLog = new logs.LogGroup(this, "EngineLog", { retention: config.logRetentionDays as logs.RetentionDays, removalPolicy: props.removalPolicy });
-    const delivery = (logGroup: logs.LogGroup, logType: string): elasticache.CfnReplicationGroup.LogDeliveryConfigurationRequestProperty => ({
+    const slowLog = new logs.LogGroup(this, "SlowLog", {
+      retention: config.logRetentionDays as logs.RetentionDays,
+      removalPolicy: props.removalPolicy,
+    });
+    const engineLog = new logs.LogGroup(this, "EngineLog", {
+      retention: config.logRetentionDays as logs.RetentionDays,
+      removalPolicy: props.removalPolicy,
+    });
+    const delivery = (
+      logGroup: logs.LogGroup,
+      logType: string,
+    ): elasticache.CfnReplicationGroup.LogDeliveryConfigurationRequestProperty => ({
       destinationType: "cloudwatch-logs",
       destinationDetails: { cloudWatchLogsDetails: { logGroup: logGroup.logGroupName } },
       logFormat: "json",

@@ -58,15 +58,21 @@ export function readConfig(node: Node): TollgateConfig {
     if (value === undefined) continue;
     if (typeof fallback === "number") {
       const number = Number(value);
-      if (!Number.isInteger(number) || number < 0) throw new Error(`context tollgate:${key}: expected a non-negative integer, got ${String(value)}`);
+      if (!Number.isInteger(number) || number < 0)
+        throw new Error(`context tollgate:${key}: expected a non-negative integer, got ${String(value)}`);
       config[key] = number;
     } else {
       config[key] = String(value);
     }
   }
   const result = config as unknown as TollgateConfig;
-  if (result.engine !== "valkey" && result.engine !== "redis") throw new Error(`context tollgate:engine: expected "valkey" or "redis", got ${result.engine}`);
-  if (result.removalPolicy !== "retain" && result.removalPolicy !== "destroy") throw new Error(`context tollgate:removalPolicy: expected "retain" or "destroy"`);
-  if (result.shards < 1 || result.replicasPerShard < 1) throw new Error("context tollgate:shards and tollgate:replicasPerShard: at least 1 each (Multi-AZ needs a replica)");
+  if (result.engine !== "valkey" && result.engine !== "redis")
+    throw new Error(`context tollgate:engine: expected "valkey" or "redis", got ${result.engine}`);
+  if (result.removalPolicy !== "retain" && result.removalPolicy !== "destroy")
+    throw new Error(`context tollgate:removalPolicy: expected "retain" or "destroy"`);
+  if (result.shards < 1 || result.replicasPerShard < 1)
+    throw new Error(
+      "context tollgate:shards and tollgate:replicasPerShard: at least 1 each (Multi-AZ needs a replica)",
+    );
   return result;
 }

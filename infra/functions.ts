@@ -86,7 +86,10 @@ export class Functions extends Construct {
       NODE_OPTIONS: "--enable-source-maps",
     };
     const logGroup = (name: string) =>
-      new logs.LogGroup(this, `${name}Logs`, { retention: config.logRetentionDays as logs.RetentionDays, removalPolicy: props.removalPolicy });
+      new logs.LogGroup(this, `${name}Logs`, {
+        retention: config.logRetentionDays as logs.RetentionDays,
+        removalPolicy: props.removalPolicy,
+      });
 
     this.consumer = new nodejs.NodejsFunction(this, "CampaignConsumer", {
       ...common,
@@ -105,7 +108,9 @@ export class Functions extends Construct {
     this.consumer.addEventSource(
       new SqsEventSource(storage.campaignQueue, {
         batchSize: config.batchSize,
-        ...(config.batchingWindowSeconds > 0 ? { maxBatchingWindow: Duration.seconds(config.batchingWindowSeconds) } : {}),
+        ...(config.batchingWindowSeconds > 0
+          ? { maxBatchingWindow: Duration.seconds(config.batchingWindowSeconds) }
+          : {}),
         reportBatchItemFailures: true,
         maxConcurrency: config.maxConcurrency,
       }),

@@ -16,12 +16,16 @@ export function acknowledgeFindings(stack: TollgateStack): void {
         "CDK's execution policy for the function's own log group; writing logs is all it grants",
       "AwsSolutions::AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole]":
         "Needed to create and delete the function's ENIs in the VPC; those EC2 actions cannot be scoped to resources",
-      "AwsSolutions::AwsSolutions-IAM5[Resource::*]": "X-Ray tracing (xray:PutTraceSegments, PutTelemetryRecords) has no resource-level permissions",
-      [`AwsSolutions::AwsSolutions-IAM5[Resource::${bucketArn}/config/*]`]: "s3:GetObject on the policy prefix only; object names are not known when deploying",
-      [`AwsSolutions::AwsSolutions-IAM5[Resource::${bucketArn}/segments/*]`]: "s3:GetObject on the segment bitmaps prefix only; bitmaps are added by operators after deploying",
+      "AwsSolutions::AwsSolutions-IAM5[Resource::*]":
+        "X-Ray tracing (xray:PutTraceSegments, PutTelemetryRecords) has no resource-level permissions",
+      [`AwsSolutions::AwsSolutions-IAM5[Resource::${bucketArn}/config/*]`]:
+        "s3:GetObject on the policy prefix only; object names are not known when deploying",
+      [`AwsSolutions::AwsSolutions-IAM5[Resource::${bucketArn}/segments/*]`]:
+        "s3:GetObject on the segment bitmaps prefix only; bitmaps are added by operators after deploying",
       "AwsSolutions::AwsSolutions-L1":
         "nodejs22.x on purpose: development and CI run Node 20 and the code is tested against APIs both share; moving to nodejs24.x is a tested change, not a default",
-      "Serverless::Serverless-LambdaLatestVersion": "Same as AwsSolutions-L1: nodejs22.x is the newest runtime the code is tested for",
+      "Serverless::Serverless-LambdaLatestVersion":
+        "Same as AwsSolutions-L1: nodejs22.x is the newest runtime the code is tested for",
       "Serverless::Serverless-LambdaDLQ":
         "A Lambda DLQ only catches asynchronous invocations: the consumer is invoked by SQS (its queue's redrive policy is the DLQ) and the check API synchronously by its Function URL",
     });
@@ -39,6 +43,9 @@ export function acknowledgeFindings(stack: TollgateStack): void {
       "The interface endpoints' security groups admit HTTPS from the VPC's own CIDR only (an intrinsic the rule cannot evaluate), not 0.0.0.0/0",
   });
   for (const dlq of [storage.campaignDeadLetters, storage.deliveryDeadLetters]) {
-    accept(dlq, { "Serverless::Serverless-SQSRedrivePolicy": "A dead-letter queue is the end of the line: messages wait there for inspection and redrive" });
+    accept(dlq, {
+      "Serverless::Serverless-SQSRedrivePolicy":
+        "A dead-letter queue is the end of the line: messages wait there for inspection and redrive",
+    });
   }
 }

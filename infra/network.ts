@@ -10,15 +10,25 @@ export class Network extends Construct {
   readonly lambdaSecurityGroup: ec2.SecurityGroup;
   readonly redisSecurityGroup: ec2.SecurityGroup;
 
-  constructor(scope: Construct, id: string, props: { redisPort: number; logRetentionDays: number; removalPolicy: RemovalPolicy }) {
+  constructor(
+    scope: Construct,
+    id: string,
+    props: { redisPort: number; logRetentionDays: number; removalPolicy: RemovalPolicy },
+  ) {
     super(scope, id);
     this.vpc = new ec2.Vpc(this, "Vpc", {
       maxAzs: 2,
       natGateways: 0,
       subnetConfiguration: [{ name: "private", subnetType: ec2.SubnetType.PRIVATE_ISOLATED, cidrMask: 22 }],
     });
-    const flowLogs = new logs.LogGroup(this, "FlowLogs", { retention: props.logRetentionDays as logs.RetentionDays, removalPolicy: props.removalPolicy });
-    this.vpc.addFlowLog("FlowLog", { destination: ec2.FlowLogDestination.toCloudWatchLogs(flowLogs), trafficType: ec2.FlowLogTrafficType.ALL });
+    const flowLogs = new logs.LogGroup(this, "FlowLogs", {
+      retention: props.logRetentionDays as logs.RetentionDays,
+      removalPolicy: props.removalPolicy,
+    });
+    this.vpc.addFlowLog("FlowLog", {
+      destination: ec2.FlowLogDestination.toCloudWatchLogs(flowLogs),
+      trafficType: ec2.FlowLogTrafficType.ALL,
+    });
     this.vpc.addGatewayEndpoint("S3", { service: ec2.GatewayVpcEndpointAwsService.S3 });
     // without a NAT, every AWS API the functions call needs an endpoint: SQS, the Redis secret, and X-Ray
     // (active tracing sends segments from inside the VPC)
@@ -27,10 +37,22 @@ export class Network extends Construct {
       ["SecretsManager", ec2.InterfaceVpcEndpointAwsService.SECRETS_MANAGER],
       ["XRay", ec2.InterfaceVpcEndpointAwsService.XRAY],
     ] as const) {
-      this.vpc.addInterfaceEndpoint(id, { service, privateDnsEnabled: true, subnets: { subnetType: ec2.SubnetType.PRIVATE_ISOLATED } });
+      this.vpc.addInterfaceEndpoint(id, {
+        service,
+        privateDnsEnabled: true,
+        subnets: { subnetType: ec2.SubnetType.PRIVATE_ISOLATED },
+      });
     }
-    this.lambdaSecurityGroup = new ec2.SecurityGroup(this, "Lambdas", { vpc: this.vpc, description: "Tollgate Lambdas", allowAllOutbound: true });
-    this.redisSecurityGroup = new ec2.SecurityGroup(this, "Redis", { vpc: this.vpc, description: "Tollgate Redis: only the Lambdas", allowAllOutbound: false });
+    this.lambdaSecurityGroup = new ec2.SecurityGroup(this, "Lambdas", {
+      vpc: this.vpc,
+      description: "Tollgate Lambdas",
+      allowAllOutbound: true,
+    });
+    this.redisSecurityGroup = new ec2.SecurityGroup(this, "Redis", {
+      vpc: this.vpc,
+      description: "Tollgate Redis: only the Lambdas",
+      allowAllOutbound: false,
+    });
     this.redisSecurityGroup.addIngressRule(this.lambdaSecurityGroup, ec2.Port.tcp(props.redisPort), "Lambdas to Redis");
   }
 }

@@ -10,7 +10,11 @@ import type { Storage } from "./storage.ts";
 export class Observability extends Construct {
   readonly alarms: cloudwatch.Alarm[] = [];
 
-  constructor(scope: Construct, id: string, props: { name: string; cache: Cache; functions: Functions; storage: Storage }) {
+  constructor(
+    scope: Construct,
+    id: string,
+    props: { name: string; cache: Cache; functions: Functions; storage: Storage },
+  ) {
     super(scope, id);
     const { cache, functions, storage } = props;
     const period = Duration.minutes(5);
@@ -28,14 +32,23 @@ export class Observability extends Construct {
         statistic: "Maximum",
         period,
       });
-    const dlqDepth = (queue: Storage["campaignDeadLetters"]) => queue.metricApproximateNumberOfMessagesVisible({ period: Duration.minutes(1), statistic: "Maximum" });
+    const dlqDepth = (queue: Storage["campaignDeadLetters"]) =>
+      queue.metricApproximateNumberOfMessagesVisible({ period: Duration.minutes(1), statistic: "Maximum" });
 
     new cloudwatch.Dashboard(this, "Dashboard", {
       dashboardName: `${props.name}-overview`,
       widgets: [
         [
-          new cloudwatch.GraphWidget({ title: "Allowed sends by segment and channel", left: [decisions("allowed")], width: 12 }),
-          new cloudwatch.GraphWidget({ title: "Capped sends by segment and channel", left: [decisions("capped")], width: 12 }),
+          new cloudwatch.GraphWidget({
+            title: "Allowed sends by segment and channel",
+            left: [decisions("allowed")],
+            width: 12,
+          }),
+          new cloudwatch.GraphWidget({
+            title: "Capped sends by segment and channel",
+            left: [decisions("capped")],
+            width: 12,
+          }),
         ],
         [
           new cloudwatch.GraphWidget({
@@ -45,14 +58,28 @@ export class Observability extends Construct {
           }),
           new cloudwatch.GraphWidget({
             title: "Check API denials by algorithm",
-            left: [new cloudwatch.MathExpression({ expression: `SEARCH('{Tollgate,algorithm,service} MetricName="denied"', 'Sum', 300)`, label: "denied", period })],
+            left: [
+              new cloudwatch.MathExpression({
+                expression: `SEARCH('{Tollgate,algorithm,service} MetricName="denied"', 'Sum', 300)`,
+                label: "denied",
+                period,
+              }),
+            ],
             width: 12,
           }),
         ],
         [
-          new cloudwatch.GraphWidget({ title: "Dead-letter queues", left: [dlqDepth(storage.campaignDeadLetters), dlqDepth(storage.deliveryDeadLetters)], width: 8 }),
+          new cloudwatch.GraphWidget({
+            title: "Dead-letter queues",
+            left: [dlqDepth(storage.campaignDeadLetters), dlqDepth(storage.deliveryDeadLetters)],
+            width: 8,
+          }),
           new cloudwatch.GraphWidget({ title: "Redis engine CPU %", left: [redis("EngineCPUUtilization")], width: 8 }),
-          new cloudwatch.GraphWidget({ title: "Redis memory %", left: [redis("DatabaseMemoryUsagePercentage")], width: 8 }),
+          new cloudwatch.GraphWidget({
+            title: "Redis memory %",
+            left: [redis("DatabaseMemoryUsagePercentage")],
+            width: 8,
+          }),
         ],
       ],
     });
@@ -69,10 +96,30 @@ export class Observability extends Construct {
       this.alarms.push(created);
       return created;
     };
-    alarm("CampaignDlqNotEmpty", dlqDepth(storage.campaignDeadLetters), 1, "Campaign batches in the DLQ: read their reason attribute, fix, redrive (docs/OPERATIONS.md)");
-    alarm("DeliveryDlqNotEmpty", dlqDepth(storage.deliveryDeadLetters), 1, "Delivery messages in the DLQ: the delivery consumer is failing");
-    alarm("ConsumerErrors", functions.consumer.metricErrors({ period }), 1, "The campaign consumer threw: Redis down or a bug; batches are retried");
-    alarm("RedisMemoryHigh", redis("DatabaseMemoryUsagePercentage"), 80, "Redis memory over 80%: with noeviction, writes fail when full; scale out");
+    alarm(
+      "CampaignDlqNotEmpty",
+      dlqDepth(storage.campaignDeadLetters),
+      1,
+      "Campaign batches in the DLQ: read their reason attribute, fix, redrive (docs/OPERATIONS.md)",
+    );
+    alarm(
+      "DeliveryDlqNotEmpty",
+      dlqDepth(storage.deliveryDeadLetters),
+      1,
+      "Delivery messages in the DLQ: the delivery consumer is failing",
+    );
+    alarm(
+      "ConsumerErrors",
+      functions.consumer.metricErrors({ period }),
+      1,
+      "The campaign consumer threw: Redis down or a bug; batches are retried",
+    );
+    alarm(
+      "RedisMemoryHigh",
+      redis("DatabaseMemoryUsagePercentage"),
+      80,
+      "Redis memory over 80%: with noeviction, writes fail when full; scale out",
+    );
     alarm("RedisCpuHigh", redis("EngineCPUUtilization"), 80, "Redis engine CPU over 80% on a node");
     alarm(
       "CampaignQueueOld",

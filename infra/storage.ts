@@ -33,7 +33,12 @@ export class Storage extends Construct {
       removalPolicy: props.removalPolicy,
     });
     const queue = (name: string, props2: sqs.QueueProps) =>
-      new sqs.Queue(this, name, { encryption: sqs.QueueEncryption.SQS_MANAGED, enforceSSL: true, removalPolicy: props.removalPolicy, ...props2 });
+      new sqs.Queue(this, name, {
+        encryption: sqs.QueueEncryption.SQS_MANAGED,
+        enforceSSL: true,
+        removalPolicy: props.removalPolicy,
+        ...props2,
+      });
     // the DLQs keep messages longer than their source queues, so nothing expires before it is redriven
     this.campaignDeadLetters = queue("CampaignDeadLetters", { retentionPeriod: Duration.days(14) });
     this.campaignQueue = queue("Campaign", {

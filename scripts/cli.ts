@@ -11,6 +11,7 @@
 //   npm run tollgate -- check --local /v1/limit '{"key":"login:1.2.3.4","algorithm":"gcra","burst":4,"count":1,"periodMs":1000}'
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { basename, join } from "node:path";
+import { defaultProvider } from "@aws-sdk/credential-provider-node";
 import { SingleBar } from "cli-progress";
 import { Command, CommanderError, Option } from "commander";
 import { createAwsClients } from "../functions/adapters/aws-clients.ts";
@@ -21,11 +22,10 @@ import { DEFAULT_POLICY_KEY } from "../functions/core/rules-source.ts";
 import { buildSegments, MAX_USER_ID, parseUserIdList } from "../functions/core/segment-builder.ts";
 import { parseBitmap } from "../functions/core/segment-index.ts";
 import { parseOrThrow } from "../functions/core/validation.ts";
-import { defaultProvider } from "@aws-sdk/credential-provider-node";
 import { isMain } from "./is-main.ts";
-import { functionUrlRegion, type SignedRequest, signRequest } from "./sign-request.ts";
 import { ENDPOINTS_FILE, type Endpoints } from "./local/endpoints.ts";
 import { pushCampaign, readDelivery, uploadObject } from "./operations.ts";
+import { functionUrlRegion, type SignedRequest, signRequest } from "./sign-request.ts";
 
 interface AwsOptions {
   local?: boolean;
@@ -42,7 +42,8 @@ function withAws(command: Command): Command {
 }
 
 function localEndpoints(): Endpoints {
-  if (!existsSync(ENDPOINTS_FILE)) throw new ValidationError("--local", `${ENDPOINTS_FILE} not found: is \`npm run local\` running?`);
+  if (!existsSync(ENDPOINTS_FILE))
+    throw new ValidationError("--local", `${ENDPOINTS_FILE} not found: is \`npm run local\` running?`);
   return JSON.parse(readFileSync(ENDPOINTS_FILE, "utf8")) as Endpoints;
 }
 
@@ -53,7 +54,10 @@ function aws(options: AwsOptions) {
     process.env.AWS_SECRET_ACCESS_KEY ??= "local";
   }
   const endpoint = local?.awsEndpoint ?? options.endpoint;
-  const clients = createAwsClients({ region: local?.region ?? options.region ?? "us-east-1", ...(endpoint ? { endpoint } : {}) });
+  const clients = createAwsClients({
+    region: local?.region ?? options.region ?? "us-east-1",
+    ...(endpoint ? { endpoint } : {}),
+  });
   return { ...clients, local };
 }
 
@@ -69,7 +73,8 @@ function userIdsOf(options: { range?: string; idsFile?: string }): number[] {
   if (options.range !== undefined) {
     const match = /^([0-9]+)-([0-9]+)$/.exec(options.range);
     const [from, to] = [Number(match?.[1]), Number(match?.[2])];
-    if (!match || from > to || to > MAX_USER_ID) throw new ValidationError("--range", `expected FROM-TO with 0 <= FROM <= TO <= ${MAX_USER_ID}`);
+    if (!match || from > to || to > MAX_USER_ID)
+      throw new ValidationError("--range", `expected FROM-TO with 0 <= FROM <= TO <= ${MAX_USER_ID}`);
     return Array.from({ length: to - from + 1 }, (_, i) => from + i);
   }
   if (options.idsFile !== undefined) return parseUserIdList(readFileSync(options.idsFile, "utf8"), options.idsFile);
@@ -151,7 +156,9 @@ export function makeProgram(): Command {
     const { s3, local } = aws(options);
     const bucket = required(options.bucket, local?.bucket, "--bucket");
     await uploadObject(s3, bucket, options.key, text);
-    console.log(`uploaded policy ${parsed.version} to s3://${bucket}/${options.key}; containers pick it up within REFRESH_SECONDS`);
+    console.log(
+      `uploaded policy ${parsed.version} to s3://${bucket}/${options.key}; containers pick it up within REFRESH_SECONDS`,
+    );
   });
 
   withAws(
@@ -171,10 +178,20 @@ export function makeProgram(): Command {
       .option("--count-exempt", "with --exempt: count the sends anyway")
       .option("--per-message <n>", "user IDs per message", "10000"),
   ).action(
-    async (options: AwsOptions & {
-      queueUrl?: string; campaign: string; channel: string; range?: string; idsFile?: string; payload?: string;
-      at?: string; exempt?: boolean; countExempt?: boolean; perMessage: string;
-    }) => {
+    async (
+      options: AwsOptions & {
+        queueUrl?: string;
+        campaign: string;
+        channel: string;
+        range?: string;
+        idsFile?: string;
+        payload?: string;
+        at?: string;
+        exempt?: boolean;
+        countExempt?: boolean;
+        perMessage: string;
+      },
+    ) => {
       const userIds = userIdsOf(options);
       let payload: unknown;
       if (options.payload !== undefined) {
@@ -201,7 +218,12 @@ export function makeProgram(): Command {
       const queueUrl = required(options.queueUrl, local?.campaignQueueUrl, "--queue-url");
       const bar = process.stderr.isTTY ? new SingleBar({ format: "pushing [{bar}] {value}/{total} users" }) : undefined;
       bar?.start(userIds.length, 0);
-      const messages = await pushCampaign(sqs, queueUrl, { ...batch, userIds, usersPerMessage: perMessage, onProgress: (sent) => bar?.update(sent) });
+      const messages = await pushCampaign(sqs, queueUrl, {
+        ...batch,
+        userIds,
+        usersPerMessage: perMessage,
+        onProgress: (sent) => bar?.update(sent),
+      });
       bar?.stop();
       console.log(`pushed campaign ${batch.campaignId}: ${userIds.length} users in ${messages} messages`);
     },
@@ -241,36 +263,46 @@ export function makeProgram(): Command {
     .option("--url <url>", "the Function URL")
     .option("--sign", "sign with SigV4 (default: when the URL is a Lambda Function URL)")
     .addOption(new Option("--region <region>", "signing region (default: from the URL)").env("AWS_REGION"))
-    .action(async (path: string, json: string | undefined, options: { local?: boolean; url?: string; sign?: boolean; region?: string }) => {
-      const base = required(options.url, options.local ? localEndpoints().functionUrl : undefined, "--url");
-      if (json !== undefined) {
-        try {
-          JSON.parse(json);
-        } catch {
-          throw new ValidationError("json", "not valid JSON");
+    .action(
+      async (
+        path: string,
+        json: string | undefined,
+        options: { local?: boolean; url?: string; sign?: boolean; region?: string },
+      ) => {
+        const base = required(options.url, options.local ? localEndpoints().functionUrl : undefined, "--url");
+        if (json !== undefined) {
+          try {
+            JSON.parse(json);
+          } catch {
+            throw new ValidationError("json", "not valid JSON");
+          }
         }
-      }
-      let request: SignedRequest = {
-        url: new URL(path, base).toString(),
-        method: json === undefined ? "GET" : "POST",
-        headers: json === undefined ? {} : { "content-type": "application/json" },
-        body: json ?? "",
-      };
-      const region = functionUrlRegion(request.url) ?? options.region;
-      if (options.sign || functionUrlRegion(request.url)) {
-        if (!region) throw new ValidationError("--region", "required to sign a request to this URL");
-        request = await signRequest(request, { region, credentials: defaultProvider() });
-      }
-      const response = await fetch(request.url, { method: request.method, headers: request.headers, ...(request.body ? { body: request.body } : {}) });
-      const text = await response.text();
-      console.log(text);
-      if (!response.ok) {
-        console.error(`tollgate: ${response.status} ${response.statusText}`);
-        throw new CheckFailed(1);
-      }
-      const reply = JSON.parse(text) as { allowed?: boolean };
-      if (reply.allowed === false) throw new CheckFailed(3);
-    });
+        let request: SignedRequest = {
+          url: new URL(path, base).toString(),
+          method: json === undefined ? "GET" : "POST",
+          headers: json === undefined ? {} : { "content-type": "application/json" },
+          body: json ?? "",
+        };
+        const region = functionUrlRegion(request.url) ?? options.region;
+        if (options.sign || functionUrlRegion(request.url)) {
+          if (!region) throw new ValidationError("--region", "required to sign a request to this URL");
+          request = await signRequest(request, { region, credentials: defaultProvider() });
+        }
+        const response = await fetch(request.url, {
+          method: request.method,
+          headers: request.headers,
+          ...(request.body ? { body: request.body } : {}),
+        });
+        const text = await response.text();
+        console.log(text);
+        if (!response.ok) {
+          console.error(`tollgate: ${response.status} ${response.statusText}`);
+          throw new CheckFailed(1);
+        }
+        const reply = JSON.parse(text) as { allowed?: boolean };
+        if (reply.allowed === false) throw new CheckFailed(3);
+      },
+    );
 
   return program;
 }

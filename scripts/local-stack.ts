@@ -75,7 +75,8 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
   const redis = await startCluster(options.redisBasePort === undefined ? {} : { basePort: options.redisBasePort });
   // run in order on stop: what is started later goes to the front (poller, clients), servers stay last
   const stops: (() => Promise<unknown>)[] = [];
-  if (redis.started) stops.push(() => stopCluster(options.redisBasePort === undefined ? {} : { basePort: options.redisBasePort }));
+  if (redis.started)
+    stops.push(() => stopCluster(options.redisBasePort === undefined ? {} : { basePort: options.redisBasePort }));
   try {
     const fauxqs = await startFauxqs({ port: options.awsPort ?? 0, host: "127.0.0.1", logger: false });
     stops.push(() => fauxqs.stop());
@@ -165,7 +166,11 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
   }
 }
 
-async function createQueue(sqs: SQSClient, name: string, attributes: Record<string, string>): Promise<{ url: string; arn: string }> {
+async function createQueue(
+  sqs: SQSClient,
+  name: string,
+  attributes: Record<string, string>,
+): Promise<{ url: string; arn: string }> {
   const { QueueUrl } = await sqs.send(new CreateQueueCommand({ QueueName: name, Attributes: attributes }));
   const { Attributes } = await sqs.send(new GetQueueAttributesCommand({ QueueUrl, AttributeNames: ["QueueArn"] }));
   return { url: QueueUrl as string, arn: Attributes?.QueueArn as string };
@@ -178,7 +183,9 @@ async function main(): Promise<void> {
     batchSize: Number(process.env.LOCAL_BATCH_SIZE ?? 10),
     batchingWindowMs: Number(process.env.LOCAL_BATCHING_WINDOW_MS ?? 0),
   });
-  console.log(`local stack up; endpoints in ${ENDPOINTS_FILE}:\n${JSON.stringify(stack.endpoints, null, 2)}\nCtrl-C stops it.`);
+  console.log(
+    `local stack up; endpoints in ${ENDPOINTS_FILE}:\n${JSON.stringify(stack.endpoints, null, 2)}\nCtrl-C stops it.`,
+  );
   const shutdown = async () => {
     console.log("\nstopping ...");
     await stack.stop();

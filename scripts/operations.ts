@@ -14,7 +14,12 @@ import type { DeliveryMessage } from "../functions/core/delivery.ts";
 import { DEFAULT_POLICY_KEY } from "../functions/core/rules-source.ts";
 import { buildSegments } from "../functions/core/segment-builder.ts";
 
-export async function uploadObject(s3: S3Client, bucket: string, key: string, body: Uint8Array | string): Promise<void> {
+export async function uploadObject(
+  s3: S3Client,
+  bucket: string,
+  key: string,
+  body: Uint8Array | string,
+): Promise<void> {
   await s3.send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: body }));
 }
 
@@ -56,7 +61,9 @@ export async function pushCampaign(sqs: SQSClient, queueUrl: string, push: Campa
     const reply = await sqs.send(new SendMessageBatchCommand({ QueueUrl: queueUrl, Entries: chunk }));
     const failed = reply.Failed ?? [];
     if (failed.length > 0) {
-      throw new Error(`the campaign queue refused ${failed.length} messages: ${failed[0]?.Code}: ${failed[0]?.Message}`);
+      throw new Error(
+        `the campaign queue refused ${failed.length} messages: ${failed[0]?.Code}: ${failed[0]?.Message}`,
+      );
     }
     for (const entry of chunk) sent += usersOf.get(entry.Id as string) ?? 0;
     onProgress?.(sent);

@@ -131,9 +131,7 @@ function configFor(host: string, port: number, dir: string): string {
  * Starts the cluster unless it is already up. Returns `started: false` when it found a ready cluster,
  * so a caller that did not start it does not stop it.
  */
-export async function startCluster(
-  options: LocalClusterOptions = {},
-): Promise<LocalCluster & { started: boolean }> {
+export async function startCluster(options: LocalClusterOptions = {}): Promise<LocalCluster & { started: boolean }> {
   const { host, ports, replicas, dir } = settings(options);
   if (await isClusterReady(options)) return { ...describe(host, ports), started: false };
   requireRedisBinaries();

@@ -21,7 +21,12 @@ export async function signRequest(
   options: { region: string; credentials: AwsCredentialIdentity | Provider<AwsCredentialIdentity>; signingDate?: Date },
 ): Promise<SignedRequest> {
   const url = new URL(request.url);
-  const signer = new SignatureV4({ service: "lambda", region: options.region, credentials: options.credentials, sha256: Hash.bind(null, "sha256") });
+  const signer = new SignatureV4({
+    service: "lambda",
+    region: options.region,
+    credentials: options.credentials,
+    sha256: Hash.bind(null, "sha256"),
+  });
   const signed = await signer.sign(
     {
       method: request.method,

@@ -9,7 +9,10 @@ const integer = (min: number, max: number, fallback: number) =>
   z
     .string()
     .default(String(fallback))
-    .refine((text) => /^[0-9]+$/.test(text) && Number(text) >= min && Number(text) <= max, `expected an integer from ${min} to ${max}`)
+    .refine(
+      (text) => /^[0-9]+$/.test(text) && Number(text) >= min && Number(text) <= max,
+      `expected an integer from ${min} to ${max}`,
+    )
     .transform(Number);
 
 const flag = (fallback: "true" | "false") =>
@@ -20,13 +23,17 @@ const flag = (fallback: "true" | "false") =>
 
 const hostPort = /^[A-Za-z0-9.-]+:[0-9]{1,5}$/;
 // Not z.url(): queue URLs of local emulators have hosts like sqs.us-east-1.127.0.0.1, which it refuses.
-const httpUrl = (required: string) => z.string(required).regex(/^https?:\/\/[^\s/]+(\/\S*)?$/, "expected an http(s) URL");
+const httpUrl = (required: string) =>
+  z.string(required).regex(/^https?:\/\/[^\s/]+(\/\S*)?$/, "expected an http(s) URL");
 
 /** What every Tollgate function reads: Redis, the rules bucket, the key namespace, AWS. */
 const commonEnvironment = {
   REDIS_NODES: z
     .string('required: the Redis configuration endpoint or nodes, "host:port[,host:port...]"')
-    .refine((text) => text.split(",").every((node) => hostPort.test(node.trim())), 'expected "host:port[,host:port...]"')
+    .refine(
+      (text) => text.split(",").every((node) => hostPort.test(node.trim())),
+      'expected "host:port[,host:port...]"',
+    )
     .transform((text) =>
       text.split(",").map((node) => {
         const [host, port] = node.trim().split(":");
@@ -37,7 +44,10 @@ const commonEnvironment = {
   REDIS_USERNAME: z.string().optional(),
   /** Set in memory from REDIS_AUTH_SECRET_ARN by the Lambda entries; locally, a plain variable. */
   REDIS_PASSWORD: z.string().optional(),
-  REDIS_AUTH_SECRET_ARN: z.string().regex(/^arn:aws[a-z-]*:secretsmanager:/, "expected a Secrets Manager ARN").optional(),
+  REDIS_AUTH_SECRET_ARN: z
+    .string()
+    .regex(/^arn:aws[a-z-]*:secretsmanager:/, "expected a Secrets Manager ARN")
+    .optional(),
   CONFIG_BUCKET: z.string("required: the bucket holding the policy and segment bitmaps").min(1, "must not be empty"),
   POLICY_KEY: z.string().min(1).default(DEFAULT_POLICY_KEY),
   REFRESH_SECONDS: integer(0, 86_400, 60),

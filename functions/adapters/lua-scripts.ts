@@ -29,5 +29,7 @@ const limitsLua = ["local ALGORITHMS = {}", ...ALGORITHMS.map(load), load("limit
 export const luaScripts: Record<string, { lua: string; numberOfKeys: number }> = {
   capSends: { lua: load("cap-sends"), numberOfKeys: BLOCKS_PER_GROUP },
   // limits1 .. limits16: the same script once per key count
-  ...Object.fromEntries(Array.from({ length: MAX_LIMITS }, (_, i) => [`limits${i + 1}`, { lua: limitsLua, numberOfKeys: i + 1 }])),
+  ...Object.fromEntries(
+    Array.from({ length: MAX_LIMITS }, (_, i) => [`limits${i + 1}`, { lua: limitsLua, numberOfKeys: i + 1 }]),
+  ),
 };

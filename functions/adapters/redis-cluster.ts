@@ -2,8 +2,8 @@
 // over it, which retries a script call through failovers within a deadline.
 import { Cluster, type ClusterNode } from "ioredis";
 import type { CapStore } from "../core/capper.ts";
-import type { LimitStore } from "../core/limits.ts";
 import { StoreUnavailableError } from "../core/errors.ts";
+import type { LimitStore } from "../core/limits.ts";
 import { luaScripts } from "./lua-scripts.ts";
 
 export interface RedisClusterConfig {
@@ -20,10 +20,7 @@ export interface RedisClusterConfig {
 
 type CapSendsCommand = (...keysAndArgs: (string | Buffer)[]) => Promise<Buffer>;
 type LimitsCommand = (...keysAndArgs: string[]) => Promise<number[]>;
-export type TollgateCluster = Cluster & { capSendsBuffer: CapSendsCommand } & Record<
-    `limits${number}`,
-    LimitsCommand
-  >;
+export type TollgateCluster = Cluster & { capSendsBuffer: CapSendsCommand } & Record<`limits${number}`, LimitsCommand>;
 
 export function createRedisCluster(config: RedisClusterConfig): TollgateCluster {
   const cluster = new Cluster(config.nodes, {
@@ -34,7 +31,9 @@ export function createRedisCluster(config: RedisClusterConfig): TollgateCluster 
     clusterRetryStrategy: (times) => (times > 10 ? null : Math.min(100 * times, 1_000)),
     slotsRefreshTimeout: 1_000,
     // ElastiCache with TLS: keep the hostname so the certificate matches (never disable the check).
-    ...(config.tls ? { dnsLookup: (address: string, done: (error: null, address: string) => void) => done(null, address) } : {}),
+    ...(config.tls
+      ? { dnsLookup: (address: string, done: (error: null, address: string) => void) => done(null, address) }
+      : {}),
     redisOptions: {
       ...(config.tls ? { tls: {} } : {}),
       ...(config.username ? { username: config.username } : {}),
@@ -69,7 +68,12 @@ export interface RedisCapStoreOptions {
 async function withRetries<T>(
   cluster: TollgateCluster,
   call: () => Promise<T>,
-  options: { deadlineMs: number; retryable: (error: unknown) => boolean; onRetry: (error: Error) => void; what: string },
+  options: {
+    deadlineMs: number;
+    retryable: (error: unknown) => boolean;
+    onRetry: (error: Error) => void;
+    what: string;
+  },
 ): Promise<T> {
   const deadline = Date.now() + options.deadlineMs;
   // After its bounded reconnect attempts ioredis ends the client for good; a warm container outlives
@@ -153,7 +157,9 @@ function isTransient(error: unknown): boolean {
 
 /** Cluster replies that prove the command did not run: it is safe to send again, idempotent or not. */
 function isRedirect(error: unknown): boolean {
-  return error instanceof Error && error.name === "ReplyError" && /^(MOVED|ASK|TRYAGAIN|CLUSTERDOWN) /.test(error.message);
+  return (
+    error instanceof Error && error.name === "ReplyError" && /^(MOVED|ASK|TRYAGAIN|CLUSTERDOWN) /.test(error.message)
+  );
 }
 
 const backoff = (attempt: number) => Math.min(50 * 2 ** (attempt - 1), 500);

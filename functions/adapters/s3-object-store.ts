@@ -30,6 +30,7 @@ export class S3ObjectStore implements ObjectStore {
 }
 
 function notFound(error: unknown, key: string): unknown {
-  if (error instanceof NoSuchKey || error instanceof NotFound) return new ObjectNotFoundError(`s3 ${key}`, { cause: error });
+  if (error instanceof NoSuchKey || error instanceof NotFound)
+    return new ObjectNotFoundError(`s3 ${key}`, { cause: error });
   return error;
 }

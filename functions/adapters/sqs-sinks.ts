@@ -7,7 +7,7 @@ import {
   type SQSClient,
 } from "@aws-sdk/client-sqs";
 import type { DeadLetterSink } from "../core/campaign-consumer.ts";
-import { type DeliveryMessage, type DeliverySink } from "../core/delivery.ts";
+import type { DeliveryMessage, DeliverySink } from "../core/delivery.ts";
 import { DeliveryError } from "../core/errors.ts";
 
 /** SendMessageBatch takes at most 10 entries and 1 MiB in all (bodies and attributes). */
@@ -39,19 +39,22 @@ export class SqsDeliverySink implements DeliverySink {
   }
 
   async send(messages: readonly DeliveryMessage[]): Promise<void> {
-    const entries = messages.map((message, i): SendMessageBatchRequestEntry => ({
-      Id: String(i),
-      MessageBody: JSON.stringify(message),
-      MessageAttributes: {
-        campaignId: { DataType: "String", StringValue: message.campaignId },
-        channel: { DataType: "String", StringValue: message.channel },
-      },
-    }));
+    const entries = messages.map(
+      (message, i): SendMessageBatchRequestEntry => ({
+        Id: String(i),
+        MessageBody: JSON.stringify(message),
+        MessageAttributes: {
+          campaignId: { DataType: "String", StringValue: message.campaignId },
+          channel: { DataType: "String", StringValue: message.channel },
+        },
+      }),
+    );
     const chunks = chunkEntries(entries);
     const failures: Failure[] = [];
     let next = 0;
     const worker = async () => {
-      while (next < chunks.length) failures.push(...(await this.sendChunk(chunks[next++] as SendMessageBatchRequestEntry[])));
+      while (next < chunks.length)
+        failures.push(...(await this.sendChunk(chunks[next++] as SendMessageBatchRequestEntry[])));
     };
     await Promise.all(Array.from({ length: Math.min(this.concurrency, chunks.length) }, worker));
     if (failures.length > 0) throw new DeliveryError(messages.length, failures);
@@ -71,7 +74,11 @@ export class SqsDeliverySink implements DeliverySink {
         const reply = await this.sqs.send(new SendMessageBatchCommand({ QueueUrl: this.queueUrl, Entries: pending }));
         // Failed[] can be non-empty on an HTTP 200: every entry is checked
         for (const failed of reply.Failed ?? []) {
-          const failure = { code: failed.Code ?? "Unknown", message: failed.Message ?? "", senderFault: failed.SenderFault === true };
+          const failure = {
+            code: failed.Code ?? "Unknown",
+            message: failed.Message ?? "",
+            senderFault: failed.SenderFault === true,
+          };
           if (failure.senderFault) {
             permanent.push(failure);
           } else {
@@ -116,7 +123,8 @@ export function chunkEntries(entries: readonly SendMessageBatchRequestEntry[]): 
 function entrySize(entry: { MessageBody?: string; MessageAttributes?: Record<string, MessageAttributeValue> }): number {
   let size = Buffer.byteLength(entry.MessageBody ?? "");
   for (const [name, value] of Object.entries(entry.MessageAttributes ?? {})) {
-    size += Buffer.byteLength(name) + Buffer.byteLength(value.DataType ?? "") + Buffer.byteLength(value.StringValue ?? "");
+    size +=
+      Buffer.byteLength(name) + Buffer.byteLength(value.DataType ?? "") + Buffer.byteLength(value.StringValue ?? "");
   }
   return size;
 }

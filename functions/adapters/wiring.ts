@@ -4,10 +4,10 @@ import { Logger } from "@aws-lambda-powertools/logger";
 import { Metrics, MetricUnit } from "@aws-lambda-powertools/metrics";
 import { CampaignConsumer } from "../core/campaign-consumer.ts";
 import { Capper } from "../core/capper.ts";
-import { RulesSource } from "../core/rules-source.ts";
 import { systemClock } from "../core/clock.ts";
 import { Limiter } from "../core/limits.ts";
 import { NegativeCache } from "../core/negative-cache.ts";
+import { RulesSource } from "../core/rules-source.ts";
 import { type CampaignConsumerHandlerDeps, makeCampaignConsumerHandler } from "../handlers/campaign-consumer.ts";
 import { type HealthReport, makeCheckApiHandler } from "../handlers/check-api.ts";
 import { createAwsClients } from "./aws-clients.ts";
@@ -18,7 +18,10 @@ import { SqsDeadLetterSink, SqsDeliverySink } from "./sqs-sinks.ts";
 
 /** What every function builds the same way: AWS clients, the Redis Cluster client, the rules source. */
 function commonParts(config: CommonEnvironment, logger: Logger, metrics: Metrics) {
-  const { s3, sqs } = createAwsClients({ region: config.AWS_REGION, ...(config.AWS_ENDPOINT_URL ? { endpoint: config.AWS_ENDPOINT_URL } : {}) });
+  const { s3, sqs } = createAwsClients({
+    region: config.AWS_REGION,
+    ...(config.AWS_ENDPOINT_URL ? { endpoint: config.AWS_ENDPOINT_URL } : {}),
+  });
   const cluster = createRedisCluster({
     nodes: config.REDIS_NODES,
     tls: config.REDIS_TLS,
@@ -39,7 +42,10 @@ function commonParts(config: CommonEnvironment, logger: Logger, metrics: Metrics
   return { s3, sqs, cluster, rules };
 }
 
-export function wireCampaignConsumer(env: NodeJS.ProcessEnv, observe: Pick<CampaignConsumerHandlerDeps, "onOutcome"> = {}) {
+export function wireCampaignConsumer(
+  env: NodeJS.ProcessEnv,
+  observe: Pick<CampaignConsumerHandlerDeps, "onOutcome"> = {},
+) {
   const config = parseConsumerEnvironment(env);
   const logger = new Logger({ serviceName: "tollgate-campaign-consumer" });
   const metrics = new Metrics({ namespace: "Tollgate", serviceName: "campaign-consumer" });
@@ -60,7 +66,13 @@ export function wireCampaignConsumer(env: NodeJS.ProcessEnv, observe: Pick<Campa
     deadLetters: new SqsDeadLetterSink(sqs, config.DEAD_LETTER_QUEUE_URL),
     sendsPerMessage: config.DELIVERY_BATCH_SIZE,
   });
-  const handler = makeCampaignConsumerHandler({ consumer, logger, metrics, timeBudgetMarginMs: config.TIME_BUDGET_MARGIN_MS, ...observe });
+  const handler = makeCampaignConsumerHandler({
+    consumer,
+    logger,
+    metrics,
+    timeBudgetMarginMs: config.TIME_BUDGET_MARGIN_MS,
+    ...observe,
+  });
   return { handler, cluster, s3, sqs, config };
 }
 
@@ -70,7 +82,10 @@ export function wireCheckApi(env: NodeJS.ProcessEnv) {
   const logger = new Logger({ serviceName: "tollgate-check-api" });
   const metrics = new Metrics({ namespace: "Tollgate", serviceName: "check-api" });
   const { cluster, rules } = commonParts(config, logger, metrics);
-  const limiter = new Limiter({ store: new RedisLimitStore(cluster, { deadlineMs: config.CHECK_TIMEOUT_MS }), namespace: config.KEY_NAMESPACE });
+  const limiter = new Limiter({
+    store: new RedisLimitStore(cluster, { deadlineMs: config.CHECK_TIMEOUT_MS }),
+    namespace: config.KEY_NAMESPACE,
+  });
   const capper = new Capper({
     // a frequency check without a campaign ID is not idempotent: retry only what surely did not run
     store: new RedisCapStore(cluster, { deadlineMs: config.CHECK_TIMEOUT_MS, retryOn: "redirects" }),
@@ -79,7 +94,10 @@ export function wireCheckApi(env: NodeJS.ProcessEnv) {
   });
   const health = async (): Promise<HealthReport> => {
     const redis = await Promise.race([
-      cluster.ping().then(() => "ok" as const, () => "unavailable" as const),
+      cluster.ping().then(
+        () => "ok" as const,
+        () => "unavailable" as const,
+      ),
       new Promise<"unavailable">((resolve) => setTimeout(() => resolve("unavailable"), config.CHECK_TIMEOUT_MS * 4)),
     ]);
     try {

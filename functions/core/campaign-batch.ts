@@ -13,14 +13,19 @@ export const campaignIdSchema = z
   .min(1, "must not be empty")
   .max(128, "must be at most 128 characters")
   .regex(/^[\x21-\x7e]+$/, "expected printable ASCII without spaces");
-export const channelSchema = z.string("expected a string").min(1, "must not be empty").max(64, "must be at most 64 characters");
+export const channelSchema = z
+  .string("expected a string")
+  .min(1, "must not be empty")
+  .max(64, "must be at most 64 characters");
 /** A client-given time (`at`); decisionTime() refuses one too far ahead of the clock. */
 export const sendTimeSchema = z.int("expected ms since the epoch").min(0, "expected ms since the epoch");
 
 export const campaignBatchSchema = z.object({
   campaignId: campaignIdSchema,
   channel: channelSchema,
-  userIds: z.array(userIdSchema, "expected an array of user IDs").max(MAX_BATCH_USERS, `at most ${MAX_BATCH_USERS} user IDs`),
+  userIds: z
+    .array(userIdSchema, "expected an array of user IDs")
+    .max(MAX_BATCH_USERS, `at most ${MAX_BATCH_USERS} user IDs`),
   payload: z.unknown().optional(),
   at: sendTimeSchema.optional(),
   exempt: z.boolean("expected true or false").optional(),

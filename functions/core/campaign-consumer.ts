@@ -39,7 +39,11 @@ export class CampaignConsumer {
     try {
       document = JSON.parse(body);
     } catch (error) {
-      return this.deadLetter(body, messageId, new ValidationError("body", `not valid JSON: ${(error as Error).message}`));
+      return this.deadLetter(
+        body,
+        messageId,
+        new ValidationError("body", `not valid JSON: ${(error as Error).message}`),
+      );
     }
     let result: CapBatchResult;
     const started = performance.now();
@@ -55,7 +59,14 @@ export class CampaignConsumer {
     const messages = deliveryMessages(batch, result.decisions, this.options.sendsPerMessage);
     await this.options.delivery.send(messages);
     const timings = { decideMs: decided - started, forwardMs: performance.now() - decided };
-    return { kind: "forwarded", campaignId: batch.campaignId, channel: batch.channel, result, deliveryMessages: messages.length, timings };
+    return {
+      kind: "forwarded",
+      campaignId: batch.campaignId,
+      channel: batch.channel,
+      result,
+      deliveryMessages: messages.length,
+      timings,
+    };
   }
 
   private async deadLetter(body: string, sourceMessageId: string, error: ValidationError): Promise<ConsumeOutcome> {

@@ -1,9 +1,11 @@
 // The campaign capper: decides a whole batch of sends against the policy's caps, in as few script calls
 // as the key layout allows (one per slot group of USERS_PER_GROUP consecutive user IDs), all in flight at once.
+
+import { type CampaignBatchInput, campaignBatchSchema } from "./campaign-batch.ts";
 import type { Clock } from "./clock.ts";
 import { decisionTime, systemClock } from "./clock.ts";
-import { type CampaignBatchInput, campaignBatchSchema } from "./campaign-batch.ts";
 import { ValidationError } from "./errors.ts";
+import { type FrequencyResult, frequencyReport, frequencyRequestSchema } from "./frequency.ts";
 import {
   BLOCKS_PER_GROUP,
   blockInGroupOf,
@@ -16,7 +18,6 @@ import {
 import type { CapRule, Policy } from "./policy.ts";
 import type { SegmentIndex } from "./segment-index.ts";
 import { parseOrThrow } from "./validation.ts";
-import { type FrequencyResult, frequencyReport, frequencyRequestSchema } from "./frequency.ts";
 
 /**
  * What the capper needs from the counter store: run `lua/cap-sends.lua` on the BLOCKS_PER_GROUP keys of
@@ -140,13 +141,18 @@ export class Capper {
   }
 
   private async run(
-    batch: Pick<CampaignBatchInput, "campaignId" | "channel" | "at" | "exempt" | "countExempt"> & { userIds: readonly number[] },
+    batch: Pick<CampaignBatchInput, "campaignId" | "channel" | "at" | "exempt" | "countExempt"> & {
+      userIds: readonly number[];
+    },
     mode: "count" | "peek",
     { policy, segments }: Rules,
     withLog = false,
   ): Promise<{ result: CapBatchResult; log: string }> {
     if (!policy.channels.includes(batch.channel)) {
-      throw new ValidationError("channel", `unknown channel "${batch.channel}" (policy has ${policy.channels.join(", ")})`);
+      throw new ValidationError(
+        "channel",
+        `unknown channel "${batch.channel}" (policy has ${policy.channels.join(", ")})`,
+      );
     }
     const at = decisionTime(batch.at, this.clock);
 
@@ -177,7 +183,10 @@ export class Capper {
         if (withLog) log += reply.subarray(members.length).toString("latin1");
       });
     }
-    return { result: this.report({ policy, at, channel: batch.channel, sortedIds, positions, segmentOf, replies }), log };
+    return {
+      result: this.report({ policy, at, channel: batch.channel, sortedIds, positions, segmentOf, replies }),
+      log,
+    };
   }
 
   /** One script call per slot group: every block key of the group, and per block 2 bytes per distinct user. */
@@ -191,7 +200,12 @@ export class Capper {
       while (i < sortedIds.length && groupOf(sortedIds[i] as number) === group) {
         const block = blockInGroupOf(sortedIds[i] as number);
         let end = i;
-        while (end < sortedIds.length && groupOf(sortedIds[end] as number) === group && blockInGroupOf(sortedIds[end] as number) === block) end++;
+        while (
+          end < sortedIds.length &&
+          groupOf(sortedIds[end] as number) === group &&
+          blockInGroupOf(sortedIds[end] as number) === block
+        )
+          end++;
         const users = Buffer.allocUnsafe(2 * (end - i));
         let length = 0;
         for (let j = i; j < end; j++) {

@@ -62,9 +62,16 @@ export class StoreUnavailableError extends TollgateError {}
 /** Some delivery messages were not accepted by the delivery queue, even after retries. */
 export class DeliveryError extends TollgateError {
   readonly failures: readonly { code: string; message: string; senderFault: boolean }[];
-  constructor(total: number, failures: readonly { code: string; message: string; senderFault: boolean }[], options?: { cause?: unknown }) {
+  constructor(
+    total: number,
+    failures: readonly { code: string; message: string; senderFault: boolean }[],
+    options?: { cause?: unknown },
+  ) {
     const first = failures[0];
-    super(`${failures.length} of ${total} delivery messages not accepted${first ? ` (${first.code}: ${first.message})` : ""}`, options);
+    super(
+      `${failures.length} of ${total} delivery messages not accepted${first ? ` (${first.code}: ${first.message})` : ""}`,
+      options,
+    );
     this.failures = failures;
   }
 }

@@ -1,9 +1,9 @@
 // POST /v1/frequency: one user, one channel. The decision comes from cap-sends (atomic); the windows are
 // worked out exactly from the user's log and the policy's caps.
 import { z } from "zod";
+import { campaignIdSchema, channelSchema, sendTimeSchema, userIdSchema } from "./campaign-batch.ts";
 import type { CapDecision } from "./capper.ts";
 import type { CapRule } from "./policy.ts";
-import { campaignIdSchema, channelSchema, sendTimeSchema, userIdSchema } from "./campaign-batch.ts";
 
 export const frequencyRequestSchema = z.object({
   userId: userIdSchema,
@@ -42,7 +42,10 @@ export function frequencyReport(
   let never = false;
   const windows = caps.map((cap): FrequencyWindow => {
     const counted = history
-      .filter(({ at, identity }) => at > now - cap.windowMs && at <= now && (cap.channel === "*" || identity.startsWith(`${cap.channel}:`)))
+      .filter(
+        ({ at, identity }) =>
+          at > now - cap.windowMs && at <= now && (cap.channel === "*" || identity.startsWith(`${cap.channel}:`)),
+      )
       .map(({ at }) => at)
       .sort((a, b) => a - b);
     const used = counted.length;
@@ -51,7 +54,14 @@ export function frequencyReport(
       // room returns when the (used - max + 1)-th oldest counted send ages out
       else retryAt = Math.max(retryAt, (counted[used - cap.max] as number) + cap.windowMs);
     }
-    return { channel: cap.channel, window: cap.window, max: cap.max, used, remaining: Math.max(0, cap.max - used), resetAt: counted.length > 0 ? (counted[0] as number) + cap.windowMs : now };
+    return {
+      channel: cap.channel,
+      window: cap.window,
+      max: cap.max,
+      used,
+      remaining: Math.max(0, cap.max - used),
+      resetAt: counted.length > 0 ? (counted[0] as number) + cap.windowMs : now,
+    };
   });
   const allowed = decision.decision !== "capped";
   const result: FrequencyResult = { allowed, decision: decision.decision, segment: decision.segment, windows };

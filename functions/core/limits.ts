@@ -1,9 +1,9 @@
 // General rate limits: five algorithms in Lua (lua/<algorithm>.lua, run by lua/limits.lua), one limit or
 // several checked and charged all-or-nothing in one atomic call.
 import { z } from "zod";
+import { sendTimeSchema } from "./campaign-batch.ts";
 import { type Clock, decisionTime, systemClock } from "./clock.ts";
 import { ValidationError } from "./errors.ts";
-import { sendTimeSchema } from "./campaign-batch.ts";
 import { checkNamespace, DEFAULT_NAMESPACE, limitKey } from "./keys.ts";
 import { parseOrThrow } from "./validation.ts";
 
@@ -14,7 +14,8 @@ export const MAX_LIMITS = 16;
 const MAX_COUNT = 1_000_000_000;
 const MAX_WINDOW_MS = 365 * 86_400_000;
 
-const positive = (max: number) => z.int("expected a positive integer").min(1, "expected a positive integer").max(max, `at most ${max}`);
+const positive = (max: number) =>
+  z.int("expected a positive integer").min(1, "expected a positive integer").max(max, `at most ${max}`);
 const key = z.string("expected a string").min(1, "must not be empty").max(256, "at most 256 characters");
 
 const limitSchema = z.discriminatedUnion(
@@ -28,9 +29,19 @@ const limitSchema = z.discriminatedUnion(
       refillEveryMs: positive(MAX_WINDOW_MS),
       strict: z.boolean("expected true or false").optional(),
     }),
-    z.object({ key, algorithm: z.literal("sliding-window"), max: positive(MAX_COUNT), windowMs: positive(MAX_WINDOW_MS) }),
+    z.object({
+      key,
+      algorithm: z.literal("sliding-window"),
+      max: positive(MAX_COUNT),
+      windowMs: positive(MAX_WINDOW_MS),
+    }),
     z.object({ key, algorithm: z.literal("sliding-log"), max: positive(100_000), windowMs: positive(MAX_WINDOW_MS) }),
-    z.object({ key, algorithm: z.literal("fixed-window"), max: positive(MAX_COUNT), windowMs: positive(MAX_WINDOW_MS) }),
+    z.object({
+      key,
+      algorithm: z.literal("fixed-window"),
+      max: positive(MAX_COUNT),
+      windowMs: positive(MAX_WINDOW_MS),
+    }),
     z.object({
       key,
       algorithm: z.literal("gcra"),
@@ -49,7 +60,10 @@ const at = sendTimeSchema.optional();
 export const limitRequestSchema = z.intersection(limitSchema, z.object({ cost, at }));
 export const limitsRequestSchema = z.object({
   scope: key,
-  limits: z.array(limitSchema, "expected an array of limits").min(1, "at least one limit").max(MAX_LIMITS, `at most ${MAX_LIMITS} limits`),
+  limits: z
+    .array(limitSchema, "expected an array of limits")
+    .min(1, "at least one limit")
+    .max(MAX_LIMITS, `at most ${MAX_LIMITS} limits`),
   cost,
   at,
 });
@@ -83,7 +97,14 @@ function capacity(spec: LimitSpec): number {
 function scriptArgs(spec: LimitSpec, charge: number): string[] {
   switch (spec.algorithm) {
     case "token-bucket":
-      return [spec.algorithm, String(charge), String(spec.max), String(spec.refillAmount), String(spec.refillEveryMs), spec.strict ? "1" : "0"];
+      return [
+        spec.algorithm,
+        String(charge),
+        String(spec.max),
+        String(spec.refillAmount),
+        String(spec.refillEveryMs),
+        spec.strict ? "1" : "0",
+      ];
     case "gcra":
       return [spec.algorithm, String(charge), String(spec.burst), String(spec.count), String(spec.periodMs), ""];
     default:
@@ -111,16 +132,28 @@ export class Limiter {
   }
 
   /** Several limits, all charged or none (POST /v1/limits); the keys share the scope's hash slot. */
-  async checkAll(request: unknown): Promise<{ allowed: boolean; results: (LimitResult & { key: string; algorithm: Algorithm })[] }> {
+  async checkAll(
+    request: unknown,
+  ): Promise<{ allowed: boolean; results: (LimitResult & { key: string; algorithm: Algorithm })[] }> {
     const parsed = parseOrThrow(limitsRequestSchema, request);
     const results = await this.run(parsed.scope, parsed.limits, parsed.cost ?? 1, parsed.at, "limits");
     return {
       allowed: results.every((r) => r.allowed),
-      results: results.map((r, i) => ({ ...r, key: (parsed.limits[i] as LimitSpec).key, algorithm: (parsed.limits[i] as LimitSpec).algorithm })),
+      results: results.map((r, i) => ({
+        ...r,
+        key: (parsed.limits[i] as LimitSpec).key,
+        algorithm: (parsed.limits[i] as LimitSpec).algorithm,
+      })),
     };
   }
 
-  private async run(tag: string, specs: readonly LimitSpec[], charge: number, at: number | undefined, root: string): Promise<LimitResult[]> {
+  private async run(
+    tag: string,
+    specs: readonly LimitSpec[],
+    charge: number,
+    at: number | undefined,
+    root: string,
+  ): Promise<LimitResult[]> {
     specs.forEach((spec, i) => {
       if (charge > capacity(spec)) {
         const path = root ? `${root}[${i}]` : "cost";
@@ -133,7 +166,12 @@ export class Limiter {
     const reply = await this.store.runLimits(keys, args);
     return specs.map((_, i) => {
       const [allowed, limit, remaining, resetAt, retryAfterMs] = reply.slice(1 + 5 * i, 6 + 5 * i) as number[];
-      const result: LimitResult = { allowed: allowed === 1, limit: limit as number, remaining: remaining as number, resetAt: resetAt as number };
+      const result: LimitResult = {
+        allowed: allowed === 1,
+        limit: limit as number,
+        remaining: remaining as number,
+        resetAt: resetAt as number,
+      };
       if (!result.allowed) result.retryAfterMs = Math.max(1, retryAfterMs ?? 1);
       return result;
     });

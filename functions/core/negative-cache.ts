@@ -39,5 +39,9 @@ export class NegativeCache {
 export function cacheIdentity(request: Record<string, unknown>): string | undefined {
   if (request.at !== undefined || request.cost === 0 || request.strict === true) return undefined;
   const { onStoreError: _ignored, ...limit } = request;
-  return JSON.stringify(Object.keys(limit).sort().map((key) => [key, limit[key]]));
+  return JSON.stringify(
+    Object.keys(limit)
+      .sort()
+      .map((key) => [key, limit[key]]),
+  );
 }

@@ -1,8 +1,8 @@
 // The capping policy (`config/policy.json`): the schema, its cross-field rules, and the compiled form the
 // capper uses (for each segment and channel, the caps that apply, in order).
 import { z } from "zod";
-import { InvalidPolicyError } from "./errors.ts";
 import { MAX_WINDOW_MS, MIN_WINDOW_MS, parseDuration } from "./duration.ts";
+import { InvalidPolicyError } from "./errors.ts";
 import { describeIssues } from "./validation.ts";
 
 /** Each allowed send is kept in the user's log, so `max` bounds the log's length. */
@@ -21,7 +21,8 @@ const name = (what: string) =>
 const window = z.string().superRefine((text, ctx) => {
   const ms = parseDuration(text);
   if (ms === undefined) ctx.addIssue({ code: "custom", message: 'expected e.g. "7d"' });
-  else if (ms < MIN_WINDOW_MS || ms > MAX_WINDOW_MS) ctx.addIssue({ code: "custom", message: "expected a window from 1s to 30d" });
+  else if (ms < MIN_WINDOW_MS || ms > MAX_WINDOW_MS)
+    ctx.addIssue({ code: "custom", message: "expected a window from 1s to 30d" });
 });
 
 const capSchema = z.strictObject({
@@ -49,32 +50,52 @@ export const policySchema = z
   .superRefine((policy, ctx) => {
     const seenChannels = new Set<string>();
     policy.channels.forEach((channel, i) => {
-      if (seenChannels.has(channel)) ctx.addIssue({ code: "custom", path: ["channels", i], message: `duplicate channel "${channel}"` });
+      if (seenChannels.has(channel))
+        ctx.addIssue({ code: "custom", path: ["channels", i], message: `duplicate channel "${channel}"` });
       seenChannels.add(channel);
     });
     const checkCaps = (caps: Record<string, unknown[]>, path: (string | number)[]) => {
       for (const channel of Object.keys(caps)) {
         if (channel !== ALL_CHANNELS && !seenChannels.has(channel)) {
-          ctx.addIssue({ code: "custom", path: [...path, channel], message: `unknown channel "${channel}" (not in channels)` });
+          ctx.addIssue({
+            code: "custom",
+            path: [...path, channel],
+            message: `unknown channel "${channel}" (not in channels)`,
+          });
         }
       }
       for (const channel of policy.channels) {
         const count = (caps[channel]?.length ?? 0) + (caps[ALL_CHANNELS]?.length ?? 0);
         if (count > MAX_CAPS_PER_CHANNEL) {
-          ctx.addIssue({ code: "custom", path, message: `more than ${MAX_CAPS_PER_CHANNEL} caps apply to channel "${channel}"` });
+          ctx.addIssue({
+            code: "custom",
+            path,
+            message: `more than ${MAX_CAPS_PER_CHANNEL} caps apply to channel "${channel}"`,
+          });
         }
       }
     };
     const segmentNames = new Set<string>();
     const bitmaps = new Set<string>();
     policy.segments.forEach((segment, i) => {
-      if (segmentNames.has(segment.name)) ctx.addIssue({ code: "custom", path: ["segments", i, "name"], message: `duplicate segment "${segment.name}"` });
-      if (bitmaps.has(segment.bitmap)) ctx.addIssue({ code: "custom", path: ["segments", i, "bitmap"], message: `bitmap "${segment.bitmap}" is used by another segment` });
+      if (segmentNames.has(segment.name))
+        ctx.addIssue({ code: "custom", path: ["segments", i, "name"], message: `duplicate segment "${segment.name}"` });
+      if (bitmaps.has(segment.bitmap))
+        ctx.addIssue({
+          code: "custom",
+          path: ["segments", i, "bitmap"],
+          message: `bitmap "${segment.bitmap}" is used by another segment`,
+        });
       segmentNames.add(segment.name);
       bitmaps.add(segment.bitmap);
       checkCaps(segment.caps, ["segments", i, "caps"]);
     });
-    if (segmentNames.has(policy.default.name)) ctx.addIssue({ code: "custom", path: ["default", "name"], message: `"${policy.default.name}" is also a segment name` });
+    if (segmentNames.has(policy.default.name))
+      ctx.addIssue({
+        code: "custom",
+        path: ["default", "name"],
+        message: `"${policy.default.name}" is also a segment name`,
+      });
     checkCaps(policy.default.caps, ["default", "caps"]);
   });
 
@@ -111,7 +132,9 @@ export interface Policy {
 export function parsePolicy(document: unknown): Policy {
   const result = policySchema.safeParse(document);
   if (!result.success) {
-    throw new InvalidPolicyError(describeIssues(result.error).map(({ path, message }) => (path ? `${path}: ${message}` : message)));
+    throw new InvalidPolicyError(
+      describeIssues(result.error).map(({ path, message }) => (path ? `${path}: ${message}` : message)),
+    );
   }
   return compilePolicy(result.data);
 }

@@ -1,11 +1,12 @@
 // The policy and segment bitmaps a warm container serves: loaded once, re-checked by ETag at most every
 // refresh interval, swapped atomically. A policy or bitmap that fails validation never replaces the last
 // good rules; a container that has never loaded valid rules fails instead of guessing.
+
+import type { Rules } from "./capper.ts";
 import type { Clock } from "./clock.ts";
 import { systemClock } from "./clock.ts";
-import type { Rules } from "./capper.ts";
 import type { ObjectStore } from "./object-store.ts";
-import { parsePolicyText, type Policy } from "./policy.ts";
+import { type Policy, parsePolicyText } from "./policy.ts";
 import { parseBitmap, SegmentIndex } from "./segment-index.ts";
 
 export const DEFAULT_POLICY_KEY = "config/policy.json";

@@ -32,7 +32,9 @@ export function makeCampaignConsumerHandler(deps: CampaignConsumerHandlerDeps) {
       const remaining = context.getRemainingTimeInMillis();
       if (remaining < timeBudgetMarginMs) {
         metrics.addMetric("recordsDeferred", MetricUnit.Count, 1);
-        throw new TimeBudgetError(`${remaining} ms left, record ${record.messageId} needs up to ${timeBudgetMarginMs} ms`);
+        throw new TimeBudgetError(
+          `${remaining} ms left, record ${record.messageId} needs up to ${timeBudgetMarginMs} ms`,
+        );
       }
       try {
         const outcome = await consumer.consume(record.body, record.messageId);
@@ -63,8 +65,15 @@ export function makeCampaignConsumerHandler(deps: CampaignConsumerHandlerDeps) {
         }
       } catch (error) {
         if (error instanceof StoreUnavailableError) storeDown = error;
-        logger.error("campaign batch failed; it will be retried", { messageId: record.messageId, error: error as Error });
-        metrics.addMetric(error instanceof StoreUnavailableError ? "storeErrors" : "recordFailures", MetricUnit.Count, 1);
+        logger.error("campaign batch failed; it will be retried", {
+          messageId: record.messageId,
+          error: error as Error,
+        });
+        metrics.addMetric(
+          error instanceof StoreUnavailableError ? "storeErrors" : "recordFailures",
+          MetricUnit.Count,
+          1,
+        );
         throw error;
       }
     };

@@ -63,14 +63,16 @@ function rateLimitHeaders(result: LimitResult, now: number): Record<string, stri
 function parseBody(event: APIGatewayProxyEventV2): Record<string, unknown> {
   const raw = event.body ?? "";
   const text = event.isBase64Encoded ? Buffer.from(raw, "base64").toString("utf8") : raw;
-  if (Buffer.byteLength(text) > MAX_BODY_BYTES) throw new HttpError(413, "payload_too_large", `body over ${MAX_BODY_BYTES} bytes`);
+  if (Buffer.byteLength(text) > MAX_BODY_BYTES)
+    throw new HttpError(413, "payload_too_large", `body over ${MAX_BODY_BYTES} bytes`);
   let body: unknown;
   try {
     body = JSON.parse(text);
   } catch (error) {
     throw new HttpError(400, "invalid_request", `not valid JSON: ${(error as Error).message}`, "body");
   }
-  if (typeof body !== "object" || body === null || Array.isArray(body)) throw new HttpError(400, "invalid_request", "expected a JSON object", "body");
+  if (typeof body !== "object" || body === null || Array.isArray(body))
+    throw new HttpError(400, "invalid_request", "expected a JSON object", "body");
   const { onStoreError } = body as { onStoreError?: unknown };
   if (onStoreError !== undefined && onStoreError !== "allow" && onStoreError !== "deny") {
     throw new HttpError(400, "invalid_request", 'expected "allow" or "deny"', "onStoreError");
@@ -138,13 +140,23 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
     try {
       if (!route) throw new HttpError(404, "not_found", `no route ${event.rawPath}`);
       const action = route[method];
-      if (!action) throw new HttpError(405, "method_not_allowed", `${method} not allowed on ${event.rawPath}; use ${Object.keys(route).join(", ")}`);
+      if (!action)
+        throw new HttpError(
+          405,
+          "method_not_allowed",
+          `${method} not allowed on ${event.rawPath}; use ${Object.keys(route).join(", ")}`,
+        );
       if (method === "POST") body = parseBody(event);
       return await action(body);
     } catch (error) {
       if (error instanceof HttpError) {
-        const headers: Record<string, string> = error.status === 405 && route ? { allow: Object.keys(route).join(", ") } : {};
-        return json(error.status, { error: { code: error.code, message: error.message, ...(error.path ? { path: error.path } : {}) } }, headers);
+        const headers: Record<string, string> =
+          error.status === 405 && route ? { allow: Object.keys(route).join(", ") } : {};
+        return json(
+          error.status,
+          { error: { code: error.code, message: error.message, ...(error.path ? { path: error.path } : {}) } },
+          headers,
+        );
       }
       if (error instanceof ValidationError) {
         return json(400, { error: { code: "invalid_request", message: error.message, path: error.path } });
@@ -156,7 +168,11 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
           metrics.addMetric("allowedOnStoreError", MetricUnit.Count, 1);
           return json(200, { allowed: true, reason: "store_unavailable" });
         }
-        return json(503, { error: { code: "store_unavailable", message: "the counter store did not answer in time" } }, { "retry-after": "1" });
+        return json(
+          503,
+          { error: { code: "store_unavailable", message: "the counter store did not answer in time" } },
+          { "retry-after": "1" },
+        );
       }
       logger.error("check failed", { path: event.rawPath, error: error as Error });
       return json(500, { error: { code: "internal_error", message: "internal error" } });

@@ -5,7 +5,10 @@ import { createServer, type IncomingMessage, type Server } from "node:http";
 import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2, Context } from "aws-lambda";
 import { lambdaContext } from "./sqs-poller.ts";
 
-export type FunctionUrlHandler = (event: APIGatewayProxyEventV2, context: Context) => Promise<APIGatewayProxyStructuredResultV2>;
+export type FunctionUrlHandler = (
+  event: APIGatewayProxyEventV2,
+  context: Context,
+) => Promise<APIGatewayProxyStructuredResultV2>;
 
 /** Function URLs accept request bodies up to 6 MB; the handler enforces its own, smaller limit. */
 const MAX_REQUEST_BYTES = 6 * 1024 * 1024;
@@ -47,7 +50,9 @@ export async function startFunctionUrlServer(
       response.writeHead(result.statusCode ?? 200, result.headers as Record<string, string>);
       response.end(result.isBase64Encoded ? Buffer.from(result.body ?? "", "base64") : (result.body ?? ""));
     } catch (error) {
-      response.writeHead(502, { "content-type": "application/json" }).end(JSON.stringify({ error: { code: "handler_failed", message: (error as Error).message } }));
+      response
+        .writeHead(502, { "content-type": "application/json" })
+        .end(JSON.stringify({ error: { code: "handler_failed", message: (error as Error).message } }));
     }
   });
   await new Promise<void>((resolve) => server.listen(port, "127.0.0.1", resolve));
@@ -70,12 +75,29 @@ function readBody(request: IncomingMessage): Promise<string | undefined> {
 }
 
 function toEvent(request: IncomingMessage, body: string): APIGatewayProxyEventV2 {
-  const headers = Object.fromEntries(Object.entries(request.headers).map(([name, value]) => [name, Array.isArray(value) ? value.join(",") : (value ?? "")]));
-  return functionUrlEvent(request.method ?? "GET", request.url ?? "/", body, headers, request.socket.remoteAddress ?? "127.0.0.1");
+  const headers = Object.fromEntries(
+    Object.entries(request.headers).map(([name, value]) => [
+      name,
+      Array.isArray(value) ? value.join(",") : (value ?? ""),
+    ]),
+  );
+  return functionUrlEvent(
+    request.method ?? "GET",
+    request.url ?? "/",
+    body,
+    headers,
+    request.socket.remoteAddress ?? "127.0.0.1",
+  );
 }
 
 /** The payload 2.0 event a Function URL hands its function for one request. */
-export function functionUrlEvent(method: string, target: string, body: string, headers: Record<string, string> = {}, sourceIp = "127.0.0.1"): APIGatewayProxyEventV2 {
+export function functionUrlEvent(
+  method: string,
+  target: string,
+  body: string,
+  headers: Record<string, string> = {},
+  sourceIp = "127.0.0.1",
+): APIGatewayProxyEventV2 {
   const url = new URL(target, "http://localhost");
   const now = new Date();
   return {

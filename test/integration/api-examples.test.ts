@@ -7,10 +7,18 @@ import { testStack, uploadRules } from "../support/pipeline.ts";
 import { designPolicy } from "../support/rules.ts";
 
 const doc = readFileSync(new URL("../../docs/api.md", import.meta.url), "utf8");
-const examples = [...doc.matchAll(/```http\n([^\n]+)\n?([\s\S]*?)```\s*```json\n(\d{3})\n([\s\S]*?)```/g)].map((match) => {
-  const [method, path] = (match[1] as string).split(" ");
-  return { method: method as string, path: path as string, body: (match[2] as string).trim(), status: Number(match[3]), reply: JSON.parse(match[4] as string) as unknown };
-});
+const examples = [...doc.matchAll(/```http\n([^\n]+)\n?([\s\S]*?)```\s*```json\n(\d{3})\n([\s\S]*?)```/g)].map(
+  (match) => {
+    const [method, path] = (match[1] as string).split(" ");
+    return {
+      method: method as string,
+      path: path as string,
+      body: (match[2] as string).trim(),
+      status: Number(match[3]),
+      reply: JSON.parse(match[4] as string) as unknown,
+    };
+  },
+);
 
 let stack: LocalStack;
 beforeAll(async () => {

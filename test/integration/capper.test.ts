@@ -2,7 +2,7 @@
 import calculateSlot from "cluster-key-slot";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RedisCapStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
-import { Capper, type CapBatchResult } from "../../functions/core/capper.ts";
+import { type CapBatchResult, Capper } from "../../functions/core/capper.ts";
 import { fixedClock } from "../../functions/core/clock.ts";
 import { capKeyOfUser, offsetInBlockOf, USERS_PER_GROUP } from "../../functions/core/keys.ts";
 import { decodeBlock } from "../support/block.ts";
@@ -18,7 +18,12 @@ afterAll(async () => {
 });
 
 function capperFor(rules: ReturnType<typeof rulesOf>, namespace = uniqueNamespace()) {
-  return new Capper({ store: new RedisCapStore(cluster), rules: () => rules, clock: fixedClock(T0 + 365 * DAY), namespace });
+  return new Capper({
+    store: new RedisCapStore(cluster),
+    rules: () => rules,
+    clock: fixedClock(T0 + 365 * DAY),
+    namespace,
+  });
 }
 
 const kinds = (result: CapBatchResult) => result.decisions.map((d) => d.decision);
@@ -44,16 +49,34 @@ describe("capping engine on the cluster", () => {
   it("counts a send at exactly now - window as outside the window, and one at now as inside", async () => {
     const capper = capperFor(rulesOf(simplePolicy({ push: [{ window: "1h", max: 1 }] })));
     await capper.capBatch({ campaignId: "a", channel: "push", userIds: [1], at: at(0, 10) });
-    expect(kinds(await capper.peek({ campaignId: "b", channel: "push", userIds: [1], at: at(0, 11) - 1 }))).toEqual(["capped"]);
-    expect(kinds(await capper.peek({ campaignId: "b", channel: "push", userIds: [1], at: at(0, 11) }))).toEqual(["allowed"]);
+    expect(kinds(await capper.peek({ campaignId: "b", channel: "push", userIds: [1], at: at(0, 11) - 1 }))).toEqual([
+      "capped",
+    ]);
+    expect(kinds(await capper.peek({ campaignId: "b", channel: "push", userIds: [1], at: at(0, 11) }))).toEqual([
+      "allowed",
+    ]);
   });
 
   it("applies day and week caps together: a week of daily campaigns allows exactly 3", async () => {
-    const capper = capperFor(rulesOf(simplePolicy({ push: [{ window: "1d", max: 1 }, { window: "7d", max: 3 }] })));
+    const capper = capperFor(
+      rulesOf(
+        simplePolicy({
+          push: [
+            { window: "1d", max: 1 },
+            { window: "7d", max: 3 },
+          ],
+        }),
+      ),
+    );
     const users = [7, 8, 9];
     const perDay: string[][] = [];
     for (let day = 0; day < 7; day++) {
-      const result = await capper.capBatch({ campaignId: `daily-${day}`, channel: "push", userIds: users, at: at(day, 10) });
+      const result = await capper.capBatch({
+        campaignId: `daily-${day}`,
+        channel: "push",
+        userIds: users,
+        at: at(day, 10),
+      });
       perDay.push(kinds(result));
     }
     expect(perDay.map((d) => d[0])).toEqual(["allowed", "allowed", "allowed", "capped", "capped", "capped", "capped"]);
@@ -62,7 +85,9 @@ describe("capping engine on the cluster", () => {
     const sameDay = await capper.capBatch({ campaignId: "extra", channel: "push", userIds: [7], at: at(0, 12) });
     expect(sameDay.decisions[0]!.cap?.window).toBe("1d");
     // day 7 10:00: the day-0 send has left the week
-    expect(kinds(await capper.capBatch({ campaignId: "daily-7", channel: "push", userIds: users, at: at(7, 10) }))).toEqual(["allowed", "allowed", "allowed"]);
+    expect(
+      kinds(await capper.capBatch({ campaignId: "daily-7", channel: "push", userIds: users, at: at(7, 10) })),
+    ).toEqual(["allowed", "allowed", "allowed"]);
   });
 
   it("counts every channel's sends in '*' caps and only its own in a channel's caps", async () => {
@@ -94,7 +119,12 @@ describe("capping engine on the cluster", () => {
   it("gives the same decisions and counts when the same batch is processed twice", async () => {
     const capper = capperFor(rulesOf(simplePolicy({ push: [{ window: "1d", max: 1 }] })));
     const users = Array.from({ length: 3000 }, (_, i) => i * 7);
-    await capper.capBatch({ campaignId: "earlier", channel: "push", userIds: users.filter((u) => u % 2 === 0), at: at(0, 8) });
+    await capper.capBatch({
+      campaignId: "earlier",
+      channel: "push",
+      userIds: users.filter((u) => u % 2 === 0),
+      at: at(0, 8),
+    });
     const batch = { campaignId: "spring", channel: "push", userIds: users, at: at(0, 9) };
     const first = await capper.capBatch(batch);
     const second = await capper.capBatch({ ...batch, at: at(0, 9, 30) });
@@ -137,7 +167,13 @@ describe("capping engine on the cluster", () => {
     const users = Array.from({ length: 600 }, (_, i) => (i * 2_654_435_761) % 4_294_967_296);
     const rules = rulesOf(
       simplePolicy(
-        { push: [{ window: "1d", max: 1 }, { window: "7d", max: 2 }], "*": [{ window: "7d", max: 2 }] },
+        {
+          push: [
+            { window: "1d", max: 1 },
+            { window: "7d", max: 2 },
+          ],
+          "*": [{ window: "7d", max: 2 }],
+        },
         { push: [{ window: "1d", max: 2 }] },
       ),
       { new: users.filter((_, i) => i % 2 === 0) },
@@ -150,7 +186,12 @@ describe("capping engine on the cluster", () => {
     for (const capper of [batched, single]) {
       for (let day = 0; day < 3; day++) {
         const userIds = users.filter((_, i) => (i + day) % 3 !== 0);
-        await capper.capBatch({ campaignId: `h${day}`, channel: day === 1 ? "email" : "push", userIds, at: at(day, 9) });
+        await capper.capBatch({
+          campaignId: `h${day}`,
+          channel: day === 1 ? "email" : "push",
+          userIds,
+          at: at(day, 9),
+        });
       }
     }
     const batch = { campaignId: "final", channel: "push", userIds: users, at: at(2, 15) };
@@ -159,7 +200,9 @@ describe("capping engine on the cluster", () => {
     for (const userId of users) alone.push((await single.capBatch({ ...batch, userIds: [userId] })).decisions[0]);
     expect(together.decisions).toEqual(alone);
     // users i = 0, 1, 2 (mod 3) had email+push, push+email, push+push: three different outcomes in "new"
-    const outcomes = new Set(together.decisions.map((d) => `${d.segment}:${d.decision}:${d.cap ? `${d.cap.channel}:${d.cap.window}` : ""}`));
+    const outcomes = new Set(
+      together.decisions.map((d) => `${d.segment}:${d.decision}:${d.cap ? `${d.cap.channel}:${d.cap.window}` : ""}`),
+    );
     expect(outcomes).toEqual(new Set(["new:capped:push:1d", "new:capped:*:7d", "unsegmented:allowed:"]));
   });
 
@@ -178,8 +221,12 @@ describe("capping engine on the cluster", () => {
     const base = { channel: "push", userIds: [9], at: at(0, 9) };
     expect(kinds(await capper.capBatch({ ...base, campaignId: "a" }))).toEqual(["allowed"]);
     expect(kinds(await capper.capBatch({ ...base, campaignId: "otp-1", exempt: true }))).toEqual(["exempt"]);
-    expect(kinds(await capper.capBatch({ ...base, campaignId: "otp-2", exempt: true, countExempt: true }))).toEqual(["exempt"]);
-    expect(kinds(await capper.capBatch({ ...base, campaignId: "otp-2", exempt: true, countExempt: true }))).toEqual(["duplicate"]);
+    expect(kinds(await capper.capBatch({ ...base, campaignId: "otp-2", exempt: true, countExempt: true }))).toEqual([
+      "exempt",
+    ]);
+    expect(kinds(await capper.capBatch({ ...base, campaignId: "otp-2", exempt: true, countExempt: true }))).toEqual([
+      "duplicate",
+    ]);
     // the counted exempt send fills the next day's cap along with "a"... only within the day: check 2/day
     const wide = capperFor(rulesOf(simplePolicy({ push: [{ window: "1d", max: 2 }] })));
     await wide.capBatch({ ...base, campaignId: "a" });
@@ -211,7 +258,12 @@ describe("capping engine on the cluster", () => {
     const users = Array.from({ length: 128 }, (_, i) => i);
     for (let c = 0; c < 100; c++) {
       // two campaigns every 12 hours: each user's day always holds the latest two
-      const result = await capper.capBatch({ campaignId: `camp-${c}`, channel: "push", userIds: users, at: at(0, 12 * c) });
+      const result = await capper.capBatch({
+        campaignId: `camp-${c}`,
+        channel: "push",
+        userIds: users,
+        at: at(0, 12 * c),
+      });
       expect(result.totals.unsegmented).toMatchObject({ allowed: 128 });
     }
     const block = decodeBlock((await cluster.getBuffer(capKeyOfUser(namespace, 0)))!);
@@ -222,14 +274,22 @@ describe("capping engine on the cluster", () => {
     expect(block.history(0).length).toBeLessThanOrEqual(block.events.length);
     expect(block.history(0).slice(-2)).toEqual(["push:camp-98", "push:camp-99"]);
     expect(block.history(0)).not.toContain("push:camp-0");
-    expect(kinds(await capper.capBatch({ campaignId: "camp-99", channel: "push", userIds: [0], at: at(0, 12 * 99 + 1) }))).toEqual(["duplicate"]);
-    expect(kinds(await capper.capBatch({ campaignId: "one-more", channel: "push", userIds: [0], at: at(0, 12 * 99 + 1) }))).toEqual(["capped"]);
+    expect(
+      kinds(await capper.capBatch({ campaignId: "camp-99", channel: "push", userIds: [0], at: at(0, 12 * 99 + 1) })),
+    ).toEqual(["duplicate"]);
+    expect(
+      kinds(await capper.capBatch({ campaignId: "one-more", channel: "push", userIds: [0], at: at(0, 12 * 99 + 1) })),
+    ).toEqual(["capped"]);
   });
 
   it("decides users at the top of the ID range", async () => {
     const capper = capperFor(rulesOf(simplePolicy({ push: [{ window: "1d", max: 1 }] })));
     const users = [0, 4_294_967_295, 4_294_967_294, USERS_PER_GROUP - 1, USERS_PER_GROUP];
-    expect(kinds(await capper.capBatch({ campaignId: "c", channel: "push", userIds: users, at: at(0, 9) }))).toEqual(Array(5).fill("allowed"));
-    expect(kinds(await capper.capBatch({ campaignId: "d", channel: "push", userIds: users, at: at(0, 9) }))).toEqual(Array(5).fill("capped"));
+    expect(kinds(await capper.capBatch({ campaignId: "c", channel: "push", userIds: users, at: at(0, 9) }))).toEqual(
+      Array(5).fill("allowed"),
+    );
+    expect(kinds(await capper.capBatch({ campaignId: "d", channel: "push", userIds: users, at: at(0, 9) }))).toEqual(
+      Array(5).fill("capped"),
+    );
   });
 });

@@ -2,9 +2,9 @@
 // cluster. Every error path answers with the documented status and body.
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { wireCheckApi } from "../../functions/adapters/wiring.ts";
-import type { LocalStack } from "../../scripts/local-stack.ts";
 import { runCli } from "../../scripts/cli.ts";
 import { startFunctionUrlServer } from "../../scripts/local/function-url-server.ts";
+import type { LocalStack } from "../../scripts/local-stack.ts";
 import { testStack, uploadRules } from "../support/pipeline.ts";
 
 let stack: LocalStack;
@@ -28,7 +28,11 @@ afterAll(async () => {
 });
 
 const post = (path: string, body: unknown, base = url) =>
-  fetch(`${base}${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: typeof body === "string" ? body : JSON.stringify(body) });
+  fetch(`${base}${path}`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: typeof body === "string" ? body : JSON.stringify(body),
+  });
 
 describe("POST /v1/limit", () => {
   it("answers with the decision and RateLimit headers, then from the negative cache", async () => {
@@ -42,7 +46,12 @@ describe("POST /v1/limit", () => {
     expect(first.headers.get("retry-after")).toBeNull();
     await post("/v1/limit", limit);
     const denied = await post("/v1/limit", limit);
-    const body = (await denied.json()) as { allowed: boolean; remaining: number; retryAfterMs: number; reason?: string };
+    const body = (await denied.json()) as {
+      allowed: boolean;
+      remaining: number;
+      retryAfterMs: number;
+      reason?: string;
+    };
     expect(body).toMatchObject({ allowed: false, remaining: 0 });
     expect(body.reason).toBeUndefined();
     expect(body.retryAfterMs).toBeGreaterThan(0);
@@ -58,7 +67,12 @@ describe("POST /v1/limit", () => {
       ["/v1/limit", { key: "k", algorithm: "fixed-window", max: 1, windowMs: 1000, cost: -1 }, 400, "cost"],
       ["/v1/limit", { key: "k", algorithm: "fixed-window", max: 1 }, 400, "windowMs"],
       ["/v1/limit", { key: "k", algorithm: "fixed-window", max: 1, windowMs: 1000, cost: 2 }, 400, "cost"],
-      ["/v1/limit", { key: "k", algorithm: "fixed-window", max: 1, windowMs: 1000, onStoreError: "maybe" }, 400, "onStoreError"],
+      [
+        "/v1/limit",
+        { key: "k", algorithm: "fixed-window", max: 1, windowMs: 1000, onStoreError: "maybe" },
+        400,
+        "onStoreError",
+      ],
       ["/v1/limits", { scope: "s", limits: [] }, 400, "limits"],
       ["/v1/limit", { key: "k", pad: "x".repeat(70_000) }, 413, undefined],
       ["/v2/limit", {}, 404, undefined],
@@ -87,9 +101,15 @@ describe("POST /v1/limits", () => {
     });
     const request = body("promo");
     expect(((await (await post("/v1/limits", request)).json()) as { allowed: boolean }).allowed).toBe(true);
-    const denied = (await (await post("/v1/limits", request)).json()) as { allowed: boolean; results: { key: string; allowed: boolean; remaining: number }[] };
+    const denied = (await (await post("/v1/limits", request)).json()) as {
+      allowed: boolean;
+      results: { key: string; allowed: boolean; remaining: number }[];
+    };
     expect(denied.allowed).toBe(false);
-    expect(denied.results.map((r) => [r.key, r.allowed, r.remaining])).toEqual([["global", true, 9], ["category:promo", false, 0]]);
+    expect(denied.results.map((r) => [r.key, r.allowed, r.remaining])).toEqual([
+      ["global", true, 9],
+      ["category:promo", false, 0],
+    ]);
   });
 });
 
@@ -115,7 +135,9 @@ describe("when Redis does not answer", () => {
       const limit = { key: "k", algorithm: "fixed-window", max: 1, windowMs: 1000 };
       const closed = await post("/v1/limit", limit, server.url);
       expect(closed.status).toBe(503);
-      expect(await closed.json()).toEqual({ error: { code: "store_unavailable", message: "the counter store did not answer in time" } });
+      expect(await closed.json()).toEqual({
+        error: { code: "store_unavailable", message: "the counter store did not answer in time" },
+      });
       const open = await post("/v1/limit", { ...limit, onStoreError: "allow" }, server.url);
       expect(open.status).toBe(200);
       expect(await open.json()).toEqual({ allowed: true, reason: "store_unavailable" });
@@ -158,13 +180,22 @@ describe("POST /v1/frequency", () => {
 
   it("treats a campaign ID as the send's identity, and counts every channel in '*' caps", async () => {
     const base = { userId: 50, at: A };
-    expect((await check({ ...base, channel: "email", campaignId: "c1" })).body).toMatchObject({ decision: "allowed", segment: "rest" });
-    expect((await check({ ...base, channel: "email", campaignId: "c1" })).body).toMatchObject({ allowed: true, decision: "duplicate" });
+    expect((await check({ ...base, channel: "email", campaignId: "c1" })).body).toMatchObject({
+      decision: "allowed",
+      segment: "rest",
+    });
+    expect((await check({ ...base, channel: "email", campaignId: "c1" })).body).toMatchObject({
+      allowed: true,
+      decision: "duplicate",
+    });
     expect((await check({ ...base, channel: "push", at: A + 1 })).body).toMatchObject({
       decision: "allowed",
       windows: [{ channel: "*", window: "7d", max: 2, used: 2, remaining: 0, resetAt: A + 7 * DAY }],
     });
-    expect((await check({ ...base, channel: "email", at: A + 2 })).body).toMatchObject({ decision: "capped", retryAfterMs: 7 * DAY - 2 });
+    expect((await check({ ...base, channel: "email", at: A + 2 })).body).toMatchObject({
+      decision: "capped",
+      retryAfterMs: 7 * DAY - 2,
+    });
   });
 
   it("names the field of a bad request", async () => {
@@ -186,7 +217,12 @@ describe("tollgate check", () => {
     const log = vi.spyOn(console, "log").mockImplementation(() => {});
     const error = vi.spyOn(console, "error").mockImplementation(() => {});
     try {
-      const limit = JSON.stringify({ key: `cli-${Date.now()}`, algorithm: "fixed-window", max: 1, windowMs: 3_600_000 });
+      const limit = JSON.stringify({
+        key: `cli-${Date.now()}`,
+        algorithm: "fixed-window",
+        max: 1,
+        windowMs: 3_600_000,
+      });
       expect(await runCli(["check", "--url", url, "/v1/limit", limit])).toBe(0);
       expect(JSON.parse(String(log.mock.calls.at(-1)?.[0]))).toMatchObject({ allowed: true, remaining: 0 });
       expect(await runCli(["check", "--url", url, "/v1/limit", limit])).toBe(3);

@@ -17,7 +17,11 @@ afterAll(async () => {
   await cluster.quit();
 });
 beforeEach(() => {
-  limiter = new Limiter({ store: new RedisLimitStore(cluster, { deadlineMs: 2_000 }), clock: fixedClock(T0 + 86_400_000), namespace: uniqueNamespace() });
+  limiter = new Limiter({
+    store: new RedisLimitStore(cluster, { deadlineMs: 2_000 }),
+    clock: fixedClock(T0 + 86_400_000),
+    namespace: uniqueNamespace(),
+  });
 });
 
 const MINUTE = 60_000;
@@ -45,7 +49,14 @@ describe("limits", () => {
   });
 
   it("strict token bucket: hammering while empty keeps it empty; a quiet refill period refills it", async () => {
-    const bucket = { key: "strict", algorithm: "token-bucket", max: 2, refillAmount: 1, refillEveryMs: MINUTE, strict: true } as const;
+    const bucket = {
+      key: "strict",
+      algorithm: "token-bucket",
+      max: 2,
+      refillAmount: 1,
+      refillEveryMs: MINUTE,
+      strict: true,
+    } as const;
     await limiter.check({ ...bucket, at: T0 });
     await limiter.check({ ...bucket, at: T0 });
     expect((await limiter.check({ ...bucket, at: T0 + 30_000 })).allowed).toBe(false); // restarts the clock
@@ -74,7 +85,14 @@ describe("limits", () => {
         const r = await limiter.check({ ...spec, cost, at: T0 + 5_000 });
         got.push(`${r.allowed ? "allowed" : "denied"} ${r.remaining}`);
       }
-      expect(got, spec.algorithm).toEqual(["allowed 1000", "denied 1000", "allowed 500", "allowed 100", "allowed 0", "denied 0"]);
+      expect(got, spec.algorithm).toEqual([
+        "allowed 1000",
+        "denied 1000",
+        "allowed 500",
+        "allowed 100",
+        "allowed 0",
+        "denied 0",
+      ]);
     }
   });
 
@@ -87,7 +105,12 @@ describe("limits", () => {
       remaining.push(r.remaining);
     }
     expect(remaining).toEqual([4, 3, 2, 1, 0]);
-    expect(await limiter.check({ ...gcra, at: T0 })).toMatchObject({ allowed: false, limit: 5, remaining: 0, retryAfterMs: 1000 });
+    expect(await limiter.check({ ...gcra, at: T0 })).toMatchObject({
+      allowed: false,
+      limit: 5,
+      remaining: 0,
+      retryAfterMs: 1000,
+    });
     expect(await limiter.check({ ...gcra, at: T0 + 3000 })).toMatchObject({ allowed: true, remaining: 2 });
   });
 
@@ -112,7 +135,10 @@ describe("limits", () => {
       expect((await limiter.checkAll(request(category, T0 + 10))).allowed).toBe(true);
     }
     const full = await limiter.checkAll(request("digest", T0 + 11));
-    expect(full.results.map((r) => [r.key, r.allowed])).toEqual([["global", false], ["category:digest", true]]);
+    expect(full.results.map((r) => [r.key, r.allowed])).toEqual([
+      ["global", false],
+      ["category:digest", true],
+    ]);
     expect(full.results[0]!.retryAfterMs).toBe(MINUTE - 11);
   });
 
@@ -136,8 +162,12 @@ describe("limits", () => {
     expect(await limiter.check({ ...window, cost: 0, at: T0 })).toMatchObject({ allowed: true, remaining: 2 });
     expect(await limiter.check({ ...window, cost: 0, at: T0 })).toMatchObject({ allowed: true, remaining: 2 });
     expect(await limiter.check({ ...window, max: 4, cost: 0, at: T0 })).toMatchObject({ remaining: 1 });
-    await expect(limiter.check({ ...window, cost: 6, at: T0 })).rejects.toThrow("cost: cost 6 is more than this limit can ever allow (5)");
-    await expect(limiter.check({ key: "g", algorithm: "gcra", burst: 2, count: 1, periodMs: 1000, cost: 4 })).rejects.toThrow(ValidationError);
+    await expect(limiter.check({ ...window, cost: 6, at: T0 })).rejects.toThrow(
+      "cost: cost 6 is more than this limit can ever allow (5)",
+    );
+    await expect(
+      limiter.check({ key: "g", algorithm: "gcra", burst: 2, count: 1, periodMs: 1000, cost: 4 }),
+    ).rejects.toThrow(ValidationError);
   });
 
   it("names the field of a bad request", async () => {

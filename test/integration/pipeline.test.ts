@@ -3,8 +3,8 @@
 import { GetQueueAttributesCommand, ReceiveMessageCommand } from "@aws-sdk/client-sqs";
 import type { SQSBatchResponse } from "aws-lambda";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { LocalStack } from "../../scripts/local-stack.ts";
 import { lambdaContext, toSqsEvent } from "../../scripts/local/sqs-poller.ts";
+import type { LocalStack } from "../../scripts/local-stack.ts";
 import { pushCampaign } from "../../scripts/operations.ts";
 import { drainDelivery, invoke, receive, sendRaw, testStack, uploadRules } from "../support/pipeline.ts";
 
@@ -30,7 +30,12 @@ describe("campaign pipeline", () => {
   it("forwards exactly the approved sends, with segments and dedupe ids; a second campaign is capped by policy", async () => {
     stack.poller.start();
     try {
-      await pushCampaign(stack.sqs, stack.endpoints.campaignQueueUrl, { campaignId: "c1", channel: "push", userIds: users, usersPerMessage: 700 });
+      await pushCampaign(stack.sqs, stack.endpoints.campaignQueueUrl, {
+        campaignId: "c1",
+        channel: "push",
+        userIds: users,
+        usersPerMessage: 700,
+      });
       await stack.poller.drained();
       const first = await drainDelivery(stack);
       const sends = first.flatMap((m) => m.sends);
@@ -42,7 +47,12 @@ describe("campaign pipeline", () => {
       }
       expect(first.every((m) => m.sends.length <= 100 && m.campaignId === "c1" && m.channel === "push")).toBe(true);
 
-      await pushCampaign(stack.sqs, stack.endpoints.campaignQueueUrl, { campaignId: "c2", channel: "push", userIds: users, usersPerMessage: 700 });
+      await pushCampaign(stack.sqs, stack.endpoints.campaignQueueUrl, {
+        campaignId: "c2",
+        channel: "push",
+        userIds: users,
+        usersPerMessage: 700,
+      });
       await stack.poller.drained();
       const second = (await drainDelivery(stack)).flatMap((m) => m.sends);
       // "new" users hit push 1/1d; the others have room in "*" 2/7d
@@ -105,7 +115,10 @@ describe("a delivery queue that rejects some entries", () => {
   let stack: LocalStack;
   beforeAll(async () => {
     // SQS refuses (per entry, SenderFault) any message over the queue's MaximumMessageSize
-    stack = await testStack({ deliveryQueueAttributes: { MaximumMessageSize: "1024" }, environment: { DELIVERY_BATCH_SIZE: "5" } });
+    stack = await testStack({
+      deliveryQueueAttributes: { MaximumMessageSize: "1024" },
+      environment: { DELIVERY_BATCH_SIZE: "5" },
+    });
     await uploadRules(stack, policy, { new: newUsers });
   });
   afterAll(async () => {
@@ -116,7 +129,10 @@ describe("a delivery queue that rejects some entries", () => {
     const small = Array.from({ length: 10 }, (_, i) => 8000 + i);
     const large = Array.from({ length: 10 }, (_, i) => 9000 + i);
     const okId = await sendRaw(stack, JSON.stringify({ campaignId: "ok", channel: "push", userIds: small }));
-    const bigId = await sendRaw(stack, JSON.stringify({ campaignId: "big", channel: "push", userIds: large, payload: { html: "x".repeat(1200) } }));
+    const bigId = await sendRaw(
+      stack,
+      JSON.stringify({ campaignId: "big", channel: "push", userIds: large, payload: { html: "x".repeat(1200) } }),
+    );
     const messages = await receive(stack, 2, undefined, 1);
     const response = await invoke(stack, messages);
     expect(response.batchItemFailures).toEqual([{ itemIdentifier: bigId }]);
@@ -126,10 +142,15 @@ describe("a delivery queue that rejects some entries", () => {
     const [retried] = await receive(stack, 1);
     expect(retried!.MessageId).toBe(bigId);
     const { Attributes } = await stack.sqs.send(
-      new GetQueueAttributesCommand({ QueueUrl: stack.endpoints.deadLetterQueueUrl, AttributeNames: ["ApproximateNumberOfMessages"] }),
+      new GetQueueAttributesCommand({
+        QueueUrl: stack.endpoints.deadLetterQueueUrl,
+        AttributeNames: ["ApproximateNumberOfMessages"],
+      }),
     );
     expect(Attributes?.ApproximateNumberOfMessages).toBe("0");
-    const none = await stack.sqs.send(new ReceiveMessageCommand({ QueueUrl: stack.endpoints.deliveryQueueUrl, WaitTimeSeconds: 0 }));
+    const none = await stack.sqs.send(
+      new ReceiveMessageCommand({ QueueUrl: stack.endpoints.deliveryQueueUrl, WaitTimeSeconds: 0 }),
+    );
     expect(none.Messages ?? []).toEqual([]);
   });
 });
@@ -145,7 +166,8 @@ describe("the time budget", () => {
   });
 
   it("reports the records it cannot start in time as failures instead of timing out the whole batch", async () => {
-    for (let i = 0; i < 3; i++) await sendRaw(stack, JSON.stringify({ campaignId: `t${i}`, channel: "push", userIds: [20_000 + i] }));
+    for (let i = 0; i < 3; i++)
+      await sendRaw(stack, JSON.stringify({ campaignId: `t${i}`, channel: "push", userIds: [20_000 + i] }));
     const messages = await receive(stack, 3);
     // the first record starts with a minute left; by the second only 10 s remain, under the 15 s margin
     const remaining = [60_000, 10_000, 9_000];

@@ -16,7 +16,11 @@ const policy = {
 
 let stack: LocalStack;
 beforeAll(async () => {
-  stack = await testStack({ redisBasePort: OUTAGE_PORT, visibilityTimeoutSeconds: 1, environment: { REDIS_DEADLINE_MS: "1500" } });
+  stack = await testStack({
+    redisBasePort: OUTAGE_PORT,
+    visibilityTimeoutSeconds: 1,
+    environment: { REDIS_DEADLINE_MS: "1500" },
+  });
   await uploadRules(stack, policy, {});
 });
 afterAll(async () => {

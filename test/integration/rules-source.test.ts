@@ -32,7 +32,12 @@ const policy = (version: string, bitmap = "segments/new.roaring") => ({
 
 async function bucketWith(name: string, version: string, members: number[]) {
   await s3.send(new CreateBucketCommand({ Bucket: name }));
-  await uploadObject(s3, name, "segments/new.roaring", buildSegments([{ name: "new", userIds: members }]).get("new") as Uint8Array);
+  await uploadObject(
+    s3,
+    name,
+    "segments/new.roaring",
+    buildSegments([{ name: "new", userIds: members }]).get("new") as Uint8Array,
+  );
   await uploadObject(s3, name, "config/policy.json", JSON.stringify(policy(version)));
 }
 
@@ -58,7 +63,12 @@ describe("rules source", () => {
     expect((await source.current()).policy.version).toBe("v2");
 
     // a re-uploaded bitmap is picked up even when the policy did not change
-    await uploadObject(s3, "swap", "segments/new.roaring", buildSegments([{ name: "new", userIds: [2] }]).get("new") as Uint8Array);
+    await uploadObject(
+      s3,
+      "swap",
+      "segments/new.roaring",
+      buildSegments([{ name: "new", userIds: [2] }]).get("new") as Uint8Array,
+    );
     clock.advance(60_000);
     expect(Array.from((await source.current()).segments.resolveSorted(Uint32Array.from([1, 2])))).toEqual([1, 0]);
     expect(activated).toEqual(["v1", "v2", "v2"]);
@@ -68,7 +78,12 @@ describe("rules source", () => {
     await bucketWith("bad", "good", [5]);
     const clock = fixedClock(T0);
     const rejected: Error[] = [];
-    const source = new RulesSource({ store: new S3ObjectStore(s3, "bad"), refreshMs: 60_000, clock, onRejected: (e) => rejected.push(e) });
+    const source = new RulesSource({
+      store: new S3ObjectStore(s3, "bad"),
+      refreshMs: 60_000,
+      clock,
+      onRejected: (e) => rejected.push(e),
+    });
     expect((await source.current()).policy.version).toBe("good");
 
     await uploadObject(s3, "bad", "config/policy.json", JSON.stringify({ ...policy("broken"), channels: [] }));

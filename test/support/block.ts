@@ -18,7 +18,10 @@ export function decodeBlock(value: Buffer): Block {
   ] as [number, number, number, number, Uint8Array[], number[], number[], Uint8Array[], Uint8Array];
   if (format !== 3) throw new Error(`unknown block format ${format}`);
   const text = (bytes: Uint8Array) => Buffer.from(bytes).toString("latin1");
-  const events = times.map((at, e) => ({ at, identity: text(identities[(eventIdentities[e] as number) - 1] as Uint8Array) }));
+  const events = times.map((at, e) => ({
+    at,
+    identity: text(identities[(eventIdentities[e] as number) - 1] as Uint8Array),
+  }));
   const decodedClasses = classes.map((bytes) =>
     Array.from({ length: bytes.length / 2 }, (_, i) => Buffer.from(bytes).readUInt16BE(2 * i)),
   );
@@ -32,7 +35,9 @@ export function decodeBlock(value: Buffer): Block {
     classes: decodedClasses,
     history: (offset) => {
       const c = classOf(offset);
-      return c === 0 ? [] : (decodedClasses[c - 1] as number[]).map((e) => (events[e - 1] as { identity: string }).identity);
+      return c === 0
+        ? []
+        : (decodedClasses[c - 1] as number[]).map((e) => (events[e - 1] as { identity: string }).identity);
     },
   };
 }

@@ -4,8 +4,8 @@ import { DeleteMessageCommand, type Message, ReceiveMessageCommand, SendMessageC
 import type { SQSBatchResponse } from "aws-lambda";
 import { createAwsClients } from "../../functions/adapters/aws-clients.ts";
 import type { DeliveryMessage } from "../../functions/core/delivery.ts";
-import { type LocalStack, type LocalStackOptions, startLocalStack } from "../../scripts/local-stack.ts";
 import { lambdaContext, toSqsEvent } from "../../scripts/local/sqs-poller.ts";
+import { type LocalStack, type LocalStackOptions, startLocalStack } from "../../scripts/local-stack.ts";
 import { readDelivery, uploadRules as uploadRulesTo } from "../../scripts/operations.ts";
 import { uniqueNamespace } from "./cluster.ts";
 
@@ -33,12 +33,19 @@ export async function uploadRules<Policy extends { segments: readonly { name: st
 }
 
 export async function sendRaw(stack: LocalStack, body: string): Promise<string> {
-  const { MessageId } = await stack.sqs.send(new SendMessageCommand({ QueueUrl: stack.endpoints.campaignQueueUrl, MessageBody: body }));
+  const { MessageId } = await stack.sqs.send(
+    new SendMessageCommand({ QueueUrl: stack.endpoints.campaignQueueUrl, MessageBody: body }),
+  );
   return MessageId as string;
 }
 
 /** Receives exactly `count` messages from a queue (waiting for them to become visible). */
-export async function receive(stack: LocalStack, count: number, queueUrl = stack.endpoints.campaignQueueUrl, visibilityTimeout?: number): Promise<Message[]> {
+export async function receive(
+  stack: LocalStack,
+  count: number,
+  queueUrl = stack.endpoints.campaignQueueUrl,
+  visibilityTimeout?: number,
+): Promise<Message[]> {
   const messages: Message[] = [];
   const deadline = Date.now() + 30_000;
   while (messages.length < count) {
@@ -62,14 +69,26 @@ export async function receive(stack: LocalStack, count: number, queueUrl = stack
  * Invokes the consumer handler with these messages as one SQS event, then, like the event source mapping,
  * deletes the messages that did not fail (unless `settle` is false: the function "died" after its work).
  */
-export async function invoke(stack: LocalStack, messages: Message[], options: { settle?: boolean; timeoutMs?: number } = {}): Promise<SQSBatchResponse> {
+export async function invoke(
+  stack: LocalStack,
+  messages: Message[],
+  options: { settle?: boolean; timeoutMs?: number } = {},
+): Promise<SQSBatchResponse> {
   const campaignArn = `arn:aws:sqs:${stack.endpoints.region}:000000000000:campaign`;
   const event = toSqsEvent(messages, campaignArn, stack.endpoints.region);
-  const response = (await stack.consumer.handler(event, lambdaContext(options.timeoutMs ?? 60_000))) as SQSBatchResponse;
+  const response = (await stack.consumer.handler(
+    event,
+    lambdaContext(options.timeoutMs ?? 60_000),
+  )) as SQSBatchResponse;
   if (options.settle !== false) {
     const failed = new Set(response.batchItemFailures.map((f) => f.itemIdentifier));
     for (const message of messages.filter((m) => !failed.has(m.MessageId as string))) {
-      await stack.sqs.send(new DeleteMessageCommand({ QueueUrl: stack.endpoints.campaignQueueUrl, ReceiptHandle: message.ReceiptHandle as string }));
+      await stack.sqs.send(
+        new DeleteMessageCommand({
+          QueueUrl: stack.endpoints.campaignQueueUrl,
+          ReceiptHandle: message.ReceiptHandle as string,
+        }),
+      );
     }
   }
   return response;

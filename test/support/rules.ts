@@ -1,8 +1,8 @@
 // Small policies and segment sets for tests, built with the same parsers production uses.
 import roaring from "roaring";
-import { parsePolicy, type Policy } from "../../functions/core/policy.ts";
-import { SegmentIndex } from "../../functions/core/segment-index.ts";
 import type { Rules } from "../../functions/core/capper.ts";
+import { type Policy, parsePolicy } from "../../functions/core/policy.ts";
+import { SegmentIndex } from "../../functions/core/segment-index.ts";
 
 export function rulesOf(policy: unknown, members: Record<string, number[]> = {}): Rules & { policy: Policy } {
   const parsed = parsePolicy(policy);
@@ -37,12 +37,21 @@ export function designPolicy() {
         name: "new",
         bitmap: "segments/new.roaring",
         caps: {
-          push: [{ window: "1d", max: 2 }, { window: "7d", max: 5 }],
-          email: [{ window: "1d", max: 1 }, { window: "7d", max: 3 }],
+          push: [
+            { window: "1d", max: 2 },
+            { window: "7d", max: 5 },
+          ],
+          email: [
+            { window: "1d", max: 1 },
+            { window: "7d", max: 3 },
+          ],
           "*": [{ window: "7d", max: 6 }],
         } as Record<string, { window: string; max: number }[]>,
       },
     ],
-    default: { name: "unsegmented", caps: { "*": [{ window: "7d", max: 2 }] } as Record<string, { window: string; max: number }[]> },
+    default: {
+      name: "unsegmented",
+      caps: { "*": [{ window: "7d", max: 2 }] } as Record<string, { window: string; max: number }[]>,
+    },
   };
 }

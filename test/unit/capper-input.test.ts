@@ -24,7 +24,13 @@ async function rejection(input: unknown): Promise<ValidationError> {
 
 describe("capper input", () => {
   it("rejects user IDs outside 0..2^32-1 and non-integers, naming the element", async () => {
-    for (const [bad, index] of [[-1, 1], [4_294_967_296, 0], [1.5, 1], ["7", 0], [null, 1]] as const) {
+    for (const [bad, index] of [
+      [-1, 1],
+      [4_294_967_296, 0],
+      [1.5, 1],
+      ["7", 0],
+      [null, 1],
+    ] as const) {
       const userIds: unknown[] = [1, 2];
       userIds[index] = bad;
       const error = await rejection({ ...valid, userIds });
@@ -36,8 +42,12 @@ describe("capper input", () => {
 
   it("rejects empty, over-long and non-printable campaign IDs", async () => {
     expect((await rejection({ ...valid, campaignId: "" })).message).toBe("campaignId: must not be empty");
-    expect((await rejection({ ...valid, campaignId: "x".repeat(129) })).message).toBe("campaignId: must be at most 128 characters");
-    expect((await rejection({ ...valid, campaignId: "spring sale" })).message).toBe("campaignId: expected printable ASCII without spaces");
+    expect((await rejection({ ...valid, campaignId: "x".repeat(129) })).message).toBe(
+      "campaignId: must be at most 128 characters",
+    );
+    expect((await rejection({ ...valid, campaignId: "spring sale" })).message).toBe(
+      "campaignId: expected printable ASCII without spaces",
+    );
     expect((await rejection({ ...valid, campaignId: undefined })).path).toBe("campaignId");
   });
 

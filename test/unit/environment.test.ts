@@ -70,7 +70,10 @@ describe("consumer environment", () => {
       AWS_ENDPOINT_URL: "http://127.0.0.1:4566",
       DELIVERY_QUEUE_URL: "http://sqs.us-east-1.127.0.0.1:4566/000000000000/tollgate-delivery",
     });
-    expect(env.REDIS_NODES).toEqual([{ host: "127.0.0.1", port: 7000 }, { host: "127.0.0.1", port: 7001 }]);
+    expect(env.REDIS_NODES).toEqual([
+      { host: "127.0.0.1", port: 7000 },
+      { host: "127.0.0.1", port: 7001 },
+    ]);
     expect(env.REDIS_TLS).toBe(true);
   });
 });

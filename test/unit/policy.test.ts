@@ -6,7 +6,11 @@ import { designPolicy } from "../support/rules.ts";
 /** DESIGN.md's policy plus a second segment. */
 const valid = () => {
   const policy = designPolicy();
-  policy.segments.push({ name: "active", bitmap: "segments/active.roaring", caps: { push: [{ window: "12h", max: 1 }] } });
+  policy.segments.push({
+    name: "active",
+    bitmap: "segments/active.roaring",
+    caps: { push: [{ window: "12h", max: 1 }] },
+  });
   return policy;
 };
 

@@ -1,13 +1,18 @@
+import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import roaring from "roaring";
 import { describe, expect, it } from "vitest";
 import { FileObjectStore } from "../../functions/adapters/file-object-store.ts";
-import { CorruptBitmapError, ObjectNotFoundError, SegmentOverlapError, ValidationError } from "../../functions/core/errors.ts";
+import {
+  CorruptBitmapError,
+  ObjectNotFoundError,
+  SegmentOverlapError,
+  ValidationError,
+} from "../../functions/core/errors.ts";
 import { parsePolicy } from "../../functions/core/policy.ts";
 import { buildSegments, parseUserIdList } from "../../functions/core/segment-builder.ts";
 import { loadSegmentIndex, parseBitmap, SegmentIndex } from "../../functions/core/segment-index.ts";
-import { mkdtempSync, mkdirSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 
 const { RoaringBitmap32 } = roaring;
 
@@ -78,7 +83,9 @@ describe("segment index", () => {
 
     writeFileSync(join(root, "segments/new.roaring"), Buffer.from("definitely not a bitmap"));
     await expect(loadSegmentIndex(policy, store)).rejects.toThrow(CorruptBitmapError);
-    await expect(loadSegmentIndex(policy, store)).rejects.toThrow("segments/new.roaring: not a valid portable roaring bitmap");
+    await expect(loadSegmentIndex(policy, store)).rejects.toThrow(
+      "segments/new.roaring: not a valid portable roaring bitmap",
+    );
 
     writeFileSync(join(root, "segments/new.roaring"), built.get("new")!.subarray(0, 5));
     await expect(loadSegmentIndex(policy, store)).rejects.toThrow(CorruptBitmapError);

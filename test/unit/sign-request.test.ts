@@ -11,7 +11,11 @@ describe("signRequest", () => {
       { url, method: "POST", headers: { "content-type": "application/json" }, body: '{"key":"k"}' },
       {
         region: "eu-west-1",
-        credentials: { accessKeyId: "AKIDEXAMPLE", secretAccessKey: "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", sessionToken: "token" },
+        credentials: {
+          accessKeyId: "AKIDEXAMPLE",
+          secretAccessKey: "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+          sessionToken: "token",
+        },
         signingDate: new Date(Date.UTC(2026, 10, 22, 8, 0, 0)),
       },
     );
@@ -21,11 +25,18 @@ describe("signRequest", () => {
     expect(signed.headers["x-amz-date"]).toBe("20261122T080000Z");
     expect(signed.headers["x-amz-security-token"]).toBe("token");
     // the same request signed twice gives the same signature; another body does not
-    const again = await signRequest({ url, method: "POST", headers: { "content-type": "application/json" }, body: '{"key":"k"}' }, {
-      region: "eu-west-1",
-      credentials: { accessKeyId: "AKIDEXAMPLE", secretAccessKey: "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", sessionToken: "token" },
-      signingDate: new Date(Date.UTC(2026, 10, 22, 8, 0, 0)),
-    });
+    const again = await signRequest(
+      { url, method: "POST", headers: { "content-type": "application/json" }, body: '{"key":"k"}' },
+      {
+        region: "eu-west-1",
+        credentials: {
+          accessKeyId: "AKIDEXAMPLE",
+          secretAccessKey: "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+          sessionToken: "token",
+        },
+        signingDate: new Date(Date.UTC(2026, 10, 22, 8, 0, 0)),
+      },
+    );
     expect(again.headers.authorization).toBe(signed.headers.authorization);
   });
 });

@@ -30,8 +30,21 @@ describe("delivery batching", () => {
     ];
     const messages = deliveryMessages({ campaignId: "c", channel: "push", payload: { t: 1 } }, decisions, 2);
     expect(messages).toEqual([
-      { campaignId: "c", channel: "push", payload: { t: 1 }, sends: [{ userId: 1, segment: "new", dedupeId: "c:push:1" }, { userId: 3, segment: "rest", dedupeId: "c:push:3" }] },
-      { campaignId: "c", channel: "push", payload: { t: 1 }, sends: [{ userId: 4, segment: "rest", dedupeId: dedupeId("c", "push", 4) }] },
+      {
+        campaignId: "c",
+        channel: "push",
+        payload: { t: 1 },
+        sends: [
+          { userId: 1, segment: "new", dedupeId: "c:push:1" },
+          { userId: 3, segment: "rest", dedupeId: "c:push:3" },
+        ],
+      },
+      {
+        campaignId: "c",
+        channel: "push",
+        payload: { t: 1 },
+        sends: [{ userId: 4, segment: "rest", dedupeId: dedupeId("c", "push", 4) }],
+      },
     ]);
   });
 });
