@@ -93,7 +93,7 @@ export class Functions extends Construct {
 
     this.consumer = new nodejs.NodejsFunction(this, "CampaignConsumer", {
       ...common,
-      entry: join(root, "functions/campaign-consumer.ts"),
+      entry: join(root, "functions/entry/campaign-consumer-lambda.ts"),
       description: "Tollgate: decides campaign batches and forwards the approved sends",
       memorySize: config.consumerMemoryMb,
       timeout: Duration.seconds(config.consumerTimeoutSeconds),
@@ -122,7 +122,7 @@ export class Functions extends Construct {
 
     this.checkApi = new nodejs.NodejsFunction(this, "CheckApi", {
       ...common,
-      entry: join(root, "functions/check-api.ts"),
+      entry: join(root, "functions/entry/check-api-lambda.ts"),
       description: "Tollgate: frequency checks and rate limits behind a Function URL",
       memorySize: config.checkApiMemoryMb,
       timeout: Duration.seconds(10),

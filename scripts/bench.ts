@@ -22,12 +22,12 @@ import {
   RedisLimitStore,
   type TollgateCluster,
 } from "../functions/adapters/redis-cluster.ts";
-import { Capper } from "../functions/core/capper.ts";
-import { fixedClock } from "../functions/core/clock.ts";
-import { perUserLogKey } from "../functions/core/keys.ts";
-import { Limiter } from "../functions/core/limits.ts";
-import { parsePolicy } from "../functions/core/policy.ts";
-import { SegmentIndex } from "../functions/core/segment-index.ts";
+import { Capper } from "../functions/core/capping/capper.ts";
+import { parsePolicy } from "../functions/core/capping/policy.ts";
+import { SegmentIndex } from "../functions/core/capping/segment-index.ts";
+import { Limiter } from "../functions/core/limits/limiter.ts";
+import { fixedClock } from "../functions/core/shared/clock.ts";
+import { perUserLogKey } from "../functions/core/shared/keys.ts";
 import { dispatcher, functionUrlEvent } from "./local/function-url-server.ts";
 import { lambdaContext } from "./local/sqs-poller.ts";
 import { startLocalStack } from "./local-stack.ts";

@@ -8,8 +8,8 @@
 // For each campaign it reads the delivery queue and prints, per segment, who was sent and who was capped
 // with the cap that bit. Then it stops everything it started.
 import { createAwsClients } from "../functions/adapters/aws-clients.ts";
-import type { ConsumeOutcome } from "../functions/core/campaign-consumer.ts";
-import type { SegmentTotals } from "../functions/core/capper.ts";
+import type { ConsumeOutcome } from "../functions/core/capping/campaign-consumer.ts";
+import type { SegmentTotals } from "../functions/core/capping/decisions.ts";
 import { startLocalStack } from "./local-stack.ts";
 import { pushCampaign, readDelivery, uploadRules } from "./operations.ts";
 

@@ -9,10 +9,10 @@ import {
   type SQSClient,
 } from "@aws-sdk/client-sqs";
 import { chunkEntries } from "../functions/adapters/sqs-sinks.ts";
-import type { CampaignBatchInput } from "../functions/core/campaign-batch.ts";
-import type { DeliveryMessage } from "../functions/core/delivery.ts";
-import { DEFAULT_POLICY_KEY } from "../functions/core/rules-source.ts";
-import { buildSegments } from "../functions/core/segment-builder.ts";
+import type { CampaignBatchInput } from "../functions/core/capping/campaign-batch.ts";
+import type { DeliveryMessage } from "../functions/core/capping/delivery.ts";
+import { DEFAULT_POLICY_KEY } from "../functions/core/capping/rules-source.ts";
+import { buildSegments } from "../functions/core/capping/segment-builder.ts";
 
 export async function uploadObject(
   s3: S3Client,

@@ -1,8 +1,8 @@
 // An ObjectStore over a local directory: object key `segments/new.roaring` is `<root>/segments/new.roaring`.
 import { readFile, stat } from "node:fs/promises";
 import { join, resolve, sep } from "node:path";
-import { ObjectNotFoundError } from "../core/errors.ts";
-import type { ObjectStore } from "../core/object-store.ts";
+import { ObjectNotFoundError } from "../core/shared/errors.ts";
+import type { ObjectStore } from "../core/shared/object-store.ts";
 
 export class FileObjectStore implements ObjectStore {
   private readonly root: string;

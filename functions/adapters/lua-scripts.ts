@@ -16,8 +16,8 @@ function load(name: string): string {
   throw new Error(`lua/${name}.lua not found beside the code (${LUA_DIRS.map(String).join(", ")})`);
 }
 
-import { BLOCKS_PER_GROUP } from "../core/keys.ts";
-import { ALGORITHMS, MAX_LIMITS } from "../core/limits.ts";
+import { ALGORITHMS, MAX_LIMITS } from "../core/limits/limit-specs.ts";
+import { BLOCKS_PER_GROUP } from "../core/shared/keys.ts";
 
 /** lua/limits.lua with every algorithm file in front of it: one script, one atomic call. */
 const limitsLua = ["local ALGORITHMS = {}", ...ALGORITHMS.map(load), load("limits")].join("\n");

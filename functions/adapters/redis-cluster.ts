@@ -1,9 +1,9 @@
 // The Redis Cluster adapter: an ioredis Cluster configured so it never waits forever, and the CapStore
 // over it, which retries a script call through failovers within a deadline.
 import { Cluster, type ClusterNode } from "ioredis";
-import type { CapStore } from "../core/capper.ts";
-import { StoreUnavailableError } from "../core/errors.ts";
-import type { LimitStore } from "../core/limits.ts";
+import type { CapStore } from "../core/capping/capper.ts";
+import type { LimitStore } from "../core/limits/limiter.ts";
+import { StoreUnavailableError } from "../core/shared/errors.ts";
 import { luaScripts } from "./lua-scripts.ts";
 
 export interface RedisClusterConfig {

@@ -1,7 +1,7 @@
 // An ObjectStore over an S3 bucket. Bitmaps are binary: bodies are read as bytes, never as text.
 import { GetObjectCommand, HeadObjectCommand, NoSuchKey, NotFound, type S3Client } from "@aws-sdk/client-s3";
-import { ObjectNotFoundError } from "../core/errors.ts";
-import type { ObjectStore } from "../core/object-store.ts";
+import { ObjectNotFoundError } from "../core/shared/errors.ts";
+import type { ObjectStore } from "../core/shared/object-store.ts";
 
 export class S3ObjectStore implements ObjectStore {
   constructor(

@@ -6,9 +6,9 @@ import {
   SendMessageCommand,
   type SQSClient,
 } from "@aws-sdk/client-sqs";
-import type { DeadLetterSink } from "../core/campaign-consumer.ts";
-import type { DeliveryMessage, DeliverySink } from "../core/delivery.ts";
-import { DeliveryError } from "../core/errors.ts";
+import type { DeadLetterSink } from "../core/capping/campaign-consumer.ts";
+import type { DeliveryMessage, DeliverySink } from "../core/capping/delivery.ts";
+import { DeliveryError } from "../core/shared/errors.ts";
 
 /** SendMessageBatch takes at most 10 entries and 1 MiB in all (bodies and attributes). */
 const MAX_ENTRIES = 10;

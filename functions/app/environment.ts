@@ -1,9 +1,9 @@
 // The campaign consumer's environment, parsed once at cold start. A bad value names the variable.
 import { z } from "zod";
-import { DEFAULT_DELIVERY_BATCH_SIZE } from "../core/delivery.ts";
-import { DEFAULT_NAMESPACE, NAMESPACE_PATTERN, NAMESPACE_RULE } from "../core/keys.ts";
-import { DEFAULT_POLICY_KEY } from "../core/rules-source.ts";
-import { parseOrThrow } from "../core/validation.ts";
+import { DEFAULT_DELIVERY_BATCH_SIZE } from "../core/capping/delivery.ts";
+import { DEFAULT_POLICY_KEY } from "../core/capping/rules-source.ts";
+import { DEFAULT_NAMESPACE, NAMESPACE_PATTERN, NAMESPACE_RULE } from "../core/shared/keys.ts";
+import { parseOrThrow } from "../core/shared/validation.ts";
 
 const integer = (min: number, max: number, fallback: number) =>
   z

@@ -2,19 +2,22 @@
 // entries and the local stack both use this, so they run the same code.
 import { Logger } from "@aws-lambda-powertools/logger";
 import { Metrics, MetricUnit } from "@aws-lambda-powertools/metrics";
-import { CampaignConsumer } from "../core/campaign-consumer.ts";
-import { Capper } from "../core/capper.ts";
-import { systemClock } from "../core/clock.ts";
-import { Limiter } from "../core/limits.ts";
-import { NegativeCache } from "../core/negative-cache.ts";
-import { RulesSource } from "../core/rules-source.ts";
-import { type CampaignConsumerHandlerDeps, makeCampaignConsumerHandler } from "../handlers/campaign-consumer.ts";
-import { type HealthReport, makeCheckApiHandler } from "../handlers/check-api.ts";
-import { createAwsClients } from "./aws-clients.ts";
+import { createAwsClients } from "../adapters/aws-clients.ts";
+import { createRedisCluster, RedisCapStore, RedisLimitStore } from "../adapters/redis-cluster.ts";
+import { S3ObjectStore } from "../adapters/s3-object-store.ts";
+import { SqsDeadLetterSink, SqsDeliverySink } from "../adapters/sqs-sinks.ts";
+import { CampaignConsumer } from "../core/capping/campaign-consumer.ts";
+import { Capper } from "../core/capping/capper.ts";
+import { RulesSource } from "../core/capping/rules-source.ts";
+import { Limiter } from "../core/limits/limiter.ts";
+import { NegativeCache } from "../core/limits/negative-cache.ts";
+import { systemClock } from "../core/shared/clock.ts";
+import {
+  type CampaignConsumerHandlerDeps,
+  makeCampaignConsumerHandler,
+} from "../handlers/campaign-consumer-handler.ts";
+import { type HealthReport, makeCheckApiHandler } from "../handlers/check-api-handler.ts";
 import { type CommonEnvironment, parseCheckApiEnvironment, parseConsumerEnvironment } from "./environment.ts";
-import { createRedisCluster, RedisCapStore, RedisLimitStore } from "./redis-cluster.ts";
-import { S3ObjectStore } from "./s3-object-store.ts";
-import { SqsDeadLetterSink, SqsDeliverySink } from "./sqs-sinks.ts";
 
 /** What every function builds the same way: AWS clients, the Redis Cluster client, the rules source. */
 function commonParts(config: CommonEnvironment, logger: Logger, metrics: Metrics) {

@@ -7,8 +7,8 @@ import { type Metrics, MetricUnit } from "@aws-lambda-powertools/metrics";
 import { logMetrics } from "@aws-lambda-powertools/metrics/middleware";
 import middy from "@middy/core";
 import type { Context, SQSBatchResponse, SQSEvent, SQSRecord } from "aws-lambda";
-import type { CampaignConsumer, ConsumeOutcome } from "../core/campaign-consumer.ts";
-import { StoreUnavailableError, TimeBudgetError } from "../core/errors.ts";
+import type { CampaignConsumer, ConsumeOutcome } from "../core/capping/campaign-consumer.ts";
+import { StoreUnavailableError, TimeBudgetError } from "../core/shared/errors.ts";
 
 export interface CampaignConsumerHandlerDeps {
   consumer: CampaignConsumer;

@@ -6,10 +6,10 @@ import { type Metrics, MetricUnit } from "@aws-lambda-powertools/metrics";
 import { logMetrics } from "@aws-lambda-powertools/metrics/middleware";
 import middy from "@middy/core";
 import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2, Context } from "aws-lambda";
-import { StoreUnavailableError, ValidationError } from "../core/errors.ts";
-import type { FrequencyResult } from "../core/frequency.ts";
-import type { Limiter, LimitResult } from "../core/limits.ts";
-import { cacheIdentity, type NegativeCache } from "../core/negative-cache.ts";
+import type { FrequencyResult } from "../core/capping/frequency.ts";
+import type { Limiter, LimitResult } from "../core/limits/limiter.ts";
+import { cacheIdentity, type NegativeCache } from "../core/limits/negative-cache.ts";
+import { StoreUnavailableError, ValidationError } from "../core/shared/errors.ts";
 
 export const MAX_BODY_BYTES = 64 * 1024;
 

@@ -2,9 +2,10 @@
 import calculateSlot from "cluster-key-slot";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RedisCapStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
-import { type CapBatchResult, Capper } from "../../functions/core/capper.ts";
-import { fixedClock } from "../../functions/core/clock.ts";
-import { capKeyOfUser, offsetInBlockOf, USERS_PER_GROUP } from "../../functions/core/keys.ts";
+import { Capper } from "../../functions/core/capping/capper.ts";
+import type { CapBatchResult } from "../../functions/core/capping/decisions.ts";
+import { fixedClock } from "../../functions/core/shared/clock.ts";
+import { capKeyOfUser, offsetInBlockOf, USERS_PER_GROUP } from "../../functions/core/shared/keys.ts";
 import { decodeBlock } from "../support/block.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
 import { DAY, HOUR, rulesOf, simplePolicy, T0 } from "../support/rules.ts";

@@ -1,7 +1,7 @@
 // The check API over HTTP: the local Function URL server, payload 2.0 events, the real handler, the real
 // cluster. Every error path answers with the documented status and body.
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
-import { wireCheckApi } from "../../functions/adapters/wiring.ts";
+import { wireCheckApi } from "../../functions/app/wiring.ts";
 import { runCli } from "../../scripts/cli.ts";
 import { startFunctionUrlServer } from "../../scripts/local/function-url-server.ts";
 import type { LocalStack } from "../../scripts/local-stack.ts";

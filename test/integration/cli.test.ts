@@ -7,7 +7,7 @@ import { CreateQueueCommand } from "@aws-sdk/client-sqs";
 import { type FauxqsServer, startFauxqs } from "fauxqs";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from "vitest";
 import { createAwsClients } from "../../functions/adapters/aws-clients.ts";
-import { parseBitmap } from "../../functions/core/segment-index.ts";
+import { parseBitmap } from "../../functions/core/capping/segment-index.ts";
 import { runCli } from "../../scripts/cli.ts";
 
 let dir: string;

@@ -2,9 +2,9 @@
 // every algorithm shares.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { RedisLimitStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
-import { fixedClock } from "../../functions/core/clock.ts";
-import { ValidationError } from "../../functions/core/errors.ts";
-import { Limiter } from "../../functions/core/limits.ts";
+import { Limiter } from "../../functions/core/limits/limiter.ts";
+import { fixedClock } from "../../functions/core/shared/clock.ts";
+import { ValidationError } from "../../functions/core/shared/errors.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
 import { T0 } from "../support/rules.ts";
 

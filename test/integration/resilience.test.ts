@@ -2,9 +2,10 @@
 import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRedisCluster, RedisCapStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
-import { type CapBatchResult, Capper } from "../../functions/core/capper.ts";
-import { fixedClock } from "../../functions/core/clock.ts";
-import { StoreUnavailableError } from "../../functions/core/errors.ts";
+import { Capper } from "../../functions/core/capping/capper.ts";
+import type { CapBatchResult } from "../../functions/core/capping/decisions.ts";
+import { fixedClock } from "../../functions/core/shared/clock.ts";
+import { StoreUnavailableError } from "../../functions/core/shared/errors.ts";
 import { waitForCluster } from "../../scripts/redis-cluster.ts";
 import { basePort, clusterPorts, connectCluster, uniqueNamespace } from "../support/cluster.ts";
 import { DAY, rulesOf, simplePolicy, T0 } from "../support/rules.ts";

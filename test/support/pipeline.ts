@@ -3,7 +3,7 @@
 import { DeleteMessageCommand, type Message, ReceiveMessageCommand, SendMessageCommand } from "@aws-sdk/client-sqs";
 import type { SQSBatchResponse } from "aws-lambda";
 import { createAwsClients } from "../../functions/adapters/aws-clients.ts";
-import type { DeliveryMessage } from "../../functions/core/delivery.ts";
+import type { DeliveryMessage } from "../../functions/core/capping/delivery.ts";
 import { lambdaContext, toSqsEvent } from "../../scripts/local/sqs-poller.ts";
 import { type LocalStack, type LocalStackOptions, startLocalStack } from "../../scripts/local-stack.ts";
 import { readDelivery, uploadRules as uploadRulesTo } from "../../scripts/operations.ts";

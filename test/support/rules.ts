@@ -1,8 +1,8 @@
 // Small policies and segment sets for tests, built with the same parsers production uses.
 import roaring from "roaring";
-import type { Rules } from "../../functions/core/capper.ts";
-import { type Policy, parsePolicy } from "../../functions/core/policy.ts";
-import { SegmentIndex } from "../../functions/core/segment-index.ts";
+import { type Policy, parsePolicy } from "../../functions/core/capping/policy.ts";
+import type { Rules } from "../../functions/core/capping/rules-source.ts";
+import { SegmentIndex } from "../../functions/core/capping/segment-index.ts";
 
 export function rulesOf(policy: unknown, members: Record<string, number[]> = {}): Rules & { policy: Policy } {
   const parsed = parsePolicy(policy);

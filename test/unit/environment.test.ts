@@ -1,7 +1,7 @@
 // The consumer's environment: defaults, and a message naming the variable for every missing or bad value.
 import { describe, expect, it } from "vitest";
-import { parseConsumerEnvironment } from "../../functions/adapters/environment.ts";
-import { ValidationError } from "../../functions/core/errors.ts";
+import { parseConsumerEnvironment } from "../../functions/app/environment.ts";
+import { ValidationError } from "../../functions/core/shared/errors.ts";
 
 const minimal = {
   REDIS_NODES: "cfg.example.cache.amazonaws.com:6379",

@@ -10,7 +10,7 @@ import {
   offsetInBlockOf,
   USERS_PER_BLOCK,
   USERS_PER_GROUP,
-} from "../../functions/core/keys.ts";
+} from "../../functions/core/shared/keys.ts";
 
 describe("keys", () => {
   it("puts a group of consecutive users in one slot and its blocks in separate keys", () => {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { InvalidPolicyError } from "../../functions/core/errors.ts";
-import { parsePolicy, parsePolicyText } from "../../functions/core/policy.ts";
+import { parsePolicy, parsePolicyText } from "../../functions/core/capping/policy.ts";
+import { InvalidPolicyError } from "../../functions/core/shared/errors.ts";
 import { designPolicy } from "../support/rules.ts";
 
 /** DESIGN.md's policy plus a second segment. */

@@ -4,15 +4,15 @@ import { join } from "node:path";
 import roaring from "roaring";
 import { describe, expect, it } from "vitest";
 import { FileObjectStore } from "../../functions/adapters/file-object-store.ts";
+import { parsePolicy } from "../../functions/core/capping/policy.ts";
+import { buildSegments, parseUserIdList } from "../../functions/core/capping/segment-builder.ts";
+import { loadSegmentIndex, parseBitmap, SegmentIndex } from "../../functions/core/capping/segment-index.ts";
 import {
   CorruptBitmapError,
   ObjectNotFoundError,
   SegmentOverlapError,
   ValidationError,
-} from "../../functions/core/errors.ts";
-import { parsePolicy } from "../../functions/core/policy.ts";
-import { buildSegments, parseUserIdList } from "../../functions/core/segment-builder.ts";
-import { loadSegmentIndex, parseBitmap, SegmentIndex } from "../../functions/core/segment-index.ts";
+} from "../../functions/core/shared/errors.ts";
 
 const { RoaringBitmap32 } = roaring;
 

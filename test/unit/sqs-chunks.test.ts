@@ -1,7 +1,7 @@
 // SendMessageBatch limits: at most 10 entries and 1 MiB (bodies and attributes) per call.
 import { describe, expect, it } from "vitest";
 import { chunkEntries } from "../../functions/adapters/sqs-sinks.ts";
-import { dedupeId, deliveryMessages } from "../../functions/core/delivery.ts";
+import { dedupeId, deliveryMessages } from "../../functions/core/capping/delivery.ts";
 
 describe("delivery batching", () => {
   it("puts at most 10 entries in a call", () => {

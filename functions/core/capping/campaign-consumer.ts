@@ -1,10 +1,12 @@
 // One campaign-batch message, start to finish: parse, decide, forward the approved sends. A message that
 // can never succeed goes to the dead-letter queue with its reason; a fault (Redis, the delivery queue)
 // is thrown so the message is retried. No Lambda types here: the handler adapts SQS records to this.
+
+import { ValidationError } from "../shared/errors.ts";
 import type { CampaignBatch } from "./campaign-batch.ts";
-import type { CapBatchResult, Capper } from "./capper.ts";
+import type { Capper } from "./capper.ts";
+import type { CapBatchResult } from "./decisions.ts";
 import { type DeliverySink, deliveryMessages } from "./delivery.ts";
-import { ValidationError } from "./errors.ts";
 
 /** Where messages that can never succeed go, with why. */
 export interface DeadLetterSink {

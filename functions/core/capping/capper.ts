@@ -1,11 +1,9 @@
 // The campaign capper: decides a whole batch of sends against the policy's caps, in as few script calls
 // as the key layout allows (one per slot group of USERS_PER_GROUP consecutive user IDs), all in flight at once.
 
-import { type CampaignBatchInput, campaignBatchSchema } from "./campaign-batch.ts";
-import type { Clock } from "./clock.ts";
-import { decisionTime, systemClock } from "./clock.ts";
-import { ValidationError } from "./errors.ts";
-import { type FrequencyResult, frequencyReport, frequencyRequestSchema } from "./frequency.ts";
+import type { Clock } from "../shared/clock.ts";
+import { decisionTime, systemClock } from "../shared/clock.ts";
+import { ValidationError } from "../shared/errors.ts";
 import {
   BLOCKS_PER_GROUP,
   blockInGroupOf,
@@ -14,10 +12,13 @@ import {
   DEFAULT_NAMESPACE,
   groupOf,
   offsetInBlockOf,
-} from "./keys.ts";
-import type { CapRule, Policy } from "./policy.ts";
-import type { SegmentIndex } from "./segment-index.ts";
-import { parseOrThrow } from "./validation.ts";
+} from "../shared/keys.ts";
+import { parseOrThrow } from "../shared/validation.ts";
+import { type CampaignBatchInput, campaignBatchSchema } from "./campaign-batch.ts";
+import type { CapBatchResult, CapDecision, SegmentTotals } from "./decisions.ts";
+import { type FrequencyResult, frequencyReport, frequencyRequestSchema } from "./frequency.ts";
+import type { Policy } from "./policy.ts";
+import type { Rules } from "./rules-source.ts";
 
 /**
  * What the capper needs from the counter store: run `lua/cap-sends.lua` on the BLOCKS_PER_GROUP keys of
@@ -25,40 +26,6 @@ import { parseOrThrow } from "./validation.ts";
  */
 export interface CapStore {
   capSends(keys: readonly string[], args: readonly (string | Buffer)[]): Promise<Buffer>;
-}
-
-/** The policy and the segment bitmaps it names, swapped together. */
-export interface Rules {
-  policy: Policy;
-  segments: SegmentIndex;
-}
-
-export type DecisionKind = "allowed" | "capped" | "duplicate" | "exempt";
-
-export interface CapDecision {
-  userId: number;
-  segment: string;
-  decision: DecisionKind;
-  /** The first cap (in policy order: the channel's own, then "*") that denied the send. */
-  cap?: CapRule;
-}
-
-export interface SegmentTotals {
-  allowed: number;
-  capped: number;
-  duplicate: number;
-  exempt: number;
-  /** Capped sends by the cap that bit, labelled `<channel>:<window>` (e.g. `push:1d`, `*:7d`). */
-  cappedBy: Record<string, number>;
-}
-
-export interface CapBatchResult {
-  /** The send time the caps were evaluated at. */
-  at: number;
-  policyVersion: string;
-  /** One per input user ID, in input order. */
-  decisions: CapDecision[];
-  totals: Record<string, SegmentTotals>;
 }
 
 export interface CapperOptions {

@@ -1,6 +1,6 @@
 // Delivery messages: the approved sends of a decided batch, grouped for the delivery queue.
 import type { CampaignBatch } from "./campaign-batch.ts";
-import type { CapDecision } from "./capper.ts";
+import type { CapDecision } from "./decisions.ts";
 
 export interface DeliverySend {
   userId: number;

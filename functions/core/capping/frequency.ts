@@ -1,8 +1,8 @@
 // POST /v1/frequency: one user, one channel. The decision comes from cap-sends (atomic); the windows are
 // worked out exactly from the user's log and the policy's caps.
 import { z } from "zod";
-import { campaignIdSchema, channelSchema, sendTimeSchema, userIdSchema } from "./campaign-batch.ts";
-import type { CapDecision } from "./capper.ts";
+import { campaignIdSchema, channelSchema, sendTimeSchema, userIdSchema } from "../shared/send-fields.ts";
+import type { CapDecision } from "./decisions.ts";
 import type { CapRule } from "./policy.ts";
 
 export const frequencyRequestSchema = z.object({

@@ -1,9 +1,9 @@
 // The capping policy (`config/policy.json`): the schema, its cross-field rules, and the compiled form the
 // capper uses (for each segment and channel, the caps that apply, in order).
 import { z } from "zod";
-import { MAX_WINDOW_MS, MIN_WINDOW_MS, parseDuration } from "./duration.ts";
-import { InvalidPolicyError } from "./errors.ts";
-import { describeIssues } from "./validation.ts";
+import { MAX_WINDOW_MS, MIN_WINDOW_MS, parseDuration } from "../shared/duration.ts";
+import { InvalidPolicyError } from "../shared/errors.ts";
+import { describeIssues } from "../shared/validation.ts";
 
 /** Each allowed send is kept in the user's log, so `max` bounds the log's length. */
 export const MAX_CAP = 10_000;

@@ -2,10 +2,9 @@
 // refresh interval, swapped atomically. A policy or bitmap that fails validation never replaces the last
 // good rules; a container that has never loaded valid rules fails instead of guessing.
 
-import type { Rules } from "./capper.ts";
-import type { Clock } from "./clock.ts";
-import { systemClock } from "./clock.ts";
-import type { ObjectStore } from "./object-store.ts";
+import type { Clock } from "../shared/clock.ts";
+import { systemClock } from "../shared/clock.ts";
+import type { ObjectStore } from "../shared/object-store.ts";
 import { type Policy, parsePolicyText } from "./policy.ts";
 import { parseBitmap, SegmentIndex } from "./segment-index.ts";
 
@@ -21,6 +20,12 @@ export interface RulesSourceOptions {
   onRejected?: (error: Error) => void;
   /** Told when new rules are in service. */
   onActivated?: (rules: Rules, tags: Record<string, string>) => void;
+}
+
+/** The policy and the segment bitmaps it names, swapped together. */
+export interface Rules {
+  policy: Policy;
+  segments: SegmentIndex;
 }
 
 type Bitmap = ReturnType<typeof parseBitmap>;

@@ -1,10 +1,9 @@
 // Builds segment bitmaps (CRoaring portable serialization) from lists of user IDs, refusing overlaps.
 import roaring from "roaring";
-import { SegmentOverlapError, ValidationError } from "./errors.ts";
+import { SegmentOverlapError, ValidationError } from "../shared/errors.ts";
+import { MAX_USER_ID } from "../shared/send-fields.ts";
 
 const { RoaringBitmap32 } = roaring;
-
-export const MAX_USER_ID = 0xffff_ffff;
 
 export interface SegmentMembers {
   name: string;

@@ -1,8 +1,8 @@
 // Which segment each user is in: one roaring bitmap per listed segment, resolved a whole batch at a time
 // (one intersection per segment instead of one lookup per user and segment).
 import roaring from "roaring";
-import { CorruptBitmapError } from "./errors.ts";
-import type { ObjectStore } from "./object-store.ts";
+import { CorruptBitmapError } from "../shared/errors.ts";
+import type { ObjectStore } from "../shared/object-store.ts";
 import type { Policy } from "./policy.ts";
 
 const { RoaringBitmap32 } = roaring;

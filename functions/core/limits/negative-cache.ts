@@ -1,8 +1,8 @@
 // A small in-container cache of denials: a request that was just denied is denied again, without a Redis
 // call, until it could pass (its retryAfter). Only exact repeats hit it (same limit, parameters and cost),
 // never peeks, client timestamps or strict token buckets (whose denials change state).
-import type { Clock } from "./clock.ts";
-import type { LimitResult } from "./limits.ts";
+import type { Clock } from "../shared/clock.ts";
+import type { LimitResult } from "./limiter.ts";
 
 export class NegativeCache {
   private readonly entries = new Map<string, { until: number; result: LimitResult }>();
