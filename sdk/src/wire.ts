@@ -1,0 +1,293 @@
+// The Quotas sync protocol: one call reports an instance's usage for the keys of one slot group and
+// brings back their allowances. Shared by the SDK (direct to Redis) and the check API (POST /v1/quotas/sync).
+//
+// CONTRACT (protocol 1). Everything below is the whole protocol; lua/quota-sync.lua implements it.
+//
+// Slot group. A rule's keys are spread over `rule.slotGroups` groups (default 1) by FNV-1a of the key;
+//   every Redis key of a group shares the hash tag `{<rule>.<group>}`, so one call (one slot) covers any
+//   number of keys of that group. Rule names and instance ids match NAME_PATTERN (no braces), and the
+//   key text comes after the tag, so no key can leave its slot or collide with another rule's.
+//     <ns>:q:{<rule>.<group>}:cfg       the rule as the script reads it: hash { v: version, r: encodeRule(rule) }
+//     <ns>:q:{<rule>.<group>}:seq       per instance: the highest sequence applied and a 32-bit mask below it
+//     <ns>:q:{<rule>.<group>}:inst      sorted set: instance id -> last sync time (active-instance count)
+//     <ns>:q:{<rule>.<group>}:k:<key>   one quota key's bucket rings, window sums and demand
+// Sequence. `seq` counts from 1 per (instance, slot group); a retry resends the same seq with the same
+//   entries. A seq already applied answers `duplicate` (nothing counted, no tokens granted); a seq more
+//   than 32 below the highest applied answers `stale` (nothing counted). Instance ids are random per
+//   process and never reused: the seq record lives max(longest window, 60 s) + 60 s after the last sync.
+// Time. `now` (ms since the epoch) is the caller's clock: the check API's for HTTP, the instance's for
+//   direct calls. Reply times are on that clock; `serverTime` echoes it. A client converts an expiry to
+//   its own clock from the moment it SENT the request (sentAt + (expiry - serverTime)), which is never
+//   later than the true expiry.
+// Usage (approximate mode): `usage` = [at, count] per epoch (at: ms, clamped to now; epochs older than
+//   the longest window are dropped). Strict mode ignores usage: its windows count reservations.
+// Demand: `offered` = requests the instance saw for the key since its previous sync (admitted and
+//   denied), `elapsedMs` = time since its previous sync (0 on the first). Shares follow demand.
+// approximate: `allowance` = how many requests the instance may admit from the moment it SENT this
+//   request until the next reply replaces it (subtract what it admitted since sending). 0 with
+//   `denyUntil` > now: exhausted, deny locally until then.
+// strict: `tokens` are reserved for the instance until `leaseExpiresAt` (added to what it holds).
+//   Tokens left at expiry go back as `refunds` = [grantedAt, count] (grantedAt = that reply's
+//   serverTime). `want` = tokens asked for. Windows count grants over W + lease, so no window of W ever
+//   holds more than `max` used tokens, whatever the instances do with timing.
+// Config. The reply carries the rule's `configVersion`; when it differs from the version the request
+//   saw, the reply also carries the rule itself, so an operator's change reaches a client in one sync.
+//   `status: "norule"`: the rule is not configured (in this group); nothing was counted.
+//
+// Redis call: EVALSHA quota-sync KEYS = [cfg, seq, inst, k(key_1) .. k(key_n)]
+//   ARGV = [protocol, now, instanceId, seq, configVersionSeen, elapsedMs,
+//           then per key: usage "at:count,at:count", refunds "grantedAt:count,...", offered, want]
+//   Reply = [protocol, status, serverTime, configVersion, rule ("" when unchanged), mode, windows,
+//            instances, then per key: amount, expiresAt, denyUntil, resetAt, used_1 .. used_windows]
+//   (amount: allowance or tokens by mode; expiresAt: validUntil or leaseExpiresAt.)
+// This module has no dependencies: it is published in @tollgate/quotas.
+
+export const PROTOCOL = 1;
+export const DEFAULT_NAMESPACE = "tg";
+/** Rule names, instance ids and namespaces: no braces, so a hash tag cannot be escaped. */
+export const NAME_PATTERN = /^[A-Za-z0-9_.:-]{1,64}$/;
+export const MAX_KEY_LENGTH = 256;
+export const MAX_KEYS_PER_SYNC = 256;
+export const MAX_EPOCHS_PER_KEY = 64;
+export const MAX_SLOT_GROUPS = 64;
+/** A sequence more than this far below the highest applied one is refused as stale. */
+export const REORDER_WINDOW = 32;
+
+export type QuotaMode = "strict" | "approximate";
+/** What an instance does when it holds no valid allowance (SDK side; the server only carries it). */
+export type QuotaFallback = "share" | "allow" | "deny";
+
+export interface QuotaLimit {
+  /** Window length in ms: whole seconds, 1 s .. 1 day. */
+  windowMs: number;
+  /** At most this many requests in any window of that length. */
+  max: number;
+}
+
+export interface QuotaRule {
+  mode: QuotaMode;
+  limits: QuotaLimit[];
+  /** strict: how long granted tokens stay usable. approximate: how long an allowance stays valid. */
+  leaseMs: number;
+  fallback: QuotaFallback;
+  slotGroups: number;
+}
+
+export interface SyncEntry {
+  key: string;
+  /** [at ms, count] per epoch; approximate mode only. */
+  usage: Array<[number, number]>;
+  /** [grantedAt ms, count] of expired, unused tokens; strict mode only. */
+  refunds: Array<[number, number]>;
+  offered: number;
+  /** strict: tokens asked for; approximate: ignored (send 0). */
+  want: number;
+}
+
+/** One sync call: the JSON body of POST /v1/quotas/sync, and what encodeSync turns into KEYS/ARGV. */
+export interface SyncRequest {
+  instanceId: string;
+  rule: string;
+  group: number;
+  seq: number;
+  /** The rule's config version this instance holds ("" before it knows one). */
+  configVersion: string;
+  elapsedMs: number;
+  entries: SyncEntry[];
+}
+
+export type SyncStatus = "applied" | "duplicate" | "stale" | "norule";
+
+interface AssignmentBase {
+  key: string;
+  /** Until then the key is exhausted: deny locally, and (strict) ask for no tokens. 0: not exhausted. */
+  denyUntil: number;
+  /** When everything counted now has left the tightest window. */
+  resetAt: number;
+  /** Per limit, in the rule's order: what the window holds now (strict: reserved tokens). */
+  used: number[];
+}
+export interface ApproximateAssignment extends AssignmentBase {
+  mode: "approximate";
+  allowance: number;
+  validUntil: number;
+}
+export interface StrictAssignment extends AssignmentBase {
+  mode: "strict";
+  tokens: number;
+  leaseExpiresAt: number;
+}
+export type Assignment = ApproximateAssignment | StrictAssignment;
+
+/** The reply of one sync call (also the JSON body answered by POST /v1/quotas/sync). */
+export interface SyncReply {
+  status: SyncStatus;
+  serverTime: number;
+  configVersion: string;
+  /** Present when configVersion differs from the one the request saw. */
+  rule?: QuotaRule;
+  /** Instances that synced this slot group in the last 5 s (for the degraded safe share). */
+  instances: number;
+  entries: Assignment[];
+}
+
+export class WireError extends Error {
+  override name = "WireError";
+  constructor(
+    readonly field: string,
+    message: string,
+  ) {
+    super(`${field}: ${message}`);
+  }
+}
+
+function checkName(field: string, value: string): void {
+  if (!NAME_PATTERN.test(value)) throw new WireError(field, "expected 1-64 characters of A-Z, a-z, 0-9, _ . : -");
+}
+
+/** FNV-1a (32-bit) over UTF-16 code units: the same group for a key in every runtime. */
+export function slotGroupOf(key: string, slotGroups: number): number {
+  if (slotGroups <= 1) return 0;
+  let hash = 0x811c9dc5;
+  for (let i = 0; i < key.length; i++) {
+    hash ^= key.charCodeAt(i);
+    hash = Math.imul(hash, 0x01000193);
+  }
+  return (hash >>> 0) % slotGroups;
+}
+
+/** The prefix every Redis key of one slot group starts with, hash tag included. */
+export function slotGroupPrefix(namespace: string, rule: string, group: number): string {
+  checkName("namespace", namespace);
+  checkName("rule", rule);
+  if (!Number.isInteger(group) || group < 0 || group >= MAX_SLOT_GROUPS) {
+    throw new WireError("group", `expected an integer 0..${MAX_SLOT_GROUPS - 1}`);
+  }
+  return `${namespace}:q:{${rule}.${group}}`;
+}
+
+export interface SlotGroupKeys {
+  config: string;
+  sequences: string;
+  instances: string;
+}
+
+export function slotGroupKeys(namespace: string, rule: string, group: number): SlotGroupKeys {
+  const prefix = slotGroupPrefix(namespace, rule, group);
+  return { config: `${prefix}:cfg`, sequences: `${prefix}:seq`, instances: `${prefix}:inst` };
+}
+
+/** A quota key's state; `prefix` from slotGroupPrefix. The key text follows the tag, so it cannot escape it. */
+export function quotaKey(prefix: string, key: string): string {
+  if (key.length === 0 || key.length > MAX_KEY_LENGTH) {
+    throw new WireError("key", `expected 1-${MAX_KEY_LENGTH} characters`);
+  }
+  return `${prefix}:k:${key}`;
+}
+
+/** The rule as stored in the cfg key and sent in replies: `mode|leaseMs|fallback|slotGroups|W:max,W:max`. */
+export function encodeRule(rule: QuotaRule): string {
+  const limits = rule.limits.map((limit) => `${limit.windowMs}:${limit.max}`).join(",");
+  return `${rule.mode}|${rule.leaseMs}|${rule.fallback}|${rule.slotGroups}|${limits}`;
+}
+
+export function decodeRule(text: string): QuotaRule {
+  const [mode, leaseMs, fallback, slotGroups, limits, extra] = text.split("|");
+  if (mode !== "strict" && mode !== "approximate") throw new WireError("rule.mode", `unknown mode ${mode}`);
+  if (fallback !== "share" && fallback !== "allow" && fallback !== "deny") {
+    throw new WireError("rule.fallback", `unknown fallback ${fallback}`);
+  }
+  if (limits === undefined || limits === "" || extra !== undefined) throw new WireError("rule", "malformed");
+  return {
+    mode,
+    leaseMs: integer("rule.leaseMs", leaseMs),
+    fallback,
+    slotGroups: integer("rule.slotGroups", slotGroups),
+    limits: limits.split(",").map((pair, i) => {
+      const [windowMs, max] = pair.split(":");
+      return { windowMs: integer(`rule.limits[${i}].windowMs`, windowMs), max: integer(`rule.limits[${i}].max`, max) };
+    }),
+  };
+}
+
+function integer(field: string, value: unknown): number {
+  const n = typeof value === "string" && value !== "" ? Number(value) : value;
+  if (typeof n !== "number" || !Number.isSafeInteger(n))
+    throw new WireError(field, `expected an integer, got ${value}`);
+  return n;
+}
+
+function pairs(list: Array<[number, number]>): string {
+  return list.map(([at, count]) => `${at}:${count}`).join(",");
+}
+
+/** KEYS and ARGV of one quota-sync call. `now` is the caller's clock (ms). */
+export function encodeSync(
+  namespace: string,
+  request: SyncRequest,
+  now: number,
+): { keys: string[]; args: Array<string | number> } {
+  checkName("instanceId", request.instanceId);
+  if (request.entries.length === 0 || request.entries.length > MAX_KEYS_PER_SYNC) {
+    throw new WireError("entries", `expected 1-${MAX_KEYS_PER_SYNC} entries`);
+  }
+  const group = slotGroupKeys(namespace, request.rule, request.group);
+  const prefix = slotGroupPrefix(namespace, request.rule, request.group);
+  const keys = [group.config, group.sequences, group.instances];
+  const args: Array<string | number> = [
+    PROTOCOL,
+    now,
+    request.instanceId,
+    request.seq,
+    request.configVersion,
+    request.elapsedMs,
+  ];
+  for (const entry of request.entries) {
+    if (entry.usage.length > MAX_EPOCHS_PER_KEY || entry.refunds.length > MAX_EPOCHS_PER_KEY) {
+      throw new WireError("entries.usage", `at most ${MAX_EPOCHS_PER_KEY} epochs per key`);
+    }
+    keys.push(quotaKey(prefix, entry.key));
+    args.push(pairs(entry.usage), pairs(entry.refunds), entry.offered, entry.want);
+  }
+  return { keys, args };
+}
+
+const STATUSES: readonly SyncStatus[] = ["applied", "duplicate", "stale", "norule"];
+const HEADER = 8;
+
+/** The typed reply of a quota-sync call; `request` is the one it answers (for the keys). */
+export function decodeSync(reply: unknown, request: SyncRequest): SyncReply {
+  if (!Array.isArray(reply) || reply.length < HEADER) throw new WireError("reply", "expected an array");
+  const [protocol, status, serverTime, configVersion, rule, mode, windows, instances] = reply;
+  if (integer("reply.protocol", protocol) !== PROTOCOL) throw new WireError("reply.protocol", `expected ${PROTOCOL}`);
+  if (!STATUSES.includes(status as SyncStatus)) throw new WireError("reply.status", `unknown status ${status}`);
+  const result: SyncReply = {
+    status: status as SyncStatus,
+    serverTime: integer("reply.serverTime", serverTime),
+    configVersion: String(configVersion ?? ""),
+    instances: integer("reply.instances", instances),
+    entries: [],
+  };
+  if (typeof rule === "string" && rule !== "") result.rule = decodeRule(rule);
+  if (status === "norule") return result;
+  if (mode !== "strict" && mode !== "approximate") throw new WireError("reply.mode", `unknown mode ${mode}`);
+  const n = integer("reply.windows", windows);
+  const stride = 4 + n;
+  if (reply.length !== HEADER + stride * request.entries.length) throw new WireError("reply", "wrong length");
+  request.entries.forEach((entry, i) => {
+    const at = HEADER + stride * i;
+    const field = (j: number, name: string) => integer(`reply.entries[${i}].${name}`, reply[at + j]);
+    const base = {
+      key: entry.key,
+      denyUntil: field(2, "denyUntil"),
+      resetAt: field(3, "resetAt"),
+      used: Array.from({ length: n }, (_, w) => field(4 + w, `used[${w}]`)),
+    };
+    result.entries.push(
+      mode === "strict"
+        ? { mode, tokens: field(0, "tokens"), leaseExpiresAt: field(1, "leaseExpiresAt"), ...base }
+        : { mode, allowance: field(0, "allowance"), validUntil: field(1, "validUntil"), ...base },
+    );
+  });
+  return result;
+}

@@ -1,0 +1,89 @@
+// The Quotas wire protocol (sdk/src/wire.ts) without Redis: keys stay in their slot, rules round-trip,
+// replies decode to typed assignments and malformed ones are refused with the field named.
+import calculateSlot from "cluster-key-slot";
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import {
+  decodeRule,
+  decodeSync,
+  encodeRule,
+  encodeSync,
+  type QuotaRule,
+  type SyncRequest,
+  slotGroupOf,
+  WireError,
+} from "../../sdk/src/wire.ts";
+
+const rule: QuotaRule = {
+  mode: "strict",
+  leaseMs: 50,
+  fallback: "share",
+  slotGroups: 4,
+  limits: [
+    { windowMs: 1000, max: 1000 },
+    { windowMs: 5000, max: 4000 },
+  ],
+};
+
+function request(keys: string[]): SyncRequest {
+  return {
+    instanceId: "i-1",
+    rule: "api",
+    group: 2,
+    seq: 7,
+    configVersion: "",
+    elapsedMs: 50,
+    entries: keys.map((key) => ({ key, usage: [[1000, 3]], refunds: [], offered: 3, want: 5 })),
+  };
+}
+
+describe("quota wire protocol", () => {
+  it("keeps every key of a call in the slot of its group, whatever the key text", () => {
+    fc.assert(
+      fc.property(fc.array(fc.string({ minLength: 1, maxLength: 40 }), { minLength: 1, maxLength: 8 }), (texts) => {
+        const { keys } = encodeSync("tg", request(texts), 1000);
+        expect(new Set(keys.map((key) => calculateSlot(key))).size).toBe(1);
+        expect(new Set(keys).size).toBe(3 + new Set(texts).size);
+      }),
+      { numRuns: 200 },
+    );
+  });
+
+  it("refuses rule names and instance ids that could leave the hash tag", () => {
+    expect(() => encodeSync("tg", { ...request(["a"]), rule: "a}{b" }, 0)).toThrow(WireError);
+    expect(() => encodeSync("tg", { ...request(["a"]), instanceId: "x{" }, 0)).toThrow(/instanceId/);
+  });
+
+  it("spreads keys over the rule's slot groups, the same way every time", () => {
+    const groups = new Set(Array.from({ length: 200 }, (_, i) => slotGroupOf(`tenant-${i}`, 8)));
+    expect(groups.size).toBe(8);
+    expect(slotGroupOf("tenant-1", 8)).toBe(slotGroupOf("tenant-1", 8));
+    expect(slotGroupOf("anything", 1)).toBe(0);
+  });
+
+  it("round-trips a rule through its stored form", () => {
+    expect(decodeRule(encodeRule(rule))).toEqual(rule);
+    expect(() => decodeRule("strict|50|share|1|")).toThrow(WireError);
+    expect(() => decodeRule("lenient|50|share|1|1000:5")).toThrow(/rule.mode/);
+  });
+
+  it("decodes a strict reply into typed assignments", () => {
+    const reply = [1, "applied", 1000, "v2", encodeRule(rule), "strict", 2, 3, 5, 1050, 0, 2000, 12, 40];
+    expect(decodeSync(reply, request(["k"]))).toEqual({
+      status: "applied",
+      serverTime: 1000,
+      configVersion: "v2",
+      rule,
+      instances: 3,
+      entries: [
+        { key: "k", mode: "strict", tokens: 5, leaseExpiresAt: 1050, denyUntil: 0, resetAt: 2000, used: [12, 40] },
+      ],
+    });
+  });
+
+  it("refuses a reply of the wrong length, naming it", () => {
+    const reply = [1, "applied", 1000, "v2", "", "approximate", 2, 3, 5, 1050, 0, 2000, 12];
+    expect(() => decodeSync(reply, request(["k"]))).toThrow(/reply: wrong length/);
+    expect(() => decodeSync([1, "odd", 0, "", "", "", 0, 0], request(["k"]))).toThrow(/reply.status/);
+  });
+});
