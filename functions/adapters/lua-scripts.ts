@@ -1,6 +1,8 @@
 // The Lua scripts in lua/, read once per process. ioredis sends each by SHA and falls back to EVAL on
 // NOSCRIPT (after SCRIPT FLUSH, a restart or a failover), per connection.
 import { existsSync, readFileSync } from "node:fs";
+import { CAP_SENDS_KEYS } from "../core/capping/cap-sends-script.ts";
+import { ALGORITHMS, MAX_LIMITS } from "../core/limits/limit-specs.ts";
 
 /**
  * In the repository the scripts are at ../../lua/ from this file; in a Lambda bundle (one file), the
@@ -16,9 +18,6 @@ function load(name: string): string {
   throw new Error(`lua/${name}.lua not found beside the code (${LUA_DIRS.map(String).join(", ")})`);
 }
 
-import { ALGORITHMS, MAX_LIMITS } from "../core/limits/limit-specs.ts";
-import { BLOCKS_PER_GROUP } from "../core/shared/keys.ts";
-
 /** lua/limits.lua with every algorithm file in front of it: one script, one atomic call. */
 const limitsLua = ["local ALGORITHMS = {}", ...ALGORITHMS.map(load), load("limits")].join("\n");
 
@@ -27,7 +26,7 @@ const limitsLua = ["local ALGORITHMS = {}", ...ALGORITHMS.map(load), load("limit
  * key only when it knows where the keys are.
  */
 export const luaScripts: Record<string, { lua: string; numberOfKeys: number }> = {
-  capSends: { lua: load("cap-sends"), numberOfKeys: BLOCKS_PER_GROUP },
+  capSends: { lua: load("cap-sends"), numberOfKeys: CAP_SENDS_KEYS },
   // limits1 .. limits16: the same script once per key count
   ...Object.fromEntries(
     Array.from({ length: MAX_LIMITS }, (_, i) => [`limits${i + 1}`, { lua: limitsLua, numberOfKeys: i + 1 }]),

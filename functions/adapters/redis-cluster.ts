@@ -1,8 +1,8 @@
 // The Redis Cluster adapter: an ioredis Cluster configured so it never waits forever, and the CapStore
 // over it, which retries a script call through failovers within a deadline.
 import { Cluster, type ClusterNode } from "ioredis";
-import type { CapStore } from "../core/capping/capper.ts";
-import type { LimitStore } from "../core/limits/limiter.ts";
+import type { CapStore } from "../core/capping/cap-sends-script.ts";
+import type { LimitStore } from "../core/limits/limits-script.ts";
 import { StoreUnavailableError } from "../core/shared/errors.ts";
 import { luaScripts } from "./lua-scripts.ts";
 

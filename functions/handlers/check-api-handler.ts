@@ -7,7 +7,8 @@ import { logMetrics } from "@aws-lambda-powertools/metrics/middleware";
 import middy from "@middy/core";
 import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2, Context } from "aws-lambda";
 import type { FrequencyResult } from "../core/capping/frequency.ts";
-import type { Limiter, LimitResult } from "../core/limits/limiter.ts";
+import type { LimitResult } from "../core/limits/limit-specs.ts";
+import type { Limiter } from "../core/limits/limiter.ts";
 import { cacheIdentity, type NegativeCache } from "../core/limits/negative-cache.ts";
 import { StoreUnavailableError, ValidationError } from "../core/shared/errors.ts";
 

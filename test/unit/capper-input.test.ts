@@ -1,6 +1,7 @@
 // Bad input is rejected before the store is touched, with an error naming the field.
 import { describe, expect, it } from "vitest";
-import { Capper, type CapStore } from "../../functions/core/capping/capper.ts";
+import type { CapStore } from "../../functions/core/capping/cap-sends-script.ts";
+import { Capper } from "../../functions/core/capping/capper.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { ValidationError } from "../../functions/core/shared/errors.ts";
 import { rulesOf, simplePolicy, T0 } from "../support/rules.ts";

@@ -4,29 +4,14 @@
 import type { Clock } from "../shared/clock.ts";
 import { decisionTime, systemClock } from "../shared/clock.ts";
 import { ValidationError } from "../shared/errors.ts";
-import {
-  BLOCKS_PER_GROUP,
-  blockInGroupOf,
-  capBlockKey,
-  checkNamespace,
-  DEFAULT_NAMESPACE,
-  groupOf,
-  offsetInBlockOf,
-} from "../shared/keys.ts";
+import { checkNamespace, DEFAULT_NAMESPACE } from "../shared/keys.ts";
 import { parseOrThrow } from "../shared/validation.ts";
 import { type CampaignBatchInput, campaignBatchSchema } from "./campaign-batch.ts";
-import type { CapBatchResult, CapDecision, SegmentTotals } from "./decisions.ts";
+import { type CapStore, capsArgument, type LoggedSend, runCapSends, Verdicts } from "./cap-sends-script.ts";
+import type { CapBatchResult, CapDecision, DecisionKind, SegmentTotals } from "./decisions.ts";
 import { type FrequencyResult, frequencyReport, frequencyRequestSchema } from "./frequency.ts";
 import type { Policy } from "./policy.ts";
 import type { Rules } from "./rules-source.ts";
-
-/**
- * What the capper needs from the counter store: run `lua/cap-sends.lua` on the BLOCKS_PER_GROUP keys of
- * one slot group.
- */
-export interface CapStore {
-  capSends(keys: readonly string[], args: readonly (string | Buffer)[]): Promise<Buffer>;
-}
 
 export interface CapperOptions {
   store: CapStore;
@@ -36,28 +21,15 @@ export interface CapperOptions {
   namespace?: string;
 }
 
-const FORCED_PROFILE = 255;
-const REPLY_ALLOWED = 0;
-const REPLY_DUPLICATE = 1;
-const REPLY_EXEMPT = 2;
-const REPLY_FIRST_CAP = 3;
 /** Sort key = userId * 2^20 + input position: exact in a double because user IDs have 32 bits. */
 const POSITION_SPAN = 2 ** 20;
-const EMPTY = Buffer.alloc(0);
-
-interface ScriptCall {
-  keys: string[];
-  args: (string | Buffer)[];
-  /** Indices into the sorted arrays, in the order of the script's reply bytes. */
-  members: number[];
-}
 
 export class Capper {
   private readonly store: CapStore;
   private readonly rules: () => Rules | Promise<Rules>;
   private readonly clock: Clock;
   private readonly namespace: string;
-  private readonly capSpecs = new WeakMap<Policy, Map<string, string>>();
+  private readonly capsArguments = new WeakMap<Policy, Map<string, string>>();
 
   constructor(options: CapperOptions) {
     this.store = options.store;
@@ -91,15 +63,8 @@ export class Capper {
       true,
     );
     const decision = result.decisions[0] as CapDecision;
-    const history = log
-      .split("\n")
-      .filter(Boolean)
-      .map((line) => {
-        const space = line.indexOf(" ");
-        return { at: Number(line.slice(0, space)), identity: line.slice(space + 1) };
-      });
     const segment = rules.policy.segments.findIndex((s) => s.name === decision.segment);
-    return frequencyReport(decision, rules.policy.capsFor(segment, request.channel), history, result.at);
+    return frequencyReport(decision, rules.policy.capsFor(segment, request.channel), log, result.at);
   }
 
   private async decide(input: CampaignBatchInput, mode: "count" | "peek"): Promise<CapBatchResult> {
@@ -114,7 +79,7 @@ export class Capper {
     mode: "count" | "peek",
     { policy, segments }: Rules,
     withLog = false,
-  ): Promise<{ result: CapBatchResult; log: string }> {
+  ): Promise<{ result: CapBatchResult; log: LoggedSend[] }> {
     if (!policy.channels.includes(batch.channel)) {
       throw new ValidationError(
         "channel",
@@ -125,90 +90,41 @@ export class Capper {
 
     const { sortedIds, positions } = sortByUser(batch.userIds);
     const segmentOf = segments.resolveSorted(sortedIds);
-    const replies = new Uint8Array(sortedIds.length);
-    let log = "";
-    const uncounted = batch.exempt === true && batch.countExempt !== true;
-    if (uncounted) {
-      replies.fill(REPLY_EXEMPT);
-    } else {
-      const forced = batch.exempt === true;
-      const calls = this.planCalls(sortedIds, segmentOf, forced);
-      const common = [
-        String(at),
-        withLog ? `${mode}+log` : mode,
-        String(policy.horizonMs),
-        `${batch.channel}:${batch.campaignId}`,
-        this.capSpec(policy, batch.channel),
-      ];
-      const results = await Promise.all(calls.map((call) => this.store.capSends(call.keys, [...common, ...call.args])));
-      results.forEach((reply, c) => {
-        const { members } = calls[c] as ScriptCall;
-        if (withLog ? reply.length < members.length : reply.length !== members.length) {
-          throw new Error(`cap-sends replied ${reply.length} bytes for ${members.length} users`);
-        }
-        for (let m = 0; m < members.length; m++) replies[members[m] as number] = reply[m] as number;
-        if (withLog) log += reply.subarray(members.length).toString("latin1");
-      });
-    }
+    const { verdicts, log } =
+      batch.exempt === true && batch.countExempt !== true
+        ? { verdicts: Verdicts.allExempt(sortedIds.length), log: [] }
+        : await runCapSends(this.store, {
+            namespace: this.namespace,
+            at,
+            mode,
+            withLog,
+            horizonMs: policy.horizonMs,
+            channel: batch.channel,
+            campaignId: batch.campaignId,
+            caps: this.capsArgument(policy, batch.channel),
+            sortedIds,
+            segmentOf,
+            forced: batch.exempt === true,
+          });
     return {
-      result: this.report({ policy, at, channel: batch.channel, sortedIds, positions, segmentOf, replies }),
+      result: this.report({ policy, at, channel: batch.channel, sortedIds, positions, segmentOf, verdicts }),
       log,
     };
   }
 
-  /** One script call per slot group: every block key of the group, and per block 2 bytes per distinct user. */
-  private planCalls(sortedIds: Uint32Array, segmentOf: Uint8Array, forced: boolean): ScriptCall[] {
-    const calls: ScriptCall[] = [];
-    let i = 0;
-    while (i < sortedIds.length) {
-      const group = groupOf(sortedIds[i] as number);
-      const call: ScriptCall = { keys: [], args: new Array(BLOCKS_PER_GROUP).fill(EMPTY), members: [] };
-      for (let block = 0; block < BLOCKS_PER_GROUP; block++) call.keys.push(capBlockKey(this.namespace, group, block));
-      while (i < sortedIds.length && groupOf(sortedIds[i] as number) === group) {
-        const block = blockInGroupOf(sortedIds[i] as number);
-        let end = i;
-        while (
-          end < sortedIds.length &&
-          groupOf(sortedIds[end] as number) === group &&
-          blockInGroupOf(sortedIds[end] as number) === block
-        )
-          end++;
-        const users = Buffer.allocUnsafe(2 * (end - i));
-        let length = 0;
-        for (let j = i; j < end; j++) {
-          if (j > i && sortedIds[j] === sortedIds[j - 1]) continue; // a repeated ID is decided once
-          users[length++] = offsetInBlockOf(sortedIds[j] as number);
-          users[length++] = forced ? FORCED_PROFILE : (segmentOf[j] as number);
-          call.members.push(j);
-        }
-        call.args[block] = users.subarray(0, length);
-        i = end;
-      }
-      calls.push(call);
-    }
-    return calls;
-  }
-
-  /** The script's cap argument: every segment's caps for `channel`, in segment order (see lua/cap-sends.lua). */
-  private capSpec(policy: Policy, channel: string): string {
-    let byChannel = this.capSpecs.get(policy);
+  /** The script's caps argument, worked out once per policy and channel. */
+  private capsArgument(policy: Policy, channel: string): string {
+    let byChannel = this.capsArguments.get(policy);
     if (!byChannel) {
       byChannel = new Map();
-      this.capSpecs.set(policy, byChannel);
+      this.capsArguments.set(policy, byChannel);
     }
-    let spec = byChannel.get(channel);
-    if (spec === undefined) {
-      spec = policy.segments
-        .map((_, segment) =>
-          policy
-            .capsFor(segment, channel)
-            .map((cap) => `${cap.windowMs}:${cap.max}:${cap.channel === channel ? 0 : 1}`)
-            .join(","),
-        )
-        .join("|");
-      byChannel.set(channel, spec);
+    let caps = byChannel.get(channel);
+    if (caps === undefined) {
+      caps = capsArgument(policy, channel);
+      byChannel.set(channel, caps);
     }
-    return spec;
+    return caps;
   }
 
   private report(state: {
@@ -218,45 +134,42 @@ export class Capper {
     sortedIds: Uint32Array;
     positions: Uint32Array;
     segmentOf: Uint8Array;
-    replies: Uint8Array;
+    verdicts: Verdicts;
   }): CapBatchResult {
-    const { policy, at, channel, sortedIds, positions, segmentOf, replies } = state;
+    const { policy, at, channel, sortedIds, positions, segmentOf, verdicts } = state;
     const decisions = new Array<CapDecision>(sortedIds.length);
     const totals: Record<string, SegmentTotals> = {};
     const segmentTotals = policy.segments.map(
       (): SegmentTotals => ({ allowed: 0, capped: 0, duplicate: 0, exempt: 0, cappedBy: {} }),
     );
-    let previous = REPLY_ALLOWED;
+    let previous: DecisionKind = "allowed";
+    let previousCap = 0;
     for (let j = 0; j < sortedIds.length; j++) {
-      let reply = replies[j] as number;
+      let kind = verdicts.decision(j);
+      let capIndex = kind === "capped" ? verdicts.capIndex(j) : 0;
       if (j > 0 && sortedIds[j] === sortedIds[j - 1]) {
         // A repeat of an ID in the same batch: once the first is counted, the rest are duplicates.
-        reply = previous === REPLY_ALLOWED || previous === REPLY_DUPLICATE ? REPLY_DUPLICATE : previous;
+        kind = previous === "allowed" || previous === "duplicate" ? "duplicate" : previous;
+        capIndex = previousCap;
       }
-      previous = reply;
+      previous = kind;
+      previousCap = capIndex;
       const segment = segmentOf[j] as number;
       const counts = segmentTotals[segment] as SegmentTotals;
       const decision: CapDecision = {
         userId: sortedIds[j] as number,
         segment: (policy.segments[segment] as { name: string }).name,
-        decision: "allowed",
+        decision: kind,
       };
-      if (reply === REPLY_ALLOWED) {
-        counts.allowed++;
-      } else if (reply === REPLY_DUPLICATE) {
-        decision.decision = "duplicate";
-        counts.duplicate++;
-      } else if (reply === REPLY_EXEMPT) {
-        decision.decision = "exempt";
-        counts.exempt++;
-      } else {
-        const cap = policy.capsFor(segment, channel)[reply - REPLY_FIRST_CAP];
-        if (!cap) throw new Error(`cap-sends named cap ${reply - REPLY_FIRST_CAP}, which the policy does not have`);
-        decision.decision = "capped";
+      if (kind === "capped") {
+        const cap = policy.capsFor(segment, channel)[capIndex];
+        if (!cap) throw new Error(`cap-sends named cap ${capIndex}, which the policy does not have`);
         decision.cap = cap;
         counts.capped++;
         const label = `${cap.channel}:${cap.window}`;
         counts.cappedBy[label] = (counts.cappedBy[label] ?? 0) + 1;
+      } else {
+        counts[kind]++;
       }
       decisions[positions[j] as number] = decision;
     }

@@ -2,6 +2,7 @@
 // worked out exactly from the user's log and the policy's caps.
 import { z } from "zod";
 import { campaignIdSchema, channelSchema, sendTimeSchema, userIdSchema } from "../shared/send-fields.ts";
+import type { LoggedSend } from "./cap-sends-script.ts";
 import type { CapDecision } from "./decisions.ts";
 import type { CapRule } from "./policy.ts";
 
@@ -32,10 +33,20 @@ export interface FrequencyResult {
   retryAfterMs?: number;
 }
 
+/**
+ * Whether a send at `at` counts in a window of `windowMs` that ends at `now`: it counts in (now - window,
+ * now]. lua/cap-sends.lua decides with the same rule (in learn(): `counted = t <= now`, `t > lo[i]` with
+ * lo = now - window); this copy explains its decisions. test/integration/window-predicate.test.ts checks
+ * that the two agree.
+ */
+export function countsInWindow(at: number, now: number, windowMs: number): boolean {
+  return at > now - windowMs && at <= now;
+}
+
 export function frequencyReport(
   decision: CapDecision,
   caps: readonly CapRule[],
-  history: readonly { at: number; identity: string }[],
+  history: readonly LoggedSend[],
   now: number,
 ): FrequencyResult {
   let retryAt = 0;
@@ -44,7 +55,7 @@ export function frequencyReport(
     const counted = history
       .filter(
         ({ at, identity }) =>
-          at > now - cap.windowMs && at <= now && (cap.channel === "*" || identity.startsWith(`${cap.channel}:`)),
+          countsInWindow(at, now, cap.windowMs) && (cap.channel === "*" || identity.startsWith(`${cap.channel}:`)),
       )
       .map(({ at }) => at)
       .sort((a, b) => a - b);

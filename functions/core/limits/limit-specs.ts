@@ -1,5 +1,5 @@
-// What a rate limit is: the five algorithms, their parameters and bounds, and the request schemas of
-// POST /v1/limit and /v1/limits, validated strictly at the boundary.
+// What a rate limit is and answers: the five algorithms, their parameters and bounds, the request schemas
+// of POST /v1/limit and /v1/limits (validated strictly at the boundary), and the result of one limit.
 import { z } from "zod";
 import { sendTimeSchema } from "../shared/send-fields.ts";
 
@@ -67,4 +67,14 @@ export const limitsRequestSchema = z.object({
 /** The most a single request can ever be allowed to cost: asking for more is a client error. */
 export function capacity(spec: LimitSpec): number {
   return spec.algorithm === "gcra" ? spec.burst + 1 : spec.max;
+}
+
+export interface LimitResult {
+  /** This limit's own verdict; in /v1/limits the request is allowed only when every limit allows. */
+  allowed: boolean;
+  limit: number;
+  /** What is left after this request (on a denial: what is left now). */
+  remaining: number;
+  resetAt: number;
+  retryAfterMs?: number;
 }

@@ -4,45 +4,20 @@ import { type Clock, decisionTime, systemClock } from "../shared/clock.ts";
 import { ValidationError } from "../shared/errors.ts";
 import { checkNamespace, DEFAULT_NAMESPACE, limitKey } from "../shared/keys.ts";
 import { parseOrThrow } from "../shared/validation.ts";
-import { type Algorithm, capacity, type LimitSpec, limitRequestSchema, limitsRequestSchema } from "./limit-specs.ts";
-
-export interface LimitResult {
-  /** This limit's own verdict; in /v1/limits the request is allowed only when every limit allows. */
-  allowed: boolean;
-  limit: number;
-  /** What is left after this request (on a denial: what is left now). */
-  remaining: number;
-  resetAt: number;
-  retryAfterMs?: number;
-}
-
-/** What the limiter needs from the store: run lua/limits.lua on keys that share one hash tag. */
-export interface LimitStore {
-  runLimits(keys: readonly string[], args: readonly string[]): Promise<number[]>;
-}
+import {
+  type Algorithm,
+  capacity,
+  type LimitResult,
+  type LimitSpec,
+  limitRequestSchema,
+  limitsRequestSchema,
+} from "./limit-specs.ts";
+import { decodeLimitsReply, type LimitStore, limitsArgs } from "./limits-script.ts";
 
 export interface LimiterOptions {
   store: LimitStore;
   clock?: Clock;
   namespace?: string;
-}
-
-function scriptArgs(spec: LimitSpec, charge: number): string[] {
-  switch (spec.algorithm) {
-    case "token-bucket":
-      return [
-        spec.algorithm,
-        String(charge),
-        String(spec.max),
-        String(spec.refillAmount),
-        String(spec.refillEveryMs),
-        spec.strict ? "1" : "0",
-      ];
-    case "gcra":
-      return [spec.algorithm, String(charge), String(spec.burst), String(spec.count), String(spec.periodMs), ""];
-    default:
-      return [spec.algorithm, String(charge), String(spec.max), String(spec.windowMs), "", ""];
-  }
 }
 
 export class Limiter {
@@ -95,18 +70,7 @@ export class Limiter {
     });
     const now = decisionTime(at, this.clock);
     const keys = specs.map((spec) => limitKey(this.namespace, tag, spec.algorithm, spec.key));
-    const args = [String(now), ...specs.flatMap((spec) => scriptArgs(spec, charge))];
-    const reply = await this.store.runLimits(keys, args);
-    return specs.map((_, i) => {
-      const [allowed, limit, remaining, resetAt, retryAfterMs] = reply.slice(1 + 5 * i, 6 + 5 * i) as number[];
-      const result: LimitResult = {
-        allowed: allowed === 1,
-        limit: limit as number,
-        remaining: remaining as number,
-        resetAt: resetAt as number,
-      };
-      if (!result.allowed) result.retryAfterMs = Math.max(1, retryAfterMs ?? 1);
-      return result;
-    });
+    const reply = await this.store.runLimits(keys, limitsArgs(now, specs, charge));
+    return decodeLimitsReply(reply, specs.length);
   }
 }

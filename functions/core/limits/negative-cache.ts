@@ -2,7 +2,7 @@
 // call, until it could pass (its retryAfter). Only exact repeats hit it (same limit, parameters and cost),
 // never peeks, client timestamps or strict token buckets (whose denials change state).
 import type { Clock } from "../shared/clock.ts";
-import type { LimitResult } from "./limiter.ts";
+import type { LimitResult } from "./limit-specs.ts";
 
 export class NegativeCache {
   private readonly entries = new Map<string, { until: number; result: LimitResult }>();
