@@ -9,6 +9,7 @@ import { SqsEventSource } from "aws-cdk-lib/aws-lambda-event-sources";
 import * as nodejs from "aws-cdk-lib/aws-lambda-nodejs";
 import * as logs from "aws-cdk-lib/aws-logs";
 import { Construct } from "constructs";
+import type { CheckApiVariables, CommonVariables, ConsumerVariables } from "../functions/app/environment.ts";
 import type { Cache } from "./cache.ts";
 import type { TollgateConfig } from "./config.ts";
 import type { Network } from "./network.ts";
@@ -42,6 +43,13 @@ export const bundling: nodejs.BundlingOptions = {
     ],
   },
 };
+
+/** Lambda stores strings only: the variables left unset are left out. */
+function lambdaEnvironment(variables: Record<string, string | undefined>): Record<string, string> {
+  return Object.fromEntries(
+    Object.entries(variables).filter((entry): entry is [string, string] => entry[1] !== undefined),
+  );
+}
 
 /** Read the policy and the bitmaps, nothing else in the bucket: GetObject (HEAD included) on two prefixes. */
 function readRules(storage: Storage): iam.PolicyStatement {
@@ -78,13 +86,21 @@ export class Functions extends Construct {
       depsLockFilePath: join(root, "package-lock.json"),
       bundling,
     };
-    const environment = {
+    // typed by the functions' own environment contract: a variable they no longer read fails the typecheck
+    const variables: CommonVariables = {
       REDIS_NODES: cache.configurationEndpoint,
       REDIS_TLS: "true",
       REDIS_AUTH_SECRET_ARN: cache.authToken.secretArn,
       CONFIG_BUCKET: storage.bucket.bucketName,
-      NODE_OPTIONS: "--enable-source-maps",
     };
+    const consumerVariables: ConsumerVariables = {
+      ...variables,
+      DELIVERY_QUEUE_URL: storage.deliveryQueue.queueUrl,
+      DEAD_LETTER_QUEUE_URL: storage.campaignDeadLetters.queueUrl,
+      DELIVERY_BATCH_SIZE: String(config.deliveryBatchSize),
+    };
+    const checkApiVariables: CheckApiVariables = variables;
+    const node = { NODE_OPTIONS: "--enable-source-maps" };
     const logGroup = (name: string) =>
       new logs.LogGroup(this, `${name}Logs`, {
         retention: config.logRetentionDays as logs.RetentionDays,
@@ -98,12 +114,7 @@ export class Functions extends Construct {
       memorySize: config.consumerMemoryMb,
       timeout: Duration.seconds(config.consumerTimeoutSeconds),
       logGroup: logGroup("CampaignConsumer"),
-      environment: {
-        ...environment,
-        DELIVERY_QUEUE_URL: storage.deliveryQueue.queueUrl,
-        DEAD_LETTER_QUEUE_URL: storage.campaignDeadLetters.queueUrl,
-        DELIVERY_BATCH_SIZE: String(config.deliveryBatchSize),
-      },
+      environment: lambdaEnvironment({ ...consumerVariables, ...node }),
     });
     this.consumer.addEventSource(
       new SqsEventSource(storage.campaignQueue, {
@@ -128,7 +139,7 @@ export class Functions extends Construct {
       timeout: Duration.seconds(10),
       logGroup: logGroup("CheckApi"),
       reservedConcurrentExecutions: config.checkApiReservedConcurrency,
-      environment,
+      environment: lambdaEnvironment({ ...checkApiVariables, ...node }),
     });
     this.checkApi.addToRolePolicy(readRules(storage));
     cache.authToken.grantRead(this.checkApi);

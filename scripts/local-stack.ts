@@ -11,6 +11,7 @@ import { CreateBucketCommand } from "@aws-sdk/client-s3";
 import { CreateQueueCommand, GetQueueAttributesCommand, type SQSClient } from "@aws-sdk/client-sqs";
 import { startFauxqs } from "fauxqs";
 import { createAwsClients } from "../functions/adapters/aws-clients.ts";
+import type { CheckApiVariables, CommonVariables, ConsumerVariables } from "../functions/app/environment.ts";
 import { wireCampaignConsumer, wireCheckApi } from "../functions/app/wiring.ts";
 import type { CampaignConsumerHandlerDeps } from "../functions/handlers/campaign-consumer-handler.ts";
 import { isMain } from "./is-main.ts";
@@ -34,7 +35,7 @@ export interface LocalStackOptions {
   maxReceiveCount?: number;
   functionTimeoutMs?: number;
   /** Extra consumer environment (DELIVERY_BATCH_SIZE, REFRESH_SECONDS, KEY_NAMESPACE, ...). */
-  environment?: Record<string, string>;
+  environment?: Partial<ConsumerVariables>;
   /** Attributes of the delivery queue (tests set a small MaximumMessageSize). */
   deliveryQueueAttributes?: Record<string, string>;
   /** Write .local/endpoints.json (default true). */
@@ -46,7 +47,7 @@ export interface LocalStackOptions {
   /** Port of the check API's Function URL (0 picks a free one). */
   functionUrlPort?: number;
   /** Extra check API environment (CHECK_TIMEOUT_MS, NEGATIVE_CACHE, ...). */
-  checkApiEnvironment?: Record<string, string>;
+  checkApiEnvironment?: Partial<CheckApiVariables>;
   /** Execution environments of the check API: invocations at once, one each (default 4). */
   checkApiConcurrency?: number;
 }
@@ -95,13 +96,14 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
       RedrivePolicy: JSON.stringify({ deadLetterTargetArn: deliveryDlq.arn, maxReceiveCount: 5 }),
       ...options.deliveryQueueAttributes,
     });
-    const shared = {
-      ...process.env,
+    // the same environment contract as infra/functions.ts, on top of this shell's (REDIS_PASSWORD, ...)
+    const variables: CommonVariables = {
       REDIS_NODES: redis.nodes.join(","),
       CONFIG_BUCKET: bucket,
       AWS_REGION: region,
       AWS_ENDPOINT_URL: awsEndpoint,
     };
+    const shared = { ...process.env, ...variables };
     const checkApiEnvironments = Array.from({ length: options.checkApiConcurrency ?? 4 }, () => {
       const environment = wireCheckApi({ ...shared, ...options.environment, ...options.checkApiEnvironment });
       stops.unshift(() => environment.cluster.quit());
@@ -124,8 +126,13 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
       redis: redis.nodes,
     };
 
+    const consumerVariables: ConsumerVariables = {
+      ...variables,
+      DELIVERY_QUEUE_URL: delivery.url,
+      DEAD_LETTER_QUEUE_URL: campaignDlq.url,
+    };
     const consumer = wireCampaignConsumer(
-      { ...shared, DELIVERY_QUEUE_URL: delivery.url, DEAD_LETTER_QUEUE_URL: campaignDlq.url, ...options.environment },
+      { ...shared, ...consumerVariables, ...options.environment },
       options.onOutcome ? { onOutcome: options.onOutcome } : {},
     );
     stops.unshift(() => consumer.cluster.quit());

@@ -11,7 +11,7 @@ import {
 import { chunkEntries } from "../functions/adapters/sqs-sinks.ts";
 import type { CampaignBatchInput } from "../functions/core/capping/campaign-batch.ts";
 import type { DeliveryMessage } from "../functions/core/capping/delivery.ts";
-import { DEFAULT_POLICY_KEY } from "../functions/core/capping/rules-source.ts";
+import { DEFAULT_POLICY_KEY } from "../functions/core/capping/policy.ts";
 import { buildSegments } from "../functions/core/capping/segment-builder.ts";
 
 export async function uploadObject(

@@ -1,7 +1,9 @@
-// The campaign consumer's environment, parsed once at cold start. A bad value names the variable.
+// The environment contract of the Tollgate functions, in one place: the schemas the functions parse once,
+// at cold start (a bad value names the variable), and the variable types that infra/functions.ts and
+// scripts/local-stack.ts set them through, so a renamed variable fails the typecheck, not a cold start.
 import { z } from "zod";
 import { DEFAULT_DELIVERY_BATCH_SIZE } from "../core/capping/delivery.ts";
-import { DEFAULT_POLICY_KEY } from "../core/capping/rules-source.ts";
+import { DEFAULT_POLICY_KEY } from "../core/capping/policy.ts";
 import { DEFAULT_NAMESPACE, NAMESPACE_PATTERN, NAMESPACE_RULE } from "../core/shared/keys.ts";
 import { parseOrThrow } from "../core/shared/validation.ts";
 
@@ -72,6 +74,11 @@ export const checkApiEnvironmentSchema = z.object({
   /** Answer keys known to be denied until they may pass again, without a Redis call. */
   NEGATIVE_CACHE: flag("true"),
 });
+
+/** The variables a deployment sets (every value a string, as Lambda stores them); omitted ones default. */
+export type CommonVariables = z.input<z.ZodObject<typeof commonEnvironment>>;
+export type ConsumerVariables = z.input<typeof consumerEnvironmentSchema>;
+export type CheckApiVariables = z.input<typeof checkApiEnvironmentSchema>;
 
 export type CommonEnvironment = z.output<z.ZodObject<typeof commonEnvironment>>;
 export type ConsumerEnvironment = z.output<typeof consumerEnvironmentSchema>;

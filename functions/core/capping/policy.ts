@@ -14,6 +14,8 @@ export const MAX_CHANNELS = 250;
 /** Entries are kept at least this long, so a redelivered batch is recognised even under short caps. */
 export const MIN_HORIZON_MS = 86_400_000;
 export const ALL_CHANNELS = "*";
+/** Where the policy lives in the bucket unless POLICY_KEY says otherwise. */
+export const DEFAULT_POLICY_KEY = "config/policy.json";
 
 const name = (what: string) =>
   z.string().regex(/^[a-z0-9][a-z0-9_-]{0,63}$/, `expected a ${what} name of a-z, 0-9, "_" or "-"`);

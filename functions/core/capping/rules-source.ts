@@ -5,10 +5,8 @@
 import type { Clock } from "../shared/clock.ts";
 import { systemClock } from "../shared/clock.ts";
 import type { ObjectStore } from "../shared/object-store.ts";
-import { type Policy, parsePolicyText } from "./policy.ts";
+import { DEFAULT_POLICY_KEY, type Policy, parsePolicyText } from "./policy.ts";
 import { parseBitmap, SegmentIndex } from "./segment-index.ts";
-
-export const DEFAULT_POLICY_KEY = "config/policy.json";
 
 export interface RulesSourceOptions {
   store: ObjectStore;

@@ -1,0 +1,77 @@
+// The environment contract, held against what a deploy would really set: each Lambda's variables in the
+// synthesized template, with CloudFormation references replaced by values of their kind, go through the
+// runtime schema the function parses at cold start, and none is a variable the function does not read.
+import { Template } from "aws-cdk-lib/assertions";
+import { beforeAll, describe, expect, it } from "vitest";
+import type { z } from "zod";
+import { checkApiEnvironmentSchema, consumerEnvironmentSchema } from "../../functions/app/environment.ts";
+import { buildApp } from "../../infra/app.ts";
+
+type Resources = Record<string, { Type: string; Properties: Record<string, unknown> }>;
+
+/** Read by Node itself, not by Tollgate's code. */
+const NODE_VARIABLES = ["NODE_OPTIONS"];
+
+let resources: Resources;
+beforeAll(() => {
+  // no bundling: the environment does not depend on it, and synth stays quick
+  const { stack } = buildApp({ "aws:cdk:bundling-stacks": [] });
+  resources = (Template.fromStack(stack).toJSON() as { Resources: Resources }).Resources;
+}, 120_000);
+
+/** A deploy-time value of the kind each reference stands for; an unknown kind fails the test. */
+function resolve(value: unknown): string {
+  if (typeof value === "string") return value;
+  const token = value as Record<string, unknown>;
+  if ("Fn::Join" in token) {
+    const [separator, parts] = token["Fn::Join"] as [string, unknown[]];
+    return parts.map(resolve).join(separator);
+  }
+  if ("Ref" in token) {
+    const id = token.Ref as string;
+    const type = resources[id]?.Type;
+    if (type === "AWS::SQS::Queue") return `https://sqs.eu-west-1.amazonaws.com/123456789012/${id}`;
+    if (type === "AWS::S3::Bucket") return id.toLowerCase();
+    if (type === "AWS::SecretsManager::Secret") return `arn:aws:secretsmanager:eu-west-1:123456789012:secret:${id}`;
+    throw new Error(`no value for a Ref to ${id} (${type})`);
+  }
+  if ("Fn::GetAtt" in token) {
+    const [id, attribute] = token["Fn::GetAtt"] as [string, string];
+    if (attribute === "ConfigurationEndPoint.Address") return `${id.toLowerCase()}.euw1.cache.amazonaws.com`;
+    if (attribute === "ConfigurationEndPoint.Port") return "6379";
+    throw new Error(`no value for ${id}.${attribute}`);
+  }
+  throw new Error(`no value for ${JSON.stringify(value)}`);
+}
+
+function variablesOf(logicalIdPrefix: string): Record<string, string> {
+  const functions = Object.entries(resources).filter(
+    ([id, resource]) => resource.Type === "AWS::Lambda::Function" && id.startsWith(logicalIdPrefix),
+  );
+  expect(functions).toHaveLength(1);
+  const [, resource] = functions[0] as [string, Resources[string]];
+  const { Variables = {} } = (resource.Properties.Environment ?? {}) as { Variables?: Record<string, unknown> };
+  return Object.fromEntries(Object.entries(Variables).map(([name, value]) => [name, resolve(value)]));
+}
+
+function unread(variables: Record<string, string>, schema: z.ZodObject): string[] {
+  return Object.keys(variables).filter((name) => !(name in schema.shape) && !NODE_VARIABLES.includes(name));
+}
+
+describe("the Lambda environment in the template", () => {
+  it("parses with the campaign consumer's runtime schema, and sets nothing it does not read", () => {
+    const variables = variablesOf("FunctionsCampaignConsumer");
+    expect(unread(variables, consumerEnvironmentSchema)).toEqual([]);
+    const parsed = consumerEnvironmentSchema.safeParse(variables);
+    expect(parsed.error?.issues ?? []).toEqual([]);
+    expect(parsed.data).toMatchObject({ REDIS_TLS: true, REDIS_NODES: [{ port: 6379 }] });
+  });
+
+  it("parses with the check API's runtime schema, and sets nothing it does not read", () => {
+    const variables = variablesOf("FunctionsCheckApi");
+    expect(unread(variables, checkApiEnvironmentSchema)).toEqual([]);
+    const parsed = checkApiEnvironmentSchema.safeParse(variables);
+    expect(parsed.error?.issues ?? []).toEqual([]);
+    expect(parsed.data).toMatchObject({ REDIS_TLS: true, REDIS_NODES: [{ port: 6379 }] });
+  });
+});
