@@ -100,6 +100,7 @@ export class Functions extends Construct {
       DELIVERY_BATCH_SIZE: String(config.deliveryBatchSize),
     };
     const checkApiVariables: CheckApiVariables = variables;
+    // read by Node and Powertools, not by Tollgate's code: outside the contract
     const node = { NODE_OPTIONS: "--enable-source-maps" };
     const logGroup = (name: string) =>
       new logs.LogGroup(this, `${name}Logs`, {

@@ -9,8 +9,8 @@ import { buildApp } from "../../infra/app.ts";
 
 type Resources = Record<string, { Type: string; Properties: Record<string, unknown> }>;
 
-/** Read by Node itself, not by Tollgate's code. */
-const NODE_VARIABLES = ["NODE_OPTIONS"];
+/** Read by Node and by Powertools themselves, not by Tollgate's code. */
+const platformVariable = (name: string) => name === "NODE_OPTIONS" || name.startsWith("POWERTOOLS_");
 
 let resources: Resources;
 beforeAll(() => {
@@ -55,7 +55,7 @@ function variablesOf(logicalIdPrefix: string): Record<string, string> {
 }
 
 function unread(variables: Record<string, string>, schema: z.ZodObject): string[] {
-  return Object.keys(variables).filter((name) => !(name in schema.shape) && !NODE_VARIABLES.includes(name));
+  return Object.keys(variables).filter((name) => !(name in schema.shape) && !platformVariable(name));
 }
 
 describe("the Lambda environment in the template", () => {
