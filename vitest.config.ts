@@ -2,7 +2,7 @@ import { defineConfig } from "vitest/config";
 
 export default defineConfig({
   test: {
-    include: ["test/**/*.test.ts"],
+    include: ["test/**/*.test.ts", "sdk/test/**/*.test.ts"],
     reporters: ["default", "./test/summary-reporter.ts"],
     globalSetup: ["test/global-setup.ts"],
     // Failover and SCRIPT FLUSH tests change the shared cluster: files run one at a time.

@@ -1,0 +1,23 @@
+// Time and timers are ports: the SDK reads the clock only in its sync loop (never in `check`), and unit
+// tests drive the loop with a fake clock and no real timers.
+
+export interface Clock {
+  /** Milliseconds since the epoch. */
+  now(): number;
+}
+
+export const systemClock: Clock = { now: () => Date.now() };
+
+/** Schedules the next sync. Returned handles are cancelled with `cancel`; real ones never hold the process open. */
+export interface Scheduler {
+  schedule(delayMs: number, run: () => void): { cancel(): void };
+}
+
+export const unrefScheduler: Scheduler = {
+  schedule(delayMs, run) {
+    const timer = setTimeout(run, delayMs);
+    // A quota sync must never keep a server (or a test runner) alive on its own.
+    timer.unref();
+    return { cancel: () => clearTimeout(timer) };
+  },
+};

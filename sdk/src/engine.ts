@@ -1,0 +1,388 @@
+// The local decision engine. `check` decides from this instance's allowances with no I/O, no clock read
+// and no allocation. The sync loop (sync-loop.ts) calls the rest, with the time: `advance` (leases end,
+// degraded mode begins), `takeRequest` (usage out, per slot group) and `applyReply` (allowances in).
+import { type Decision, QuotaHandle, Source } from "./handle.ts";
+import { type GroupState, RuleState } from "./rule-state.ts";
+import { recordAdmissions, safeShareLeft } from "./safe-share.ts";
+import {
+  MAX_EPOCHS_PER_KEY,
+  MAX_KEYS_PER_SYNC,
+  type QuotaRule,
+  type SyncEntry,
+  type SyncReply,
+  type SyncRequest,
+} from "./wire.ts";
+
+export interface EngineOptions {
+  /** Random per process, never reused (the store's idempotency is per instance and sequence). */
+  instanceId: string;
+  /** Rules known before the first sync; each sync reply brings the store's current definition. */
+  rules?: Readonly<Record<string, QuotaRule>>;
+  /** What `check` answers for a rule no definition has arrived for yet (default `deny`). */
+  unknownRule?: "allow" | "deny";
+  /** With the store unreachable, the last allowance is kept this long before the fallback (default 2,000 ms). */
+  keepAllowanceMs?: number;
+  /** Instances assumed until the store reports a count (default 0: no share before the first sync). */
+  instancesHint?: number;
+  /** The sync interval: degraded-mode slots are never shorter, and leases ending within it count as ended. */
+  syncIntervalMs: number;
+  /** Idle, unpinned keys beyond this many are dropped at the next tick (default 100,000). */
+  maxKeys?: number;
+}
+
+/** How long a rule the store does not know is left alone before asking again. */
+const NORULE_RETRY_MS = 1_000;
+
+export class QuotaEngine {
+  private readonly rules = new Map<string, RuleState>();
+  private readonly decision: Decision = {
+    allowed: false,
+    limit: 0,
+    remaining: 0,
+    resetSeconds: 0,
+    retryAfterSeconds: 0,
+    policy: "",
+  };
+  readonly instanceId: string;
+  private readonly unknownRule: "allow" | "deny";
+  readonly keepAllowanceMs: number;
+  private readonly instancesHint: number;
+  readonly syncIntervalMs: number;
+  private readonly maxKeys: number;
+  private keyCount = 0;
+  /** Admissions and denials since the metrics hook last read them. */
+  admittedCount = 0;
+  deniedCount = 0;
+
+  constructor(options: EngineOptions) {
+    this.instanceId = options.instanceId;
+    this.unknownRule = options.unknownRule ?? "deny";
+    this.keepAllowanceMs = options.keepAllowanceMs ?? 2_000;
+    this.instancesHint = options.instancesHint ?? 0;
+    this.syncIntervalMs = options.syncIntervalMs;
+    this.maxKeys = options.maxKeys ?? 100_000;
+    for (const [name, rule] of Object.entries(options.rules ?? {})) this.ruleState(name).define(rule, "");
+  }
+
+  get size(): number {
+    return this.keyCount;
+  }
+
+  rule(name: string): RuleState | undefined {
+    return this.rules.get(name);
+  }
+
+  allRules(): IterableIterator<RuleState> {
+    return this.rules.values();
+  }
+
+  // ---- the hot path ----
+
+  /**
+   * Decides one request of `cost` (default 1) for `key` under every limit of `rule`, all-or-nothing. The
+   * first sight of a key allocates its handle; after that, two map lookups and arithmetic.
+   */
+  check(rule: string, key: string, cost = 1): Readonly<Decision> {
+    const handle = this.rules.get(rule)?.handles.get(key) ?? this.create(rule, key);
+    return this.checkHandle(handle, cost);
+  }
+
+  /** The handle of a hot key, resolved once: `checkHandle(handle)` skips both lookups. Never evicted. */
+  resolve(rule: string, key: string): QuotaHandle {
+    const handle = this.rules.get(rule)?.handles.get(key) ?? this.create(rule, key);
+    handle.pinned = true;
+    return handle;
+  }
+
+  checkHandle(handle: QuotaHandle, cost = 1): Readonly<Decision> {
+    const d = this.decision;
+    const rule = handle.rule;
+    d.limit = rule.maxes[handle.tightest] ?? 0;
+    d.resetSeconds = handle.resetSeconds;
+    d.policy = rule.policy;
+    if (handle.left < cost) {
+      handle.denied += cost;
+      this.deniedCount++;
+      d.allowed = false;
+      d.remaining = Math.max(handle.left, 0);
+      // never 0 while denied: a new allowance comes with a sync at the earliest
+      d.retryAfterSeconds = Math.max(handle.resetSeconds, 1);
+      return d;
+    }
+    handle.left -= cost;
+    handle.used += cost;
+    handle.admittedTotal += cost;
+    this.admittedCount++;
+    d.allowed = true;
+    d.remaining = handle.left;
+    d.retryAfterSeconds = 0;
+    return d;
+  }
+
+  private ruleState(name: string): RuleState {
+    let state = this.rules.get(name);
+    if (!state) {
+      state = new RuleState(name, this.instancesHint);
+      this.rules.set(name, state);
+    }
+    return state;
+  }
+
+  private create(rule: string, key: string): QuotaHandle {
+    const state = this.ruleState(rule);
+    const handle = new QuotaHandle(state, key, state.groupFor(key));
+    state.handles.set(key, handle);
+    state.place(handle);
+    this.keyCount++;
+    this.fallBack(handle);
+    return handle;
+  }
+
+  /** No valid allowance: the rule's fallback (or `unknownRule` before any definition). */
+  private fallBack(handle: QuotaHandle): void {
+    const rule = handle.rule;
+    handle.source = Source.None;
+    const behaviour = rule.definition?.fallback ?? this.unknownRule;
+    handle.left =
+      behaviour === "allow" ? Number.POSITIVE_INFINITY : behaviour === "deny" ? 0 : rule.share(handle.group);
+    handle.tightest = 0;
+    handle.resetSeconds = Math.ceil((rule.definition?.limits[0]?.windowMs ?? 1_000) / 1_000);
+  }
+
+  // ---- the sync side: called by the sync loop, never by `check` ----
+
+  /**
+   * The request for one slot group: the unacknowledged one again if there is one (same seq, same
+   * entries), else a new one with every key that has something to say. Undefined: nothing to send.
+   */
+  takeRequest(group: GroupState, now: number): SyncRequest | undefined {
+    if (group.pending) return group.pending.request;
+    const rule = group.rule;
+    if (now < rule.missingUntil) return undefined;
+    const entries: SyncEntry[] = [];
+    const handles: QuotaHandle[] = [];
+    const strict = rule.definition?.mode === "strict";
+    const leaseMs = rule.definition?.leaseMs ?? 0;
+    const elapsedMs = group.lastSentAt < 0 ? 0 : now - group.lastSentAt;
+    for (const handle of group.handles) {
+      if (entries.length === MAX_KEYS_PER_SYNC) break;
+      const offered = handle.used + handle.denied;
+      if (elapsedMs > 0) handle.rate = 0.5 * handle.rate + (0.5 * offered) / elapsedMs;
+      const want = strict && now >= handle.denyUntil ? this.tokensWanted(handle, offered, leaseMs) : 0;
+      const quiet = offered === 0 && handle.epochs.length === 0 && handle.refunds.length === 0 && want === 0;
+      // a key never assigned asks for its first allowance even before it has traffic (resolve + sync warms it)
+      if (quiet && !(handle.source === Source.None && handle.assignedAt < 0)) continue;
+      const entry: SyncEntry = { key: handle.key, usage: [], refunds: [], offered, want };
+      if (!strict) {
+        for (let i = 0; i < handle.epochs.length; i += 2)
+          entry.usage.push([handle.epochs[i] as number, handle.epochs[i + 1] as number]);
+        if (handle.used > 0) entry.usage.push([now, handle.used]);
+      }
+      for (let i = 0; i < handle.refunds.length; i += 2)
+        entry.refunds.push([handle.refunds[i] as number, handle.refunds[i + 1] as number]);
+      handle.epochs = [];
+      handle.refunds = [];
+      handle.used = 0;
+      handle.denied = 0;
+      entries.push(entry);
+      handles.push(handle);
+    }
+    if (entries.length === 0) return undefined;
+    const request: SyncRequest = {
+      instanceId: this.instanceId,
+      rule: rule.name,
+      group: group.index,
+      seq: ++group.seq,
+      configVersion: rule.configVersion,
+      elapsedMs: group.lastSentAt < 0 ? 0 : Math.max(0, now - group.lastSentAt),
+      entries,
+    };
+    group.lastSentAt = now;
+    group.pending = { request, handles };
+    return request;
+  }
+
+  /** Strict: enough tokens for the key's recent rate over one lease, less what it holds; 1 when it has demand. */
+  private tokensWanted(handle: QuotaHandle, offered: number, leaseMs: number): number {
+    const target = Math.ceil(handle.rate * (leaseMs + this.syncIntervalMs));
+    const want = target - Math.max(0, handle.left);
+    return want > 0 ? want : offered > 0 && handle.left < 1 ? 1 : 0;
+  }
+
+  /**
+   * Installs a reply. `sentAt` is when this attempt was sent (local clock): expiries convert to local time
+   * from it, so they are never later than the store's.
+   */
+  applyReply(group: GroupState, reply: SyncReply, sentAt: number, now: number): void {
+    const pending = group.pending;
+    group.pending = undefined;
+    const rule = group.rule;
+    if (reply.rule) rule.define(reply.rule, reply.configVersion);
+    if (reply.instances > 0) group.instances = reply.instances;
+    group.lastOkAt = now;
+    group.unreachableSince = -1;
+    if (!pending) return;
+    if (reply.status === "norule") {
+      rule.missingUntil = now + NORULE_RETRY_MS;
+      for (const handle of pending.handles) this.fallBack(handle);
+      return;
+    }
+    if (reply.status === "stale") {
+      // nothing was counted: the usage goes out again under a new sequence number
+      this.restore(pending.request, pending.handles);
+      return;
+    }
+    const toLocal = (at: number) => sentAt + (at - reply.serverTime);
+    reply.entries.forEach((assignment, i) => {
+      const handle = pending.handles[i];
+      if (!handle || handle.key !== assignment.key) return;
+      handle.ring = undefined;
+      handle.source = Source.Assigned;
+      handle.assignedAt = now;
+      handle.ackedTotal = handle.admittedTotal - this.unreported(handle);
+      handle.denyUntil = assignment.denyUntil > reply.serverTime ? toLocal(assignment.denyUntil) : 0;
+      handle.tightest = tightestLimit(rule.maxes, assignment.used);
+      handle.resetSeconds = Math.max(0, Math.ceil((assignment.resetAt - reply.serverTime) / 1_000));
+      if (assignment.mode === "approximate") {
+        // the allowance counts from the moment the request was sent: what was admitted since is spent
+        handle.left = handle.denyUntil > 0 ? 0 : assignment.allowance - this.unreported(handle);
+        handle.validUntil = toLocal(assignment.validUntil);
+      } else {
+        if (assignment.tokens > 0)
+          handle.grants.push(reply.serverTime, toLocal(assignment.leaseExpiresAt), assignment.tokens);
+        this.chargeGrants(handle, now);
+      }
+    });
+  }
+
+  /** Usage admitted and not yet in any request the store acknowledged. */
+  private unreported(handle: QuotaHandle): number {
+    let sum = handle.used;
+    for (let i = 1; i < handle.epochs.length; i += 2) sum += handle.epochs[i] as number;
+    return sum;
+  }
+
+  /** Gives a request's usage back to its keys, to go out again under a new sequence number. */
+  private restore(request: SyncRequest, handles: readonly QuotaHandle[]): void {
+    request.entries.forEach((entry, i) => {
+      const handle = handles[i];
+      if (!handle) return;
+      handle.epochs = [...entry.usage.flat(), ...handle.epochs].slice(-2 * MAX_EPOCHS_PER_KEY);
+      handle.refunds = [...entry.refunds.flat(), ...handle.refunds];
+    });
+  }
+
+  /** The store answered with an error for this request: nothing is known to be counted, so it goes out again. */
+  rejected(group: GroupState): void {
+    const pending = group.pending;
+    group.pending = undefined;
+    if (pending) this.restore(pending.request, pending.handles);
+  }
+
+  /** The store did not answer: allowances are kept (not replenished) until `keepAllowanceMs`, then the fallback. */
+  unreachable(group: GroupState, now: number): void {
+    if (group.unreachableSince < 0) group.unreachableSince = now;
+    for (const handle of group.handles) if (handle.source === Source.Assigned) handle.source = Source.Kept;
+  }
+
+  /**
+   * The passage of time, with one clock read by the sync loop: strict grants are charged and end (early
+   * by one interval, so no token is spent after its lease); approximate allowances past their validity
+   * fall back; keys of unreachable groups keep their allowance for `keepAllowanceMs`, then fall back, and
+   * their usage closes into epochs (kept, bounded, for when the store returns).
+   */
+  advance(now: number): void {
+    for (const rule of this.rules.values()) {
+      const strict = rule.definition?.mode === "strict";
+      for (const group of rule.groups) {
+        const degradedFor = group.unreachableSince < 0 ? -1 : now - group.unreachableSince;
+        for (const handle of group.handles) {
+          if (handle.used !== 0 || handle.denied !== 0) handle.lastActive = now;
+          if (strict) this.chargeGrants(handle, now);
+          if (degradedFor >= 0) this.advanceDegraded(handle, now, degradedFor, strict);
+          else if (!strict && handle.source === Source.Assigned && now >= handle.validUntil) this.fallBack(handle);
+        }
+      }
+    }
+    if (this.keyCount > this.maxKeys) this.evictIdle(now);
+  }
+
+  /**
+   * Strict: charges what was admitted since the last call to the oldest grants, turns grants ending before
+   * the next tick into refunds, and sets `left` to the tokens still held.
+   */
+  private chargeGrants(handle: QuotaHandle, now: number): void {
+    let spend = handle.admittedTotal - handle.charged;
+    handle.charged = handle.admittedTotal;
+    const grants = handle.grants;
+    // Tokens admitted under the fallback (no grant) were never reserved: there is nothing to charge them to.
+    for (let i = 2; i < grants.length && spend > 0; i += 3) {
+      const take = Math.min(spend, grants[i] as number);
+      grants[i] = (grants[i] as number) - take;
+      spend -= take;
+    }
+    const horizon = now + this.syncIntervalMs;
+    let kept = 0;
+    for (let i = 0; i < grants.length; i += 3) {
+      const [grantedAt, expiresAt, tokens] = [grants[i] as number, grants[i + 1] as number, grants[i + 2] as number];
+      if (expiresAt <= horizon) {
+        if (tokens > 0) handle.refunds.push(grantedAt, tokens);
+      } else if (tokens > 0) {
+        grants[kept++] = grantedAt;
+        grants[kept++] = expiresAt;
+        grants[kept++] = tokens;
+      }
+    }
+    grants.length = kept;
+    if (handle.source === Source.Assigned || handle.source === Source.Kept) handle.left = handle.held();
+  }
+
+  private advanceDegraded(handle: QuotaHandle, now: number, degradedFor: number, strict: boolean): void {
+    recordAdmissions(handle, now, this.syncIntervalMs);
+    // approximate usage of this interval becomes an epoch, reported with its time when the store returns
+    if (!strict && handle.used > 0) {
+      handle.epochs.push(now, handle.used);
+      handle.used = 0;
+      if (handle.epochs.length > 2 * MAX_EPOCHS_PER_KEY) {
+        // merge the two oldest epochs at the later time: counted later, so never early out of a window
+        const count = (handle.epochs[1] as number) + (handle.epochs[3] as number);
+        handle.epochs.splice(0, 4, handle.epochs[2] as number, count);
+      }
+    }
+    // strict tokens cannot be kept past their lease: when none are left, the fallback applies at once
+    const keep = strict ? handle.grants.length > 0 : degradedFor < this.keepAllowanceMs;
+    if (handle.source === Source.Kept && keep) return;
+    const behaviour = handle.rule.definition?.fallback ?? this.unknownRule;
+    handle.source = Source.SafeShare;
+    handle.left = behaviour === "allow" ? Number.POSITIVE_INFINITY : behaviour === "deny" ? 0 : safeShareLeft(handle);
+  }
+
+  private evictIdle(now: number): void {
+    const idleMs = Math.max(10 * this.syncIntervalMs, this.keepAllowanceMs);
+    for (const rule of this.rules.values()) {
+      for (const handle of rule.handles.values()) {
+        if (this.keyCount <= this.maxKeys) return;
+        if (handle.pinned || handle.used !== 0 || handle.denied !== 0 || handle.epochs.length !== 0) continue;
+        if (handle.refunds.length !== 0 || handle.grants.length !== 0 || handle.group.pending) continue;
+        if (now - handle.lastActive < idleMs || handle.group.unreachableSince >= 0) continue;
+        handle.group.handles.delete(handle);
+        rule.handles.delete(handle.key);
+        this.keyCount--;
+      }
+    }
+  }
+}
+
+/** The limit with the least left in its window (ties: the first), for the headers. */
+function tightestLimit(maxes: Float64Array, used: readonly number[]): number {
+  let best = 0;
+  let bestLeft = Number.POSITIVE_INFINITY;
+  for (let i = 0; i < maxes.length; i++) {
+    const left = (maxes[i] as number) - (used[i] ?? 0);
+    if (left < bestLeft) {
+      best = i;
+      bestLeft = left;
+    }
+  }
+  return best;
+}

@@ -1,0 +1,221 @@
+// The SDK's entry point: local decisions (engine.ts) kept fresh by a sync loop that, every interval
+// (default 50 ms, jittered), sends each slot group's usage and receives its allowances in one round trip.
+// Servers run the loop on unref'd timers; on Lambda there are no timers: the middy middleware syncs at the
+// invocation boundary when the last sync is older than the interval, and nothing is left running.
+import { randomBytes } from "node:crypto";
+import { type Clock, type Scheduler, systemClock, unrefScheduler } from "./clock.ts";
+import { type EngineOptions, QuotaEngine } from "./engine.ts";
+import { QuotasConfigError, SyncRejectedError } from "./errors.ts";
+import type { Decision, QuotaHandle } from "./handle.ts";
+import type { GroupState } from "./rule-state.ts";
+import { NAME_PATTERN, type SyncReply, type SyncRequest } from "./wire.ts";
+
+/** How a sync reaches the store: direct to Redis (transports/redis.ts) or over HTTP (transports/http.ts). */
+export interface QuotaTransport {
+  /**
+   * One sync call. Rejects with StoreUnreachableError when the store did not answer (the SDK degrades),
+   * SyncRejectedError when it answered with an error.
+   */
+  sync(request: SyncRequest, now: number): Promise<SyncReply>;
+}
+
+/** What the SDK observed since the previous report (counters) and now (gauges). */
+export interface QuotasMetrics {
+  admitted: number;
+  denied: number;
+  /** Round-trip time of each sync call in this round, ms. */
+  syncLatencyMs: number[];
+  /** Age of the oldest allowance in use, ms (-1: none). */
+  allowanceAgeMs: number;
+  /** How long the longest-unreachable slot group has been unreachable, ms (0: all reachable). */
+  degradedMs: number;
+  /** Sync calls that failed in this round (unreachable or rejected). */
+  syncErrors: number;
+}
+
+export interface QuotasOptions extends Omit<EngineOptions, "instanceId" | "syncIntervalMs"> {
+  transport: QuotaTransport;
+  /** Default 50 ms. */
+  syncIntervalMs?: number;
+  /** Each interval is drawn from ±this share of it, so instances do not sync in step (default 0.2). */
+  jitter?: number;
+  /** Default: random, `<hostname-free 12 hex>`; must match NAME_PATTERN and never be reused. */
+  instanceId?: string;
+  clock?: Clock;
+  scheduler?: Scheduler;
+  /** Called after every sync round. */
+  onMetrics?: (metrics: QuotasMetrics) => void;
+  /** Called with every failed sync (the SDK carries on degraded); default: nothing. */
+  onError?: (error: Error) => void;
+}
+
+export class Quotas {
+  readonly engine: QuotaEngine;
+  private readonly transport: QuotaTransport;
+  private readonly clock: Clock;
+  private readonly scheduler: Scheduler;
+  readonly syncIntervalMs: number;
+  private readonly jitter: number;
+  private readonly onMetrics: ((metrics: QuotasMetrics) => void) | undefined;
+  private readonly onError: (error: Error) => void;
+  private timer: { cancel(): void } | undefined;
+  private running = false;
+  private round: Promise<void> | undefined;
+  /** Local ms of the start of the last sync round (-1: never). */
+  lastSyncAt = -1;
+
+  constructor(options: QuotasOptions) {
+    const syncIntervalMs = options.syncIntervalMs ?? 50;
+    if (!(syncIntervalMs >= 1)) throw new QuotasConfigError("syncIntervalMs", "expected a number of ms ≥ 1");
+    const jitter = options.jitter ?? 0.2;
+    if (!(jitter >= 0 && jitter < 1)) throw new QuotasConfigError("jitter", "expected a share in [0, 1)");
+    const instanceId = options.instanceId ?? `i-${randomBytes(8).toString("hex")}`;
+    if (!NAME_PATTERN.test(instanceId)) throw new QuotasConfigError("instanceId", `expected ${NAME_PATTERN}`);
+    if (!options.transport)
+      throw new QuotasConfigError("transport", "required: redisTransport(...) or httpTransport(...)");
+    this.engine = new QuotaEngine({ ...options, instanceId, syncIntervalMs });
+    this.transport = options.transport;
+    this.clock = options.clock ?? systemClock;
+    this.scheduler = options.scheduler ?? unrefScheduler;
+    this.syncIntervalMs = syncIntervalMs;
+    this.jitter = jitter;
+    this.onMetrics = options.onMetrics;
+    this.onError = options.onError ?? (() => {});
+  }
+
+  get instanceId(): string {
+    return this.engine.instanceId;
+  }
+
+  /** Decides a request from local allowances: no I/O, no clock read, no allocation (see Decision). */
+  check(rule: string, key: string, cost = 1): Readonly<Decision> {
+    return this.engine.check(rule, key, cost);
+  }
+
+  /** A hot key's handle, resolved once; `checkHandle` skips the lookups. */
+  resolve(rule: string, key: string): QuotaHandle {
+    return this.engine.resolve(rule, key);
+  }
+
+  checkHandle(handle: QuotaHandle, cost = 1): Readonly<Decision> {
+    return this.engine.checkHandle(handle, cost);
+  }
+
+  /** Starts the timer loop (servers). Its timers are unref'd: they never keep the process alive. */
+  start(): this {
+    if (this.running) return this;
+    this.running = true;
+    this.scheduleNext();
+    return this;
+  }
+
+  /** Stops the loop and reports the usage still unreported (one last round). */
+  async stop(): Promise<void> {
+    this.running = false;
+    this.timer?.cancel();
+    this.timer = undefined;
+    await this.round;
+    await this.sync();
+  }
+
+  /** On Lambda, at the invocation boundary: one round if the last is older than the interval, else nothing. */
+  async syncIfStale(): Promise<void> {
+    if (this.lastSyncAt >= 0 && this.clock.now() - this.lastSyncAt < this.syncIntervalMs) return;
+    await this.sync();
+  }
+
+  /**
+   * One sync round now: time advances in the engine, then every slot group with something to report (or
+   * an unacknowledged request) makes one call, all in parallel. Resolves when every call has settled.
+   */
+  sync(): Promise<void> {
+    if (this.round) return this.round;
+    this.round = this.runRound().finally(() => {
+      this.round = undefined;
+    });
+    return this.round;
+  }
+
+  private async runRound(): Promise<void> {
+    const now = this.clock.now();
+    this.lastSyncAt = now;
+    const engine = this.engine;
+    engine.advance(now);
+    const latencies: number[] = [];
+    let errors = 0;
+    const calls: Promise<void>[] = [];
+    for (const rule of engine.allRules()) {
+      for (const group of rule.groups) {
+        if (group.busy) continue;
+        const request = engine.takeRequest(group, now);
+        if (!request) continue;
+        calls.push(
+          this.syncGroup(group, request, now).then(
+            (ms) => {
+              latencies.push(ms);
+            },
+            () => {
+              errors++;
+            },
+          ),
+        );
+      }
+    }
+    await Promise.all(calls);
+    if (this.onMetrics) this.onMetrics(this.metrics(now, latencies, errors));
+  }
+
+  private async syncGroup(group: GroupState, request: SyncRequest, sentAt: number): Promise<number> {
+    group.busy = true;
+    try {
+      const reply = await this.transport.sync(request, sentAt);
+      const now = this.clock.now();
+      this.engine.applyReply(group, reply, sentAt, now);
+      return now - sentAt;
+    } catch (error) {
+      if (error instanceof SyncRejectedError) this.engine.rejected(group);
+      // the request stays pending: it goes out again, same sequence, until the store answers
+      else this.engine.unreachable(group, this.clock.now());
+      this.onError(error as Error);
+      throw error;
+    } finally {
+      group.busy = false;
+    }
+  }
+
+  private metrics(now: number, latencies: number[], errors: number): QuotasMetrics {
+    let oldest = Number.POSITIVE_INFINITY;
+    let degradedMs = 0;
+    for (const rule of this.engine.allRules()) {
+      for (const group of rule.groups) {
+        if (group.unreachableSince >= 0) degradedMs = Math.max(degradedMs, now - group.unreachableSince);
+        for (const handle of group.handles) if (handle.assignedAt >= 0) oldest = Math.min(oldest, handle.assignedAt);
+      }
+    }
+    const metrics: QuotasMetrics = {
+      admitted: this.engine.admittedCount,
+      denied: this.engine.deniedCount,
+      syncLatencyMs: latencies,
+      allowanceAgeMs: Number.isFinite(oldest) ? now - oldest : -1,
+      degradedMs,
+      syncErrors: errors,
+    };
+    this.engine.admittedCount = 0;
+    this.engine.deniedCount = 0;
+    return metrics;
+  }
+
+  private scheduleNext(): void {
+    if (!this.running) return;
+    const spread = this.syncIntervalMs * this.jitter;
+    const delay = this.syncIntervalMs - spread + Math.random() * 2 * spread;
+    this.timer = this.scheduler.schedule(delay, () => {
+      this.sync().finally(() => this.scheduleNext());
+    });
+  }
+}
+
+/** Builds the SDK: `createQuotas({ transport: redisTransport({ cluster }) }).start()`. */
+export function createQuotas(options: QuotasOptions): Quotas {
+  return new Quotas(options);
+}

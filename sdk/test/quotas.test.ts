@@ -1,0 +1,172 @@
+// The sync loop on a fake clock and a fake scheduler, against a transport written here: nothing starts,
+// no timer runs, no socket opens.
+import { describe, expect, it } from "vitest";
+import type { Scheduler } from "../src/clock.ts";
+import { StoreUnreachableError, SyncRejectedError } from "../src/errors.ts";
+import { createQuotas, type QuotasMetrics, type QuotaTransport } from "../src/quotas.ts";
+import type { QuotaRule, SyncReply, SyncRequest } from "../src/wire.ts";
+
+const api: QuotaRule = {
+  mode: "approximate",
+  limits: [{ windowMs: 1_000, max: 100 }],
+  leaseMs: 200,
+  fallback: "share",
+  slotGroups: 4,
+};
+
+function fakeClock(start = 1_000) {
+  let now = start;
+  return {
+    now: () => now,
+    advance: (ms: number) => {
+      now += ms;
+    },
+  };
+}
+
+function fakeScheduler() {
+  const queue: { delay: number; run: () => void; cancelled: boolean }[] = [];
+  const scheduler: Scheduler = {
+    schedule(delay, run) {
+      const entry = { delay, run, cancelled: false };
+      queue.push(entry);
+      return {
+        cancel: () => {
+          entry.cancelled = true;
+        },
+      };
+    },
+  };
+  return { scheduler, queue };
+}
+
+/** A store written in a few lines: every key gets `allowance`; `fail` makes the next calls throw it. */
+function fakeStore(allowance = 10, rule: QuotaRule = api) {
+  const calls: SyncRequest[] = [];
+  let fail: Error | undefined;
+  const transport: QuotaTransport = {
+    async sync(request, now): Promise<SyncReply> {
+      calls.push(structuredClone(request));
+      if (fail) throw fail;
+      return {
+        status: "applied",
+        serverTime: now,
+        configVersion: "v1",
+        instances: 2,
+        ...(request.configVersion === "v1" ? {} : { rule }),
+        entries: request.entries.map((e) => ({
+          mode: "approximate",
+          key: e.key,
+          allowance,
+          validUntil: now + 1_000,
+          denyUntil: 0,
+          resetAt: now + 1_000,
+          used: [0],
+        })),
+      };
+    },
+  };
+  const failWith = (error: Error | undefined) => {
+    fail = error;
+  };
+  return { transport, calls, failWith };
+}
+
+describe("Quotas sync loop", () => {
+  it("one call per slot group with traffic, in one round; the reply's rule and allowance are used at once", async () => {
+    const store = fakeStore(7);
+    const quotas = createQuotas({ transport: store.transport, clock: fakeClock(), rules: { api }, instancesHint: 1 });
+    for (let i = 0; i < 40; i++) quotas.check("api", `tenant-${i}`);
+    await quotas.sync();
+    expect(store.calls.length).toBeGreaterThan(1);
+    expect(store.calls.length).toBeLessThanOrEqual(4);
+    expect(new Set(store.calls.map((c) => c.group)).size).toBe(store.calls.length);
+    expect(store.calls.flatMap((c) => c.entries).length).toBe(40);
+    expect(quotas.check("api", "tenant-0")).toMatchObject({ allowed: true, remaining: 6, limit: 100 });
+  });
+
+  it("schedules each round within ±20 % of the interval, and stop() cancels and reports what is left", async () => {
+    const { scheduler, queue } = fakeScheduler();
+    const store = fakeStore();
+    const quotas = createQuotas({ transport: store.transport, clock: fakeClock(), scheduler, rules: { api } });
+    quotas.start();
+    expect(queue).toHaveLength(1);
+    expect(queue[0]!.delay).toBeGreaterThanOrEqual(40);
+    expect(queue[0]!.delay).toBeLessThanOrEqual(60);
+    quotas.check("api", "k");
+    await quotas.stop();
+    expect(queue[0]!.cancelled).toBe(true);
+    expect(store.calls.flatMap((c) => c.entries)).toMatchObject([{ key: "k", offered: 1 }]);
+  });
+
+  it("syncIfStale syncs only when the last round is older than the interval (the Lambda boundary)", async () => {
+    const clock = fakeClock();
+    const store = fakeStore();
+    const quotas = createQuotas({ transport: store.transport, clock, rules: { api }, instancesHint: 1 });
+    quotas.check("api", "k");
+    await quotas.syncIfStale();
+    quotas.check("api", "k");
+    clock.advance(49);
+    await quotas.syncIfStale();
+    expect(store.calls).toHaveLength(1);
+    clock.advance(1);
+    await quotas.syncIfStale();
+    expect(store.calls).toHaveLength(2);
+  });
+
+  it("an unreachable store: the same request (same seq) again next round, metrics say degraded since when", async () => {
+    const clock = fakeClock();
+    const store = fakeStore(10, { ...api, slotGroups: 1 });
+    const seen: QuotasMetrics[] = [];
+    const errors: Error[] = [];
+    const quotas = createQuotas({
+      transport: store.transport,
+      clock,
+      rules: { api: { ...api, slotGroups: 1 } },
+      instancesHint: 1,
+      onMetrics: (m) => seen.push(m),
+      onError: (e) => errors.push(e),
+    });
+    quotas.check("api", "k");
+    store.failWith(new StoreUnreachableError("connect ECONNREFUSED"));
+    await quotas.sync();
+    clock.advance(50);
+    quotas.check("api", "k");
+    await quotas.sync();
+    expect(store.calls.map((c) => c.seq)).toEqual([1, 1]);
+    expect(seen.at(-1)).toMatchObject({ degradedMs: 50, syncErrors: 1, admitted: 1 });
+    store.failWith(undefined);
+    clock.advance(50);
+    await quotas.sync();
+    await quotas.sync();
+    expect(store.calls.map((c) => c.seq)).toEqual([1, 1, 1, 2]);
+    expect(seen.at(-1)).toMatchObject({ degradedMs: 0, syncErrors: 0 });
+    expect(errors).toHaveLength(2);
+  });
+
+  it("a store that answers with an error: usage goes out again under a new seq", async () => {
+    const store = fakeStore(10, { ...api, slotGroups: 1 });
+    const quotas = createQuotas({
+      transport: store.transport,
+      clock: fakeClock(),
+      rules: { api: { ...api, slotGroups: 1 } },
+    });
+    quotas.check("api", "k");
+    store.failWith(new SyncRejectedError("ERR bad"));
+    await quotas.sync();
+    store.failWith(undefined);
+    await quotas.sync();
+    expect(store.calls.map((c) => [c.seq, c.entries[0]?.offered])).toEqual([
+      [1, 1],
+      [2, 0],
+    ]);
+    expect(store.calls[1]!.entries[0]!.usage).toEqual(store.calls[0]!.entries[0]!.usage);
+  });
+
+  it("refuses options that cannot work, naming the field", () => {
+    const { transport } = fakeStore();
+    expect(() => createQuotas({ transport, syncIntervalMs: 0 })).toThrow(/syncIntervalMs/);
+    expect(() => createQuotas({ transport, jitter: 1 })).toThrow(/jitter/);
+    expect(() => createQuotas({ transport, instanceId: "has{brace}" })).toThrow(/instanceId/);
+  });
+});
