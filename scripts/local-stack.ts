@@ -109,6 +109,8 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
       stops.unshift(() => environment.cluster.quit());
       return environment;
     });
+    // each environment's init phase, as Lambda runs it before the first invocation
+    await Promise.all(checkApiEnvironments.map((environment) => environment.warm()));
     const functionUrl = await startFunctionUrlServer(
       checkApiEnvironments.map((environment) => environment.handler),
       options.functionUrlPort ?? 0,

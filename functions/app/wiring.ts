@@ -4,6 +4,7 @@ import { Logger } from "@aws-lambda-powertools/logger";
 import { Metrics, MetricUnit } from "@aws-lambda-powertools/metrics";
 import { createAwsClients } from "../adapters/aws-clients.ts";
 import { createRedisCluster, RedisCapStore, RedisLimitStore } from "../adapters/redis-cluster.ts";
+import { type WarmUpReport, warmUp } from "../adapters/redis-warm-up.ts";
 import { S3ObjectStore } from "../adapters/s3-object-store.ts";
 import { SqsDeadLetterSink, SqsDeliverySink } from "../adapters/sqs-sinks.ts";
 import { CampaignConsumer } from "../core/capping/campaign-consumer.ts";
@@ -18,6 +19,9 @@ import {
 } from "../handlers/campaign-consumer-handler.ts";
 import { type HealthReport, makeCheckApiHandler } from "../handlers/check-api-handler.ts";
 import { type CommonEnvironment, parseCheckApiEnvironment, parseConsumerEnvironment } from "./environment.ts";
+
+/** How long init waits for Redis and the rules; Lambda allows 10 s for the whole init phase. */
+const WARM_UP_MS = 4_000;
 
 /** What every function builds the same way: AWS clients, the Redis Cluster client, the rules source. */
 function commonParts(config: CommonEnvironment, logger: Logger, metrics: Metrics) {
@@ -125,5 +129,21 @@ export function wireCheckApi(env: NodeJS.ProcessEnv) {
     metrics,
     ...(config.NEGATIVE_CACHE ? { negativeCache: new NegativeCache(systemClock) } : {}),
   });
-  return { handler, cluster, config };
+  /**
+   * Lambda's init phase (and the local stack's start): the Redis connections and the rules, before the first
+   * request, so no request's budget pays for them. Never throws: without Redis or rules at init, requests
+   * answer as they would later (503 or `onStoreError`), and connect or load again.
+   */
+  const warm = async (): Promise<WarmUpReport> => {
+    const [redis] = await Promise.all([
+      warmUp(cluster, { timeoutMs: WARM_UP_MS }),
+      // a missing or refused policy is reported by the first request that needs it
+      Promise.race([rules.current(), new Promise((resolve) => setTimeout(resolve, WARM_UP_MS).unref())]).catch(
+        () => {},
+      ),
+    ]);
+    if (!redis.warm) logger.warn("Redis not warm at init: the first requests connect", { error: redis.error });
+    return redis;
+  };
+  return { handler, cluster, config, warm };
 }

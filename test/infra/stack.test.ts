@@ -240,7 +240,13 @@ describe("the bundles synth built", () => {
     return join(outdir, `asset.${key}`, "index.mjs");
   };
 
-  it("load with roaring and the Lua scripts, and answer", async () => {
+  type CheckApiBundle = { handler: (e: unknown, c: unknown) => Promise<{ statusCode: number; body: string }> };
+  /** A fresh module instance of the check API bundle: what one new execution environment runs at init. */
+  const coldCheckApi = (environment: string) =>
+    import(`${pathToFileURL(assetOf("CheckApi")).href}?environment=${environment}`) as Promise<CheckApiBundle>;
+  const limitEvent = (limit: object) => functionUrlEvent("POST", "/v1/limit", JSON.stringify(limit));
+
+  beforeAll(() => {
     Object.assign(process.env, {
       REDIS_NODES: clusterPorts
         .slice(0, 3)
@@ -251,6 +257,9 @@ describe("the bundles synth built", () => {
       DEAD_LETTER_QUEUE_URL: "http://127.0.0.1:1/000000000000/dlq",
       KEY_NAMESPACE: `bundle-${Date.now()}`,
     });
+  });
+
+  it("load with roaring and the Lua scripts, and answer", async () => {
     const checkApi = (await import(pathToFileURL(assetOf("CheckApi")).href)) as {
       handler: (e: unknown, c: unknown) => Promise<{ statusCode: number; body: string }>;
     };
@@ -269,4 +278,18 @@ describe("the bundles synth built", () => {
     };
     expect(await consumer.handler({ Records: [] }, lambdaContext(10_000))).toEqual({ batchItemFailures: [] });
   });
+
+  it("answer the first request of every cold environment with 200, many environments starting at once", async () => {
+    // a burst of traffic scales out: the new environments run their init at once, then each takes its
+    // first request (in one process, an init overlapping another's request would only measure this test)
+    const environments = 4;
+    const limit = { key: "cold-burst", algorithm: "fixed-window", max: 1000, windowMs: 3_600_000 };
+    const cold = await Promise.all(Array.from({ length: environments }, (_, i) => coldCheckApi(`cold-${i}`)));
+    const replies = await Promise.all(cold.map(({ handler }) => handler(limitEvent(limit), lambdaContext(10_000))));
+    expect(replies.map((reply) => reply.statusCode)).toEqual(replies.map(() => 200));
+    // every first request was counted once: none lost, none charged twice
+    const { handler } = await coldCheckApi("peek");
+    const peek = await handler(limitEvent({ ...limit, cost: 0 }), lambdaContext(10_000));
+    expect(JSON.parse(peek.body)).toMatchObject({ allowed: true, remaining: 1000 - environments });
+  }, 120_000);
 });
