@@ -165,10 +165,25 @@ function isRedirect(error: unknown): boolean {
 const backoff = (attempt: number) => Math.min(50 * 2 ** (attempt - 1), 500);
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
+/**
+ * Rejects when `promise` has not settled `ms` after the call. A busy event loop runs due timers before it
+ * reads its sockets, so a reply that arrived in time would lose to its own deadline (and the request,
+ * charged, would be told "no reply"): the deadline reads pending I/O once (setImmediate runs after the
+ * poll phase) before it gives up.
+ */
 function withDeadline<T>(promise: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
+  let immediate: NodeJS.Immediate | undefined;
   const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`no reply within ${Math.max(ms, 0)} ms`)), Math.max(ms, 0));
+    timer = setTimeout(
+      () => {
+        immediate = setImmediate(() => reject(new Error(`no reply within ${Math.max(ms, 0)} ms`)));
+      },
+      Math.max(ms, 0),
+    );
   });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+  return Promise.race([promise, timeout]).finally(() => {
+    clearTimeout(timer);
+    clearImmediate(immediate);
+  });
 }
