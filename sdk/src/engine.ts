@@ -1,9 +1,9 @@
 // The local decision engine. `check` decides from this instance's allowances with no I/O, no clock read
 // and no allocation. The sync loop (sync-loop.ts) calls the rest, with the time: `advance` (leases end,
 // degraded mode begins), `takeRequest` (usage out, per slot group) and `applyReply` (allowances in).
-import { type Decision, QuotaHandle, Source } from "./handle.ts";
-import { type GroupState, RuleState } from "./rule-state.ts";
+import type { Decision } from "./decision.ts";
 import { recordAdmissions, safeShareLeft } from "./safe-share.ts";
+import { type GroupState, QuotaHandle, RuleState, Source } from "./state.ts";
 import {
   MAX_EPOCHS_PER_KEY,
   MAX_KEYS_PER_SYNC,
@@ -85,6 +85,11 @@ export class QuotaEngine {
   check(rule: string, key: string, cost = 1): Readonly<Decision> {
     const handle = this.rules.get(rule)?.handles.get(key) ?? this.create(rule, key);
     return this.checkHandle(handle, cost);
+  }
+
+  /** The handle of a key, made on first sight (evicted when idle, unlike `resolve`'s). */
+  handle(rule: string, key: string): QuotaHandle {
+    return this.rules.get(rule)?.handles.get(key) ?? this.create(rule, key);
   }
 
   /** The handle of a hot key, resolved once: `checkHandle(handle)` skips both lookups. Never evicted. */

@@ -1,7 +1,8 @@
 // @tollgate/quotas: rate limits decided inside the calling service from local allowances, kept fresh by a
 // sync with the Tollgate store every ~50 ms. Middleware: @tollgate/quotas/express, /fastify, /middy.
 export { type Clock, type Scheduler, systemClock, unrefScheduler } from "./clock.ts";
+export type { Decision } from "./decision.ts";
 export { QuotasConfigError, QuotasError, StoreUnreachableError, SyncRejectedError } from "./errors.ts";
-export type { Decision, QuotaHandle } from "./handle.ts";
 export { createQuotas, Quotas, type QuotasMetrics, type QuotasOptions, type QuotaTransport } from "./quotas.ts";
+export type { QuotaHandle } from "./state.ts";
 export type { QuotaFallback, QuotaLimit, QuotaMode, QuotaRule, SyncReply, SyncRequest } from "./wire.ts";

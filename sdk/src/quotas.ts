@@ -4,10 +4,10 @@
 // invocation boundary when the last sync is older than the interval, and nothing is left running.
 import { randomBytes } from "node:crypto";
 import { type Clock, type Scheduler, systemClock, unrefScheduler } from "./clock.ts";
+import type { Decision } from "./decision.ts";
 import { type EngineOptions, QuotaEngine } from "./engine.ts";
 import { QuotasConfigError, SyncRejectedError } from "./errors.ts";
-import type { Decision, QuotaHandle } from "./handle.ts";
-import type { GroupState } from "./rule-state.ts";
+import type { GroupState, QuotaHandle } from "./state.ts";
 import { NAME_PATTERN, type SyncReply, type SyncRequest } from "./wire.ts";
 
 /** How a sync reaches the store: direct to Redis (transports/redis.ts) or over HTTP (transports/http.ts). */
@@ -98,6 +98,20 @@ export class Quotas {
   }
 
   checkHandle(handle: QuotaHandle, cost = 1): Readonly<Decision> {
+    return this.engine.checkHandle(handle, cost);
+  }
+
+  /**
+   * Like `check`, for callers that can wait one round trip (the Lambda middleware): a key that never had
+   * an allowance on this instance is synced first, so its first request is decided by the store's
+   * allowance rather than the fallback. Every later call is a plain `check`.
+   */
+  async checkFresh(rule: string, key: string, cost = 1): Promise<Readonly<Decision>> {
+    const handle = this.engine.handle(rule, key);
+    if (handle.assignedAt < 0) {
+      await this.round;
+      await this.sync();
+    }
     return this.engine.checkHandle(handle, cost);
   }
 

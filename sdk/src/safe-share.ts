@@ -2,7 +2,7 @@
 // admits at most each limit over the last known instance count in any window of that limit: admissions
 // are recorded per slot in a ring spanning the window plus one slot (the extra slot makes the bound hold
 // for every window position, not only slot-aligned ones), and what is left is the share minus the ring.
-import type { QuotaHandle } from "./handle.ts";
+import type { QuotaHandle } from "./state.ts";
 
 /** Slots per window at most: 5 s windows get 250 ms slots, 1 s windows the sync interval's. */
 const MAX_SLOTS = 20;

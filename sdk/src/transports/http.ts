@@ -1,0 +1,54 @@
+// HTTP transport, for services outside the VPC: POST /v1/quotas/sync on the check API's Function URL,
+// SigV4-signed when signing is configured (AWS_IAM auth). Same request and reply as the direct transport;
+// the check API's clock is the store's `now`.
+import { QuotasConfigError, StoreUnreachableError, SyncRejectedError } from "../errors.ts";
+import type { QuotaTransport } from "../quotas.ts";
+import type { SyncReply, SyncRequest } from "../wire.ts";
+import { type Signer, type SigningOptions, sigV4Signer } from "./sigv4.ts";
+
+export interface HttpTransportOptions {
+  /** The Function URL (https://<id>.lambda-url.<region>.on.aws/) or the local one. */
+  url: string;
+  /** Sign each call (AWS_IAM Function URLs); omit for a URL without auth (local stack). */
+  signing?: SigningOptions;
+  /** A call without a reply after this long counts as unreachable (default 2,000 ms: a Lambda cold start). */
+  timeoutMs?: number;
+}
+
+export function httpTransport(options: HttpTransportOptions): QuotaTransport {
+  let endpoint: URL;
+  try {
+    endpoint = new URL("/v1/quotas/sync", options.url);
+  } catch {
+    throw new QuotasConfigError("url", `not a URL: ${options.url}`);
+  }
+  const timeoutMs = options.timeoutMs ?? 2_000;
+  let signer: Promise<Signer> | undefined;
+  return {
+    async sync(request: SyncRequest): Promise<SyncReply> {
+      const body = JSON.stringify(request);
+      let headers: Record<string, string> = { "content-type": "application/json" };
+      if (options.signing) {
+        signer ??= sigV4Signer(options.signing);
+        headers = await (await signer)(endpoint, headers, body);
+      }
+      let response: Response;
+      try {
+        response = await fetch(endpoint, { method: "POST", headers, body, signal: AbortSignal.timeout(timeoutMs) });
+      } catch (error) {
+        throw new StoreUnreachableError(`POST ${endpoint.pathname}: ${(error as Error).message}`, { cause: error });
+      }
+      const text = await response.text();
+      // 503: the check API could not reach Redis (or a Lambda throttle): the store is unreachable for now
+      if (response.status === 503 || response.status === 429) {
+        throw new StoreUnreachableError(`POST ${endpoint.pathname}: ${response.status} ${text}`);
+      }
+      if (!response.ok) {
+        throw new SyncRejectedError(`POST ${endpoint.pathname}: ${response.status} ${text}`, {
+          status: response.status,
+        });
+      }
+      return JSON.parse(text) as SyncReply;
+    },
+  };
+}

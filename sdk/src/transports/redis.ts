@@ -1,0 +1,83 @@
+// Direct transport, for services inside the VPC: lua/quota-sync.lua on the Tollgate Redis Cluster, loaded
+// once per connection and called by SHA (ioredis defineCommand falls back to EVAL on NOSCRIPT, after a
+// failover or SCRIPT FLUSH). One call per slot group: every key of a call shares one hash tag.
+import { existsSync, readFileSync } from "node:fs";
+import type { Cluster, Redis } from "ioredis";
+import { QuotasConfigError, StoreUnreachableError, SyncRejectedError } from "../errors.ts";
+import type { QuotaTransport } from "../quotas.ts";
+import { DEFAULT_NAMESPACE, decodeSync, encodeSync, NAME_PATTERN, type SyncReply, type SyncRequest } from "../wire.ts";
+
+type QuotaSyncCommand = (numberOfKeys: number, ...keysAndArgs: Array<string | number>) => Promise<unknown>;
+
+export interface RedisTransportOptions {
+  /** The caller's ioredis Cluster (or a single Redis for tests); the SDK never closes it. */
+  redis: Cluster | Redis;
+  /** Key namespace, as the Tollgate deployment's (default "tg"). */
+  namespace?: string;
+  /** A call without a reply after this long counts as unreachable (default 500 ms). */
+  timeoutMs?: number;
+}
+
+/** In the repository the script is in lua/ at the root; the published package carries a copy in lua/. */
+const LUA_CANDIDATES = [
+  new URL("../../lua/quota-sync.lua", import.meta.url),
+  new URL("../../../lua/quota-sync.lua", import.meta.url),
+];
+
+let script: string | undefined;
+function quotaSyncLua(): string {
+  if (script !== undefined) return script;
+  const file = LUA_CANDIDATES.find((candidate) => existsSync(candidate));
+  if (!file)
+    throw new QuotasConfigError("redis", `quota-sync.lua not found (${LUA_CANDIDATES.map(String).join(", ")})`);
+  script = readFileSync(file, "utf8");
+  return script;
+}
+
+export function redisTransport(options: RedisTransportOptions): QuotaTransport {
+  const namespace = options.namespace ?? DEFAULT_NAMESPACE;
+  if (!NAME_PATTERN.test(namespace)) throw new QuotasConfigError("namespace", `expected ${NAME_PATTERN}`);
+  const timeoutMs = options.timeoutMs ?? 500;
+  const redis = options.redis as (Cluster | Redis) & { tollgateQuotaSync?: QuotaSyncCommand };
+  // The key count goes first, as a number: ioredis routes a cluster call by its first string argument,
+  // which is then the first key, and every key of a call shares its slot.
+  if (!redis.tollgateQuotaSync) redis.defineCommand("tollgateQuotaSync", { lua: quotaSyncLua() });
+  const command = (redis.tollgateQuotaSync as QuotaSyncCommand).bind(redis);
+  return {
+    async sync(request: SyncRequest, now: number): Promise<SyncReply> {
+      const { keys, args } = encodeSync(namespace, request, now);
+      let raw: unknown;
+      try {
+        raw = await withTimeout(command(keys.length, ...keys, ...args), timeoutMs);
+      } catch (error) {
+        throw classify(error, request);
+      }
+      return decodeSync(raw, request);
+    },
+  };
+}
+
+/**
+ * "Redis did not answer" is not "Redis answered with an error": a plain ERR reply is a refused call (a
+ * bug, or a script error), everything else (no connection, timeout, MOVED/ASK/TRYAGAIN/CLUSTERDOWN) is
+ * the store being unreachable for now, and the same request is sent again.
+ */
+function classify(error: unknown, request: SyncRequest): Error {
+  const what = `quota sync of ${request.rule}.${request.group}`;
+  if (error instanceof Error && error.name === "ReplyError" && error.message.startsWith("ERR ")) {
+    return new SyncRejectedError(`${what}: ${error.message}`, { cause: error });
+  }
+  return new StoreUnreachableError(`${what}: ${(error as Error).message}`, { cause: error });
+}
+
+/**
+ * On a busy event loop the timer can fire before a reply that has already arrived is read: one
+ * setImmediate lets pending replies settle first, so a call that ran is not reported as unanswered.
+ */
+function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => setImmediate(() => reject(new Error(`no reply within ${ms} ms`))), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
