@@ -1,7 +1,7 @@
 // The Lua scripts in lua/, read once per process. ioredis sends each by SHA and falls back to EVAL on
 // NOSCRIPT (after SCRIPT FLUSH, a restart or a failover), per connection.
 import { existsSync, readFileSync } from "node:fs";
-import { CAP_SENDS_KEYS } from "../core/capping/cap-sends-script.ts";
+import { MAX_KEYS_PER_CALL, MIN_KEYS_PER_CALL } from "../core/capping/cap-sends-script.ts";
 import { ALGORITHMS, MAX_LIMITS } from "../core/limits/limit-specs.ts";
 
 /**
@@ -18,6 +18,8 @@ function load(name: string): string {
   throw new Error(`lua/${name}.lua not found beside the code (${LUA_DIRS.map(String).join(", ")})`);
 }
 
+const capSendsLua = load("cap-sends");
+
 /** lua/limits.lua with every algorithm file in front of it: one script, one atomic call. */
 const limitsLua = ["local ALGORITHMS = {}", ...ALGORITHMS.map(load), load("limits")].join("\n");
 
@@ -26,7 +28,13 @@ const limitsLua = ["local ALGORITHMS = {}", ...ALGORITHMS.map(load), load("limit
  * key only when it knows where the keys are.
  */
 export const luaScripts: Record<string, { lua: string; numberOfKeys: number }> = {
-  capSends: { lua: load("cap-sends"), numberOfKeys: CAP_SENDS_KEYS },
+  // capSends3 .. capSends64: cap-sends once per key count (identity table, record hashes, page blocks)
+  ...Object.fromEntries(
+    Array.from({ length: MAX_KEYS_PER_CALL - MIN_KEYS_PER_CALL + 1 }, (_, i) => [
+      `capSends${i + MIN_KEYS_PER_CALL}`,
+      { lua: capSendsLua, numberOfKeys: i + MIN_KEYS_PER_CALL },
+    ]),
+  ),
   // limits1 .. limits16: the same script once per key count
   ...Object.fromEntries(
     Array.from({ length: MAX_LIMITS }, (_, i) => [`limits${i + 1}`, { lua: limitsLua, numberOfKeys: i + 1 }]),

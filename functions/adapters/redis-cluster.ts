@@ -20,7 +20,9 @@ export interface RedisClusterConfig {
 
 type CapSendsCommand = (...keysAndArgs: (string | Buffer)[]) => Promise<Buffer>;
 type LimitsCommand = (...keysAndArgs: string[]) => Promise<number[]>;
-export type TollgateCluster = Cluster & { capSendsBuffer: CapSendsCommand } & Record<`limits${number}`, LimitsCommand>;
+export type TollgateCluster = Cluster &
+  Record<`capSends${number}Buffer`, CapSendsCommand> &
+  Record<`limits${number}`, LimitsCommand>;
 
 export function createRedisCluster(config: RedisClusterConfig): TollgateCluster {
   const cluster = new Cluster(config.nodes, {
@@ -113,7 +115,9 @@ export class RedisCapStore implements CapStore {
   }
 
   capSends(keys: readonly string[], args: readonly (string | Buffer)[]): Promise<Buffer> {
-    return withRetries(this.cluster, () => this.cluster.capSendsBuffer(...keys, ...args), {
+    const command = this.cluster[`capSends${keys.length}Buffer`];
+    if (!command) throw new Error(`no cap-sends script for ${keys.length} keys`);
+    return withRetries(this.cluster, () => command.call(this.cluster, ...keys, ...args), {
       deadlineMs: this.deadlineMs,
       retryable: this.retryable,
       onRetry: this.onRetry,

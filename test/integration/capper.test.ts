@@ -2,11 +2,19 @@
 import calculateSlot from "cluster-key-slot";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RedisCapStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
+import type { CampaignBatchInput } from "../../functions/core/capping/campaign-batch.ts";
 import { Capper } from "../../functions/core/capping/capper.ts";
 import type { CapBatchResult } from "../../functions/core/capping/decisions.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
-import { capKeyOfUser, offsetInBlockOf, USERS_PER_GROUP } from "../../functions/core/shared/keys.ts";
-import { decodeBlock } from "../support/block.ts";
+import {
+  capPageKey,
+  capRecordKey,
+  capTagOf,
+  pageOf,
+  recordRangeOf,
+  USERS_PER_GROUP,
+} from "../../functions/core/shared/keys.ts";
+import { decodeBlock, decodeRecord } from "../support/block.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
 import { DAY, HOUR, rulesOf, simplePolicy, T0 } from "../support/rules.ts";
 
@@ -18,13 +26,17 @@ afterAll(async () => {
   await cluster.quit();
 });
 
+/** A capper whose clock reads each batch's `at` (a campaign decided as it is sent). */
 function capperFor(rules: ReturnType<typeof rulesOf>, namespace = uniqueNamespace()) {
-  return new Capper({
-    store: new RedisCapStore(cluster),
-    rules: () => rules,
-    clock: fixedClock(T0 + 365 * DAY),
-    namespace,
-  });
+  const clock = fixedClock(T0);
+  const capper = new Capper({ store: new RedisCapStore(cluster), rules: () => rules, clock, namespace });
+  const atItsTime =
+    (decide: (input: CampaignBatchInput) => Promise<CapBatchResult>) =>
+    (input: CampaignBatchInput): Promise<CapBatchResult> => {
+      if (input.at !== undefined) clock.set(input.at);
+      return decide(input);
+    };
+  return { capBatch: atItsTime((input) => capper.capBatch(input)), peek: atItsTime((input) => capper.peek(input)) };
 }
 
 const kinds = (result: CapBatchResult) => result.decisions.map((d) => d.decision);
@@ -179,7 +191,7 @@ describe("capping engine on the cluster", () => {
       ),
       { new: users.filter((_, i) => i % 2 === 0) },
     );
-    const primaries = new Set(users.map((u) => cluster.slots[calculateSlot(capKeyOfUser("tg", u))]![0]));
+    const primaries = new Set(users.map((u) => cluster.slots[calculateSlot(capPageKey("tg", pageOf(u)))]![0]));
     expect(primaries.size).toBe(3);
     // the same history in two namespaces, then the same campaign: batched in one, user by user in the other
     const batched = capperFor(rules);
@@ -237,20 +249,23 @@ describe("capping engine on the cluster", () => {
     expect(kinds(await wide.peek({ ...base, campaignId: "b" }))).toEqual(["capped"]);
   });
 
-  it("drops expired sends from a rewritten record and expires keys when nothing in them can matter", async () => {
+  it("keeps a user's record only as long as a valid decision can need it, and expires the key then", async () => {
     const namespace = uniqueNamespace();
     const capper = capperFor(rulesOf(simplePolicy({ push: [{ window: "2d", max: 1 }] })), namespace);
     const user = 12_345;
-    const key = capKeyOfUser(namespace, user);
+    const key = capRecordKey(namespace, capTagOf(user), recordRangeOf(user));
     await capper.capBatch({ campaignId: "old", channel: "push", userIds: [user], at: at(0, 9) });
+    // retention: a backfill may be 2 days old and its window reaches 2 days further; plus the 5-minute skew bound
+    const retention = 4 * DAY + 5 * 60_000;
     const ttl = await cluster.pttl(key);
-    expect(ttl).toBeGreaterThan(2 * DAY - 60_000);
-    expect(ttl).toBeLessThanOrEqual(2 * DAY);
-    // three days later the old send is past the 2-day horizon: the record keeps only the new one
-    await capper.capBatch({ campaignId: "new", channel: "push", userIds: [user], at: at(3, 9) });
-    const block = decodeBlock((await cluster.getBuffer(key))!);
-    expect(block.history(offsetInBlockOf(user))).toEqual(["push:new"]);
-    expect(block.newest).toBe(at(3, 9));
+    expect(ttl).toBeGreaterThan(retention - 60_000);
+    expect(ttl).toBeLessThanOrEqual(retention);
+    await capper.capBatch({ campaignId: "mid", channel: "push", userIds: [user], at: at(1, 9) });
+    const kept = decodeRecord((await cluster.hgetBuffer(key, String(user)))!);
+    expect(kept.map((send) => send.at)).toEqual([at(0, 9)]); // "mid" was capped; "old" is still within reach
+    await capper.capBatch({ campaignId: "new", channel: "push", userIds: [user], at: at(5, 9) });
+    const record = decodeRecord((await cluster.hgetBuffer(key, String(user)))!);
+    expect(record.map((send) => send.at)).toEqual([at(5, 9)]);
   });
 
   it("compacts a block: expired events and unused identities go, counts stay exact", async () => {
@@ -267,11 +282,12 @@ describe("capping engine on the cluster", () => {
       });
       expect(result.totals.unsegmented).toMatchObject({ allowed: 128 });
     }
-    const block = decodeBlock((await cluster.getBuffer(capKeyOfUser(namespace, 0)))!);
+    const block = decodeBlock((await cluster.getBuffer(capPageKey(namespace, 0)))!);
     expect(block.events.length).toBeLessThan(block.compactAt);
     expect(block.compactAt).toBeLessThanOrEqual(32);
     expect(block.identities.length).toBeLessThanOrEqual(block.events.length);
-    // sends older than the 1-day horizon are gone from the history
+    expect(block.width).toBe(1);
+    // sends older than the retention (2 days and 5 minutes) are gone from the history
     expect(block.history(0).length).toBeLessThanOrEqual(block.events.length);
     expect(block.history(0).slice(-2)).toEqual(["push:camp-98", "push:camp-99"]);
     expect(block.history(0)).not.toContain("push:camp-0");

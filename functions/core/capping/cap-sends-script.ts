@@ -1,63 +1,33 @@
-// The wire protocol of lua/cap-sends.lua (its header is the contract): which keys and arguments a batch
-// becomes, one call per slot group, and what the reply bytes and the "+log" text mean. The Capper never
-// sees an argument position, a profile byte or a reply code.
-import { BLOCKS_PER_GROUP, blockInGroupOf, capBlockKey, groupOf, offsetInBlockOf } from "../shared/keys.ts";
+// The wire protocol of lua/cap-sends.lua (its header is the contract): how a batch is split into script
+// calls (keys and arguments, one slot each), how many run at once, and what the reply bytes and the "+log"
+// text mean. The Capper never sees an argument position, a profile byte or a reply code.
+import {
+  capIdentityKey,
+  capPageKey,
+  capRecordKey,
+  capTagOf,
+  pageOf,
+  recordRangeOf,
+  USERS_PER_PAGE,
+} from "../shared/keys.ts";
 import type { DecisionKind } from "./decisions.ts";
 import type { Policy } from "./policy.ts";
 
-/** What the capper needs from the counter store: run lua/cap-sends.lua on the keys of one slot group. */
+/** What the capper needs from the counter store: run lua/cap-sends.lua with the keys and arguments planned here. */
 export interface CapStore {
   capSends(keys: readonly string[], args: readonly (string | Buffer)[]): Promise<Buffer>;
 }
 
-/** The script always takes every block key of a group: a fixed key count lets ioredis route by the first. */
-export const CAP_SENDS_KEYS = BLOCKS_PER_GROUP;
-
-/** The profile byte of a send counted without checking caps (an exempt send that counts). */
-const FORCED_PROFILE = 255;
-const REPLY_ALLOWED = 0;
-const REPLY_DUPLICATE = 1;
-const REPLY_EXEMPT = 2;
+export const REPLY_ALLOWED = 0;
+export const REPLY_DUPLICATE = 1;
+export const REPLY_EXEMPT = 2;
 /** 3 + i: capped by cap i of the user's profile. */
-const REPLY_FIRST_CAP = 3;
-const EMPTY = Buffer.alloc(0);
-
-export interface CapSendsRequest {
-  namespace: string;
-  at: number;
-  /** "count" records the allowed sends; "peek" decides the same way and writes nothing. */
-  mode: "count" | "peek";
-  /** Also return the user's log as the call left it (for one user: the frequency check). */
-  withLog: boolean;
-  horizonMs: number;
-  channel: string;
-  /** Empty: the sends have no identity, so none is ever a duplicate. */
-  campaignId: string;
-  /** capsArgument(policy, channel). */
-  caps: string;
-  /** User IDs ascending (repeats allowed: each is decided once) and each one's segment, in step. */
-  sortedIds: Uint32Array;
-  segmentOf: Uint8Array;
-  /** Count every send without checking caps (exempt sends that count). */
-  forced: boolean;
-}
+export const REPLY_FIRST_CAP = 3;
 
 /** One send in a user's log: when it was counted and its identity ("<channel>:<campaign ID>"). */
 export interface LoggedSend {
   at: number;
   identity: string;
-}
-
-/** The caps argument: every segment's caps for `channel`, in segment order (a segment is a profile). */
-export function capsArgument(policy: Policy, channel: string): string {
-  return policy.segments
-    .map((_, segment) =>
-      policy
-        .capsFor(segment, channel)
-        .map((cap) => `${cap.windowMs}:${cap.max}:${cap.channel === channel ? 0 : 1}`)
-        .join(","),
-    )
-    .join("|");
 }
 
 /**
@@ -91,77 +61,218 @@ export class Verdicts {
   }
 }
 
-interface ScriptCall {
+/**
+ * A page with at least this many users in one call is written through its block (shared histories);
+ * fewer go to user records, so a single-user call never rewrites a page of 256 users.
+ */
+export const BLOCK_PATH_MIN_USERS = 16;
+/** Keys of one call at most: ioredis routes a defined command by a fixed key count, one command per count. */
+export const MAX_KEYS_PER_CALL = 64;
+/** Users of one call at most: bounds one script's run time. */
+export const MAX_USERS_PER_CALL = 1024;
+export const MIN_KEYS_PER_CALL = 3;
+/** Script calls of one batch in flight at once: a 90,000-user sparse message never floods a shard. */
+export const MAX_CALLS_IN_FLIGHT = 16;
+
+/** One cap as the script sees it. */
+export interface ScriptCap {
+  windowMs: number;
+  max: number;
+  /** Counts every channel's sends ("*"), not only the call's channel. */
+  everyChannel: boolean;
+}
+
+/** A segment's caps for the call's channel, and how long its users' sends are kept. */
+export interface ScriptProfile {
+  caps: readonly ScriptCap[];
+  retentionMs: number;
+}
+
+/** Every segment's caps on `channel` and its retention, as the script takes them (one per segment number). */
+export function scriptProfiles(policy: Policy, channel: string): ScriptProfile[] {
+  return policy.segments.map((_, segment) => ({
+    caps: policy
+      .capsFor(segment, channel)
+      .map((cap) => ({ windowMs: cap.windowMs, max: cap.max, everyChannel: cap.channel !== channel })),
+    retentionMs: policy.retentionMs(segment),
+  }));
+}
+
+export interface CapSendsRequest {
+  namespace: string;
+  /** The caller's clock: retention and TTLs are measured from it. */
+  now: number;
+  /** The send time decided. */
+  at: number;
+  mode: "count" | "peek";
+  /** Also return each user's live sends (for one-user reports). */
+  withLog?: boolean;
+  channel: string;
+  /** Empty: anonymous, every send counts. */
+  campaignId: string;
+  /** Count every send without checking caps (exempt sends that count). */
+  forced: boolean;
+  /** The longest retention of any profile of the policy (block compaction keeps that much). */
+  horizonMs: number;
+  /** scriptProfiles(policy, channel): one per segment, indexed by `segmentOf`. */
+  profiles: readonly ScriptProfile[];
+  /** User IDs ascending (repeats allowed: each is decided once) and each one's segment, in step. */
+  sortedIds: Uint32Array;
+  segmentOf: Uint8Array;
+}
+
+export interface CapSendsCall {
   keys: string[];
   args: (string | Buffer)[];
-  /** Indices into the sorted arrays, in the order of the script's reply bytes. */
+  /** Indices into sortedIds, in the order of the reply's bytes. */
+  members: number[];
+  /** The hash tag of every key of the call (one slot). */
+  tag: number;
+}
+
+interface PageRun {
+  page: number;
+  range: number;
+  /** Indices into sortedIds (repeats skipped). */
   members: number[];
 }
 
-/** Runs the script for every slot group of the batch, all calls in flight at once, and decodes the replies. */
+/**
+ * Runs the planned calls, at most MAX_CALLS_IN_FLIGHT at once, and decodes the replies. After a failure no
+ * new call starts, and every started one is awaited before the first failure is thrown.
+ */
 export async function runCapSends(
   store: CapStore,
   request: CapSendsRequest,
 ): Promise<{ verdicts: Verdicts; log: LoggedSend[] }> {
-  const calls = planCalls(request);
-  const common = [
-    String(request.at),
-    request.withLog ? `${request.mode}+log` : request.mode,
-    String(request.horizonMs),
-    `${request.channel}:${request.campaignId}`,
-    request.caps,
-  ];
-  const replies = await Promise.all(calls.map((call) => store.capSends(call.keys, [...common, ...call.args])));
+  const calls = planCapSends(request);
   // a repeated ID is sent once; its later occurrences keep 0 here and follow the first (Verdicts)
   const codes = new Uint8Array(request.sortedIds.length);
-  let log = "";
-  replies.forEach((reply, c) => {
-    const { members } = calls[c] as ScriptCall;
-    if (request.withLog ? reply.length < members.length : reply.length !== members.length) {
-      throw new Error(`cap-sends replied ${reply.length} bytes for ${members.length} users`);
+  const logs: string[] = [];
+  const failures: unknown[] = [];
+  let next = 0;
+  const worker = async () => {
+    while (failures.length === 0 && next < calls.length) {
+      const index = next++;
+      const call = calls[index] as CapSendsCall;
+      try {
+        const reply = await store.capSends(call.keys, call.args);
+        const { codes: callCodes, log } = readCapSendsReply(reply, call.members.length);
+        if (!request.withLog && log.length > 0) {
+          throw new Error(`cap-sends replied ${reply.length} bytes for ${call.members.length} users`);
+        }
+        call.members.forEach((member, m) => {
+          codes[member] = callCodes[m] as number;
+        });
+        logs[index] = log;
+      } catch (error) {
+        failures.push(error);
+      }
     }
-    for (let m = 0; m < members.length; m++) codes[members[m] as number] = reply[m] as number;
-    if (request.withLog) log += reply.subarray(members.length).toString("latin1");
-  });
-  return { verdicts: Verdicts.of(codes), log: parseLog(log) };
+  };
+  await Promise.all(Array.from({ length: Math.min(MAX_CALLS_IN_FLIGHT, calls.length) }, worker));
+  if (failures.length > 0) throw failures[0];
+  return { verdicts: Verdicts.of(codes), log: parseLog(logs.join("")) };
 }
 
-/** One script call per slot group: every block key of the group, and per block 2 bytes per distinct user. */
-function planCalls({ namespace, sortedIds, segmentOf, forced }: CapSendsRequest): ScriptCall[] {
-  const calls: ScriptCall[] = [];
-  let i = 0;
-  while (i < sortedIds.length) {
-    const group = groupOf(sortedIds[i] as number);
-    const call: ScriptCall = { keys: [], args: new Array(BLOCKS_PER_GROUP).fill(EMPTY), members: [] };
-    for (let block = 0; block < BLOCKS_PER_GROUP; block++) call.keys.push(capBlockKey(namespace, group, block));
-    while (i < sortedIds.length && groupOf(sortedIds[i] as number) === group) {
-      const block = blockInGroupOf(sortedIds[i] as number);
-      let end = i;
-      while (
-        end < sortedIds.length &&
-        groupOf(sortedIds[end] as number) === group &&
-        blockInGroupOf(sortedIds[end] as number) === block
-      )
-        end++;
-      const users = Buffer.allocUnsafe(2 * (end - i));
-      let length = 0;
-      for (let j = i; j < end; j++) {
-        if (j > i && sortedIds[j] === sortedIds[j - 1]) continue; // a repeated ID is decided once
-        users[length++] = offsetInBlockOf(sortedIds[j] as number);
-        users[length++] = forced ? FORCED_PROFILE : (segmentOf[j] as number);
-        call.members.push(j);
-      }
-      call.args[block] = users.subarray(0, length);
-      i = end;
+/** The script calls that decide every distinct user of the request: one slot each, bounded in keys and users. */
+export function planCapSends(request: CapSendsRequest): CapSendsCall[] {
+  const { sortedIds } = request;
+  // pages by tag, in ascending page order (sortedIds is ascending)
+  const runsByTag = new Map<number, PageRun[]>();
+  for (let i = 0; i < sortedIds.length; i++) {
+    const id = sortedIds[i] as number;
+    if (i > 0 && id === sortedIds[i - 1]) continue;
+    const tag = capTagOf(id);
+    let runs = runsByTag.get(tag);
+    if (!runs) {
+      runs = [];
+      runsByTag.set(tag, runs);
     }
-    calls.push(call);
+    const page = pageOf(id);
+    const last = runs[runs.length - 1];
+    if (last?.page === page) last.members.push(i);
+    else runs.push({ page, range: recordRangeOf(id), members: [i] });
+  }
+  const calls: CapSendsCall[] = [];
+  for (const [tag, runs] of runsByTag) {
+    let batch: PageRun[] = [];
+    let ranges = new Set<number>();
+    let users = 0;
+    for (const run of runs) {
+      const extraRange = ranges.has(run.range) ? 0 : 1;
+      const keys = 1 + ranges.size + extraRange + batch.length + 1;
+      if (batch.length > 0 && (keys > MAX_KEYS_PER_CALL || users + run.members.length > MAX_USERS_PER_CALL)) {
+        calls.push(buildCall(request, tag, batch));
+        batch = [];
+        ranges = new Set();
+        users = 0;
+      }
+      batch.push(run);
+      ranges.add(run.range);
+      users += run.members.length;
+    }
+    if (batch.length > 0) calls.push(buildCall(request, tag, batch));
   }
   return calls;
 }
 
-/** The "+log" text: a line "<time ms> <identity>\n" per send. */
-function parseLog(text: string): LoggedSend[] {
-  return text
+function buildCall(request: CapSendsRequest, tag: number, runs: PageRun[]): CapSendsCall {
+  const rangeIndex = new Map<number, number>();
+  for (const run of runs) if (!rangeIndex.has(run.range)) rangeIndex.set(run.range, rangeIndex.size + 1);
+  // only the profiles of this call's users travel, renumbered: the script's cost never depends on the policy's size
+  const localProfile = new Map<number, number>();
+  const members: number[] = [];
+  const pageSpecs = runs.map((run) => {
+    const spec = Buffer.allocUnsafe(5 + 2 * run.members.length);
+    spec[0] = rangeIndex.get(run.range) as number;
+    spec[1] = run.members.length >= BLOCK_PATH_MIN_USERS ? 1 : 0;
+    spec.writeUIntBE(run.page, 2, 3);
+    run.members.forEach((i, k) => {
+      const profile = request.segmentOf[i] as number;
+      let local = localProfile.get(profile);
+      if (local === undefined) {
+        local = localProfile.size;
+        localProfile.set(profile, local);
+      }
+      spec[5 + 2 * k] = (request.sortedIds[i] as number) % USERS_PER_PAGE;
+      spec[6 + 2 * k] = local;
+      members.push(i);
+    });
+    return spec;
+  });
+  const profiles = [...localProfile.keys()].map((p) => request.profiles[p] as ScriptProfile);
+  const keys = [
+    capIdentityKey(request.namespace, tag),
+    ...[...rangeIndex.keys()].map((range) => capRecordKey(request.namespace, tag, range)),
+    ...runs.map((run) => capPageKey(request.namespace, run.page)),
+  ];
+  const args: (string | Buffer)[] = [
+    String(request.now),
+    String(request.at),
+    request.withLog ? `${request.mode}+log` : request.mode,
+    `${request.channel}:${request.campaignId}`,
+    request.forced ? "1" : "0",
+    String(request.horizonMs),
+    profiles
+      .map((profile) => profile.caps.map((cap) => `${cap.windowMs}:${cap.max}:${cap.everyChannel ? 1 : 0}`).join(","))
+      .join("|"),
+    profiles.map((profile) => String(profile.retentionMs)).join(","),
+    String(rangeIndex.size),
+    ...pageSpecs,
+  ];
+  return { keys, args, members, tag };
+}
+
+/** Splits a reply into the decision byte of each member and the log text that follows. */
+export function readCapSendsReply(reply: Buffer, members: number): { codes: Buffer; log: string } {
+  if (reply.length < members) throw new Error(`cap-sends replied ${reply.length} bytes for ${members} users`);
+  return { codes: reply.subarray(0, members), log: reply.subarray(members).toString("latin1") };
+}
+
+/** The "+log" text: a line "<time ms> <identity>\n" per live send. */
+function parseLog(log: string): LoggedSend[] {
+  return log
     .split("\n")
     .filter(Boolean)
     .map((line) => {

@@ -1,5 +1,5 @@
 // The campaign capper: decides a whole batch of sends against the policy's caps, in as few script calls
-// as the key layout allows (one per slot group of USERS_PER_GROUP consecutive user IDs), all in flight at once.
+// as the key layout allows (cap-sends-script.ts plans them and bounds how many run at once).
 
 import type { Clock } from "../shared/clock.ts";
 import { decisionTime, systemClock } from "../shared/clock.ts";
@@ -7,7 +7,14 @@ import { ValidationError } from "../shared/errors.ts";
 import { checkNamespace, DEFAULT_NAMESPACE } from "../shared/keys.ts";
 import { parseOrThrow } from "../shared/validation.ts";
 import { type CampaignBatchInput, campaignBatchSchema } from "./campaign-batch.ts";
-import { type CapStore, capsArgument, type LoggedSend, runCapSends, Verdicts } from "./cap-sends-script.ts";
+import {
+  type CapStore,
+  type LoggedSend,
+  runCapSends,
+  type ScriptProfile,
+  scriptProfiles,
+  Verdicts,
+} from "./cap-sends-script.ts";
 import type { CapBatchResult, CapDecision, DecisionKind, SegmentTotals } from "./decisions.ts";
 import { type FrequencyResult, frequencyReport, frequencyRequestSchema } from "./frequency.ts";
 import type { Policy } from "./policy.ts";
@@ -29,7 +36,7 @@ export class Capper {
   private readonly rules: () => Rules | Promise<Rules>;
   private readonly clock: Clock;
   private readonly namespace: string;
-  private readonly capsArguments = new WeakMap<Policy, Map<string, string>>();
+  private readonly profileCache = new WeakMap<Policy, Map<string, ScriptProfile[]>>();
 
   constructor(options: CapperOptions) {
     this.store = options.store;
@@ -86,7 +93,8 @@ export class Capper {
         `unknown channel "${batch.channel}" (policy has ${policy.channels.join(", ")})`,
       );
     }
-    const at = decisionTime(batch.at, this.clock);
+    const now = this.clock.now();
+    const at = decisionTime(batch.at, this.clock, policy.backfillMs);
 
     const { sortedIds, positions } = sortByUser(batch.userIds);
     const segmentOf = segments.resolveSorted(sortedIds);
@@ -95,13 +103,14 @@ export class Capper {
         ? { verdicts: Verdicts.allExempt(sortedIds.length), log: [] }
         : await runCapSends(this.store, {
             namespace: this.namespace,
+            now,
             at,
             mode,
             withLog,
             horizonMs: policy.horizonMs,
             channel: batch.channel,
             campaignId: batch.campaignId,
-            caps: this.capsArgument(policy, batch.channel),
+            profiles: this.profiles(policy, batch.channel),
             sortedIds,
             segmentOf,
             forced: batch.exempt === true,
@@ -112,19 +121,19 @@ export class Capper {
     };
   }
 
-  /** The script's caps argument, worked out once per policy and channel. */
-  private capsArgument(policy: Policy, channel: string): string {
-    let byChannel = this.capsArguments.get(policy);
+  /** The script's profiles for `channel`, worked out once per policy. */
+  private profiles(policy: Policy, channel: string): ScriptProfile[] {
+    let byChannel = this.profileCache.get(policy);
     if (!byChannel) {
       byChannel = new Map();
-      this.capsArguments.set(policy, byChannel);
+      this.profileCache.set(policy, byChannel);
     }
-    let caps = byChannel.get(channel);
-    if (caps === undefined) {
-      caps = capsArgument(policy, channel);
-      byChannel.set(channel, caps);
+    let profiles = byChannel.get(channel);
+    if (profiles === undefined) {
+      profiles = scriptProfiles(policy, channel);
+      byChannel.set(channel, profiles);
     }
-    return caps;
+    return profiles;
   }
 
   private report(state: {

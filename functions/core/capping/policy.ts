@@ -1,6 +1,7 @@
 // The capping policy (`config/policy.json`): the schema, its cross-field rules, and the compiled form the
 // capper uses (for each segment and channel, the caps that apply, in order).
 import { z } from "zod";
+import { MAX_FUTURE_MS } from "../shared/clock.ts";
 import { MAX_WINDOW_MS, MIN_WINDOW_MS, parseDuration } from "../shared/duration.ts";
 import { InvalidPolicyError } from "../shared/errors.ts";
 import { describeIssues } from "../shared/validation.ts";
@@ -11,8 +12,8 @@ export const MAX_CAP = 10_000;
 export const MAX_CAPS_PER_CHANNEL = 32;
 /** The script stores a channel as one byte. */
 export const MAX_CHANNELS = 250;
-/** Entries are kept at least this long, so a redelivered batch is recognised even under short caps. */
-export const MIN_HORIZON_MS = 86_400_000;
+/** How far back `at` may go when the policy has no cap at all. */
+export const DEFAULT_BACKFILL_MS = 30 * 86_400_000;
 export const ALL_CHANNELS = "*";
 /** Where the policy lives in the bucket unless POLICY_KEY says otherwise. */
 export const DEFAULT_POLICY_KEY = "config/policy.json";
@@ -124,7 +125,15 @@ export interface Policy {
   segments: readonly Segment[];
   /** Index of the default segment in `segments`. */
   defaultSegment: number;
-  /** How long a user's log entries are kept: the longest window, at least MIN_HORIZON_MS. */
+  /** How far behind the clock `at` may be: the policy's longest window (30 days without caps). */
+  backfillMs: number;
+  /**
+   * How long a user of the segment keeps a send, measured from the clock: the deepest backfill, plus the
+   * segment's longest window (a window that contains a backfilled send reaches that far back), plus the
+   * future bound (clock skew). Older sends can never be in a window a valid `at` is decided in.
+   */
+  retentionMs(segment: number): number;
+  /** The longest retention of any segment. */
   horizonMs: number;
   /** The caps that apply to a send on `channel` by a user of segment `segment`: the channel's own, then "*". */
   capsFor(segment: number, channel: string): readonly CapRule[];
@@ -154,23 +163,29 @@ export function parsePolicyText(text: string): Policy {
 
 function compilePolicy(document: PolicyDocument): Policy {
   const all = [...document.segments, { ...document.default, bitmap: undefined }];
-  let horizonMs = MIN_HORIZON_MS;
-  const table = all.map((segment) => {
+  let longestMs = 0;
+  const longestBySegment = all.map(() => 0);
+  const table = all.map((segment, index) => {
     const rules = (channel: string): CapRule[] =>
       (segment.caps[channel] ?? []).map((cap) => {
         const windowMs = parseDuration(cap.window) as number;
-        horizonMs = Math.max(horizonMs, windowMs);
+        longestMs = Math.max(longestMs, windowMs);
+        longestBySegment[index] = Math.max(longestBySegment[index] as number, windowMs);
         return { channel, window: cap.window, windowMs, max: cap.max };
       });
     const shared = rules(ALL_CHANNELS);
     return new Map(document.channels.map((channel) => [channel, [...rules(channel), ...shared]]));
   });
+  const backfillMs = longestMs > 0 ? longestMs : DEFAULT_BACKFILL_MS;
+  const retention = longestBySegment.map((segmentMs) => backfillMs + segmentMs + MAX_FUTURE_MS);
   return {
     version: document.version,
     channels: document.channels,
     segments: all.map(({ name, bitmap }) => (bitmap === undefined ? { name } : { name, bitmap })),
     defaultSegment: all.length - 1,
-    horizonMs,
+    backfillMs,
+    retentionMs: (segment) => retention[segment] as number,
+    horizonMs: Math.max(...retention),
     capsFor(segment, channel) {
       return table[segment]?.get(channel) ?? [];
     },

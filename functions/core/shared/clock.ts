@@ -4,11 +4,20 @@ import { ValidationError } from "./errors.ts";
 /** `at` may run ahead of the clock by this much (clock skew between producers); more is rejected. */
 export const MAX_FUTURE_MS = 5 * 60_000;
 
-/** The time a request is decided at: its `at`, or now; an `at` too far ahead is a ValidationError. */
-export function decisionTime(at: number | undefined, clock: Clock): number {
+/**
+ * The time a request is decided at: its `at`, or now. An `at` too far ahead, or more than `backfillMs`
+ * behind the clock (when given), is a ValidationError naming the field.
+ */
+export function decisionTime(at: number | undefined, clock: Clock, backfillMs?: number): number {
   const now = clock.now();
   if (at !== undefined && at > now + MAX_FUTURE_MS) {
     throw new ValidationError("at", `${at} is more than ${MAX_FUTURE_MS / 60_000} minutes ahead of the clock (${now})`);
+  }
+  if (at !== undefined && backfillMs !== undefined && at < now - backfillMs) {
+    throw new ValidationError(
+      "at",
+      `${at} is more than ${backfillMs} ms (the policy's longest window) behind the clock (${now})`,
+    );
   }
   return at ?? now;
 }

@@ -1,17 +1,24 @@
 // Every Redis key Tollgate uses is built here, and only here.
 //
-// Capping keys hold the send logs of a block of USERS_PER_BLOCK consecutive user IDs; BLOCKS_PER_GROUP
-// consecutive blocks share one hash tag, so one script call (one slot, no CROSSSLOT) can decide up to
-// USERS_PER_GROUP users:  <namespace>:cap:{<group>}:<block>   e.g. tg:cap:{976}:3 holds users 999,936..1,000,191.
+// Capping keys (see lua/cap-sends.lua) share one hash tag per CAP_TAGS-th group of USERS_PER_GROUP
+// consecutive user IDs, so one script call (one slot) decides many users, dense or sparse:
+//   <namespace>:cap:{<tag>}:ids          the tag's identity table
+//   <namespace>:cap:{<tag>}:r:<range>    user records of IDs in range (user ID >> RECORD_RANGE_BITS)
+//   <namespace>:cap:{<tag>}:p:<page>     the block of page (user ID / USERS_PER_PAGE), e.g. tg:cap:{208}:p:3906
 import { ValidationError } from "./errors.ts";
 
-export const USERS_PER_BLOCK = 256;
-export const BLOCKS_PER_GROUP = 4;
-export const USERS_PER_GROUP = USERS_PER_BLOCK * BLOCKS_PER_GROUP;
+/** A block holds one page of consecutive user IDs. */
+export const USERS_PER_PAGE = 256;
+/** Consecutive IDs that always share a tag: a dense batch is decided USERS_PER_GROUP users a call. */
+export const USERS_PER_GROUP = 1024;
+/** Groups are spread over this many tags, so a sparse batch still puts many users in one call. */
+export const CAP_TAGS = 256;
+/** Sparse users of one tag share a record hash per 2^27 IDs: ~50 users a hash for 100k random IDs. */
+export const RECORD_RANGE_BITS = 27;
 
 export const DEFAULT_NAMESPACE = "tg";
 
-/** A namespace may not hold braces: the group number must stay the key's hash tag. */
+/** A namespace may not hold braces: the tag must stay the key's hash tag. */
 export const NAMESPACE_PATTERN = /^[A-Za-z0-9_.:-]{1,64}$/;
 export const NAMESPACE_RULE = "expected 1-64 characters of A-Z, a-z, 0-9, _ . : -";
 
@@ -20,28 +27,31 @@ export function checkNamespace(namespace: string): string {
   return namespace;
 }
 
-/** The slot group (hash tag) of a user. */
-export function groupOf(userId: number): number {
-  return Math.floor(userId / USERS_PER_GROUP);
+/** The hash tag of a user's capping keys. */
+export function capTagOf(userId: number): number {
+  return Math.floor(userId / USERS_PER_GROUP) % CAP_TAGS;
 }
 
-/** Which block of its group a user's log lives in (0..BLOCKS_PER_GROUP-1). */
-export function blockInGroupOf(userId: number): number {
-  return Math.floor(userId / USERS_PER_BLOCK) % BLOCKS_PER_GROUP;
+/** The page (block) a user belongs to. */
+export function pageOf(userId: number): number {
+  return Math.floor(userId / USERS_PER_PAGE);
 }
 
-/** The user's position inside its block (0..USERS_PER_BLOCK-1). */
-export function offsetInBlockOf(userId: number): number {
-  return userId % USERS_PER_BLOCK;
+/** The record range a user belongs to (its record hash within the tag). */
+export function recordRangeOf(userId: number): number {
+  return Math.floor(userId / 2 ** RECORD_RANGE_BITS);
 }
 
-export function capBlockKey(namespace: string, group: number, blockInGroup: number): string {
-  return `${namespace}:cap:{${group}}:${blockInGroup}`;
+export function capIdentityKey(namespace: string, tag: number): string {
+  return `${namespace}:cap:{${tag}}:ids`;
 }
 
-/** The key of the block holding `userId`'s log. */
-export function capKeyOfUser(namespace: string, userId: number): string {
-  return capBlockKey(namespace, groupOf(userId), blockInGroupOf(userId));
+export function capRecordKey(namespace: string, tag: number, range: number): string {
+  return `${namespace}:cap:{${tag}}:r:${range}`;
+}
+
+export function capPageKey(namespace: string, page: number): string {
+  return `${namespace}:cap:{${capTagOf(page * USERS_PER_PAGE)}}:p:${page}`;
 }
 
 /**

@@ -1,0 +1,154 @@
+// lua/cap-sends.lua on the real cluster against the reference model (test/support/capping-model.ts):
+// random policies, dense and sparse users, sends and peeks with skewed and backfilled times.
+import fc from "fast-check";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { RedisCapStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
+import {
+  planCapSends,
+  REPLY_ALLOWED,
+  REPLY_DUPLICATE,
+  REPLY_EXEMPT,
+  REPLY_FIRST_CAP,
+  readCapSendsReply,
+  scriptProfiles,
+} from "../../functions/core/capping/cap-sends-script.ts";
+import { type Policy, parsePolicy } from "../../functions/core/capping/policy.ts";
+import { CappingModel, fullestWindow, type ModelCall, type ModelDecision } from "../support/capping-model.ts";
+import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
+import { T0 } from "../support/rules.ts";
+
+let cluster: TollgateCluster;
+let store: RedisCapStore;
+beforeAll(() => {
+  cluster = connectCluster();
+  store = new RedisCapStore(cluster);
+});
+afterAll(async () => {
+  await cluster.quit();
+});
+
+const CHANNELS = ["a", "b"];
+// 40 users of page 0 (a call with 16 or more of them goes through the page block), a user of another page
+// of the same tag, and sparse users, one of them sharing tag 0 with page 0
+const DENSE = Array.from({ length: 40 }, (_, i) => i);
+const SPARSE = [300, 262_144, 70_001, 2_000_000_000, 4_294_967_295];
+
+const capArbitrary = fc.record({
+  window: fc.constantFrom("1s", "2s", "5s", "30s", "1m"),
+  max: fc.integer({ min: 0, max: 3 }),
+});
+const capsArbitrary = fc.record(
+  {
+    a: fc.array(capArbitrary, { maxLength: 2 }),
+    b: fc.array(capArbitrary, { maxLength: 1 }),
+    "*": fc.array(capArbitrary, { maxLength: 2 }),
+  },
+  { requiredKeys: [] },
+);
+const policyArbitrary = fc
+  .record({ segments: fc.array(capsArbitrary, { maxLength: 2 }), defaultCaps: capsArbitrary })
+  .map(({ segments, defaultCaps }) =>
+    parsePolicy({
+      version: "prop",
+      channels: CHANNELS,
+      segments: segments.map((caps, i) => ({ name: `s${i}`, bitmap: `segments/s${i}.roaring`, caps })),
+      default: { name: "rest", caps: defaultCaps },
+    }),
+  );
+
+const callArbitrary = fc.record({
+  users: fc.oneof(
+    fc.subarray(DENSE, { minLength: 16 }),
+    fc.subarray([...DENSE, ...SPARSE], { minLength: 1, maxLength: 4 }),
+    fc.subarray([...DENSE.slice(0, 20), ...SPARSE], { minLength: 1 }),
+  ),
+  mode: fc.constantFrom("count", "count", "count", "peek"),
+  elapsed: fc.integer({ min: 0, max: 4_000 }),
+  // where `at` falls: a share of the deepest backfill (-1) to the skew bound (+1)
+  skew: fc.double({ min: -1, max: 1, noNaN: true }),
+  channel: fc.constantFrom(...CHANNELS),
+  campaignId: fc.constantFrom("", "", "c1", "c2", "c3"),
+});
+
+/** Runs one call through the protocol module and the real script; decisions in the call's user order. */
+async function runScript(
+  namespace: string,
+  policy: Policy,
+  segmentOf: (user: number) => number,
+  call: ModelCall,
+): Promise<ModelDecision[]> {
+  const sortedIds = Uint32Array.from(call.users).sort();
+  const calls = planCapSends({
+    namespace,
+    now: call.now,
+    at: call.at,
+    mode: call.mode,
+    channel: call.channel,
+    campaignId: call.campaignId,
+    exemptCounted: call.exemptCounted,
+    horizonMs: policy.horizonMs,
+    profiles: scriptProfiles(policy, call.channel),
+    sortedIds,
+    profileOf: Uint8Array.from(sortedIds, segmentOf),
+  });
+  const byUser = new Map<number, ModelDecision>();
+  for (const planned of calls) {
+    const { codes } = readCapSendsReply(await store.capSends(planned.keys, planned.args), planned.members.length);
+    planned.members.forEach((member, m) => {
+      const code = codes[m] as number;
+      byUser.set(
+        sortedIds[member] as number,
+        code === REPLY_ALLOWED
+          ? "allowed"
+          : code === REPLY_DUPLICATE
+            ? "duplicate"
+            : code === REPLY_EXEMPT
+              ? "exempt"
+              : { capped: code - REPLY_FIRST_CAP },
+      );
+    });
+  }
+  return call.users.map((user) => byUser.get(user) as ModelDecision);
+}
+
+describe("cap-sends against the reference model", () => {
+  it("decides as the model does, and no window ever holds more than max counted sends", async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        policyArbitrary,
+        fc.integer({ min: 0, max: 5 }),
+        fc.array(callArbitrary, { minLength: 5, maxLength: 25 }),
+        async (policy, seed, calls) => {
+          const namespace = uniqueNamespace();
+          const segmentOf = (user: number) => (user + seed) % policy.segments.length;
+          const model = new CappingModel(policy, segmentOf);
+          let now = T0;
+          for (const step of calls) {
+            now += step.elapsed;
+            const reach = step.skew < 0 ? policy.backfillMs : Math.min(300_000, 3 * policy.backfillMs);
+            const call: ModelCall = {
+              mode: step.mode as "count" | "peek",
+              now,
+              at: now + Math.round(step.skew * reach),
+              channel: step.channel,
+              campaignId: step.campaignId,
+              exemptCounted: false,
+              users: step.users,
+            };
+            expect(await runScript(namespace, policy, segmentOf, call)).toEqual(model.apply(call));
+          }
+          for (const user of model.users()) {
+            const sends = model.sendsOf(user);
+            for (const channel of CHANNELS) {
+              for (const cap of policy.capsFor(segmentOf(user), channel)) {
+                const counted = sends.filter((s) => cap.channel === "*" || s.channel === cap.channel).map((s) => s.at);
+                expect(fullestWindow(counted, cap.windowMs)).toBeLessThanOrEqual(cap.max);
+              }
+            }
+          }
+        },
+      ),
+      { numRuns: 25 },
+    );
+  });
+});
