@@ -152,7 +152,8 @@ describe("when Redis does not answer", () => {
 });
 
 describe("POST /v1/frequency", () => {
-  const A = Date.UTC(2026, 10, 3, 12); // a fixed send time, well in the past
+  // a send time two days back: within the policy's 7-day backfill, and A + 1 day is still not ahead of the clock
+  const A = Math.floor(Date.now() / 1000) * 1000 - 2 * 24 * 3_600_000;
   const HOUR = 3_600_000;
   const DAY = 24 * HOUR;
   const check = async (body: object) => {

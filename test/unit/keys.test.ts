@@ -2,43 +2,54 @@ import { readFileSync } from "node:fs";
 import calculateSlot from "cluster-key-slot";
 import { describe, expect, it } from "vitest";
 import {
-  BLOCKS_PER_GROUP,
-  capBlockKey,
-  capKeyOfUser,
+  CAP_TAGS,
+  capIdentityKey,
+  capPageKey,
+  capRecordKey,
+  capTagOf,
   checkNamespace,
-  groupOf,
-  offsetInBlockOf,
-  USERS_PER_BLOCK,
+  pageOf,
+  recordRangeOf,
   USERS_PER_GROUP,
+  USERS_PER_PAGE,
 } from "../../functions/core/shared/keys.ts";
 
 describe("keys", () => {
-  it("puts a group of consecutive users in one slot and its blocks in separate keys", () => {
+  it("puts a group of consecutive users under one tag, one page block per 256 of them", () => {
     const first = 5 * USERS_PER_GROUP;
     const slots = new Set<number>();
-    const keys = new Set<string>();
+    const pages = new Set<string>();
     for (let id = first; id < first + USERS_PER_GROUP; id++) {
-      slots.add(calculateSlot(capKeyOfUser("tg", id)));
-      keys.add(capKeyOfUser("tg", id));
+      const tag = capTagOf(id);
+      pages.add(capPageKey("tg", pageOf(id)));
+      for (const key of [
+        capPageKey("tg", pageOf(id)),
+        capRecordKey("tg", tag, recordRangeOf(id)),
+        capIdentityKey("tg", tag),
+      ])
+        slots.add(calculateSlot(key));
     }
     expect(slots.size).toBe(1);
-    expect(keys.size).toBe(USERS_PER_GROUP / USERS_PER_BLOCK);
-    expect(capKeyOfUser("tg", first + USERS_PER_GROUP)).toBe(capBlockKey("tg", 6, 0));
+    expect(pages.size).toBe(USERS_PER_GROUP / USERS_PER_PAGE);
+    // the next group has the next tag; CAP_TAGS groups later the tags come round again
+    expect(capTagOf(first + USERS_PER_GROUP)).toBe(6);
+    expect(capTagOf(first + CAP_TAGS * USERS_PER_GROUP)).toBe(5);
   });
 
   it("maps the largest user ID", () => {
     const id = 4_294_967_295;
-    expect(groupOf(id)).toBe(4_194_303);
-    expect(offsetInBlockOf(id)).toBe(USERS_PER_BLOCK - 1);
-    expect(capKeyOfUser("tg", id)).toBe(`tg:cap:{4194303}:${BLOCKS_PER_GROUP - 1}`);
+    expect(pageOf(id)).toBe(16_777_215);
+    expect(capTagOf(id)).toBe(CAP_TAGS - 1);
+    expect(capPageKey("tg", pageOf(id))).toBe("tg:cap:{255}:p:16777215");
+    expect(capRecordKey("tg", capTagOf(id), recordRangeOf(id))).toBe("tg:cap:{255}:r:31");
   });
 
-  it("agrees with the block size and key count lua/cap-sends.lua is written for", () => {
+  it("agrees with the page size lua/cap-sends.lua is written for", () => {
     const lua = readFileSync(new URL("../../lua/cap-sends.lua", import.meta.url), "utf8");
-    expect(lua).toContain(`local BLOCK_USERS = ${USERS_PER_BLOCK}\n`);
-    expect(lua).toContain(`always all ${BLOCKS_PER_GROUP} (`);
-    // a user's offset travels as one byte
-    expect(USERS_PER_BLOCK).toBeLessThanOrEqual(256);
+    expect(lua).toContain(`PAGE_USERS, MIN_COMPACT_AT, MIN_CLASS_LIMIT = 4, ${USERS_PER_PAGE},`);
+    // a user's offset travels as one byte, a page number as three
+    expect(USERS_PER_PAGE).toBeLessThanOrEqual(256);
+    expect(pageOf(4_294_967_295)).toBeLessThan(2 ** 24);
   });
 
   it("refuses a namespace that would change the hash tag", () => {

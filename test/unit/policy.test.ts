@@ -38,14 +38,20 @@ describe("policy", () => {
     expect(policy.capsFor(0, "sms").map((c) => `${c.channel}:${c.window}`)).toEqual(["*:7d"]);
     expect(policy.capsFor(1, "email")).toEqual([]);
     expect(policy.capsFor(2, "push")).toEqual([{ channel: "*", window: "7d", windowMs: 7 * 86_400_000, max: 2 }]);
-    expect(policy.horizonMs).toBe(7 * 86_400_000);
+    expect(policy.backfillMs).toBe(7 * 86_400_000);
   });
 
-  it("keeps entries at least a day even when every window is shorter", () => {
+  it("keeps a segment's sends for the deepest backfill, its own longest window and the skew bound", () => {
     const document = valid();
     document.segments = [];
     document.default.caps = { "*": [{ window: "10m", max: 2 }] };
-    expect(parsePolicy(document).horizonMs).toBe(86_400_000);
+    const policy = parsePolicy(document);
+    expect(policy.backfillMs).toBe(10 * 60_000);
+    expect(policy.retentionMs(policy.defaultSegment)).toBe(10 * 60_000 + 10 * 60_000 + 5 * 60_000);
+    expect(policy.horizonMs).toBe(25 * 60_000);
+    // a policy without caps still bounds backfills, at 30 days
+    document.default.caps = {};
+    expect(parsePolicy(document).backfillMs).toBe(30 * 86_400_000);
   });
 
   it("names the field of a malformed window", () => {
