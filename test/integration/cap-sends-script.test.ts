@@ -85,11 +85,11 @@ async function runScript(
     mode: call.mode,
     channel: call.channel,
     campaignId: call.campaignId,
-    exemptCounted: call.exemptCounted,
+    forced: call.exemptCounted,
     horizonMs: policy.horizonMs,
     profiles: scriptProfiles(policy, call.channel),
     sortedIds,
-    profileOf: Uint8Array.from(sortedIds, segmentOf),
+    segmentOf: Uint8Array.from(sortedIds, segmentOf),
   });
   const byUser = new Map<number, ModelDecision>();
   for (const planned of calls) {

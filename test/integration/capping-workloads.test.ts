@@ -2,8 +2,13 @@
 // policies, sparse messages, busy single users, skewed clocks and old `at` values.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RedisCapStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
-import { planCapSends, scriptProfiles } from "../../functions/core/capping/cap-sends-script.ts";
-import { Capper, type CapStore, MAX_CALLS_IN_FLIGHT } from "../../functions/core/capping/capper.ts";
+import {
+  type CapStore,
+  MAX_CALLS_IN_FLIGHT,
+  planCapSends,
+  scriptProfiles,
+} from "../../functions/core/capping/cap-sends-script.ts";
+import { Capper } from "../../functions/core/capping/capper.ts";
 import type { CapBatchResult } from "../../functions/core/capping/decisions.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { ValidationError } from "../../functions/core/shared/errors.ts";
@@ -59,11 +64,11 @@ describe("capping workloads", () => {
             mode: "count",
             channel: "push",
             campaignId: "",
-            exemptCounted: false,
+            forced: false,
             horizonMs: rules.policy.horizonMs,
             profiles,
             sortedIds,
-            profileOf: new Uint8Array(sortedIds.length).fill(rules.policy.defaultSegment),
+            segmentOf: new Uint8Array(sortedIds.length).fill(rules.policy.defaultSegment),
           });
           expect(more).toEqual([]);
           return [...(await store.capSends(call!.keys, call!.args))];
@@ -150,11 +155,11 @@ describe("capping workloads", () => {
       mode: "peek",
       channel: "push",
       campaignId: "x",
-      exemptCounted: false,
+      forced: false,
       horizonMs: rules.policy.horizonMs,
       profiles: scriptProfiles(rules.policy, "push"),
       sortedIds: Uint32Array.from([0, 1, 4, 5]),
-      profileOf: Uint8Array.from([0, 0, 1, 1]),
+      segmentOf: Uint8Array.from([0, 0, 1, 1]),
     });
     expect(String(call!.args[6]).split("|")).toHaveLength(2);
   });

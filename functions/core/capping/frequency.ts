@@ -34,13 +34,19 @@ export interface FrequencyResult {
 }
 
 /**
- * Whether a send at `at` counts in a window of `windowMs` that ends at `now`: it counts in (now - window,
- * now]. lua/cap-sends.lua decides with the same rule (in learn(): `counted = t <= now`, `t > lo[i]` with
- * lo = now - window); this copy explains its decisions. test/integration/window-predicate.test.ts checks
- * that the two agree.
+ * The sends of the fullest window of `windowMs` that contains `at` (a window (x - W, x] with x from `at`
+ * to `at + W - 1`), oldest first. lua/cap-sends.lua decides with the same rule (decide(): a send is allowed
+ * when every such window holds fewer than max), so sends stamped ahead count as well as sends behind;
+ * this copy explains its decisions. test/integration/window-predicate.test.ts checks that the two agree.
  */
-export function countsInWindow(at: number, now: number, windowMs: number): boolean {
-  return at > now - windowMs && at <= now;
+export function fullestWindowAround(times: readonly number[], at: number, windowMs: number): number[] {
+  const near = times.filter((t) => t > at - windowMs && t < at + windowMs).sort((a, b) => a - b);
+  let fullest: number[] = [];
+  for (const end of [at, ...near.filter((t) => t > at)]) {
+    const inside = near.filter((t) => t > end - windowMs && t <= end);
+    if (inside.length > fullest.length) fullest = inside;
+  }
+  return fullest;
 }
 
 export function frequencyReport(
@@ -52,17 +58,17 @@ export function frequencyReport(
   let retryAt = 0;
   let never = false;
   const windows = caps.map((cap): FrequencyWindow => {
-    const counted = history
-      .filter(
-        ({ at, identity }) =>
-          countsInWindow(at, now, cap.windowMs) && (cap.channel === "*" || identity.startsWith(`${cap.channel}:`)),
-      )
-      .map(({ at }) => at)
-      .sort((a, b) => a - b);
+    const counted = fullestWindowAround(
+      history
+        .filter(({ identity }) => cap.channel === "*" || identity.startsWith(`${cap.channel}:`))
+        .map(({ at }) => at),
+      now,
+      cap.windowMs,
+    );
     const used = counted.length;
     if (used >= cap.max) {
       if (cap.max === 0) never = true;
-      // room returns when the (used - max + 1)-th oldest counted send ages out
+      // room returns when the (used - max + 1)-th oldest send of the fullest window ages out
       else retryAt = Math.max(retryAt, (counted[used - cap.max] as number) + cap.windowMs);
     }
     return {
