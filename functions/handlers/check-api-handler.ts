@@ -7,10 +7,11 @@ import { logMetrics } from "@aws-lambda-powertools/metrics/middleware";
 import middy from "@middy/core";
 import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2, Context } from "aws-lambda";
 import type { FrequencyResult } from "../core/capping/frequency.ts";
-import type { LimitResult } from "../core/limits/limit-specs.ts";
+import type { LimitSpec } from "../core/limits/limit-specs.ts";
 import type { Limiter } from "../core/limits/limiter.ts";
 import { cacheIdentity, type NegativeCache } from "../core/limits/negative-cache.ts";
 import { StoreUnavailableError, ValidationError } from "../core/shared/errors.ts";
+import { rateLimitHeaders } from "./rate-limit-headers.ts";
 
 export const MAX_BODY_BYTES = 64 * 1024;
 
@@ -50,16 +51,8 @@ const json = (status: number, body: unknown, headers: Record<string, string> = {
   body: JSON.stringify(body),
 });
 
-/** RateLimit-* headers (seconds, rounded up) and Retry-After when denied. */
-function rateLimitHeaders(result: LimitResult, now: number): Record<string, string> {
-  const headers: Record<string, string> = {
-    "ratelimit-limit": String(result.limit),
-    "ratelimit-remaining": String(result.remaining),
-    "ratelimit-reset": String(Math.max(0, Math.ceil((result.resetAt - now) / 1000))),
-  };
-  if (!result.allowed) headers["retry-after"] = String(Math.max(1, Math.ceil((result.retryAfterMs ?? 1) / 1000)));
-  return headers;
-}
+/** The time a validated request was decided at: its `at` (a replay or backfill), or now. */
+const decidedAt = (body: Record<string, unknown>) => (typeof body.at === "number" ? body.at : Date.now());
 
 function parseBody(event: APIGatewayProxyEventV2): Record<string, unknown> {
   const raw = event.body ?? "";
@@ -81,6 +74,10 @@ function parseBody(event: APIGatewayProxyEventV2): Record<string, unknown> {
   return body as Record<string, unknown>;
 }
 
+/** The Allow field of a route: its methods, and HEAD wherever GET is. */
+const allowed = (route: Record<string, unknown>) =>
+  [...Object.keys(route), ...("GET" in route ? ["HEAD"] : [])].join(", ");
+
 export function makeCheckApiHandler(deps: CheckApiDeps) {
   const { limiter, negativeCache, logger, metrics } = deps;
 
@@ -100,13 +97,16 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
         if (cached) {
           const { algorithm } = body as { algorithm: string };
           count(algorithm, cached);
-          return json(200, { ...cached, reason: "cache" }, rateLimitHeaders(cached, Date.now()));
+          // the same reply as the fresh denial it repeats
+          return json(200, cached, rateLimitHeaders(cached, decidedAt(body), [body as LimitSpec]));
         }
         const result = await limiter.check(body);
-        if (identity) negativeCache?.remember(identity, result);
         const { algorithm, ...reply } = result;
+        // the reply, not the result: a cached answer has the fresh one's fields, no more
+        if (identity) negativeCache?.remember(identity, reply);
         count(algorithm, result);
-        return json(200, reply, rateLimitHeaders(result, Date.now()));
+        // the limiter validated the body: it is a LimitSpec
+        return json(200, reply, rateLimitHeaders(result, decidedAt(body), [body as LimitSpec]));
       },
     },
     "/v1/limits": {
@@ -115,7 +115,8 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
         count("limits", { allowed: reply.allowed });
         const denied = reply.results.find((r) => !r.allowed);
         const headline = denied ?? reply.results.reduce((a, b) => (b.remaining < a.remaining ? b : a));
-        return json(200, reply, rateLimitHeaders({ ...headline, allowed: reply.allowed }, Date.now()));
+        const specs = body.limits as LimitSpec[];
+        return json(200, reply, rateLimitHeaders({ ...headline, allowed: reply.allowed }, decidedAt(body), specs));
       },
     },
     "/v1/frequency": {
@@ -140,19 +141,20 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
     let body: Record<string, unknown> = {};
     try {
       if (!route) throw new HttpError(404, "not_found", `no route ${event.rawPath}`);
-      const action = route[method];
+      // RFC 9110: HEAD is GET without the content, with the same status and header fields
+      const action = route[method] ?? (method === "HEAD" ? route.GET : undefined);
       if (!action)
         throw new HttpError(
           405,
           "method_not_allowed",
-          `${method} not allowed on ${event.rawPath}; use ${Object.keys(route).join(", ")}`,
+          `${method} not allowed on ${event.rawPath}; use ${allowed(route)}`,
         );
       if (method === "POST") body = parseBody(event);
-      return await action(body);
+      const response = await action(body);
+      return method === "HEAD" ? { ...response, body: "" } : response;
     } catch (error) {
       if (error instanceof HttpError) {
-        const headers: Record<string, string> =
-          error.status === 405 && route ? { allow: Object.keys(route).join(", ") } : {};
+        const headers: Record<string, string> = error.status === 405 && route ? { allow: allowed(route) } : {};
         return json(
           error.status,
           { error: { code: error.code, message: error.message, ...(error.path ? { path: error.path } : {}) } },
@@ -180,5 +182,7 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
     }
   };
 
-  return middy(handler).use(injectLambdaContext(logger)).use(logMetrics(metrics));
+  // No early-timeout timer per invocation: every Redis call has its own deadline (CHECK_TIMEOUT_MS),
+  // far inside the function's timeout.
+  return middy(handler, { timeoutEarlyInMillis: 0 }).use(injectLambdaContext(logger)).use(logMetrics(metrics));
 }

@@ -7,18 +7,23 @@ import { testStack, uploadRules } from "../support/pipeline.ts";
 import { designPolicy } from "../support/rules.ts";
 
 const doc = readFileSync(new URL("../../docs/api.md", import.meta.url), "utf8");
-const examples = [...doc.matchAll(/```http\n([^\n]+)\n?([\s\S]*?)```\s*```json\n(\d{3})\n([\s\S]*?)```/g)].map(
-  (match) => {
-    const [method, path] = (match[1] as string).split(" ");
-    return {
-      method: method as string,
-      path: path as string,
-      body: (match[2] as string).trim(),
-      status: Number(match[3]),
-      reply: JSON.parse(match[4] as string) as unknown,
-    };
-  },
-);
+// a reply is its status, then any header lines shown (`Name: value`), then its JSON body
+const examples = [
+  ...doc.matchAll(/```http\n([^\n]+)\n?([\s\S]*?)```\s*```json\n(\d{3})\n((?:[A-Za-z-]+: [^\n]*\n)*)([\s\S]*?)```/g),
+].map((match) => {
+  const [method, path] = (match[1] as string).split(" ");
+  return {
+    method: method as string,
+    path: path as string,
+    body: (match[2] as string).trim(),
+    status: Number(match[3]),
+    headers: (match[4] as string)
+      .split("\n")
+      .filter(Boolean)
+      .map((line) => line.split(": ") as [string, string]),
+    reply: JSON.parse(match[5] as string) as unknown,
+  };
+});
 
 let stack: LocalStack;
 beforeAll(async () => {
@@ -30,8 +35,9 @@ afterAll(async () => {
   await stack.stop();
 });
 
-it("has examples to run", () => {
+it("has examples to run, some with their headers", () => {
   expect(examples.length).toBeGreaterThanOrEqual(10);
+  expect(examples.filter((example) => example.headers.length > 0).length).toBeGreaterThanOrEqual(3);
 });
 
 it("answers every example of docs/api.md as documented", async () => {
@@ -43,5 +49,6 @@ it("answers every example of docs/api.md as documented", async () => {
     const label = `${example.method} ${example.path} ${example.body.slice(0, 100)}`;
     expect(response.status, label).toBe(example.status);
     expect(await response.json(), label).toEqual(example.reply);
+    for (const [name, value] of example.headers) expect(response.headers.get(name), `${label}: ${name}`).toBe(value);
   }
 });

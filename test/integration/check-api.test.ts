@@ -57,7 +57,12 @@ describe("POST /v1/limit", () => {
     expect(body.retryAfterMs).toBeGreaterThan(0);
     expect(Number(denied.headers.get("retry-after"))).toBe(Math.ceil(body.retryAfterMs / 1000));
     const cached = await post("/v1/limit", limit);
-    expect(await cached.json()).toMatchObject({ allowed: false, reason: "cache" });
+    // answered from the negative cache: the same reply as the fresh denial, and the same headers
+    const again = (await cached.json()) as typeof body;
+    expect(Object.keys(again)).toEqual(Object.keys(body));
+    expect({ ...again, retryAfterMs: 0 }).toEqual({ ...body, retryAfterMs: 0 });
+    expect(again.retryAfterMs).toBeLessThanOrEqual(body.retryAfterMs);
+    expect([...cached.headers.keys()].sort()).toEqual([...denied.headers.keys()].sort());
   });
 
   it("answers every bad request with the documented status, code and path", async () => {
@@ -87,6 +92,55 @@ describe("POST /v1/limit", () => {
     const wrongMethod = await fetch(`${url}/v1/limit`);
     expect(wrongMethod.status).toBe(405);
     expect(wrongMethod.headers.get("allow")).toBe("POST");
+  });
+});
+
+describe("RateLimit headers", () => {
+  const T = Date.UTC(2026, 10, 22, 5);
+
+  it("count from the request's `at`, state the policy, and give a denial one moment in Reset and Retry-After", async () => {
+    const limit = { key: `headers-${Date.now()}`, algorithm: "sliding-window", max: 2, windowMs: 60_000 };
+    const first = await post("/v1/limit", { ...limit, at: T + 30_000 });
+    expect(first.status).toBe(200);
+    expect(first.headers.get("ratelimit-policy")).toBe("2;w=60");
+    // a replayed request: its reset is counted from its `at`, not from the server's clock
+    const { resetAt } = (await first.json()) as { resetAt: number };
+    expect(first.headers.get("ratelimit-reset")).toBe(String(Math.ceil((resetAt - (T + 30_000)) / 1000)));
+    await post("/v1/limit", { ...limit, at: T + 30_001 });
+    // the next window: the previous one still weighs, so the request waits past the current window's reset
+    const denied = await post("/v1/limit", { ...limit, at: T + 60_000 });
+    const body = (await denied.json()) as { allowed: boolean; retryAfterMs: number };
+    expect(body.allowed).toBe(false);
+    expect(denied.headers.get("retry-after")).toBe(String(Math.ceil(body.retryAfterMs / 1000)));
+    expect(denied.headers.get("ratelimit-reset")).toBe(denied.headers.get("retry-after"));
+  });
+
+  it("list every limit's policy on /v1/limits", async () => {
+    const response = await post("/v1/limits", {
+      scope: `policy-${Date.now()}`,
+      limits: [
+        { key: "global", algorithm: "token-bucket", max: 10, refillAmount: 1, refillEveryMs: 6_000 },
+        { key: "burst", algorithm: "gcra", burst: 4, count: 1, periodMs: 1_000 },
+      ],
+    });
+    expect(response.status).toBe(200);
+    expect(response.headers.get("ratelimit-policy")).toBe("10;w=60, 5;w=5");
+  });
+});
+
+describe("methods (RFC 9110)", () => {
+  it("answers HEAD as GET without the content, and names the allowed methods on a 405", async () => {
+    const get = await fetch(`${url}/v1/health`);
+    const head = await fetch(`${url}/v1/health`, { method: "HEAD" });
+    expect(head.status).toBe(get.status);
+    expect(head.headers.get("content-type")).toBe(get.headers.get("content-type"));
+    expect(await head.text()).toBe("");
+    const postHealth = await post("/v1/health", {});
+    expect(postHealth.status).toBe(405);
+    expect(postHealth.headers.get("allow")).toBe("GET, HEAD");
+    const headLimit = await fetch(`${url}/v1/limit`, { method: "HEAD" });
+    expect(headLimit.status).toBe(405);
+    expect(headLimit.headers.get("allow")).toBe("POST");
   });
 });
 
