@@ -16,6 +16,12 @@ export interface RedisClusterConfig {
   /** A command written to a node fails after this long. */
   commandTimeoutMs?: number;
   connectTimeoutMs?: number;
+  /**
+   * Send the commands issued in one tick as one pipeline per node (default true): what a batch of many
+   * script calls wants. A client with one command at a time (a check API environment takes one invocation
+   * at a time) only pays the pipeline's bookkeeping for it.
+   */
+  autoPipelining?: boolean;
 }
 
 type CapSendsCommand = (...keysAndArgs: (string | Buffer)[]) => Promise<Buffer>;
@@ -28,7 +34,7 @@ export function createRedisCluster(config: RedisClusterConfig): TollgateCluster 
   const cluster = new Cluster(config.nodes, {
     scripts: luaScripts,
     // Commands issued in one tick go out as one pipeline per node, all nodes in parallel.
-    enableAutoPipelining: true,
+    enableAutoPipelining: config.autoPipelining ?? true,
     // Give up reconnecting after ~10 attempts instead of queueing commands forever.
     clusterRetryStrategy: (times) => (times > 10 ? null : Math.min(100 * times, 1_000)),
     slotsRefreshTimeout: 1_000,

@@ -3,7 +3,12 @@
 import { Logger } from "@aws-lambda-powertools/logger";
 import { Metrics, MetricUnit } from "@aws-lambda-powertools/metrics";
 import { createAwsClients } from "../adapters/aws-clients.ts";
-import { createRedisCluster, RedisCapStore, RedisLimitStore } from "../adapters/redis-cluster.ts";
+import {
+  createRedisCluster,
+  RedisCapStore,
+  type RedisClusterConfig,
+  RedisLimitStore,
+} from "../adapters/redis-cluster.ts";
 import { type WarmUpReport, warmUp } from "../adapters/redis-warm-up.ts";
 import { S3ObjectStore } from "../adapters/s3-object-store.ts";
 import { SqsDeadLetterSink, SqsDeliverySink } from "../adapters/sqs-sinks.ts";
@@ -24,7 +29,12 @@ import { type CommonEnvironment, parseCheckApiEnvironment, parseConsumerEnvironm
 const WARM_UP_MS = 4_000;
 
 /** What every function builds the same way: AWS clients, the Redis Cluster client, the rules source. */
-function commonParts(config: CommonEnvironment, logger: Logger, metrics: Metrics) {
+function commonParts(
+  config: CommonEnvironment,
+  logger: Logger,
+  metrics: Metrics,
+  redis: Pick<RedisClusterConfig, "autoPipelining"> = {},
+) {
   const { s3, sqs } = createAwsClients({
     region: config.AWS_REGION,
     ...(config.AWS_ENDPOINT_URL ? { endpoint: config.AWS_ENDPOINT_URL } : {}),
@@ -34,6 +44,7 @@ function commonParts(config: CommonEnvironment, logger: Logger, metrics: Metrics
     tls: config.REDIS_TLS,
     ...(config.REDIS_USERNAME ? { username: config.REDIS_USERNAME } : {}),
     ...(config.REDIS_PASSWORD ? { password: config.REDIS_PASSWORD } : {}),
+    ...redis,
   });
   const rules = new RulesSource({
     store: new S3ObjectStore(s3, config.CONFIG_BUCKET),
@@ -88,7 +99,8 @@ export function wireCheckApi(env: NodeJS.ProcessEnv) {
   const config = parseCheckApiEnvironment(env);
   const logger = new Logger({ serviceName: "tollgate-check-api" });
   const metrics = new Metrics({ namespace: "Tollgate", serviceName: "check-api" });
-  const { cluster, rules } = commonParts(config, logger, metrics);
+  // one invocation at a time, one script call each: nothing for autopipelining to batch
+  const { cluster, rules } = commonParts(config, logger, metrics, { autoPipelining: false });
   const limiter = new Limiter({
     store: new RedisLimitStore(cluster, { deadlineMs: config.CHECK_TIMEOUT_MS }),
     namespace: config.KEY_NAMESPACE,
