@@ -28,7 +28,7 @@ import { SegmentIndex } from "../functions/core/capping/segment-index.ts";
 import { Limiter } from "../functions/core/limits/limiter.ts";
 import { fixedClock } from "../functions/core/shared/clock.ts";
 import { perUserLogKey } from "../functions/core/shared/keys.ts";
-import { dispatcher, functionUrlEvent } from "./local/function-url-server.ts";
+import { functionUrlEvent } from "./local/function-url-server.ts";
 import { lambdaContext } from "./local/sqs-poller.ts";
 import { startLocalStack } from "./local-stack.ts";
 import { pushCampaign, uploadObject, uploadRules } from "./operations.ts";
@@ -441,10 +441,11 @@ async function latencies(runs: number, call: (i: number) => Promise<unknown>): P
   return { p50: percentile(samples, 0.5), p99: percentile(samples, 0.99) };
 }
 
-/** Calls per second of `call` with 32 in flight for 3 s. */
-async function throughput(call: () => Promise<unknown>): Promise<number> {
+/** Calls per second of `call` with 32 in flight for 3 s, and this process's CPU time per call. */
+async function throughput(call: () => Promise<unknown>): Promise<{ rps: number; cpuUs: number }> {
   let calls = 0;
   const end = Date.now() + 3000;
+  const cpuBefore = process.cpuUsage();
   await Promise.all(
     Array.from({ length: 32 }, async () => {
       while (Date.now() < end) {
@@ -453,14 +454,34 @@ async function throughput(call: () => Promise<unknown>): Promise<number> {
       }
     }),
   );
-  return calls / 3;
+  const cpu = process.cpuUsage(cpuBefore);
+  return { rps: calls / 3, cpuUs: (cpu.user + cpu.system) / calls };
+}
+
+/** Runs each call on a free worker, one call per worker at a time (as one per execution environment). */
+function oneCallEach<A, R>(workers: readonly ((arg: A) => Promise<R>)[]): (arg: A) => Promise<R> {
+  const idle = [...workers];
+  const waiting: ((worker: (arg: A) => Promise<R>) => void)[] = [];
+  return async (arg) => {
+    const worker = idle.pop() ?? (await new Promise<(arg: A) => Promise<R>>((resolve) => waiting.push(resolve)));
+    try {
+      return await worker(arg);
+    } finally {
+      const next = waiting.shift();
+      if (next) next(worker);
+      else idle.push(worker);
+    }
+  };
 }
 
 /** autocannon in its own process, so the load generator does not share the server's event loop. */
-async function load(url: string, body: string): Promise<{ rps: number; p99: number; errors: number }> {
+async function load(
+  url: string,
+  body: string,
+): Promise<{ rps: number; p99: number; errors: number; ok: number; statuses: string }> {
   const { stdout } = await execFileAsync(
     "node_modules/.bin/autocannon",
-    ["-j", "-c", "32", "-d", "5", "-m", "POST", "-H", "content-type=application/json", "-b", body, url],
+    ["-j", "-c", "32", "-d", "10", "-m", "POST", "-H", "content-type=application/json", "-b", body, url],
     { timeout: 60_000, maxBuffer: 16 * 1024 * 1024 },
   );
   const report = JSON.parse(stdout) as {
@@ -468,8 +489,16 @@ async function load(url: string, body: string): Promise<{ rps: number; p99: numb
     latency: { p99: number };
     errors: number;
     non2xx: number;
+    statusCodeStats?: Record<string, { count: number }>;
   };
-  return { rps: report.requests.average, p99: report.latency.p99, errors: report.errors + report.non2xx };
+  const codes = Object.entries(report.statusCodeStats ?? {});
+  return {
+    rps: report.requests.average,
+    p99: report.latency.p99,
+    errors: report.errors + report.non2xx,
+    ok: report.statusCodeStats?.["200"]?.count ?? 0,
+    statuses: codes.map(([code, { count }]) => `${count.toLocaleString("en-US")} × ${code}`).join(", "),
+  };
 }
 
 /**
@@ -528,6 +557,38 @@ async function runCheckApi(): Promise<string[]> {
       ),
     );
     rows.push(`| POST /v1/frequency | ${ms(frequency.p50)} | ${ms(frequency.p99)} |`);
+    // one block (256 consecutive users) whose log grows: the cost must not follow its history
+    const inBlock = (i: number) =>
+      handler(
+        functionUrlEvent("POST", "/v1/frequency", JSON.stringify({ userId: 512_000 + (i & 255), channel: "push" })),
+        context,
+      );
+    const freshBlock = await latencies(1000, inBlock);
+    rows.push(
+      `| POST /v1/frequency, one block, its first 1,200 checks | ${ms(freshBlock.p50)} | ${ms(freshBlock.p99)} |`,
+    );
+    const everyEnvironment = oneCallEach(
+      stack.checkApiEnvironments.map(
+        (environment) => (event: ReturnType<typeof functionUrlEvent>) => environment.handler(event, context),
+      ),
+    );
+    for (let filled = 1200; filled < 10_000; filled += 32) {
+      await Promise.all(
+        Array.from({ length: 32 }, (_, j) =>
+          everyEnvironment(
+            functionUrlEvent(
+              "POST",
+              "/v1/frequency",
+              JSON.stringify({ userId: 512_000 + ((filled + j) & 255), channel: "push" }),
+            ),
+          ),
+        ),
+      );
+    }
+    const grownBlock = await latencies(2000, inBlock);
+    rows.push(
+      `| POST /v1/frequency, the same block after 10,000 earlier checks | ${ms(grownBlock.p50)} | ${ms(grownBlock.p99)} |`,
+    );
 
     const rlfClient = createRedisCluster({
       nodes: stack.endpoints.redis.slice(0, 3).map((node) => ({ host: "127.0.0.1", port: Number(node.split(":")[1]) })),
@@ -565,45 +626,76 @@ async function runCheckApi(): Promise<string[]> {
     const body = JSON.stringify({ key: "http-bench", algorithm: "fixed-window", max: 1_000_000_000, windowMs: 60_000 });
     const ours = await load(`${stack.endpoints.functionUrl}/v1/limit`, body);
     const theirs = await load(`http://127.0.0.1:${rlfPort}/`, body);
+    // every 200 charged 1; more charges than 200s are requests answered otherwise (or still in flight,
+    // at most 32, when autocannon stopped) that were charged all the same
+    const peek = await handler(
+      functionUrlEvent("POST", "/v1/limit", JSON.stringify({ ...JSON.parse(body), cost: 0 })),
+      context,
+    );
+    const charged = 1_000_000_000 - (JSON.parse(peek.body ?? "{}") as { remaining: number }).remaining;
     // where the HTTP figure goes: the same request with 32 in flight, without HTTP, layer by layer
     const parsed = JSON.parse(body) as Record<string, unknown>;
-    const limiter = new Limiter({
-      store: new RedisLimitStore((first as (typeof stack.checkApiEnvironments)[number]).cluster, { deadlineMs: 1000 }),
-      namespace: `bench-layers-${Date.now()}`,
-    });
-    // as the local Function URL server runs it: each execution environment one invocation at a time
-    const environments = dispatcher(stack.checkApiEnvironments.map((environment) => environment.handler));
-    const layers = [
-      ["`Limiter.check` (validation, Lua, result)", await throughput(() => limiter.check(parsed))],
-      [
-        `the handler (middy, Powertools logger and metrics, routing, JSON), ${stack.checkApiEnvironments.length} execution environments`,
-        await throughput(() => environments(functionUrlEvent("POST", "/v1/limit", body), context)),
-      ],
-      ["`RateLimiterRedis.consume`", await throughput(() => rlf.consume("layers"))],
-    ] as const;
-    console.log(
-      `check api http: ${Math.round(ours.rps)} req/s vs rate-limiter-flexible ${Math.round(theirs.rps)} req/s`,
+    const namespace = `bench-layers-${Date.now()}`;
+    const limiterOn = (cluster: TollgateCluster) =>
+      new Limiter({ store: new RedisLimitStore(cluster, { deadlineMs: 1000 }), namespace });
+    const environments = stack.checkApiEnvironments;
+    const oneClient = limiterOn((first as (typeof environments)[number]).cluster);
+    const perEnvironment = oneCallEach(
+      environments.map((environment) => {
+        const limiter = limiterOn(environment.cluster);
+        return (request: unknown) => limiter.check(request);
+      }),
     );
+    const handlers = oneCallEach(
+      environments.map(
+        (environment) => (event: ReturnType<typeof functionUrlEvent>) => environment.handler(event, context),
+      ),
+    );
+    const layers = {
+      limiter: await throughput(() => oneClient.check(parsed)),
+      limiterPerEnvironment: await throughput(() => perEnvironment(parsed)),
+      handler: await throughput(() => handlers(functionUrlEvent("POST", "/v1/limit", body))),
+      rlf: await throughput(() => rlf.consume("layers")),
+    };
+    console.log(
+      `check api http: ${Math.round(ours.rps)} req/s vs rate-limiter-flexible ${Math.round(theirs.rps)} req/s; ` +
+        `${ours.statuses}; ${charged} charged`,
+    );
+    const n = (value: number) => Math.round(value).toLocaleString("en-US");
+    const layer = (name: string, { rps, cpuUs }: { rps: number; cpuUs: number }, ratio: string) =>
+      `| ${name} | ${n(rps)} | ${cpuUs.toFixed(0)} µs | ${ratio} |`;
+    const n32 = environments.length;
     return [
-      `Measured ${new Date().toISOString().slice(0, 10)} by \`npm run bench\`: 2,000 sequential requests per row after 200 warm-up ones, the handler called in process (payload 2.0 events, middy, Powertools), on the bench cluster.`,
+      `Measured ${new Date().toISOString().slice(0, 10)} by \`npm run bench\`: 2,000 sequential requests per row after 200 warm-up ones (1,000 for a fresh block), the handler called in process (payload 2.0 events, middy, Powertools), on the bench cluster.`,
       "",
       "| In process, one request at a time | p50 | p99 |",
       "|---|---|---|",
       ...rows,
       "",
-      "Over HTTP on loopback, autocannon in its own process (32 connections, 5 s), one key, a limit never reached; the check API runs 32 execution environments, one invocation each at a time, as Lambda would:",
+      `Over HTTP on loopback, autocannon in its own process (32 connections, 10 s), one key, a limit never reached; the check API runs ${n32} execution environments, one invocation each at a time, as Lambda would:`,
       "",
-      "| Server | Requests/s | p99 | Errors |",
+      "| Server | Requests/s | p99 | Answers |",
       "|---|---|---|---|",
-      `| Tollgate local Function URL server, POST /v1/limit fixed-window | ${Math.round(ours.rps).toLocaleString("en-US")} | ${ours.p99} ms | ${ours.errors} |`,
-      `| rate-limiter-flexible \`RateLimiterRedis.consume\` behind a minimal Node HTTP server | ${Math.round(theirs.rps).toLocaleString("en-US")} | ${theirs.p99} ms | ${theirs.errors} |`,
+      `| Tollgate local Function URL server, POST /v1/limit fixed-window | ${n(ours.rps)} | ${ours.p99} ms | ${ours.statuses}; ${n(charged)} charged |`,
+      `| rate-limiter-flexible \`RateLimiterRedis.consume\` behind a minimal Node HTTP server | ${n(theirs.rps)} | ${theirs.p99} ms | ${theirs.statuses} |`,
       `| Ratio | ${(ours.rps / theirs.rps).toFixed(2)}× | | |`,
       "",
-      "The same request in process, 32 in flight for 3 s, layer by layer:",
+      "The same request in process, 32 in flight for 3 s, layer by layer (CPU: this Node process's, per call; Redis runs in its own processes):",
       "",
-      "| Layer | Requests/s |",
-      "|---|---|",
-      ...layers.map(([name, rps]) => `| ${name} | ${Math.round(rps).toLocaleString("en-US")} |`),
+      "| Layer | Requests/s | CPU per call | Ratio |",
+      "|---|---|---|---|",
+      layer("`Limiter.check` (validation, Lua, result), one Redis client", layers.limiter, ""),
+      layer(
+        `\`Limiter.check\` on ${n32} clients, one call each at a time (as ${n32} execution environments)`,
+        layers.limiterPerEnvironment,
+        `${(layers.limiterPerEnvironment.rps / layers.limiter.rps).toFixed(2)}× one client: what ${n32} environments cost`,
+      ),
+      layer(
+        `the handler (middy, Powertools logger and metrics, routing, JSON, headers), ${n32} execution environments`,
+        layers.handler,
+        `${(layers.handler.rps / layers.limiterPerEnvironment.rps).toFixed(2)}× the line above: the handler layer`,
+      ),
+      layer("`RateLimiterRedis.consume`, one Redis client", layers.rlf, ""),
     ];
   } finally {
     for (const server of servers) await server.stop();
