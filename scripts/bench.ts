@@ -22,6 +22,7 @@ import {
   RedisLimitStore,
   type TollgateCluster,
 } from "../functions/adapters/redis-cluster.ts";
+import { pushCampaign, uploadObject, uploadRules } from "../functions/app/operator-actions.ts";
 import { Capper } from "../functions/core/capping/capper.ts";
 import { parsePolicy } from "../functions/core/capping/policy.ts";
 import { SegmentIndex } from "../functions/core/capping/segment-index.ts";
@@ -31,7 +32,6 @@ import { perUserLogKey } from "../functions/core/shared/keys.ts";
 import { functionUrlEvent } from "./local/function-url-server.ts";
 import { lambdaContext } from "./local/sqs-poller.ts";
 import { startLocalStack } from "./local-stack.ts";
-import { pushCampaign, uploadObject, uploadRules } from "./operations.ts";
 import { startCluster, stopCluster } from "./redis-cluster.ts";
 
 const execFileAsync = promisify(execFile);

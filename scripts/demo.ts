@@ -8,10 +8,11 @@
 // For each campaign it reads the delivery queue and prints, per segment, who was sent and who was capped
 // with the cap that bit. Then it stops everything it started.
 import { createAwsClients } from "../functions/adapters/aws-clients.ts";
+import { pushCampaign, uploadRules } from "../functions/app/operator-actions.ts";
 import type { ConsumeOutcome } from "../functions/core/capping/campaign-consumer.ts";
 import type { SegmentTotals } from "../functions/core/capping/decisions.ts";
+import { readDelivery } from "./delivery-queue.ts";
 import { startLocalStack } from "./local-stack.ts";
-import { pushCampaign, readDelivery, uploadRules } from "./operations.ts";
 
 const USERS = Number(process.env.DEMO_USERS ?? 1_000_000);
 

@@ -1,9 +1,17 @@
-// An ObjectStore over an S3 bucket. Bitmaps are binary: bodies are read as bytes, never as text.
-import { GetObjectCommand, HeadObjectCommand, NoSuchKey, NotFound, type S3Client } from "@aws-sdk/client-s3";
+// An ObjectStore (and ObjectWriter) over an S3 bucket. Bitmaps are binary: bodies are read as bytes, never
+// as text.
+import {
+  GetObjectCommand,
+  HeadObjectCommand,
+  NoSuchKey,
+  NotFound,
+  PutObjectCommand,
+  type S3Client,
+} from "@aws-sdk/client-s3";
 import { ObjectNotFoundError } from "../core/shared/errors.ts";
-import type { ObjectStore } from "../core/shared/object-store.ts";
+import type { ObjectStore, ObjectWriter } from "../core/shared/object-store.ts";
 
-export class S3ObjectStore implements ObjectStore {
+export class S3ObjectStore implements ObjectStore, ObjectWriter {
   constructor(
     private readonly s3: S3Client,
     private readonly bucket: string,
@@ -17,6 +25,10 @@ export class S3ObjectStore implements ObjectStore {
     } catch (error) {
       throw notFound(error, key);
     }
+  }
+
+  async put(key: string, body: Uint8Array | string): Promise<void> {
+    await this.s3.send(new PutObjectCommand({ Bucket: this.bucket, Key: key, Body: body }));
   }
 
   async etag(key: string): Promise<string> {

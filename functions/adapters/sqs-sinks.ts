@@ -1,4 +1,5 @@
-// The SQS side of the consumer: delivery messages out with SendMessageBatch, poison messages to the DLQ.
+// The SQS queues Tollgate writes to: delivery messages out and poison messages to the DLQ (the consumer),
+// campaign batches in (the operator's campaign push).
 import {
   type MessageAttributeValue,
   SendMessageBatchCommand,
@@ -7,6 +8,7 @@ import {
   type SQSClient,
 } from "@aws-sdk/client-sqs";
 import type { DeadLetterSink } from "../core/capping/campaign-consumer.ts";
+import type { CampaignQueue } from "../core/capping/campaign-push.ts";
 import type { DeliveryMessage, DeliverySink } from "../core/capping/delivery.ts";
 import { DeliveryError } from "../core/shared/errors.ts";
 
@@ -148,5 +150,29 @@ export class SqsDeadLetterSink implements DeadLetterSink {
         },
       }),
     );
+  }
+}
+
+/** The campaign queue: bodies sent in order, SendMessageBatch by SendMessageBatch; any refusal throws. */
+export class SqsCampaignQueue implements CampaignQueue {
+  constructor(
+    private readonly sqs: SQSClient,
+    private readonly queueUrl: string,
+  ) {}
+
+  async send(bodies: readonly string[], onSent: (bodiesSent: number) => void = () => {}): Promise<void> {
+    let sent = 0;
+    const entries = bodies.map((body, i): SendMessageBatchRequestEntry => ({ Id: String(i), MessageBody: body }));
+    for (const chunk of chunkEntries(entries)) {
+      const reply = await this.sqs.send(new SendMessageBatchCommand({ QueueUrl: this.queueUrl, Entries: chunk }));
+      const failed = reply.Failed ?? [];
+      if (failed.length > 0) {
+        throw new Error(
+          `the campaign queue refused ${failed.length} messages: ${failed[0]?.Code}: ${failed[0]?.Message}`,
+        );
+      }
+      sent += chunk.length;
+      onSent(sent);
+    }
   }
 }

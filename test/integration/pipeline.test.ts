@@ -3,9 +3,9 @@
 import { GetQueueAttributesCommand, ReceiveMessageCommand } from "@aws-sdk/client-sqs";
 import type { SQSBatchResponse } from "aws-lambda";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { pushCampaign } from "../../functions/app/operator-actions.ts";
 import { lambdaContext, toSqsEvent } from "../../scripts/local/sqs-poller.ts";
 import type { LocalStack } from "../../scripts/local-stack.ts";
-import { pushCampaign } from "../../scripts/operations.ts";
 import { drainDelivery, invoke, receive, sendRaw, testStack, uploadRules } from "../support/pipeline.ts";
 
 const policy = {

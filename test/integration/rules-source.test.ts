@@ -4,11 +4,11 @@ import { type FauxqsServer, startFauxqs } from "fauxqs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createAwsClients } from "../../functions/adapters/aws-clients.ts";
 import { S3ObjectStore } from "../../functions/adapters/s3-object-store.ts";
+import { uploadObject } from "../../functions/app/operator-actions.ts";
 import { RulesSource } from "../../functions/core/capping/rules-source.ts";
 import { buildSegments } from "../../functions/core/capping/segment-builder.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { CorruptBitmapError, InvalidPolicyError, ObjectNotFoundError } from "../../functions/core/shared/errors.ts";
-import { uploadObject } from "../../scripts/operations.ts";
 import { T0 } from "../support/rules.ts";
 
 let server: FauxqsServer;

@@ -3,10 +3,11 @@
 import { DeleteMessageCommand, type Message, ReceiveMessageCommand, SendMessageCommand } from "@aws-sdk/client-sqs";
 import type { SQSBatchResponse } from "aws-lambda";
 import { createAwsClients } from "../../functions/adapters/aws-clients.ts";
+import { uploadRules as uploadRulesTo } from "../../functions/app/operator-actions.ts";
 import type { DeliveryMessage } from "../../functions/core/capping/delivery.ts";
+import { readDelivery } from "../../scripts/delivery-queue.ts";
 import { lambdaContext, toSqsEvent } from "../../scripts/local/sqs-poller.ts";
 import { type LocalStack, type LocalStackOptions, startLocalStack } from "../../scripts/local-stack.ts";
-import { readDelivery, uploadRules as uploadRulesTo } from "../../scripts/operations.ts";
 import { uniqueNamespace } from "./cluster.ts";
 
 export async function testStack(options: LocalStackOptions = {}): Promise<LocalStack> {

@@ -1,0 +1,48 @@
+// The operator actions, wired to real clients: publish the policy and segment bitmaps to the bucket, push
+// a campaign onto the campaign queue. The CLI, the demo, the bench and the tests use these; a Lambda could.
+import type { S3Client } from "@aws-sdk/client-s3";
+import type { SQSClient } from "@aws-sdk/client-sqs";
+import { S3ObjectStore } from "../adapters/s3-object-store.ts";
+import { SqsCampaignQueue } from "../adapters/sqs-sinks.ts";
+import { type CampaignPush, pushCampaign as push } from "../core/capping/campaign-push.ts";
+import type { Policy } from "../core/capping/policy.ts";
+import {
+  publishPolicy as publishPolicyTo,
+  publishRules,
+  publishSegments as publishSegmentsTo,
+  type SegmentFile,
+} from "../core/capping/rules-publisher.ts";
+
+/** One object, as given (tests use it to put a broken policy or bitmap in place). */
+export function uploadObject(s3: S3Client, bucket: string, key: string, body: Uint8Array | string): Promise<void> {
+  return new S3ObjectStore(s3, bucket).put(key, body);
+}
+
+/** Validates the policy, then uploads it; an invalid one is not uploaded. */
+export function publishPolicy(s3: S3Client, bucket: string, text: string, key?: string): Promise<Policy> {
+  return publishPolicyTo(new S3ObjectStore(s3, bucket), text, key);
+}
+
+/** Checks every bitmap, then uploads each to segments/<name>; a bad one uploads nothing. */
+export function publishSegments(
+  s3: S3Client,
+  bucket: string,
+  files: readonly SegmentFile[],
+): Promise<{ key: string; bytes: number }[]> {
+  return publishSegmentsTo(new S3ObjectStore(s3, bucket), files);
+}
+
+/** Builds the bitmaps of a policy's segments from their members and uploads them, then the policy. */
+export function uploadRules<Document extends { segments: readonly { name: string; bitmap: string }[] }>(
+  s3: S3Client,
+  bucket: string,
+  policy: Document,
+  members: Record<string, readonly number[]>,
+): Promise<void> {
+  return publishRules(new S3ObjectStore(s3, bucket), policy, members);
+}
+
+/** Validates the campaign's fields, then sends it as batch messages; returns how many messages. */
+export function pushCampaign(sqs: SQSClient, queueUrl: string, campaign: CampaignPush): Promise<number> {
+  return push(new SqsCampaignQueue(sqs, queueUrl), campaign);
+}

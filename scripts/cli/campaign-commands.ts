@@ -1,0 +1,97 @@
+// `tollgate campaign push`: a campaign's users, from a range or a file, onto the campaign queue as batch
+// messages.
+import { readFileSync } from "node:fs";
+import { SingleBar } from "cli-progress";
+import type { Command } from "commander";
+import { pushCampaign } from "../../functions/app/operator-actions.ts";
+import { parseUserIdList } from "../../functions/core/capping/segment-builder.ts";
+import { ValidationError } from "../../functions/core/shared/errors.ts";
+import { MAX_USER_ID } from "../../functions/core/shared/send-fields.ts";
+import { type AwsOptions, aws, required, withAws } from "./aws-options.ts";
+
+/** User IDs from `--range A-B` or `--ids-file F`. */
+function userIdsOf(options: { range?: string; idsFile?: string }): number[] {
+  if (options.range !== undefined) {
+    const match = /^([0-9]+)-([0-9]+)$/.exec(options.range);
+    const [from, to] = [Number(match?.[1]), Number(match?.[2])];
+    if (!match || from > to || to > MAX_USER_ID)
+      throw new ValidationError("--range", `expected FROM-TO with 0 <= FROM <= TO <= ${MAX_USER_ID}`);
+    return Array.from({ length: to - from + 1 }, (_, i) => from + i);
+  }
+  if (options.idsFile !== undefined) return parseUserIdList(readFileSync(options.idsFile, "utf8"), options.idsFile);
+  throw new ValidationError("--range", "give --range FROM-TO or --ids-file FILE");
+}
+
+export function addCampaignCommands(program: Command): void {
+  withAws(
+    program
+      .command("campaign")
+      .description("campaigns")
+      .command("push")
+      .description("put a campaign on the campaign queue as batch messages")
+      .option("--queue-url <url>", "the campaign queue")
+      .requiredOption("--campaign <id>", "campaign ID")
+      .requiredOption("--channel <name>", "channel")
+      .option("--range <from-to>", "user IDs FROM..TO")
+      .option("--ids-file <file>", "file of user IDs")
+      .option("--payload <json>", "payload forwarded with every send")
+      .option("--at <ms>", "send time, ms since the epoch (default: when processed)")
+      .option("--exempt", "skip the caps (transactional)")
+      .option("--count-exempt", "with --exempt: count the sends anyway")
+      .option("--per-message <n>", "user IDs per message", "10000"),
+  ).action(
+    async (
+      options: AwsOptions & {
+        queueUrl?: string;
+        campaign: string;
+        channel: string;
+        range?: string;
+        idsFile?: string;
+        payload?: string;
+        at?: string;
+        exempt?: boolean;
+        countExempt?: boolean;
+        perMessage: string;
+      },
+    ) => {
+      const userIds = userIdsOf(options);
+      let payload: unknown;
+      if (options.payload !== undefined) {
+        try {
+          payload = JSON.parse(options.payload);
+        } catch {
+          throw new ValidationError("--payload", "not valid JSON");
+        }
+      }
+      const campaign = {
+        campaignId: options.campaign,
+        channel: options.channel,
+        ...(payload === undefined ? {} : { payload }),
+        ...(options.at === undefined ? {} : { at: Number(options.at) }),
+        ...(options.exempt ? { exempt: true } : {}),
+        ...(options.countExempt ? { countExempt: true } : {}),
+      };
+      const perMessage = Number(options.perMessage);
+      if (!Number.isInteger(perMessage) || perMessage < 1 || perMessage > 50_000) {
+        throw new ValidationError("--per-message", "expected an integer from 1 to 50000");
+      }
+      const { sqs, local } = aws(options);
+      const queueUrl = required(options.queueUrl, local?.campaignQueueUrl, "--queue-url");
+      const bar = process.stderr.isTTY ? new SingleBar({ format: "pushing [{bar}] {value}/{total} users" }) : undefined;
+      bar?.start(userIds.length, 0);
+      let messages: number;
+      try {
+        // pushCampaign validates the campaign's fields before it sends anything
+        messages = await pushCampaign(sqs, queueUrl, {
+          ...campaign,
+          userIds,
+          usersPerMessage: perMessage,
+          onProgress: (sent) => bar?.update(sent),
+        });
+      } finally {
+        bar?.stop();
+      }
+      console.log(`pushed campaign ${campaign.campaignId}: ${userIds.length} users in ${messages} messages`);
+    },
+  );
+}

@@ -1,0 +1,49 @@
+// `tollgate segments build|upload`: segment bitmaps (CRoaring portable format) from files of user IDs, and
+// their upload to the config bucket.
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { basename, join } from "node:path";
+import type { Command } from "commander";
+import { publishSegments } from "../../functions/app/operator-actions.ts";
+import { buildSegments, parseUserIdList } from "../../functions/core/capping/segment-builder.ts";
+import { ValidationError } from "../../functions/core/shared/errors.ts";
+import { type AwsOptions, aws, required, withAws } from "./aws-options.ts";
+
+export function addSegmentsCommands(program: Command): void {
+  const segments = program.command("segments").description("segment bitmaps (CRoaring portable format)");
+  segments
+    .command("build")
+    .description("build one bitmap per segment from files of user IDs (one per line, or comma/space separated)")
+    .requiredOption("--out <dir>", "directory for <name>.roaring files")
+    .argument("<segment=file...>", "segment name and the file of its user IDs")
+    .action((pairs: string[], options: { out: string }) => {
+      const members = pairs.map((pair) => {
+        const [name, file] = pair.split("=", 2);
+        if (!name || !file) throw new ValidationError(pair, "expected <segment>=<file>");
+        return { name, userIds: parseUserIdList(readFileSync(file, "utf8"), file) };
+      });
+      const built = buildSegments(members);
+      mkdirSync(options.out, { recursive: true });
+      for (const { name, userIds } of members) {
+        const path = join(options.out, `${name}.roaring`);
+        const bytes = built.get(name) as Uint8Array;
+        writeFileSync(path, bytes);
+        console.log(`${path}: ${new Set(userIds).size} users, ${bytes.length} bytes`);
+      }
+    });
+
+  withAws(
+    segments
+      .command("upload")
+      .description("check and upload bitmaps to s3://BUCKET/segments/<file name>")
+      .option("--bucket <name>", "the config bucket")
+      .argument("<file...>", "portable roaring bitmap files"),
+  ).action(async (files: string[], options: AwsOptions & { bucket?: string }) => {
+    const { s3, local } = aws(options);
+    const bucket = required(options.bucket, local?.bucket, "--bucket");
+    // every file is checked before the first upload: a bad one uploads nothing
+    const segments = files.map((file) => ({ name: basename(file), bytes: readFileSync(file), source: file }));
+    for (const { key, bytes } of await publishSegments(s3, bucket, segments)) {
+      console.log(`uploaded s3://${bucket}/${key} (${bytes} bytes)`);
+    }
+  });
+}
