@@ -11,6 +11,7 @@ import type { LimitSpec } from "../core/limits/limit-specs.ts";
 import type { Limiter } from "../core/limits/limiter.ts";
 import { cacheIdentity, type NegativeCache } from "../core/limits/negative-cache.ts";
 import { StoreUnavailableError, ValidationError } from "../core/shared/errors.ts";
+import { duplicateMember } from "./json-members.ts";
 import { rateLimitHeaders } from "./rate-limit-headers.ts";
 
 export const MAX_BODY_BYTES = 64 * 1024;
@@ -67,6 +68,8 @@ function parseBody(event: APIGatewayProxyEventV2): Record<string, unknown> {
   }
   if (typeof body !== "object" || body === null || Array.isArray(body))
     throw new HttpError(400, "invalid_request", "expected a JSON object", "body");
+  const repeated = duplicateMember(text);
+  if (repeated !== undefined) throw new HttpError(400, "invalid_request", `${repeated}: given twice`, repeated);
   const { onStoreError } = body as { onStoreError?: unknown };
   if (onStoreError !== undefined && onStoreError !== "allow" && onStoreError !== "deny") {
     throw new HttpError(400, "invalid_request", 'expected "allow" or "deny"', "onStoreError");

@@ -79,6 +79,14 @@ describe("POST /v1/limit", () => {
         "onStoreError",
       ],
       ["/v1/limits", { scope: "s", limits: [] }, 400, "limits"],
+      // JSON.parse would keep the last "max" silently
+      ["/v1/limit", '{"key":"k","algorithm":"fixed-window","max":1,"windowMs":1000,"max":1000}', 400, "max"],
+      [
+        "/v1/limits",
+        '{"scope":"s","limits":[{"key":"a","algorithm":"gcra","burst":1,"count":1,"periodMs":1000,"key":"b"}]}',
+        400,
+        "limits[0].key",
+      ],
       ["/v1/limit", { key: "k", pad: "x".repeat(70_000) }, 413, undefined],
       ["/v2/limit", {}, 404, undefined],
     ];
