@@ -1,20 +1,18 @@
-// The check API's Function URL adapter: routes, body limits and parsing, status codes and headers. The
-// decisions come from the core (Limiter, FrequencyChecker); this file only shapes HTTP.
+// The check API's Function URL adapter: its routes, its metrics, and what a counter-store outage answers.
+// The decisions come from the core (Limiter, Capper); the HTTP mechanics from http.ts.
 import type { Logger } from "@aws-lambda-powertools/logger";
 import { injectLambdaContext } from "@aws-lambda-powertools/logger/middleware";
 import { type Metrics, MetricUnit } from "@aws-lambda-powertools/metrics";
 import { logMetrics } from "@aws-lambda-powertools/metrics/middleware";
 import middy from "@middy/core";
-import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2, Context } from "aws-lambda";
+import type { APIGatewayProxyEventV2, Context } from "aws-lambda";
 import type { FrequencyResult } from "../core/capping/frequency.ts";
 import type { LimitSpec } from "../core/limits/limit-specs.ts";
 import type { Limiter } from "../core/limits/limiter.ts";
 import { cacheIdentity, type NegativeCache } from "../core/limits/negative-cache.ts";
-import { StoreUnavailableError, ValidationError } from "../core/shared/errors.ts";
-import { duplicateMember } from "./json-members.ts";
+import { StoreUnavailableError } from "../core/shared/errors.ts";
+import { actionFor, HttpError, type HttpResponse, json, parseJsonObject, type Routes, refusal } from "./http.ts";
 import { rateLimitHeaders } from "./rate-limit-headers.ts";
-
-export const MAX_BODY_BYTES = 64 * 1024;
 
 export interface HealthReport {
   ok: boolean;
@@ -33,53 +31,16 @@ export interface CheckApiDeps {
   metrics: Metrics;
 }
 
-type Response = APIGatewayProxyStructuredResultV2;
-
-class HttpError extends Error {
-  constructor(
-    readonly status: number,
-    readonly code: string,
-    message: string,
-    readonly path?: string,
-  ) {
-    super(message);
-  }
-}
-
-const json = (status: number, body: unknown, headers: Record<string, string> = {}): Response => ({
-  statusCode: status,
-  headers: { "content-type": "application/json", ...headers },
-  body: JSON.stringify(body),
-});
-
 /** The time a validated request was decided at: its `at` (a replay or backfill), or now. */
 const decidedAt = (body: Record<string, unknown>) => (typeof body.at === "number" ? body.at : Date.now());
 
-function parseBody(event: APIGatewayProxyEventV2): Record<string, unknown> {
-  const raw = event.body ?? "";
-  const text = event.isBase64Encoded ? Buffer.from(raw, "base64").toString("utf8") : raw;
-  if (Buffer.byteLength(text) > MAX_BODY_BYTES)
-    throw new HttpError(413, "payload_too_large", `body over ${MAX_BODY_BYTES} bytes`);
-  let body: unknown;
-  try {
-    body = JSON.parse(text);
-  } catch (error) {
-    throw new HttpError(400, "invalid_request", `not valid JSON: ${(error as Error).message}`, "body");
-  }
-  if (typeof body !== "object" || body === null || Array.isArray(body))
-    throw new HttpError(400, "invalid_request", "expected a JSON object", "body");
-  const repeated = duplicateMember(text);
-  if (repeated !== undefined) throw new HttpError(400, "invalid_request", `${repeated}: given twice`, repeated);
-  const { onStoreError } = body as { onStoreError?: unknown };
+/** The check API's own body field: what to answer when the counter store does not. */
+function checkOnStoreError(body: Record<string, unknown>): void {
+  const { onStoreError } = body;
   if (onStoreError !== undefined && onStoreError !== "allow" && onStoreError !== "deny") {
     throw new HttpError(400, "invalid_request", 'expected "allow" or "deny"', "onStoreError");
   }
-  return body as Record<string, unknown>;
 }
-
-/** The Allow field of a route: its methods, and HEAD wherever GET is. */
-const allowed = (route: Record<string, unknown>) =>
-  [...Object.keys(route), ...("GET" in route ? ["HEAD"] : [])].join(", ");
 
 export function makeCheckApiHandler(deps: CheckApiDeps) {
   const { limiter, negativeCache, logger, metrics } = deps;
@@ -92,7 +53,7 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
     if (result.allowed && limit > 0 && remaining <= limit * 0.2) metrics.addMetric("nearLimit", MetricUnit.Count, 1);
   };
 
-  const routes: Record<string, Record<string, (body: Record<string, unknown>) => Promise<Response>>> = {
+  const routes: Routes = {
     "/v1/limit": {
       POST: async (body) => {
         const identity = negativeCache ? cacheIdentity(body) : undefined;
@@ -137,36 +98,19 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
     },
   };
 
-  const handler = async (event: APIGatewayProxyEventV2, _context: Context): Promise<Response> => {
-    const method = event.requestContext.http.method.toUpperCase();
+  const handler = async (event: APIGatewayProxyEventV2, _context: Context): Promise<HttpResponse> => {
     metrics.addMetric("requests", MetricUnit.Count, 1);
-    const route = routes[event.rawPath];
     let body: Record<string, unknown> = {};
     try {
-      if (!route) throw new HttpError(404, "not_found", `no route ${event.rawPath}`);
-      // RFC 9110: HEAD is GET without the content, with the same status and header fields
-      const action = route[method] ?? (method === "HEAD" ? route.GET : undefined);
-      if (!action)
-        throw new HttpError(
-          405,
-          "method_not_allowed",
-          `${method} not allowed on ${event.rawPath}; use ${allowed(route)}`,
-        );
-      if (method === "POST") body = parseBody(event);
-      const response = await action(body);
-      return method === "HEAD" ? { ...response, body: "" } : response;
+      const action = actionFor(routes, event);
+      if (event.requestContext.http.method.toUpperCase() === "POST") {
+        body = parseJsonObject(event);
+        checkOnStoreError(body);
+      }
+      return await action(body);
     } catch (error) {
-      if (error instanceof HttpError) {
-        const headers: Record<string, string> = error.status === 405 && route ? { allow: allowed(route) } : {};
-        return json(
-          error.status,
-          { error: { code: error.code, message: error.message, ...(error.path ? { path: error.path } : {}) } },
-          headers,
-        );
-      }
-      if (error instanceof ValidationError) {
-        return json(400, { error: { code: "invalid_request", message: error.message, path: error.path } });
-      }
+      const refused = refusal(error);
+      if (refused) return refused;
       if (error instanceof StoreUnavailableError) {
         metrics.addMetric("storeErrors", MetricUnit.Count, 1);
         logger.warn("store unavailable", { path: event.rawPath, error: error.message });

@@ -1,0 +1,91 @@
+// The HTTP layer of the Function URL handlers: JSON replies, the request body (size, a JSON object), a
+// route table answering 404, 405 (with Allow) and HEAD, and the errors every route maps the same way.
+import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2 } from "aws-lambda";
+import { ValidationError } from "../core/shared/errors.ts";
+import { duplicateMember } from "./json-members.ts";
+
+export const MAX_BODY_BYTES = 64 * 1024;
+
+export type HttpResponse = APIGatewayProxyStructuredResultV2;
+export type Action = (body: Record<string, unknown>) => Promise<HttpResponse>;
+/** Path -> method -> action. */
+export type Routes = Record<string, Partial<Record<"GET" | "POST", Action>>>;
+
+/** A request refused before it reached the core; its message is for the caller. */
+export class HttpError extends Error {
+  override name = "HttpError";
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    readonly path?: string,
+    readonly headers: Record<string, string> = {},
+  ) {
+    super(message);
+  }
+}
+
+export const json = (status: number, body: unknown, headers: Record<string, string> = {}): HttpResponse => ({
+  statusCode: status,
+  headers: { "content-type": "application/json", ...headers },
+  body: JSON.stringify(body),
+});
+
+/** The body as a JSON object, at most MAX_BODY_BYTES, no member given twice; HttpError 413 or 400 otherwise. */
+export function parseJsonObject(event: APIGatewayProxyEventV2): Record<string, unknown> {
+  const raw = event.body ?? "";
+  const text = event.isBase64Encoded ? Buffer.from(raw, "base64").toString("utf8") : raw;
+  if (Buffer.byteLength(text) > MAX_BODY_BYTES)
+    throw new HttpError(413, "payload_too_large", `body over ${MAX_BODY_BYTES} bytes`);
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch (error) {
+    throw new HttpError(400, "invalid_request", `not valid JSON: ${(error as Error).message}`, "body");
+  }
+  if (typeof body !== "object" || body === null || Array.isArray(body))
+    throw new HttpError(400, "invalid_request", "expected a JSON object", "body");
+  const repeated = duplicateMember(text);
+  if (repeated !== undefined) throw new HttpError(400, "invalid_request", `${repeated}: given twice`, repeated);
+  return body as Record<string, unknown>;
+}
+
+/** The Allow field of a route: its methods, and HEAD wherever GET is. */
+const allowed = (route: Partial<Record<string, Action>>) =>
+  [...Object.keys(route), ...("GET" in route ? ["HEAD"] : [])].join(", ");
+
+/**
+ * The action for the request's path and method, or HttpError 404 / 405 (with Allow). HEAD runs the GET
+ * action and answers without the content (RFC 9110: same status and header fields).
+ */
+export function actionFor(routes: Routes, event: APIGatewayProxyEventV2): Action {
+  const method = event.requestContext.http.method.toUpperCase();
+  const route: Partial<Record<string, Action>> | undefined = routes[event.rawPath];
+  if (!route) throw new HttpError(404, "not_found", `no route ${event.rawPath}`);
+  const action = route[method] ?? (method === "HEAD" ? route.GET : undefined);
+  if (!action) {
+    throw new HttpError(
+      405,
+      "method_not_allowed",
+      `${method} not allowed on ${event.rawPath}; use ${allowed(route)}`,
+      undefined,
+      {
+        allow: allowed(route),
+      },
+    );
+  }
+  if (method !== "HEAD") return action;
+  return async (body) => ({ ...(await action(body)), body: "" });
+}
+
+/** The reply to a refused request (HttpError, or a ValidationError from the core: 400); undefined for faults. */
+export function refusal(error: unknown): HttpResponse | undefined {
+  if (error instanceof HttpError) {
+    const { status, code, message, path, headers } = error;
+    return json(status, { error: { code, message, ...(path ? { path } : {}) } }, headers);
+  }
+  if (error instanceof ValidationError) {
+    return json(400, { error: { code: "invalid_request", message: error.message, path: error.path } });
+  }
+  return undefined;
+}
