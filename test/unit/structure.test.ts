@@ -1,5 +1,6 @@
 // The rules the layout keeps (docs/ARCHITECTURE.md), checked on the real import graph; each check is
 // also shown to catch a violation, so none of them passes by reading nothing.
+import { basename } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import {
@@ -32,6 +33,9 @@ const RUNTIME_PACKAGES = /^(ioredis|aws-lambda|@aws-sdk\/|@smithy\/|@middy\/|@aw
 const ROARING = /^roaring(-wasm)?$/;
 const SEGMENT_FILES = ["functions/core/capping/segment-index.ts", "functions/core/capping/segment-builder.ts"];
 
+const misnamed = (files: readonly string[]) =>
+  files.filter((file) => !/^[a-z0-9]+(-[a-z0-9]+)*(\.[a-z0-9]+)+$/.test(basename(file)));
+
 const graphOf = (arrows: Record<string, string[]>, packages: Record<string, string[]> = {}): ImportGraph =>
   new Map(
     [...new Set([...Object.keys(arrows), ...Object.keys(packages)])].map((file) => [
@@ -41,6 +45,10 @@ const graphOf = (arrows: Record<string, string[]>, packages: Record<string, stri
   );
 
 describe("the layout", () => {
+  it("names every source file in kebab-case", () => {
+    expect(misnamed([...graph.keys()])).toEqual([]);
+  });
+
   it("puts every file under functions/ in a known room", () => {
     const homeless = [...graph.keys()]
       .filter((file) => file.startsWith("functions/"))
@@ -95,6 +103,11 @@ describe("the structure checks catch what they forbid", () => {
     expect(packageImports(bad, "functions", ROARING, SEGMENT_FILES)).toEqual([
       { from: "functions/core/shared/send-fields.ts", to: "roaring" },
     ]);
+  });
+
+  it("a file name in camelCase, PascalCase or snake_case", () => {
+    const files = ["a/segment-index.ts", "a/segmentIndex.ts", "a/SegmentIndex.ts", "a/segment_index.ts", "a/x.d.ts"];
+    expect(misnamed(files)).toEqual(["a/segmentIndex.ts", "a/SegmentIndex.ts", "a/segment_index.ts"]);
   });
 
   it("a loop of two files, a longer loop and a file importing itself, but not a diamond", () => {
