@@ -85,7 +85,9 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
     },
     "/v1/frequency": {
       POST: async (body) => {
-        const result = await deps.frequency(body);
+        // onStoreError is this layer's (checked with the body), not the frequency check's
+        const { onStoreError: _, ...request } = body;
+        const result = await deps.frequency(request);
         count("frequency", result);
         return json(200, result);
       },

@@ -261,12 +261,20 @@ describe("POST /v1/frequency", () => {
     });
   });
 
+  it("refuses an unknown field, naming it, and still takes onStoreError", async () => {
+    const typo = await check({ userId: 1, channel: "push", comsume: false });
+    expect(typo.status).toBe(400);
+    expect((typo.body.error as { message: string }).message).toContain("comsume");
+    expect((await check({ userId: 2, channel: "push", at: A, onStoreError: "allow" })).status).toBe(200);
+  });
+
   it("names the field of a bad request", async () => {
     for (const [body, path] of [
       [{ userId: -1, channel: "push" }, "userId"],
       [{ userId: 1, channel: "fax" }, "channel"],
       [{ userId: 1, channel: "push", campaignId: "" }, "campaignId"],
       [{ userId: 1, channel: "push", consume: "yes" }, "consume"],
+      [{ userId: 1, channel: "push", at: 0 }, "at"],
     ] as const) {
       const { status, body: reply } = await check(body);
       expect(status).toBe(400);

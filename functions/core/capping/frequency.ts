@@ -6,7 +6,8 @@ import type { LoggedSend } from "./cap-sends-script.ts";
 import type { CapDecision } from "./decisions.ts";
 import type { CapRule } from "./policy.ts";
 
-export const frequencyRequestSchema = z.object({
+// strict: an unknown field (a typo such as `comsume`) is refused, never silently dropped
+export const frequencyRequestSchema = z.strictObject({
   userId: userIdSchema,
   channel: channelSchema,
   campaignId: campaignIdSchema.optional(),
