@@ -1,6 +1,7 @@
 // The CDK app: one Tollgate stack, checked by cdk-nag's AwsSolutions and Serverless packs on every synth.
 import { App, Validations } from "aws-cdk-lib";
 import { AwsSolutionsChecks, ServerlessChecks } from "cdk-nag";
+import { ConfigError } from "./config.ts";
 import { acknowledgeFindings } from "./nag.ts";
 import { TollgateStack } from "./tollgate-stack.ts";
 
@@ -17,4 +18,13 @@ export function buildApp(
   return { app, stack };
 }
 
-if (process.argv[1]?.endsWith("app.ts")) buildApp().app.synth();
+if (process.argv[1]?.endsWith("app.ts")) {
+  try {
+    buildApp().app.synth();
+  } catch (error) {
+    // a bad setting is the user's to fix: its message names the context key, a stack trace would bury it
+    if (!(error instanceof ConfigError)) throw error;
+    console.error(error.message);
+    process.exit(1);
+  }
+}

@@ -1,5 +1,5 @@
-// The ElastiCache replication group: cluster mode, Multi-AZ with automatic failover, TLS and encryption
-// at rest, an AUTH token from Secrets Manager, a parameter group for the key layout, slow and engine logs.
+// The ElastiCache replication group: cluster mode, Multi-AZ with automatic failover when there are replicas,
+// TLS and encryption at rest, an AUTH token from Secrets Manager, a parameter group, slow and engine logs.
 import type { RemovalPolicy } from "aws-cdk-lib";
 import type * as ec2 from "aws-cdk-lib/aws-ec2";
 import * as elasticache from "aws-cdk-lib/aws-elasticache";
@@ -31,7 +31,7 @@ export class Cache extends Construct {
     });
     const parameters = new elasticache.CfnParameterGroup(this, "Parameters", {
       description: "Tollgate: cluster mode, never evict",
-      cacheParameterGroupFamily: config.engine === "valkey" ? "valkey8" : "redis7",
+      cacheParameterGroupFamily: config.parameterGroupFamily,
       properties: {
         // the key layout spreads slot groups over shards
         "cluster-enabled": "yes",
@@ -64,7 +64,8 @@ export class Cache extends Construct {
       cacheNodeType: config.cacheNodeType,
       numNodeGroups: config.shards,
       replicasPerNodeGroup: config.replicasPerShard,
-      multiAzEnabled: true,
+      // dev's single node has no replica to fail over to; ElastiCache requires the flag in cluster mode anyway
+      multiAzEnabled: config.multiAz,
       automaticFailoverEnabled: true,
       transitEncryptionEnabled: true,
       atRestEncryptionEnabled: true,

@@ -1,78 +1,252 @@
-// Everything a user may change, read from CDK context (cdk.json or `-c key=value`) with documented defaults.
+// Every setting a user may change: a profile (`dev` or `prod`) supplies the defaults, CDK context
+// (`cdk.json` or `-c tollgate:<key>=<value>`) overrides them, and synth validates the result naming the key.
 import type { Node } from "constructs";
+import { z } from "zod";
 
-export interface TollgateConfig {
-  /** Prefix of every resource name. */
-  name: string;
-  /** "valkey" (default) or "redis". */
-  engine: "valkey" | "redis";
+export const PROFILES = ["dev", "prod"] as const;
+export type Profile = (typeof PROFILES)[number];
+
+/** The engine versions ElastiCache offers that our scripts are tested for, with their parameter group family. */
+export const ENGINE_VERSIONS = {
+  valkey: { "7.2": "valkey7", "8.0": "valkey8", "8.1": "valkey8" },
+  redis: { "7.0": "redis7", "7.1": "redis7" },
+} as const satisfies Record<string, Record<string, string>>;
+
+/** CloudWatch Logs accepts only these retention periods. */
+const LOG_RETENTION_DAYS = [
+  1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653,
+] as const;
+
+/** Lambda keeps this much of the account's concurrency unreserved: a reservation may take only the rest. */
+export const UNRESERVED_MINIMUM = 100;
+
+// Context arrives as strings from `-c` and as JSON values from cdk.json: both are accepted.
+const digits = z
+  .string()
+  .regex(/^-?[0-9]+$/)
+  .transform(Number);
+const integer = (min: number, max: number) => {
+  const message = `expected an integer from ${min} to ${max}`;
+  return z.union([z.number(), digits], message).pipe(z.int(message).min(min, message).max(max, message));
+};
+const boolean = z
+  .union([z.boolean(), z.enum(["true", "false"])], 'expected "true" or "false"')
+  .transform((value) => value === true || value === "true");
+const reservedMessage = 'expected "none" or an integer from 1 (0 would stop every call)';
+const reserved = z.union(
+  [z.literal("none"), z.union([z.number(), digits]).pipe(z.int(reservedMessage).min(1, reservedMessage))],
+  reservedMessage,
+);
+
+const settingsSchema = z
+  .object({
+    /** Prefix of the dashboard's name (and the stack's resources' tags). */
+    name: z.string().regex(/^[a-z][a-z0-9-]{0,30}$/, "expected 1-31 characters a-z 0-9 -, starting with a letter"),
+    /** Lambda architecture: the bundles are pure JavaScript and WebAssembly, so either loads. */
+    architecture: z.enum(["arm64", "x86_64"], 'expected "arm64" or "x86_64"'),
+    engine: z.enum(["valkey", "redis"], 'expected "valkey" or "redis"'),
+    /** Defaults to the engine's default version (see ENGINE_VERSIONS). */
+    engineVersion: z.string().optional(),
+    cacheNodeType: z
+      .string()
+      .regex(
+        /^cache\.(t3|t4g|m[5-7]g?|r[5-7]g?|r6gd|c7gn)\.[a-z0-9]+$/,
+        "expected a current-generation node type, e.g. cache.t4g.micro or cache.r7g.large",
+      ),
+    shards: integer(1, 500),
+    /** 0: no replica (single AZ, no failover); 1 or more: Multi-AZ with automatic failover. */
+    replicasPerShard: integer(0, 5),
+    /** Availability zones of the VPC (and so of the cache's replicas). */
+    availabilityZones: integer(1, 3),
+    /** Non-default on purpose: only the Lambdas' security group may reach it anyway. */
+    redisPort: integer(1024, 65_535),
+    /** Sends per delivery message. */
+    deliveryBatchSize: integer(1, 1_000),
+    consumerTimeoutSeconds: integer(10, 900),
+    consumerMemoryMb: integer(128, 10_240),
+    batchSize: integer(1, 10_000),
+    batchingWindowSeconds: integer(0, 300),
+    /** Also bounds the connections to Redis: each concurrent consumer holds one per node. */
+    maxConcurrency: integer(2, 1_000),
+    checkApiMemoryMb: integer(128, 10_240),
+    /** "none" or how many concurrent executions are kept for the check API. */
+    checkApiReservedConcurrency: reserved,
+    /** 0: none. */
+    checkApiProvisionedConcurrency: integer(0, 10_000),
+    /** The account's Lambda concurrency quota (`aws lambda get-account-settings`), to check reservations at synth. */
+    accountConcurrencyQuota: integer(10, 1_000_000),
+    logRetentionDays: integer(1, 3653).refine((days) => (LOG_RETENTION_DAYS as readonly number[]).includes(days), {
+      message: `expected one of ${LOG_RETENTION_DAYS.join(", ")}`,
+    }),
+    /** "retain" keeps the cache, bucket, queues and logs after `cdk destroy`; "destroy" deletes them. */
+    removalPolicy: z.enum(["retain", "destroy"], 'expected "retain" or "destroy"'),
+    /** X-Ray active tracing on both functions (and the X-Ray VPC endpoint it needs). */
+    tracing: boolean,
+    /** One EMF metrics document per check API request (decisions by algorithm on the dashboard). */
+    checkApiMetrics: boolean,
+    /** Alarm notifications: a new SNS topic with this email subscribed (confirm the email AWS sends). */
+    alarmEmail: z.email("expected an email address").optional(),
+    /** Alarm notifications to an existing SNS topic. */
+    alarmTopicArn: z
+      .string()
+      .regex(/^arn:aws[a-z-]*:sns:[a-z0-9-]+:[0-9]{12}:[A-Za-z0-9_-]{1,256}$/, "expected an SNS topic ARN")
+      .optional(),
+  })
+  .strict();
+
+type Settings = z.output<typeof settingsSchema>;
+export type TollgateConfig = Omit<Settings, "engineVersion" | "checkApiReservedConcurrency"> & {
+  profile: Profile;
   engineVersion: string;
-  cacheNodeType: string;
-  shards: number;
-  replicasPerShard: number;
-  /** Non-default on purpose: only the Lambdas' security group may reach it anyway. */
-  redisPort: number;
-  /** Sends per delivery message. */
-  deliveryBatchSize: number;
-  consumerTimeoutSeconds: number;
-  consumerMemoryMb: number;
-  batchSize: number;
-  batchingWindowSeconds: number;
-  /** Also bounds the connections to Redis: each concurrent consumer holds one per node. */
-  maxConcurrency: number;
-  checkApiMemoryMb: number;
-  checkApiReservedConcurrency: number;
-  /** 0: none. */
-  checkApiProvisionedConcurrency: number;
-  logRetentionDays: number;
-  /** "retain" (default) or "destroy" for the bucket, queues' data and the cache. */
-  removalPolicy: "retain" | "destroy";
-}
+  /** Parameter group family of the engine version. */
+  parameterGroupFamily: string;
+  /** undefined: no reservation. */
+  checkApiReservedConcurrency: number | undefined;
+  /** Replicas in other AZs with automatic failover. */
+  multiAz: boolean;
+};
 
-export const DEFAULTS: TollgateConfig = {
+type Defaults = Omit<z.input<typeof settingsSchema>, "engineVersion" | "alarmEmail" | "alarmTopicArn">;
+
+const COMMON: Omit<
+  Defaults,
+  | "cacheNodeType"
+  | "shards"
+  | "replicasPerShard"
+  | "availabilityZones"
+  | "removalPolicy"
+  | "checkApiReservedConcurrency"
+  | "tracing"
+  | "maxConcurrency"
+> = {
   name: "tollgate",
+  architecture: "x86_64",
   engine: "valkey",
-  engineVersion: "8.0",
-  cacheNodeType: "cache.r7g.large",
-  shards: 3,
-  replicasPerShard: 1,
   redisPort: 6380,
   deliveryBatchSize: 100,
   consumerTimeoutSeconds: 60,
   consumerMemoryMb: 1024,
   batchSize: 10,
   batchingWindowSeconds: 0,
-  maxConcurrency: 20,
   checkApiMemoryMb: 512,
-  checkApiReservedConcurrency: 100,
   checkApiProvisionedConcurrency: 0,
+  accountConcurrencyQuota: 1_000,
   logRetentionDays: 30,
-  removalPolicy: "retain",
+  checkApiMetrics: true,
 };
 
-/** Context values arrive as strings from the command line and as JSON values from cdk.json. */
-export function readConfig(node: Node): TollgateConfig {
-  const config: Record<string, unknown> = { ...DEFAULTS };
-  for (const [key, fallback] of Object.entries(DEFAULTS)) {
-    const value: unknown = node.tryGetContext(`tollgate:${key}`);
-    if (value === undefined) continue;
-    if (typeof fallback === "number") {
-      const number = Number(value);
-      if (!Number.isInteger(number) || number < 0)
-        throw new Error(`context tollgate:${key}: expected a non-negative integer, got ${String(value)}`);
-      config[key] = number;
-    } else {
-      config[key] = String(value);
-    }
+/** The defaults of each profile; the README's "Deploy" section lists them and prices them. */
+export const PROFILE_DEFAULTS: Record<Profile, Defaults> = {
+  // small, one AZ, no reservation, deleted by `cdk destroy`: for trying Tollgate and for staging
+  dev: {
+    ...COMMON,
+    cacheNodeType: "cache.t4g.micro",
+    shards: 1,
+    replicasPerShard: 0,
+    availabilityZones: 1,
+    removalPolicy: "destroy",
+    checkApiReservedConcurrency: "none",
+    tracing: false,
+    maxConcurrency: 5,
+  },
+  // Multi-AZ, failover, kept after `cdk destroy`
+  prod: {
+    ...COMMON,
+    cacheNodeType: "cache.r7g.large",
+    shards: 3,
+    replicasPerShard: 1,
+    availabilityZones: 2,
+    removalPolicy: "retain",
+    checkApiReservedConcurrency: 100,
+    tracing: true,
+    maxConcurrency: 20,
+  },
+};
+
+export const DEFAULT_PROFILE: Profile = "dev";
+
+/** Context keys read elsewhere (infra/app.ts), allowed beside the settings. */
+const OTHER_KEYS = new Set(["profile", "stackName"]);
+
+export class ConfigError extends Error {
+  override name = "ConfigError";
+  constructor(key: string, message: string) {
+    super(`context tollgate:${key}: ${message}`);
   }
-  const result = config as unknown as TollgateConfig;
-  if (result.engine !== "valkey" && result.engine !== "redis")
-    throw new Error(`context tollgate:engine: expected "valkey" or "redis", got ${result.engine}`);
-  if (result.removalPolicy !== "retain" && result.removalPolicy !== "destroy")
-    throw new Error(`context tollgate:removalPolicy: expected "retain" or "destroy"`);
-  if (result.shards < 1 || result.replicasPerShard < 1)
-    throw new Error(
-      "context tollgate:shards and tollgate:replicasPerShard: at least 1 each (Multi-AZ needs a replica)",
+}
+
+/** The settings of `node`'s context: profile defaults, then every `tollgate:*` key; throws ConfigError. */
+export function readConfig(node: Node): TollgateConfig {
+  const profileValue: unknown = node.tryGetContext("tollgate:profile") ?? DEFAULT_PROFILE;
+  const profile = PROFILES.find((name) => name === profileValue);
+  if (!profile) throw new ConfigError("profile", `expected "dev" or "prod", got ${JSON.stringify(profileValue)}`);
+
+  const overrides: Record<string, unknown> = {};
+  for (const [contextKey, value] of Object.entries(node.getAllContext())) {
+    if (!contextKey.startsWith("tollgate:")) continue;
+    const key = contextKey.slice("tollgate:".length);
+    if (OTHER_KEYS.has(key)) continue;
+    if (!(key in settingsSchema.shape))
+      throw new ConfigError(key, `unknown setting (known: ${Object.keys(settingsSchema.shape).join(", ")})`);
+    overrides[key] = value;
+  }
+  const parsed = settingsSchema.safeParse({ ...PROFILE_DEFAULTS[profile], ...overrides });
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0] as z.core.$ZodIssue;
+    const key = String(issue.path[0]);
+    throw new ConfigError(
+      key,
+      `${issue.message}, got ${JSON.stringify(overrides[key] ?? PROFILE_DEFAULTS[profile][key as keyof Defaults])}`,
     );
-  return result;
+  }
+  return finish(profile, parsed.data);
+}
+
+/** The rules that tie settings together, each naming the key a user would change. */
+function finish(profile: Profile, settings: Settings): TollgateConfig {
+  const versions: Record<string, string> = ENGINE_VERSIONS[settings.engine];
+  const engineVersion = settings.engineVersion ?? (settings.engine === "valkey" ? "8.0" : "7.1");
+  const parameterGroupFamily = versions[engineVersion];
+  if (!parameterGroupFamily)
+    throw new ConfigError(
+      "engineVersion",
+      `${settings.engine} ${engineVersion} is not offered by ElastiCache or not tested here; use one of ${Object.keys(versions).join(", ")}`,
+    );
+  const checkApiReservedConcurrency =
+    settings.checkApiReservedConcurrency === "none" ? undefined : settings.checkApiReservedConcurrency;
+  const reservable = settings.accountConcurrencyQuota - UNRESERVED_MINIMUM;
+  if (checkApiReservedConcurrency !== undefined && checkApiReservedConcurrency > reservable)
+    throw new ConfigError(
+      "checkApiReservedConcurrency",
+      `${checkApiReservedConcurrency} is more than the ${Math.max(0, reservable)} an account with a concurrency quota of ${settings.accountConcurrencyQuota} (tollgate:accountConcurrencyQuota) can reserve, since Lambda keeps ${UNRESERVED_MINIMUM} unreserved; use "none" or ask AWS for a higher quota`,
+    );
+  const provisionedCeiling = checkApiReservedConcurrency ?? reservable;
+  if (settings.checkApiProvisionedConcurrency > Math.max(0, provisionedCeiling))
+    throw new ConfigError(
+      "checkApiProvisionedConcurrency",
+      `${settings.checkApiProvisionedConcurrency} is more than ${checkApiReservedConcurrency !== undefined ? `the reserved concurrency (tollgate:checkApiReservedConcurrency = ${checkApiReservedConcurrency})` : `the ${Math.max(0, reservable)} the account can reserve (tollgate:accountConcurrencyQuota)`}`,
+    );
+  if (settings.batchSize > 10 && settings.batchingWindowSeconds < 1)
+    throw new ConfigError(
+      "batchSize",
+      `${settings.batchSize} needs tollgate:batchingWindowSeconds of at least 1 (SQS allows more than 10 per batch only with a batching window)`,
+    );
+  if (settings.replicasPerShard > 0 && settings.availabilityZones < 2)
+    throw new ConfigError(
+      "availabilityZones",
+      `${settings.availabilityZones} cannot hold replicas in another AZ (tollgate:replicasPerShard = ${settings.replicasPerShard}); use 2 or 3, or 0 replicas`,
+    );
+  if (settings.alarmEmail !== undefined && settings.alarmTopicArn !== undefined)
+    throw new ConfigError(
+      "alarmEmail",
+      "set either tollgate:alarmEmail (a new topic) or tollgate:alarmTopicArn, not both",
+    );
+  return {
+    ...settings,
+    profile,
+    engineVersion,
+    parameterGroupFamily,
+    checkApiReservedConcurrency,
+    multiAz: settings.replicasPerShard > 0,
+  };
 }

@@ -77,11 +77,11 @@ export class Functions extends Construct {
     const { config, network, cache, storage } = props;
     const common = {
       runtime: lambda.Runtime.NODEJS_22_X,
-      architecture: lambda.Architecture.X86_64,
+      architecture: config.architecture === "arm64" ? lambda.Architecture.ARM_64 : lambda.Architecture.X86_64,
       vpc: network.vpc,
       vpcSubnets: { subnetType: ec2.SubnetType.PRIVATE_ISOLATED },
       securityGroups: [network.lambdaSecurityGroup],
-      tracing: lambda.Tracing.ACTIVE,
+      tracing: config.tracing ? lambda.Tracing.ACTIVE : lambda.Tracing.DISABLED,
       projectRoot: root,
       depsLockFilePath: join(root, "package-lock.json"),
       bundling,
@@ -140,7 +140,12 @@ export class Functions extends Construct {
       timeout: Duration.seconds(10),
       logGroup: logGroup("CheckApi"),
       reservedConcurrentExecutions: config.checkApiReservedConcurrency,
-      environment: lambdaEnvironment({ ...checkApiVariables, ...node }),
+      // at 1,000 requests/s, one EMF document per request is about $500 a month of log ingestion
+      environment: lambdaEnvironment({
+        ...checkApiVariables,
+        ...node,
+        ...(config.checkApiMetrics ? {} : { POWERTOOLS_METRICS_DISABLED: "true" }),
+      }),
     });
     this.checkApi.addToRolePolicy(readRules(storage));
     cache.authToken.grantRead(this.checkApi);

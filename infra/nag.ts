@@ -1,6 +1,6 @@
 // Every cdk-nag finding we accept, on the construct it concerns, each with its reason.
 import { Validations } from "aws-cdk-lib";
-import type { IConstruct } from "constructs";
+import { Construct, type IConstruct } from "constructs";
 import type { TollgateStack } from "./tollgate-stack.ts";
 
 function accept(construct: IConstruct, findings: Record<string, string>): void {
@@ -8,7 +8,7 @@ function accept(construct: IConstruct, findings: Record<string, string>): void {
 }
 
 export function acknowledgeFindings(stack: TollgateStack): void {
-  const { network, cache, storage, functions } = stack;
+  const { config, network, cache, storage, functions } = stack;
   const bucketArn = `<${stack.getLogicalId(storage.bucket.node.defaultChild as never)}.Arn>`;
   for (const fn of [functions.consumer, functions.checkApi]) {
     accept(fn, {
@@ -30,6 +30,20 @@ export function acknowledgeFindings(stack: TollgateStack): void {
         "A Lambda DLQ only catches asynchronous invocations: the consumer is invoked by SQS (its queue's redrive policy is the DLQ) and the check API synchronously by its Function URL",
     });
   }
+  if (!config.tracing) {
+    for (const fn of [functions.consumer, functions.checkApi]) {
+      accept(fn, {
+        "Serverless::Serverless-LambdaTracing":
+          "Tracing is a setting (tollgate:tracing, on in the prod profile): X-Ray costs per trace and its VPC endpoint per hour, which a dev stack should not pay for",
+      });
+    }
+  }
+  if (!config.multiAz) {
+    accept(cache.replicationGroup, {
+      "AwsSolutions::AwsSolutions-AEC4":
+        "Single-AZ only when tollgate:replicasPerShard is 0 (the dev profile): one small node for trying and staging; the prod profile is Multi-AZ with automatic failover",
+    });
+  }
   accept(functions.consumer, {
     "Serverless::Serverless-LambdaEventSourceMappingDestination":
       "SQS event sources do not support on-failure destinations; failed records return to the queue and its redrive policy moves them to the campaign DLQ",
@@ -42,6 +56,12 @@ export function acknowledgeFindings(stack: TollgateStack): void {
     "AwsSolutions::AwsSolutions-EC23":
       "The interface endpoints' security groups admit HTTPS from the VPC's own CIDR only (an intrinsic the rule cannot evaluate), not 0.0.0.0/0",
   });
+  if (stack.observability.alarmTopic instanceof Construct) {
+    accept(stack.observability.alarmTopic, {
+      "Serverless::Serverless-SNSRedrivePolicy":
+        "The only subscription is an operator's email: an undelivered notification has no consumer to redrive to, and the alarm itself stays in ALARM on the dashboard",
+    });
+  }
   for (const dlq of [storage.campaignDeadLetters, storage.deliveryDeadLetters]) {
     accept(dlq, {
       "Serverless::Serverless-SQSRedrivePolicy":

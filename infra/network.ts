@@ -1,4 +1,4 @@
-// A VPC with isolated private subnets in 2+ AZs (no NAT), private routes to S3, SQS, Secrets Manager and
+// A VPC with isolated private subnets (no NAT), private routes to S3, SQS, Secrets Manager and (when tracing)
 // X-Ray, flow logs, and the security groups that let only the Lambdas reach Redis.
 import type { RemovalPolicy } from "aws-cdk-lib";
 import * as ec2 from "aws-cdk-lib/aws-ec2";
@@ -13,11 +13,17 @@ export class Network extends Construct {
   constructor(
     scope: Construct,
     id: string,
-    props: { redisPort: number; logRetentionDays: number; removalPolicy: RemovalPolicy },
+    props: {
+      redisPort: number;
+      availabilityZones: number;
+      tracing: boolean;
+      logRetentionDays: number;
+      removalPolicy: RemovalPolicy;
+    },
   ) {
     super(scope, id);
     this.vpc = new ec2.Vpc(this, "Vpc", {
-      maxAzs: 2,
+      maxAzs: props.availabilityZones,
       natGateways: 0,
       subnetConfiguration: [{ name: "private", subnetType: ec2.SubnetType.PRIVATE_ISOLATED, cidrMask: 22 }],
     });
@@ -31,12 +37,13 @@ export class Network extends Construct {
     });
     this.vpc.addGatewayEndpoint("S3", { service: ec2.GatewayVpcEndpointAwsService.S3 });
     // without a NAT, every AWS API the functions call needs an endpoint: SQS, the Redis secret, and X-Ray
-    // (active tracing sends segments from inside the VPC)
-    for (const [id, service] of [
+    // when tracing (active tracing sends segments from inside the VPC). Each costs per hour and per AZ.
+    const services: [string, ec2.InterfaceVpcEndpointAwsService][] = [
       ["Sqs", ec2.InterfaceVpcEndpointAwsService.SQS],
       ["SecretsManager", ec2.InterfaceVpcEndpointAwsService.SECRETS_MANAGER],
-      ["XRay", ec2.InterfaceVpcEndpointAwsService.XRAY],
-    ] as const) {
+    ];
+    if (props.tracing) services.push(["XRay", ec2.InterfaceVpcEndpointAwsService.XRAY]);
+    for (const [id, service] of services) {
       this.vpc.addInterfaceEndpoint(id, {
         service,
         privateDnsEnabled: true,

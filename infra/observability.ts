@@ -1,22 +1,36 @@
 // A dashboard (decisions per segment and channel, check API latency and denials, DLQ depth, Redis CPU and
-// memory) and the alarms an operator needs (DLQ not empty, consumer errors, Redis memory/CPU, queue age).
-import { Duration } from "aws-cdk-lib";
+// memory), the alarms an operator needs (DLQ not empty, consumer errors, Redis memory/CPU, queue age), and
+// optionally an SNS topic they notify.
+import { Duration, type RemovalPolicy } from "aws-cdk-lib";
 import * as cloudwatch from "aws-cdk-lib/aws-cloudwatch";
+import * as actions from "aws-cdk-lib/aws-cloudwatch-actions";
+import * as sns from "aws-cdk-lib/aws-sns";
+import * as subscriptions from "aws-cdk-lib/aws-sns-subscriptions";
 import { Construct } from "constructs";
 import type { Cache } from "./cache.ts";
+import type { TollgateConfig } from "./config.ts";
 import type { Functions } from "./functions.ts";
 import type { Storage } from "./storage.ts";
 
 export class Observability extends Construct {
   readonly alarms: cloudwatch.Alarm[] = [];
+  /** Where the alarms notify: a topic created for `alarmEmail`, the one of `alarmTopicArn`, or none. */
+  readonly alarmTopic: sns.ITopic | undefined;
 
   constructor(
     scope: Construct,
     id: string,
-    props: { name: string; cache: Cache; functions: Functions; storage: Storage },
+    props: {
+      config: TollgateConfig;
+      cache: Cache;
+      functions: Functions;
+      storage: Storage;
+      removalPolicy: RemovalPolicy;
+    },
   ) {
     super(scope, id);
-    const { cache, functions, storage } = props;
+    const { config, cache, functions, storage } = props;
+    this.alarmTopic = alarmTopic(this, config, props.removalPolicy);
     const period = Duration.minutes(5);
     const decisions = (metric: string) =>
       new cloudwatch.MathExpression({
@@ -36,7 +50,7 @@ export class Observability extends Construct {
       queue.metricApproximateNumberOfMessagesVisible({ period: Duration.minutes(1), statistic: "Maximum" });
 
     new cloudwatch.Dashboard(this, "Dashboard", {
-      dashboardName: `${props.name}-overview`,
+      dashboardName: `${config.name}-overview`,
       widgets: [
         [
           new cloudwatch.GraphWidget({
@@ -93,6 +107,7 @@ export class Observability extends Construct {
         treatMissingData: cloudwatch.TreatMissingData.NOT_BREACHING,
         alarmDescription: description,
       });
+      if (this.alarmTopic) created.addAlarmAction(new actions.SnsAction(this.alarmTopic));
       this.alarms.push(created);
       return created;
     };
@@ -128,4 +143,13 @@ export class Observability extends Construct {
       "Campaign batches waiting over 15 minutes: consumers too few (maxConcurrency) or failing",
     );
   }
+}
+
+function alarmTopic(scope: Construct, config: TollgateConfig, removalPolicy: RemovalPolicy): sns.ITopic | undefined {
+  if (config.alarmTopicArn) return sns.Topic.fromTopicArn(scope, "AlarmTopic", config.alarmTopicArn);
+  if (!config.alarmEmail) return undefined;
+  const topic = new sns.Topic(scope, "AlarmTopic", { displayName: `${config.name} alarms`, enforceSSL: true });
+  topic.applyRemovalPolicy(removalPolicy);
+  topic.addSubscription(new subscriptions.EmailSubscription(config.alarmEmail));
+  return topic;
 }

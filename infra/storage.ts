@@ -1,5 +1,5 @@
 // The config bucket (policy and segment bitmaps) and the SQS queues with their dead-letter queues.
-import { Duration, type RemovalPolicy } from "aws-cdk-lib";
+import { Duration, RemovalPolicy } from "aws-cdk-lib";
 import * as s3 from "aws-cdk-lib/aws-s3";
 import * as sqs from "aws-cdk-lib/aws-sqs";
 import { Construct } from "constructs";
@@ -13,6 +13,9 @@ export class Storage extends Construct {
 
   constructor(scope: Construct, id: string, props: { consumerTimeout: Duration; removalPolicy: RemovalPolicy }) {
     super(scope, id);
+    // a bucket that still holds objects cannot be deleted: with "destroy", CDK's custom resource empties it
+    // (every version) first, so `cdk destroy` leaves nothing behind
+    const autoDeleteObjects = props.removalPolicy === RemovalPolicy.DESTROY;
     const accessLogs = new s3.Bucket(this, "AccessLogs", {
       blockPublicAccess: s3.BlockPublicAccess.BLOCK_ALL,
       encryption: s3.BucketEncryption.S3_MANAGED,
@@ -20,6 +23,7 @@ export class Storage extends Construct {
       objectOwnership: s3.ObjectOwnership.BUCKET_OWNER_PREFERRED,
       lifecycleRules: [{ expiration: Duration.days(90) }],
       removalPolicy: props.removalPolicy,
+      autoDeleteObjects,
     });
     this.bucket = new s3.Bucket(this, "Config", {
       blockPublicAccess: s3.BlockPublicAccess.BLOCK_ALL,
@@ -31,6 +35,7 @@ export class Storage extends Construct {
       serverAccessLogsPrefix: "config/",
       lifecycleRules: [{ noncurrentVersionExpiration: Duration.days(30), noncurrentVersionsToRetain: 10 }],
       removalPolicy: props.removalPolicy,
+      autoDeleteObjects,
     });
     const queue = (name: string, props2: sqs.QueueProps) =>
       new sqs.Queue(this, name, {

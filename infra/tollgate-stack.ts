@@ -15,6 +15,7 @@ export class TollgateStack extends Stack {
   readonly cache: Cache;
   readonly storage: Storage;
   readonly functions: Functions;
+  readonly observability: Observability;
 
   constructor(scope: Construct, id: string, props?: StackProps) {
     super(scope, id, props);
@@ -23,6 +24,8 @@ export class TollgateStack extends Stack {
     const removalPolicy = config.removalPolicy === "destroy" ? RemovalPolicy.DESTROY : RemovalPolicy.RETAIN;
     const network = new Network(this, "Network", {
       redisPort: config.redisPort,
+      availabilityZones: config.availabilityZones,
+      tracing: config.tracing,
       logRetentionDays: config.logRetentionDays,
       removalPolicy,
     });
@@ -40,7 +43,13 @@ export class TollgateStack extends Stack {
     });
     this.storage = storage;
     this.functions = new Functions(this, "Functions", { config, network, cache, storage, removalPolicy });
-    new Observability(this, "Observability", { name: config.name, cache, functions: this.functions, storage });
+    this.observability = new Observability(this, "Observability", {
+      config,
+      cache,
+      functions: this.functions,
+      storage,
+      removalPolicy,
+    });
 
     new CfnOutput(this, "FunctionUrl", {
       value: this.functions.checkApiUrl.url,
