@@ -236,6 +236,11 @@ function finish(profile: Profile, settings: Settings): TollgateConfig {
       "availabilityZones",
       `${settings.availabilityZones} cannot hold replicas in another AZ (tollgate:replicasPerShard = ${settings.replicasPerShard}); use 2 or 3, or 0 replicas`,
     );
+  if (settings.architecture === "arm64")
+    throw new ConfigError(
+      "architecture",
+      "arm64 needs a bundle without the native roaring addon, which is built for the deploying machine; use x86_64",
+    );
   if (settings.alarmEmail !== undefined && settings.alarmTopicArn !== undefined)
     throw new ConfigError(
       "alarmEmail",

@@ -35,7 +35,10 @@ beforeAll(async () => {
     "CDK_DEFAULT_ACCOUNT",
   ])
     delete env[name];
-  await execFileAsync("npx", ["cdk", "synth", "--quiet", "--output", outdir], { env, timeout: 240_000 });
+  await execFileAsync("npx", ["cdk", "synth", "--quiet", "--output", outdir, "-c", "tollgate:profile=prod"], {
+    env,
+    timeout: 240_000,
+  });
   const json = JSON.parse(readFileSync(join(outdir, "Tollgate.template.json"), "utf8")) as { Resources: Resources };
   resources = json.Resources;
   template = Template.fromJSON(json);
