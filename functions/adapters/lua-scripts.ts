@@ -10,7 +10,7 @@ import { ALGORITHMS, MAX_LIMITS } from "../core/limits/limit-specs.ts";
  */
 const LUA_DIRS = [new URL("./lua/", import.meta.url), new URL("../../lua/", import.meta.url)];
 
-function load(name: string): string {
+export function load(name: string): string {
   for (const dir of LUA_DIRS) {
     const file = new URL(`${name}.lua`, dir);
     if (existsSync(file)) return readFileSync(file, "utf8");

@@ -22,14 +22,22 @@
 // Usage (approximate mode): `usage` = [at, count] per epoch (at: ms, clamped to now; epochs older than
 //   the longest window are dropped). Strict mode ignores usage: its windows count reservations.
 // Demand: `offered` = requests the instance saw for the key since its previous sync (admitted and
-//   denied), `elapsedMs` = time since its previous sync (0 on the first). Shares follow demand.
+//   denied). The server keeps the key's and the instance's offered counts decaying over 1 s; a share is
+//   the instance's part of that recent demand (plus a small even pseudo-demand, so an idle instance
+//   still gets something). `elapsedMs` = time since the instance's previous sync (0 on the first):
+//   informational (logged), not used in the share.
+// Retries. A sync whose reply never came is retried with the same seq and entries until it is
+//   answered. An instance that gives up on one may send its usage again under a new seq (counting it
+//   twice only over-counts), but must drop its refunds (refunding twice could over-admit).
 // approximate: `allowance` = how many requests the instance may admit from the moment it SENT this
 //   request until the next reply replaces it (subtract what it admitted since sending). 0 with
 //   `denyUntil` > now: exhausted, deny locally until then.
 // strict: `tokens` are reserved for the instance until `leaseExpiresAt` (added to what it holds).
 //   Tokens left at expiry go back as `refunds` = [grantedAt, count] (grantedAt = that reply's
 //   serverTime). `want` = tokens asked for. Windows count grants over W + lease, so no window of W ever
-//   holds more than `max` used tokens, whatever the instances do with timing.
+//   holds more than `max` used tokens, whatever the instances do with timing (given callers' clocks
+//   that agree within a bucket: 50 ms for windows up to 5 s). `denyUntil` > now: nothing is left to
+//   grant before then; use what you hold and ask for no tokens until then.
 // Config. The reply carries the rule's `configVersion`; when it differs from the version the request
 //   saw, the reply also carries the rule itself, so an operator's change reaches a client in one sync.
 //   `status: "norule"`: the rule is not configured (in this group); nothing was counted.
@@ -100,7 +108,7 @@ export type SyncStatus = "applied" | "duplicate" | "stale" | "norule";
 
 interface AssignmentBase {
   key: string;
-  /** Until then the key is exhausted: deny locally, and (strict) ask for no tokens. 0: not exhausted. */
+  /** Until then the key is exhausted (approximate: deny locally; strict: spend only tokens held). 0: not exhausted. */
   denyUntil: number;
   /** When everything counted now has left the tightest window. */
   resetAt: number;

@@ -1,0 +1,53 @@
+// The QuotaStore over the Redis Cluster: lua/quota-sync.lua called by SHA, and the per-slot-group copies
+// of each rule's configuration that the script reads in its own slot.
+import type { Cluster } from "ioredis";
+import {
+  decodeSync,
+  encodeRule,
+  encodeSync,
+  type QuotaRule,
+  type SyncReply,
+  type SyncRequest,
+  slotGroupKeys,
+} from "../../sdk/src/wire.ts";
+import type { QuotaStore } from "../core/quotas/quota-store.ts";
+import { load as loadLua } from "./lua-scripts.ts";
+
+type QuotaSyncCommand = (numberOfKeys: number, ...keysAndArgs: Array<string | number>) => Promise<unknown>;
+
+/**
+ * The script takes a variable number of keys: ioredis routes an autopipelined call by its first *string*
+ * argument, so the key count goes first as a number and the first key decides the node.
+ */
+function quotaSyncCommand(cluster: Cluster): QuotaSyncCommand {
+  const commands = cluster as unknown as { quotaSync?: QuotaSyncCommand };
+  if (!commands.quotaSync) cluster.defineCommand("quotaSync", { lua: loadLua("quota-sync") });
+  return commands.quotaSync!.bind(cluster);
+}
+
+export class RedisQuotaStore implements QuotaStore {
+  private readonly command: QuotaSyncCommand;
+
+  constructor(
+    private readonly cluster: Cluster,
+    private readonly namespace: string,
+  ) {
+    this.command = quotaSyncCommand(cluster);
+  }
+
+  async sync(request: SyncRequest, now: number): Promise<SyncReply> {
+    const { keys, args } = encodeSync(this.namespace, request, now);
+    return decodeSync(await this.command(keys.length, ...keys, ...args), request);
+  }
+
+  async publish(name: string, rule: QuotaRule | null, version: string, slotGroups: number): Promise<void> {
+    await Promise.all(
+      Array.from({ length: slotGroups }, (_, group) => {
+        const { config } = slotGroupKeys(this.namespace, name, group);
+        return rule === null
+          ? this.cluster.del(config)
+          : this.cluster.hset(config, "v", version, "r", encodeRule(rule));
+      }),
+    );
+  }
+}

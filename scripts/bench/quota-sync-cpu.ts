@@ -1,0 +1,145 @@
+// Redis CPU of lua/quota-sync.lua per key updated, read from INFO commandstats (the script's own time,
+// the commands it calls included) on the primaries, for a few rule shapes and call sizes. Usage:
+//   REDIS_CLUSTER_BASE_PORT=7300 npx tsx scripts/bench/quota-sync-cpu.ts   (a cluster must be running)
+import type { Redis } from "ioredis";
+import { createRedisCluster, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
+import { RedisQuotaStore } from "../../functions/adapters/redis-quota-store.ts";
+import type { QuotaRule, SyncRequest } from "../../sdk/src/wire.ts";
+import { isMain } from "../is-main.ts";
+
+const T0 = Date.UTC(2026, 10, 2, 9);
+const SYNC_EVERY_MS = 50;
+
+interface Shape {
+  name: string;
+  rule: QuotaRule;
+  keysPerCall: number;
+}
+
+const oneAndFive = [
+  { windowMs: 1000, max: 1000 },
+  { windowMs: 5000, max: 4000 },
+];
+const SHAPES: Shape[] = [
+  { name: "approximate 1 s + 5 s", rule: approximate(oneAndFive), keysPerCall: 1 },
+  { name: "approximate 1 s + 5 s", rule: approximate(oneAndFive), keysPerCall: 20 },
+  {
+    name: "approximate 1 s + 5 s + 1 min",
+    rule: approximate([...oneAndFive, { windowMs: 60_000, max: 30_000 }]),
+    keysPerCall: 20,
+  },
+  {
+    name: "strict 1 s + 5 s (lease 50 ms)",
+    rule: { ...approximate(oneAndFive), mode: "strict", leaseMs: 50 },
+    keysPerCall: 1,
+  },
+  {
+    name: "strict 1 s + 5 s (lease 50 ms)",
+    rule: { ...approximate(oneAndFive), mode: "strict", leaseMs: 50 },
+    keysPerCall: 20,
+  },
+];
+
+function approximate(limits: QuotaRule["limits"]): QuotaRule {
+  return { mode: "approximate", leaseMs: 1000, fallback: "share", slotGroups: 1, limits };
+}
+
+/**
+ * On the given primaries: µs and calls of EVAL + EVALSHA (commandstats: time inside the script, which
+ * a busy machine stretches when it preempts Redis) and the processes' CPU time in µs (INFO cpu: what
+ * Redis really spent, parsing and replies included).
+ */
+async function scriptStats(primaries: Redis[]): Promise<{ usec: number; calls: number; cpu: number }> {
+  let usec = 0;
+  let calls = 0;
+  let cpu = 0;
+  for (const node of primaries) {
+    const info = await node.info("all");
+    for (const match of info.matchAll(/^cmdstat_(?:eval|evalsha):calls=(\d+),usec=(\d+),/gm)) {
+      calls += Number(match[1]);
+      usec += Number(match[2]);
+    }
+    for (const match of info.matchAll(/^used_cpu_(?:user|sys):([\d.]+)/gm)) cpu += Number(match[1]) * 1e6;
+  }
+  return { usec, calls, cpu };
+}
+
+/**
+ * `instances` instances each sync every key of one slot group every 50 ms (simulated time, so every call
+ * moves the rings on by one bucket, as in production), for `rounds` rounds.
+ */
+async function measureShape(cluster: TollgateCluster, shape: Shape, rounds: number, instances = 4) {
+  const namespace = `bench-q-${Math.random().toString(36).slice(2, 8)}`;
+  const store = new RedisQuotaStore(cluster, namespace);
+  await store.publish("api", shape.rule, "v1", 1);
+  const keys = Array.from({ length: shape.keysPerCall }, (_, i) => `tenant-${i}`);
+  const primaries = cluster.nodes("master");
+  const before = await scriptStats(primaries);
+  for (let round = 1; round <= rounds; round++) {
+    const now = T0 + round * SYNC_EVERY_MS;
+    await Promise.all(
+      Array.from({ length: instances }, (_, i) => {
+        const request: SyncRequest = {
+          instanceId: `i${i}`,
+          rule: "api",
+          group: 0,
+          seq: round,
+          configVersion: "v1",
+          elapsedMs: SYNC_EVERY_MS,
+          entries: keys.map((key) => ({
+            key,
+            usage: shape.rule.mode === "approximate" ? [[now - 10, 3]] : [],
+            refunds: shape.rule.mode === "strict" && round > 2 ? [[now - 2 * SYNC_EVERY_MS, 1]] : [],
+            offered: 3,
+            want: shape.rule.mode === "strict" ? 3 : 0,
+          })),
+        };
+        return store.sync(request, now);
+      }),
+    );
+  }
+  const after = await scriptStats(primaries);
+  const calls = after.calls - before.calls;
+  const usecPerCall = (after.usec - before.usec) / calls;
+  const cpuPerCall = (after.cpu - before.cpu) / calls;
+  return { usecPerCall, usecPerKey: usecPerCall / shape.keysPerCall, cpuPerKey: cpuPerCall / shape.keysPerCall };
+}
+
+/** The floor in the same run: a script that returns at once, called the same way. */
+async function noopStats(cluster: TollgateCluster, calls: number): Promise<number> {
+  cluster.defineCommand("benchNoop", { lua: "return 1", numberOfKeys: 1 });
+  const noop = (cluster as unknown as { benchNoop: (key: string) => Promise<unknown> }).benchNoop.bind(cluster);
+  const primaries = cluster.nodes("master");
+  await noop("{bench}");
+  const before = await scriptStats(primaries);
+  for (let i = 0; i < calls; i += 4) await Promise.all([0, 1, 2, 3].map(() => noop("{bench}")));
+  const after = await scriptStats(primaries);
+  return (after.usec - before.usec) / (after.calls - before.calls);
+}
+
+export async function runQuotaSyncCpu(cluster: TollgateCluster, rounds = 500): Promise<string[]> {
+  const lines = [
+    "| Rule | Keys per call | Script time per call (commandstats) | **per key updated** | Redis process CPU per key |",
+    "|---|---|---|---|---|",
+  ];
+  for (const shape of SHAPES) {
+    const { usecPerCall, usecPerKey, cpuPerKey } = await measureShape(cluster, shape, rounds);
+    lines.push(
+      `| ${shape.name} | ${shape.keysPerCall} | ${usecPerCall.toFixed(1)} µs | **${usecPerKey.toFixed(1)} µs** | ${cpuPerKey.toFixed(1)} µs |`,
+    );
+  }
+  lines.push(
+    `| floor: a script that returns at once | — | ${(await noopStats(cluster, rounds * 4)).toFixed(1)} µs | — | — |`,
+  );
+  return lines;
+}
+
+if (isMain(import.meta)) {
+  const base = Number(process.env.REDIS_CLUSTER_BASE_PORT ?? 7000);
+  const cluster = createRedisCluster({ nodes: [0, 1, 2].map((i) => ({ host: "127.0.0.1", port: base + i })) });
+  try {
+    console.log((await runQuotaSyncCpu(cluster, Number(process.env.ROUNDS ?? 500))).join("\n"));
+  } finally {
+    await cluster.quit();
+  }
+}

@@ -1,0 +1,278 @@
+// lua/quota-sync.lua on the real cluster: idempotency by (instance, seq), incremental window sums against
+// a recomputing reference model, strict mode's limit over every window, shares, deny-until and config.
+import fc from "fast-check";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
+import { RedisQuotaStore } from "../../functions/adapters/redis-quota-store.ts";
+import type { QuotaRule, SyncEntry, SyncRequest } from "../../sdk/src/wire.ts";
+import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
+import { maxInAnyWindow, QuotaModel } from "../support/quota-model.ts";
+import { T0 } from "../support/rules.ts";
+
+let cluster: TollgateCluster;
+beforeAll(() => {
+  cluster = connectCluster();
+});
+afterAll(async () => {
+  await cluster.quit();
+});
+
+async function storeWith(rule: QuotaRule, name = "api"): Promise<RedisQuotaStore> {
+  const store = new RedisQuotaStore(cluster, uniqueNamespace());
+  await store.publish(name, rule, "v1", rule.slotGroups);
+  return store;
+}
+
+function entry(key: string, fields: Partial<SyncEntry> = {}): SyncEntry {
+  return { key, usage: [], refunds: [], offered: 0, want: 0, ...fields };
+}
+
+function call(instanceId: string, seq: number, entries: SyncEntry[], configVersion = "v1"): SyncRequest {
+  return { instanceId, rule: "api", group: 0, seq, configVersion, elapsedMs: 50, entries };
+}
+
+const approximate = (limits: QuotaRule["limits"]): QuotaRule => ({
+  mode: "approximate",
+  leaseMs: 1000,
+  fallback: "share",
+  slotGroups: 1,
+  limits,
+});
+const strict = (limits: QuotaRule["limits"], leaseMs = 50): QuotaRule => ({
+  mode: "strict",
+  leaseMs,
+  fallback: "share",
+  slotGroups: 1,
+  limits,
+});
+
+const windowsArb = fc.uniqueArray(fc.constantFrom(1000, 2000, 5000, 10_000, 60_000), { minLength: 1, maxLength: 3 });
+
+describe("quota-sync.lua", () => {
+  it("never counts a replayed or reordered sync twice, and its window sums match a recomputing model", async () => {
+    const syncArb = fc.record({
+      instance: fc.integer({ min: 0, max: 2 }),
+      gapMs: fc.oneof(fc.integer({ min: 0, max: 120 }), fc.integer({ min: 0, max: 7000 })),
+      entries: fc.uniqueArray(
+        fc.record({
+          key: fc.constantFrom("a", "b", "c"),
+          usage: fc.array(fc.tuple(fc.integer({ min: -7000, max: 200 }), fc.integer({ min: 0, max: 40 })), {
+            maxLength: 3,
+          }),
+        }),
+        { selector: (e) => e.key, minLength: 1, maxLength: 3 },
+      ),
+    });
+    await fc.assert(
+      fc.asyncProperty(
+        windowsArb,
+        fc.array(syncArb, { minLength: 1, maxLength: 25 }),
+        fc.array(fc.tuple(fc.nat(), fc.integer({ min: 0, max: 300 })), { minLength: 1, maxLength: 40 }),
+        async (windows, syncs, deliveries) => {
+          const rule = approximate(windows.map((windowMs) => ({ windowMs, max: 10_000 })));
+          const store = await storeWith(rule);
+          const model = new QuotaModel(rule);
+          // each sync is created at its own time with its instance's next seq; deliveries pick syncs in
+          // any order, repeating some, and run no earlier than their creation
+          const seqs = [0, 0, 0];
+          let created = T0;
+          const made = syncs.map((sync) => {
+            created += sync.gapMs;
+            const request = call(
+              `i${sync.instance}`,
+              ++seqs[sync.instance]!,
+              sync.entries.map((e) =>
+                entry(e.key, { usage: e.usage.map(([offset, count]) => [created + offset, count]), offered: 1 }),
+              ),
+            );
+            return { request, created };
+          });
+          let now = T0;
+          for (const [pick, delay] of deliveries) {
+            const { request, created } = made[pick % made.length]!;
+            now = Math.max(now, created) + delay;
+            const reply = await store.sync(request, now);
+            const status = model.status(request);
+            expect(reply.status).toBe(status);
+            for (const e of request.entries) {
+              model.touch(e.key, now);
+              if (status === "applied") model.addUsage(e.key, now, e.usage);
+            }
+            expect(reply.entries.map((e) => e.used)).toEqual(request.entries.map((e) => model.used(e.key)));
+          }
+        },
+      ),
+      { numRuns: 25, endOnFailure: true },
+    );
+  });
+
+  it("strict: used tokens never exceed the limit in any window, with lost replies, retries and refunds", async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        windowsArb,
+        fc.integer({ min: 5, max: 60 }),
+        fc.constantFrom(20, 50, 120),
+        fc.array(
+          fc.record({
+            instance: fc.integer({ min: 0, max: 3 }),
+            gapMs: fc.integer({ min: 0, max: 150 }),
+            want: fc.integer({ min: 0, max: 40 }),
+            useShare: fc.oneof(fc.constant(1), fc.double({ min: 0, max: 1, noNaN: true })),
+            lost: fc.boolean(),
+            // when the tokens are used: anywhere in the lease, or all at its last millisecond (the worst case)
+            late: fc.boolean(),
+            spread: fc.array(fc.double({ min: 0, max: 0.999, noNaN: true }), { minLength: 1, maxLength: 8 }),
+          }),
+          { minLength: 5, maxLength: 60 },
+        ),
+        async (windows, max, leaseMs, steps) => {
+          const rule = strict(
+            windows.map((windowMs, i) => ({ windowMs, max: max * (i + 1) })),
+            leaseMs,
+          );
+          const store = await storeWith(rule);
+          const model = new QuotaModel(rule);
+          const uses: number[] = [];
+          const instances = Array.from({ length: 4 }, () => ({
+            seq: 0,
+            pending: undefined as SyncRequest | undefined,
+            leases: [] as Array<{ grantedAt: number; expiresAt: number; unused: number }>,
+          }));
+          let now = T0;
+          for (const step of steps) {
+            now += step.gapMs;
+            const instance = instances[step.instance]!;
+            // a sync whose reply was lost is sent again as it was; otherwise a new one with the refunds due
+            let request = instance.pending;
+            if (!request) {
+              const due = instance.leases.filter((lease) => lease.expiresAt <= now);
+              instance.leases = instance.leases.filter((lease) => lease.expiresAt > now);
+              const refunds = due.filter((l) => l.unused > 0).map((l): [number, number] => [l.grantedAt, l.unused]);
+              request = call(`i${step.instance}`, ++instance.seq, [
+                entry("k", { refunds, want: step.want, offered: step.want }),
+              ]);
+            }
+            const reply = await store.sync(request, now);
+            const status = model.status(request);
+            expect(reply.status).toBe(status);
+            model.touch("k", now);
+            const [assignment] = reply.entries;
+            if (assignment?.mode !== "strict") throw new Error("expected a strict assignment");
+            if (status === "applied") {
+              for (const [at, count] of request.entries[0]!.refunds) model.addUsage("k", now, [[at, -count]]);
+              model.addGrant("k", assignment.tokens);
+            } else {
+              expect(assignment.tokens).toBe(0);
+            }
+            expect(assignment.used).toEqual(model.used("k"));
+            rule.limits.forEach((limit, i) => {
+              expect(assignment.used[i]).toBeLessThanOrEqual(limit.max);
+            });
+            if (step.lost) {
+              instance.pending = request; // the tokens of a lost reply are never used nor refunded
+              continue;
+            }
+            instance.pending = undefined;
+            const used = Math.floor(assignment.tokens * step.useShare);
+            for (let u = 0; u < used; u++)
+              uses.push(now + (step.late ? leaseMs - 1 : Math.floor(step.spread[u % step.spread.length]! * leaseMs)));
+            instance.leases.push({
+              grantedAt: reply.serverTime,
+              expiresAt: assignment.leaseExpiresAt,
+              unused: assignment.tokens - used,
+            });
+          }
+          for (const limit of rule.limits) expect(maxInAnyWindow(uses, limit.windowMs)).toBeLessThanOrEqual(limit.max);
+        },
+      ),
+      // a failing case is reported as found: shrinking against Redis would outlast the test timeout
+      { numRuns: 25, endOnFailure: true },
+    );
+  });
+
+  it("refuses a seq more than 32 below the highest applied as stale, and still applies one within reach", async () => {
+    const store = await storeWith(approximate([{ windowMs: 1000, max: 100 }]));
+    const use = (seq: number) => call("i", seq, [entry("k", { usage: [[T0, 1]] })]);
+    await store.sync(use(40), T0);
+    expect((await store.sync(use(7), T0)).status).toBe("stale");
+    expect((await store.sync(use(8), T0)).status).toBe("applied");
+    expect((await store.sync(use(8), T0)).status).toBe("duplicate");
+    expect((await store.sync(use(41), T0)).entries[0]!.used).toEqual([3]);
+  });
+
+  it("grants no tokens to a retried strict sync: the first attempt's grant already counts", async () => {
+    const store = await storeWith(strict([{ windowMs: 1000, max: 10 }]));
+    const first = await store.sync(call("i", 1, [entry("k", { want: 6 })]), T0);
+    const retry = await store.sync(call("i", 1, [entry("k", { want: 6 })]), T0 + 5);
+    expect(first.entries[0]).toMatchObject({ tokens: 6, used: [6] });
+    expect(retry).toMatchObject({ status: "duplicate", entries: [{ tokens: 0, used: [6] }] });
+  });
+
+  it("strict: tokens used at the end of their lease still count when the window slides past their grant", async () => {
+    const store = await storeWith(strict([{ windowMs: 1000, max: 10 }], 100));
+    // a's 10 tokens may all be used at T0 + 99; a window of 1 s ending at T0 + 1000 holds that use
+    expect((await store.sync(call("a", 1, [entry("k", { want: 10 })]), T0)).entries[0]).toMatchObject({ tokens: 10 });
+    const next = await store.sync(call("b", 1, [entry("k", { want: 10 })]), T0 + 1000);
+    expect(next.entries[0]).toMatchObject({ tokens: 0, used: [10] });
+    // once a's bucket is more than W + lease behind, its tokens no longer count and b gets some
+    const later = (await store.sync(call("b", 2, [entry("k", { want: 10 })]), T0 + 1150)).entries[0]!;
+    expect(later.mode === "strict" && later.tokens).toBeGreaterThan(0);
+    expect(later.used).toEqual([later.mode === "strict" && later.tokens]);
+  });
+
+  it("strict: denies until the next bucket once the window is fully reserved, and takes refunds back", async () => {
+    const store = await storeWith(strict([{ windowMs: 1000, max: 10 }]));
+    const full = await store.sync(call("i", 1, [entry("k", { want: 25 })]), T0 + 10);
+    expect(full.entries[0]).toMatchObject({ tokens: 10, leaseExpiresAt: T0 + 60, denyUntil: T0 + 50 });
+    const refunded = await store.sync(call("i", 2, [entry("k", { refunds: [[T0 + 10, 4]], want: 0 })]), T0 + 70);
+    expect(refunded.entries[0]).toMatchObject({ tokens: 0, denyUntil: 0, used: [6] });
+  });
+
+  it("approximate: an exhausted key answers allowance 0 and deny-until the next bucket boundary", async () => {
+    const store = await storeWith(approximate([{ windowMs: 1000, max: 10 }]));
+    const reply = await store.sync(call("i", 1, [entry("k", { usage: [[T0 + 20, 12]], offered: 12 })]), T0 + 20);
+    expect(reply.entries[0]).toMatchObject({ allowance: 0, denyUntil: T0 + 50, used: [12] });
+  });
+
+  it("approximate: shares follow recent demand, and an idle lone instance gets all that remains", async () => {
+    const store = await storeWith(approximate([{ windowMs: 1000, max: 1000 }]));
+    expect((await store.sync(call("solo", 1, [entry("k")]), T0)).entries[0]).toMatchObject({ allowance: 1000 });
+    // busy is offered 9x what quiet is; every instance is also credited a small pseudo-demand, so
+    // quiet's share ends up above a tenth but well below busy's
+    for (let seq = 1; seq <= 20; seq++) {
+      await store.sync(call("busy", seq, [entry("j", { offered: 90 })]), T0 + seq * 50);
+      await store.sync(call("quiet", seq, [entry("j", { offered: 10 })]), T0 + seq * 50);
+    }
+    const busy = await store.sync(call("busy", 21, [entry("j", { offered: 90 })]), T0 + 1050);
+    const quiet = await store.sync(call("quiet", 21, [entry("j", { offered: 10 })]), T0 + 1050);
+    const [b, q] = [busy.entries[0], quiet.entries[0]] as Array<{ allowance: number }>;
+    expect(b!.allowance + q!.allowance).toBeLessThanOrEqual(1000);
+    expect(b!.allowance).toBeGreaterThan(5 * q!.allowance);
+    expect(quiet.instances).toBe(3);
+  });
+
+  it("answers norule and counts nothing for a rule that is not configured", async () => {
+    const store = new RedisQuotaStore(cluster, uniqueNamespace());
+    expect(await store.sync(call("i", 1, [entry("k", { usage: [[T0, 5]] })]), T0)).toEqual({
+      status: "norule",
+      serverTime: T0,
+      configVersion: "",
+      instances: 0,
+      entries: [],
+    });
+  });
+
+  it("carries the rule when the caller's config version differs; a new max keeps usage, new windows restart it", async () => {
+    const rule = approximate([{ windowMs: 1000, max: 100 }]);
+    const store = await storeWith(rule);
+    const seen = await store.sync(call("i", 1, [entry("k", { usage: [[T0, 30]] })], ""), T0);
+    expect(seen).toMatchObject({ configVersion: "v1", rule });
+    expect((await store.sync(call("i", 2, [entry("k")], "v1"), T0)).rule).toBeUndefined();
+    const lower = { ...rule, limits: [{ windowMs: 1000, max: 40 }] };
+    await store.publish("api", lower, "v2", 1);
+    const changed = await store.sync(call("i", 3, [entry("k")], "v1"), T0 + 10);
+    expect(changed).toMatchObject({ configVersion: "v2", rule: lower, entries: [{ used: [30], allowance: 10 }] });
+    await store.publish("api", { ...rule, limits: [{ windowMs: 2000, max: 40 }] }, "v3", 1);
+    expect((await store.sync(call("i", 4, [entry("k")], "v2"), T0 + 20)).entries[0]!.used).toEqual([0]);
+  });
+});

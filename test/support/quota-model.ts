@@ -1,0 +1,80 @@
+// A reference model of lua/quota-sync.lua's counting, written the slow obvious way: a log of every
+// counted event and window sums recomputed from it. Property tests compare the script to it.
+import type { QuotaRule, SyncRequest } from "../../sdk/src/wire.ts";
+
+/** The bucket size and the number of buckets a window sums, as the script's header defines them. */
+export function windowShape(rule: QuotaRule, windowMs: number): { bucketMs: number; span: number } {
+  const bucketMs = windowMs <= 5000 ? 50 : windowMs / 100;
+  const span = rule.mode === "strict" ? Math.ceil((windowMs + rule.leaseMs) / bucketMs) + 1 : windowMs / bucketMs;
+  return { bucketMs, span };
+}
+
+interface Event {
+  at: number;
+  count: number;
+}
+
+export class QuotaModel {
+  private readonly applied = new Set<string>();
+  private readonly highest = new Map<string, number>();
+  private readonly log = new Map<string, Event[]>();
+  /** The latest `now` of a call that touched the key: a key's buckets never move back. */
+  private readonly latest = new Map<string, number>();
+
+  constructor(private readonly rule: QuotaRule) {}
+
+  /** The status the script must answer, recorded as if the call ran. */
+  status(request: SyncRequest): "applied" | "duplicate" | "stale" {
+    const id = `${request.instanceId}/${request.seq}`;
+    const high = this.highest.get(request.instanceId) ?? 0;
+    if (this.applied.has(id)) return "duplicate";
+    if (request.seq < high - 32) return "stale";
+    this.applied.add(id);
+    this.highest.set(request.instanceId, Math.max(high, request.seq));
+    return "applied";
+  }
+
+  /** approximate: usage counted at min(at, now). */
+  addUsage(key: string, now: number, usage: Array<[number, number]>): void {
+    for (const [at, count] of usage) this.events(key).push({ at: Math.min(at, now), count });
+  }
+
+  touch(key: string, now: number): void {
+    this.latest.set(key, Math.max(this.latest.get(key) ?? now, now));
+  }
+
+  /** strict: a grant counts in the key's current bucket (by its latest time). */
+  addGrant(key: string, count: number): void {
+    this.events(key).push({ at: this.latest.get(key)!, count });
+  }
+
+  /** What each window of the key holds now, summed from the log. */
+  used(key: string): number[] {
+    const latest = this.latest.get(key)!;
+    return this.rule.limits.map((limit) => {
+      const { bucketMs, span } = windowShape(this.rule, limit.windowMs);
+      const current = Math.floor(latest / bucketMs);
+      return this.events(key)
+        .filter((event) => Math.floor(event.at / bucketMs) > current - span)
+        .reduce((sum, event) => sum + event.count, 0);
+    });
+  }
+
+  private events(key: string): Event[] {
+    const events = this.log.get(key) ?? [];
+    this.log.set(key, events);
+    return events;
+  }
+}
+
+/** The most any window of `windowMs` holds, over every window ending at a use (uses sorted or not). */
+export function maxInAnyWindow(uses: number[], windowMs: number): number {
+  const sorted = [...uses].sort((a, b) => a - b);
+  let most = 0;
+  let start = 0;
+  for (let end = 0; end < sorted.length; end++) {
+    while (sorted[start]! <= sorted[end]! - windowMs) start++;
+    most = Math.max(most, end - start + 1);
+  }
+  return most;
+}
