@@ -1,24 +1,32 @@
 --[[ fixed-window.lua: a counter per epoch-aligned window.
-A part of the limits script (see limits.lua): defines ALGORITHMS['fixed-window'].
-State   KEYS[i] = "windowStartMs:count"
+Defines ALGORITHMS['fixed-window'] (see limit-common.lua).
+State   KEYS[i] = "windowEndMs:count"
 Params  p1 max, p2 windowMs
-Allowed count in the current window + cost <= max
+Allowed count in the request's window + cost <= max
+Replay  a request dated before the end of the stored window is counted in the stored window (the past one
+        is gone; counting it in a newer one can only make later requests stricter). The stored window only
+        moves forward.
+Change  a new windowMs applies from the end of the stored window: that window keeps its end and its count;
+        the next window is epoch-aligned to the new length, starting no earlier than the stored end.
 Result  allowed, limit, remaining if charged, remaining now, resetAt (end of the window), retryAfterMs,
         commit ]]
 ALGORITHMS['fixed-window'] = function(key, now, cost, p1, p2)
   local max, window = tonumber(p1), tonumber(p2)
   local start = now - now % window
-  local count = 0
+  local stop, count = start + window, 0
   local state = redis.call('GET', key)
   if state then
-    local s, c = string.match(state, '^(%-?%d+):(%d+)$')
-    if tonumber(s) == start then count = tonumber(c) end
-  end
-  local resetAt = start + window
-  if count + cost <= max then
-    return true, max, max - count - cost, max - count, resetAt, 0, function()
-      if cost > 0 then redis.call('SET', key, start .. ':' .. (count + cost), 'PX', math.max(1, resetAt - now)) end
+    local e, c = string.match(state, '^(%d+):(%d+)$')
+    e = tonumber(e)
+    if now < e then
+      stop, count = e, tonumber(c)
     end
   end
-  return false, max, max - count, max - count, resetAt, math.max(1, resetAt - now)
+  if count + cost <= max then
+    return true, max, max - count - cost, max - count, stop, 0, function()
+      if cost > 0 then persist(key, stop .. ':' .. (count + cost), stop, window) end
+    end
+  end
+  -- cost <= max (the caller refuses more): the next window has room
+  return false, max, math.max(0, max - count), math.max(0, max - count), stop, stop - now
 end

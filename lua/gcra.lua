@@ -1,25 +1,74 @@
---[[ gcra.lua: the generic cell rate algorithm with redis-cell's semantics (CL.THROTTLE), since
-ElastiCache cannot load the redis-cell module.
-A part of the limits script (see limits.lua): defines ALGORITHMS['gcra'].
-State   KEYS[i] = theoretical arrival time (TAT), ms
-Params  p1 burst, p2 count, p3 periodMs: `count` per `periodMs`, bursts of up to burst + 1
-Allowed with T = period / count and tolerance = T * (burst + 1): max(TAT, now) + cost * T - tolerance <= now
-Result  allowed, limit (burst + 1), remaining if charged, remaining now, resetAt (TAT: all capacity back),
-        retryAfterMs, commit ]]
+--[[ gcra.lua: the generic cell rate algorithm with redis-cell's results (CL.THROTTLE), since ElastiCache
+cannot load the redis-cell module. Like redis-cell it works in integer nanoseconds; a time is kept as whole
+ms plus a ns remainder (0..999999), so every sum and comparison stays exact in Lua's doubles. One
+deliberate difference: remaining is counted in whole ns (see left()).
+Defines ALGORITHMS['gcra'] (see limit-common.lua).
+State   KEYS[i] = "tatMs:tatNs", the theoretical arrival time (TAT)
+Params  p1 burst, p2 count, p3 periodMs: `count` per `periodMs`, bursts of up to burst + 1. The emission
+        interval T = trunc(periodMs * 1e6 / count) ns (redis-cell's float division), tolerance = T * (burst + 1).
+        The caller keeps T >= 1 us and the tolerance <= 10 years.
+Allowed max(TAT, now) + cost * T - tolerance <= now
+Replay  the TAT never moves back: a request dated before it is decided against it (stricter than live).
+Change  the TAT is kept, so the time until all capacity is back carries over and is re-read at the new rate
+        (as redis-cell does for a key called with other parameters).
+Result  allowed, limit (burst + 1), remaining if charged, remaining now, resetAt (the TAT: all capacity
+        back), retryAfterMs, commit ]]
 ALGORITHMS['gcra'] = function(key, now, cost, p1, p2, p3)
+  local floor, E6 = math.floor, 1000000
   local limit = tonumber(p1) + 1
-  local interval = tonumber(p3) / tonumber(p2)
-  local tolerance = interval * limit
-  local tat = tonumber(redis.call('GET', key)) or now
-  local base = math.max(tat, now)
-  local newTat = base + cost * interval
-  local allowAt = newTat - tolerance
-  local remainingNow = math.max(0, math.floor((tolerance - (base - now)) / interval + 1e-9))
-  if allowAt <= now then
-    local remaining = math.floor((tolerance - (newTat - now)) / interval + 1e-9)
-    return true, limit, remaining, remainingNow, math.ceil(newTat), 0, function()
-      if cost > 0 then redis.call('SET', key, newTat, 'PX', math.max(1, math.ceil(newTat - now))) end
+  local interval = floor(tonumber(p3) * E6 / tonumber(p2))
+  local iNs = math.fmod(interval, E6)
+  local iMs = (interval - iNs) / E6
+  -- interval * n as (ms, ns)
+  local function intervals(n)
+    local ns = iNs * n
+    local carry = floor(ns / E6)
+    return iMs * n + carry, ns - carry * E6
+  end
+  -- (ms, ns) with ns brought back into 0..999999 after one addition or subtraction
+  local function norm(ms, ns)
+    if ns < 0 then return ms - 1, ns + E6 end
+    if ns >= E6 then return ms + 1, ns - E6 end
+    return ms, ns
+  end
+  local function ceilMs(ms, ns)
+    if ns > 0 then return ms + 1 end
+    return ms
+  end
+  local tolMs, tolNs = intervals(limit)
+  local tatMs, tatNs = now, 0
+  local state = redis.call('GET', key)
+  if state then
+    local m, n = string.match(state, '^(%d+):(%d+)$')
+    tatMs, tatNs = tonumber(m), tonumber(n)
+  end
+  local baseMs, baseNs = tatMs, tatNs
+  if tatMs < now then baseMs, baseNs = now, 0 end
+  local incMs, incNs = intervals(cost)
+  local newMs, newNs = norm(baseMs + incMs, baseNs + incNs)
+  -- the capacity left when the TAT is (ms, ns): floor((tolerance - (TAT - now)) / T) in whole ns (redis-cell
+  -- truncates both to us first, which overstates it by one when T is not a whole number of us). The double
+  -- quotient is off by at most one; the exact products settle it.
+  local function left(ms, ns)
+    local nMs, nNs = norm(tolMs - (ms - now), tolNs - ns)
+    if nMs < 0 or (nMs == 0 and nNs == 0) then return 0 end
+    local q = floor((nMs * E6 + nNs) / (iMs * E6 + iNs))
+    local function fits(k)
+      local kMs, kNs = intervals(k)
+      return kMs < nMs or (kMs == nMs and kNs <= nNs)
+    end
+    while q > 0 and not fits(q) do q = q - 1 end
+    while fits(q + 1) do q = q + 1 end
+    return q
+  end
+  -- allowed when newTat - tolerance <= now
+  local aMs, aNs = norm(newMs - tolMs - now, newNs - tolNs)
+  if aMs < 0 or (aMs == 0 and aNs == 0) then
+    local resetAt = ceilMs(newMs, newNs)
+    return true, limit, left(newMs, newNs), left(baseMs, baseNs), resetAt, 0, function()
+      if cost > 0 then persist(key, newMs .. ':' .. newNs, resetAt, tolMs + 1) end
     end
   end
-  return false, limit, remainingNow, remainingNow, math.ceil(base), math.max(1, math.ceil(allowAt - now))
+  local remaining = left(tatMs, tatNs)
+  return false, limit, remaining, remaining, ceilMs(tatMs, tatNs), ceilMs(aMs, aNs)
 end

@@ -1,7 +1,6 @@
---[[ limits.lua: checks several rate limits and charges them all or none, in one atomic call.
-The algorithm files (token-bucket.lua, sliding-window.lua, sliding-log.lua, fixed-window.lua, gcra.lua)
-are prepended to this driver when the script is loaded; each defines ALGORITHMS[name].
-KEYS[i]    the state key of limit i; all keys of a call share one hash tag
+--[[ limits.lua: checks several rate limits and charges them all or none, in one atomic call
+(POST /v1/limits). Loaded after limit-common.lua and every algorithm file.
+KEYS[i]    the state key of limit i; all keys of a call share one hash tag (the scope)
 ARGV[1]    now, ms since the epoch
 ARGV[1+6*(i-1)+1 .. +6]  limit i: algorithm, cost, p1, p2, p3, p4 (see each algorithm; unused = "")
 Reply      { allowed (1 when every limit allowed), then per limit: allowed (this limit alone), limit,
@@ -18,14 +17,13 @@ for i = 1, #KEYS do
   local allowed, limit, remaining, remainingNow, resetAt, retry, commit, onDeny =
     algorithm(KEYS[i], now, tonumber(ARGV[a + 2]), ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6])
   if not allowed then all = false end
-  commits[i], denies[i] = commit, (not allowed) and onDeny or nil
+  commits[i], denies[i], nows[i] = commit, (not allowed) and onDeny or nil, reply(remainingNow)
   local base = #results
   results[base + 1] = allowed and 1 or 0
   results[base + 2] = limit
-  results[base + 3] = remaining
-  nows[i] = remainingNow
-  results[base + 4] = resetAt
-  results[base + 5] = retry
+  results[base + 3] = reply(remaining)
+  results[base + 4] = reply(resetAt)
+  results[base + 5] = reply(retry)
 end
 if all then
   for i = 1, #KEYS do commits[i]() end

@@ -1,43 +1,72 @@
---[[ sliding-log.lua: the exact sliding log: every charged unit in (now - window, now] counts.
-A part of the limits script (see limits.lua): defines ALGORITHMS['sliding-log'].
-State   KEYS[i] = sorted set, score = time ms, member = "time:cost:n" (n makes members unique)
+--[[ sliding-log.lua: the exact sliding log: every charged unit in (t - window, t] counts, with a running total
+so that a call reads only what changes, whatever the log's length.
+Defines ALGORITHMS['sliding-log'] (see limit-common.lua).
+State   KEYS[i] = a list: element 1 the running total (the sum of the costs below it), then one element
+        "timeMs:cost" per millisecond that was charged, oldest first. Charges in the same millisecond add
+        up in one element, so many charges in one ms cost O(1) each and need no unique members.
 Params  p1 max, p2 windowMs
-Allowed sum of costs in (now - window, now] + cost <= max
+Allowed with t = max(now, the newest entry's time): the sum of costs in (t - window, t] + cost <= max
+Replay  a request dated before the newest entry is decided and recorded at the newest entry's time: the
+        log's times only move forward, and what a backfill adds counts at least as long as it would have.
+Change  a new windowMs applies at once; entries already dropped by a shorter window stay dropped.
 Result  allowed, limit, remaining if charged, remaining now, resetAt (when everything counted has aged
         out), retryAfterMs, commit ]]
 ALGORITHMS['sliding-log'] = function(key, now, cost, p1, p2)
   local max, window = tonumber(p1), tonumber(p2)
-  local entries = redis.call('ZRANGEBYSCORE', key, '(' .. (now - window), now, 'WITHSCORES')
-  local used, times, costs = 0, {}, {}
-  for i = 1, #entries, 2 do
-    local c = tonumber(string.match(entries[i], '^%-?%d+:(%d+):'))
-    used = used + c
-    times[#times + 1] = tonumber(entries[i + 1])
-    costs[#costs + 1] = c
+  local match, tonumber = string.match, tonumber
+  local total, t, entries, newest, newestCost = 0, now, 0, nil, nil
+  local head = redis.call('LINDEX', key, 0)
+  if head then
+    total = tonumber(head)
+    entries = redis.call('LLEN', key) - 1
+    local at, c = match(redis.call('LINDEX', key, -1), '^(%d+):(%d+)$')
+    newest, newestCost = tonumber(at), tonumber(c)
+    if newest > t then t = newest end
   end
-  local resetAt = #times > 0 and times[#times] + window or now
+  -- the oldest entries that have aged out at t: how many, and their costs (read in growing chunks)
+  local cutoff, expired, expiredCost = t - window, 0, 0
+  local chunk, scanning = 16, entries > 0
+  while scanning and expired < entries do
+    local batch = redis.call('LRANGE', key, 1 + expired, expired + chunk)
+    for i = 1, #batch do
+      local at, c = match(batch[i], '^(%d+):(%d+)$')
+      if tonumber(at) > cutoff then
+        scanning = false
+        break
+      end
+      expired, expiredCost = expired + 1, expiredCost + tonumber(c)
+    end
+    chunk = chunk * 2
+  end
+  local used = total - expiredCost
   if used + cost <= max then
-    return true, max, max - used - cost, max - used, cost > 0 and now + window or resetAt, 0, function()
+    local resetAt = t
+    if cost > 0 then resetAt = t + window elseif used > 0 then resetAt = newest + window end
+    return true, max, max - used - cost, max - used, resetAt, 0, function()
       if cost == 0 then return end
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
-      local n, member = 0, nil
-      repeat
-        n = n + 1
-        member = now .. ':' .. cost .. ':' .. n
-      until not redis.call('ZSCORE', key, member)
-      redis.call('ZADD', key, now, member)
-      redis.call('PEXPIRE', key, window)
+      -- drop the total and the aged-out entries, add this charge (to its ms if it has one), put the total back
+      redis.call('LPOP', key, 1 + expired)
+      if newest == t and expired < entries then
+        redis.call('LSET', key, -1, t .. ':' .. (newestCost + cost))
+      else
+        redis.call('RPUSH', key, t .. ':' .. cost)
+      end
+      redis.call('LPUSH', key, used + cost)
+      redis.call('PEXPIRE', key, ttlOf(t + window, window))
     end
   end
-  -- the oldest sends age out one by one: wait until enough have gone
-  local retryAt = now + window
-  local freed = 0
-  for i = 1, #times do
-    freed = freed + costs[i]
-    if used - freed + cost <= max then
-      retryAt = times[i] + window
+  -- the oldest counted entries age out one by one: wait until enough have gone (each holds >= 1 unit, so
+  -- at most `need` entries are read)
+  local need, freed, retryAt = used + cost - max, 0, t + window
+  local batch = redis.call('LRANGE', key, 1 + expired, expired + need)
+  for i = 1, #batch do
+    local at, c = match(batch[i], '^(%d+):(%d+)$')
+    freed = freed + tonumber(c)
+    if freed >= need then
+      retryAt = tonumber(at) + window
       break
     end
   end
-  return false, max, math.max(0, max - used), math.max(0, max - used), resetAt, math.max(1, retryAt - now)
+  local left = math.max(0, max - used)
+  return false, max, left, left, newest + window, retryAt - now
 end

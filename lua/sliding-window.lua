@@ -1,50 +1,59 @@
 --[[ sliding-window.lua: the sliding window counter (seed 002): epoch-aligned windows, the previous one
 weighted by how much of it still overlaps the rolling window.
-A part of the limits script (see limits.lua): defines ALGORITHMS['sliding-window'].
-State   KEYS[i] = "windowStartMs:previous:current"
+Defines ALGORITHMS['sliding-window'] (see limit-common.lua).
+State   KEYS[i] = "startMs:endMs:previous:current" (the open window and the counts of it and the one before)
 Params  p1 max, p2 windowMs
-Allowed previous * (1 - elapsed / window) + current + cost <= max
-Result  allowed, limit, remaining if charged, remaining now (floors), resetAt (end of the current window),
+Allowed previous * (end - t) / (end - start) + current + cost <= max, with t = max(now, start)
+Replay  a request dated before the end of the stored window is decided in that window at t = max(now, start)
+        (a backfill: at its start, where the previous window weighs fully) and counted in it. The stored
+        window only moves forward.
+Change  a new windowMs applies from the end of the stored window; the next window starts at its
+        epoch-aligned start or at that end, whichever is later, and has the stored count as its previous
+        when it starts right at that end.
+Result  allowed, limit, remaining if charged, remaining now (floors), resetAt (when everything counted
+        has aged out: the end of the next window while this one counts, else the end of this one),
         retryAfterMs, commit ]]
 ALGORITHMS['sliding-window'] = function(key, now, cost, p1, p2)
   local max, window = tonumber(p1), tonumber(p2)
   local start = now - now % window
-  local previous, current = 0, 0
+  local stop, previous, current = start + window, 0, 0
   local state = redis.call('GET', key)
   if state then
-    local s, p, c = string.match(state, '^(%-?%d+):(%d+):(%d+)$')
-    s, p, c = tonumber(s), tonumber(p), tonumber(c)
-    if s == start then
-      previous, current = p, c
-    elseif s == start - window then
-      previous = c
+    local s, e, p, c = string.match(state, '^(%d+):(%d+):(%d+):(%d+)$')
+    s, e = tonumber(s), tonumber(e)
+    if now < e then
+      start, stop, previous, current = s, e, tonumber(p), tonumber(c)
+    elseif e >= start then
+      -- the stored window ended where this one starts (or, after a change of windowMs, inside it: then this
+      -- one starts there): it is the previous window
+      start, previous = e, tonumber(c)
     end
   end
-  local weight = 1 - (now - start) / window
-  local used = previous * weight + current
-  local resetAt = start + window
+  local length = stop - start
+  local t = math.max(now, start)
+  -- (float: exact while previous * length < 2^53; the same expression in the reference model)
+  local used = previous * (stop - t) / length + current
+  local nextStop = stop - stop % window + window
   if used + cost <= max then
-    return true, max, math.max(0, math.floor(max - used - cost)), math.max(0, math.floor(max - used)), resetAt, 0, function()
+    local resetAt = now
+    if current + cost > 0 then resetAt = nextStop elseif previous > 0 then resetAt = stop end
+    return true, max, math.floor(max - used - cost), math.floor(max - used), resetAt, 0, function()
       if cost > 0 then
-        redis.call('SET', key, start .. ':' .. previous .. ':' .. (current + cost), 'PX', 2 * window)
+        persist(key, start .. ':' .. stop .. ':' .. previous .. ':' .. (current + cost), nextStop, 2 * window)
       end
     end
   end
-  -- when will previous * weight(t) + current + cost fit? (the tolerance keeps float error from adding 1 ms)
-  local function up(x) return math.ceil(x - 1e-6) end
   local retryAt
-  if current + cost <= max and previous > 0 then
-    retryAt = start + up(window * (1 - (max - current - cost) / previous))
-  elseif cost <= max then
-    -- not in this window: in the next one, this window's count is the weighted previous
-    if current > 0 and current > max - cost then
-      retryAt = resetAt + up(window * (1 - (max - cost) / current))
-    else
-      retryAt = resetAt
-    end
+  if current + cost <= max then
+    -- in this window, once previous * (stop - t') / length <= max - current - cost
+    retryAt = start + math.ceil(length * (previous - (max - current - cost)) / previous)
   else
-    retryAt = resetAt + window
+    -- in the next window, where this window's count is the previous one and nothing is current yet
+    local nextLength = nextStop - stop
+    retryAt = stop + math.ceil(nextLength * (current + cost - max) / current)
   end
   local left = math.max(0, math.floor(max - used))
+  local resetAt = stop
+  if current > 0 then resetAt = nextStop end
   return false, max, left, left, resetAt, math.max(1, retryAt - now)
 end

@@ -1,9 +1,14 @@
 --[[ token-bucket.lua: Smyte's token bucket (seed 003): step refills, optional strict mode.
-A part of the limits script (see limits.lua): defines ALGORITHMS['token-bucket'].
-State   KEYS[i] = "tokens:lastRefillMs" (missing: a full bucket)
+Defines ALGORITHMS['token-bucket'] (see limit-common.lua).
+State   KEYS[i] = "tokens:refillClockMs:max" (missing: a full bucket)
 Params  p1 max, p2 refillAmount, p3 refillEveryMs, p4 strict (1: a request made while the bucket cannot
         pay restarts the refill clock, so a client that keeps hammering stays blocked until it is quiet
         for a whole refill period)
+Allowed tokens after the whole refill periods up to now >= cost
+Replay  the refill clock never moves back: a request dated before it gets no refill and is decided and
+        charged against the tokens as they are.
+Change  a new max shifts the tokens by its difference (gubernator: 100 -> 10 with 98 left leaves 8), within
+        0..max; a new refillAmount or refillEveryMs applies from the refill clock on.
 Result  allowed, limit (max), remaining if charged, remaining now, resetAt (full again), retryAfterMs,
         commit, onDeny ]]
 ALGORITHMS['token-bucket'] = function(key, now, cost, p1, p2, p3, p4)
@@ -11,32 +16,41 @@ ALGORITHMS['token-bucket'] = function(key, now, cost, p1, p2, p3, p4)
   local tokens, last = max, now
   local state = redis.call('GET', key)
   if state then
-    local t, l = string.match(state, '^(%-?%d+):(%-?%d+)$')
-    tokens, last = math.min(tonumber(t), max), tonumber(l)
-  end
-  if now > last then
-    -- step refills: whole periods only; the remainder of a period is kept
-    local periods = math.floor((now - last) / every)
-    if periods > 0 then
-      tokens = math.min(max, tokens + periods * amount)
-      last = last + periods * every
+    local t, l, m = string.match(state, '^(%d+):(%d+):(%d+)$')
+    tokens = math.max(0, math.min(max, tonumber(t) + max - tonumber(m)))
+    last = tonumber(l)
+    if now > last then
+      if tokens < max then
+        -- step refills: whole periods only; the remainder of a period is kept
+        local periods = math.floor((now - last) / every)
+        if periods >= math.ceil((max - tokens) / amount) then
+          tokens = max
+        elseif periods > 0 then
+          tokens = tokens + periods * amount
+          last = last + periods * every
+        end
+      end
+      -- a full bucket does not bank time towards its next refill
+      if tokens == max then last = now end
     end
-    if tokens == max then last = now end
   end
+  -- when a bucket of `t` tokens with refill clock `l` is full again
   local function fullAt(t, l)
-    if t >= max then return now end
+    if t >= max then return math.max(now, l) end
     return l + math.ceil((max - t) / amount) * every
   end
-  local ttl = math.max(1, fullAt(tokens, last) - now + every)
+  -- from empty to full
+  local span = math.ceil(max / amount) * every
   if tokens >= cost then
     local left = tokens - cost
     return true, max, left, tokens, fullAt(left, last), 0, function()
-      if cost > 0 then redis.call('SET', key, left .. ':' .. last, 'PX', math.max(1, fullAt(left, last) - now + every)) end
+      if cost > 0 then persist(key, left .. ':' .. last .. ':' .. max, fullAt(left, last), span) end
     end
   end
-  local restart = strict and now or last
-  local retry = restart + math.ceil((cost - tokens) / amount) * every - now
-  return false, max, tokens, tokens, fullAt(tokens, restart), math.max(1, retry), nil, strict and function()
-    redis.call('SET', key, tokens .. ':' .. now, 'PX', ttl + every)
+  local restart = last
+  if strict and now > last then restart = now end
+  local retryAt = restart + math.ceil((cost - tokens) / amount) * every
+  return false, max, tokens, tokens, fullAt(tokens, restart), retryAt - now, nil, strict and function()
+    persist(key, tokens .. ':' .. restart .. ':' .. max, fullAt(tokens, restart), span)
   end or nil
 end

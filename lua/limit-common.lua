@@ -1,0 +1,42 @@
+--[[ limit-common.lua: what every rate-limit script shares. The loader puts it first, then the algorithm
+files (each defines ALGORITHMS[name]), then a driver: limit.lua (one limit, POST /v1/limit) or limits.lua
+(several, all or nothing, POST /v1/limits).
+
+Every algorithm is a function (key, now, cost, p1, p2, p3, p4) that reads its state and returns
+  allowed, limit, remaining if charged, remaining now, resetAt, retryAfterMs, commit[, onDeny]
+without writing anything; the driver calls commit() (charge) or onDeny() (a strict token bucket's restart)
+once the verdict of the whole call is known.
+
+Time: `now` (ms, the request's `at` or the caller's clock) decides; a state never moves back in time (each
+algorithm says how it answers a request dated before its state). Key lifetimes are counted from the
+server's clock (TIME), never from `now` alone, and are clamped (see ttlOf). ]]
+local ALGORITHMS = {}
+-- 10 years: the longest any state is kept (a token bucket refilling 1 token a year may need longer)
+local MAX_TTL_MS = 315360000000
+-- replies are Redis integers read as JavaScript numbers: keep them exact
+local MAX_REPLY = 9007199254740991
+local SERVER_NOW
+do
+  local t = redis.call('TIME')
+  SERVER_NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- A replay (requests dated in the past) finds the state it wrote for at least this long, or one span of
+-- the limit if that is shorter: a backfilled window does not vanish before the next backfill reads it.
+local REPLAY_TTL_MS = 60000
+
+-- How long a state must live by the server's clock: until `expiresAt` (request time), when no request can
+-- read it any more, but at least min(span, REPLAY_TTL_MS) and at most MAX_TTL_MS.
+local function ttlOf(expiresAt, span)
+  local ttl = math.max(expiresAt - SERVER_NOW, math.min(span, REPLAY_TTL_MS), 1)
+  return math.min(ttl, MAX_TTL_MS)
+end
+
+local function persist(key, value, expiresAt, span)
+  redis.call('SET', key, value, 'PX', ttlOf(expiresAt, span))
+end
+
+local function reply(n)
+  if n > MAX_REPLY then return MAX_REPLY end
+  return n
+end
