@@ -13,8 +13,9 @@ server's clock (TIME), never from `now` alone, and are clamped (see ttlOf). ]]
 local ALGORITHMS = {}
 -- 10 years: the longest any state is kept (a token bucket refilling 1 token a year may need longer)
 local MAX_TTL_MS = 315360000000
--- replies are Redis integers read as JavaScript numbers: keep them exact
-local MAX_REPLY = 9007199254740991
+-- replies are Redis integers read as JavaScript numbers: no time past the last one a JavaScript Date holds
+-- (a token bucket of 1e9 tokens refilled one a year is full again in 3e19 ms)
+local MAX_REPLY = 8640000000000000
 local SERVER_NOW
 do
   local t = redis.call('TIME')

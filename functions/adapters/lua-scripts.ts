@@ -2,7 +2,7 @@
 // NOSCRIPT (after SCRIPT FLUSH, a restart or a failover), per connection.
 import { existsSync, readFileSync } from "node:fs";
 import { MAX_KEYS_PER_CALL, MIN_KEYS_PER_CALL } from "../core/capping/cap-sends-script.ts";
-import { ALGORITHMS, MAX_LIMITS } from "../core/limits/limit-specs.ts";
+import { ALGORITHMS, type Algorithm, MAX_LIMITS } from "../core/limits/limit-specs.ts";
 
 /**
  * In the repository the scripts are at ../../lua/ from this file; in a Lambda bundle (one file), the
@@ -20,8 +20,12 @@ export function load(name: string): string {
 
 const capSendsLua = load("cap-sends");
 
-/** lua/limits.lua with every algorithm file in front of it: one script, one atomic call. */
-const limitsLua = ["local ALGORITHMS = {}", ...ALGORITHMS.map(load), load("limits")].join("\n");
+/** The rate-limit scripts: limit-common.lua, then the algorithms they run, then their driver. */
+const common = load("limit-common");
+const limitsLua = [common, ...ALGORITHMS.map(load), load("limits")].join("\n");
+
+/** The command that runs one limit of `algorithm` (POST /v1/limit): only that algorithm is defined. */
+export const limitCommand = (algorithm: Algorithm) => `limit:${algorithm}` as const;
 
 /**
  * Each script takes a fixed number of keys: ioredis routes an autopipelined custom command by its first
@@ -33,6 +37,12 @@ export const luaScripts: Record<string, { lua: string; numberOfKeys: number }> =
     Array.from({ length: MAX_KEYS_PER_CALL - MIN_KEYS_PER_CALL + 1 }, (_, i) => [
       `capSends${i + MIN_KEYS_PER_CALL}`,
       { lua: capSendsLua, numberOfKeys: i + MIN_KEYS_PER_CALL },
+    ]),
+  ),
+  ...Object.fromEntries(
+    ALGORITHMS.map((algorithm) => [
+      limitCommand(algorithm),
+      { lua: [common, load(algorithm), load("limit")].join("\n"), numberOfKeys: 1 },
     ]),
   ),
   // limits1 .. limits16: the same script once per key count

@@ -2,9 +2,10 @@
 // over it, which retries a script call through failovers within a deadline.
 import { Cluster, type ClusterNode } from "ioredis";
 import type { CapStore } from "../core/capping/cap-sends-script.ts";
-import type { LimitStore } from "../core/limits/limits-script.ts";
+import type { LimitStore } from "../core/limits/limit-script.ts";
+import type { Algorithm } from "../core/limits/limit-specs.ts";
 import { StoreUnavailableError } from "../core/shared/errors.ts";
-import { luaScripts } from "./lua-scripts.ts";
+import { limitCommand, luaScripts } from "./lua-scripts.ts";
 
 export interface RedisClusterConfig {
   /** Startup nodes: the configuration endpoint on ElastiCache, any nodes locally. */
@@ -28,7 +29,7 @@ type CapSendsCommand = (...keysAndArgs: (string | Buffer)[]) => Promise<Buffer>;
 type LimitsCommand = (...keysAndArgs: string[]) => Promise<number[]>;
 export type TollgateCluster = Cluster &
   Record<`capSends${number}Buffer`, CapSendsCommand> &
-  Record<`limits${number}`, LimitsCommand>;
+  Record<`limits${number}` | `limit:${string}`, LimitsCommand>;
 
 export function createRedisCluster(config: RedisClusterConfig): TollgateCluster {
   const cluster = new Cluster(config.nodes, {
@@ -133,7 +134,7 @@ export class RedisCapStore implements CapStore {
 }
 
 /**
- * Runs lua/limits.lua. Charging is not idempotent, so only replies that prove the call did not run
+ * Runs the rate-limit scripts. Charging is not idempotent, so only replies that prove the call did not run
  * (MOVED, ASK, TRYAGAIN, CLUSTERDOWN) are retried; a timeout or a dropped connection fails the request.
  */
 export class RedisLimitStore implements LimitStore {
@@ -141,6 +142,17 @@ export class RedisLimitStore implements LimitStore {
     private readonly cluster: TollgateCluster,
     private readonly options: { deadlineMs: number; onRetry?: (error: Error) => void },
   ) {}
+
+  runLimit(algorithm: Algorithm, key: string, args: readonly string[]): Promise<number[]> {
+    const command = this.cluster[limitCommand(algorithm)];
+    if (!command) throw new Error(`no limit script for ${algorithm}`);
+    return withRetries(this.cluster, () => command.call(this.cluster, key, ...args), {
+      deadlineMs: this.options.deadlineMs,
+      retryable: isRedirect,
+      onRetry: this.options.onRetry ?? (() => {}),
+      what: `limit on ${key}`,
+    });
+  }
 
   runLimits(keys: readonly string[], args: readonly string[]): Promise<number[]> {
     const command = this.cluster[`limits${keys.length}`];

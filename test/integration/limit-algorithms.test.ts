@@ -3,6 +3,9 @@
 // redis-cell over thousands of configurations; and the replay invariant.
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
+import { decodeLimitsReply } from "../../functions/core/limits/limits-script.ts";
+import { connectCluster } from "../support/cluster.ts";
 import {
   type BucketParams,
   checkAll,
@@ -16,12 +19,14 @@ import {
   TokenBucketModel,
   type WindowParams,
 } from "../support/limit-models.ts";
-import { connectScripts, runLimit, type ScriptCluster } from "../support/limit-scripts.ts";
+import { padded, runLimit, scriptStore } from "../support/limit-scripts.ts";
 import { emissionIntervalNs, rateLimit } from "../support/redis-cell.ts";
 
-let cluster: ScriptCluster;
+let cluster: TollgateCluster;
+let store: ReturnType<typeof scriptStore>;
 beforeAll(() => {
-  cluster = connectScripts();
+  cluster = connectCluster();
+  store = scriptStore(cluster);
 });
 afterAll(async () => {
   await cluster.quit();
@@ -128,7 +133,7 @@ describe.each(algorithms)("$name", (algorithm) => {
             if (changed) params = params === first ? second : first;
             now += Math.trunc((permille * algorithm.span(params)) / 1000);
             const charge = Math.min(cost, algorithm.capacity(params));
-            const got = await runLimit(cluster, algorithm.name, key, now, charge, algorithm.args(params));
+            const got = await runLimit(store, algorithm.name, key, now, charge, algorithm.args(params));
             const want = checkOne(model, now, charge, params);
             expect(got, JSON.stringify({ now, charge, params })).toEqual(want);
             if (!got.allowed) expect(got.resetAt).toBeGreaterThanOrEqual(now + got.retryAfterMs);
@@ -161,15 +166,15 @@ describe.each(algorithms)("$name", (algorithm) => {
           let now = FUTURE;
           for (const { permille, cost } of live) {
             now += Math.trunc((permille * span) / 1000);
-            await runLimit(cluster, algorithm.name, plain, now, Math.min(cost, cap), args);
-            await runLimit(cluster, algorithm.name, backfilled, now, Math.min(cost, cap), args);
+            await runLimit(store, algorithm.name, plain, now, Math.min(cost, cap), args);
+            await runLimit(store, algorithm.name, backfilled, now, Math.min(cost, cap), args);
           }
           const backAt = now - 1 - Math.trunc((backPermille * span) / 1000);
-          await runLimit(cluster, algorithm.name, backfilled, backAt, Math.min(backCost, cap), args);
+          await runLimit(store, algorithm.name, backfilled, backAt, Math.min(backCost, cap), args);
           for (const permille of probes) {
             now += Math.trunc((permille * span) / 1000);
-            const a = await runLimit(cluster, algorithm.name, plain, now, 0, args);
-            const b = await runLimit(cluster, algorithm.name, backfilled, now, 0, args);
+            const a = await runLimit(store, algorithm.name, plain, now, 0, args);
+            const b = await runLimit(store, algorithm.name, backfilled, now, 0, args);
             expect(b.remaining, `at ${now}`).toBeLessThanOrEqual(a.remaining);
           }
         },
@@ -197,7 +202,15 @@ describe("gcra", () => {
         maxLength: 8,
       }),
     });
-    const run = async ({ quota, offset, requests }: fc.RecordValue<typeof configuration>) => {
+    const run = async ({
+      quota,
+      offset,
+      requests,
+    }: {
+      quota: GcraParams;
+      offset: number;
+      requests: [number, number][];
+    }) => {
       const key = freshKey();
       const cell = new Map<string, bigint>();
       const interval = emissionIntervalNs(quota);
@@ -207,7 +220,7 @@ describe("gcra", () => {
         // redis-cell reads the wall clock: times only move forward here
         now += Math.trunc((permille * span) / 1000);
         const charge = Math.min(cost, quota.burst + 1);
-        const got = await runLimit(cluster, "gcra", key, now, charge, [quota.burst, quota.count, quota.periodMs]);
+        const got = await runLimit(store, "gcra", key, now, charge, [quota.burst, quota.count, quota.periodMs]);
         const nowNs = BigInt(now) * 1_000_000n;
         const want = rateLimit(cell, "k", quota, charge, nowNs);
         const label = JSON.stringify({ quota, now, charge });
@@ -243,7 +256,7 @@ describe("gcra", () => {
           const now = FUTURE + offset;
           const remaining = [];
           for (let i = 0; i <= burst + 1; i++) {
-            const r = await runLimit(cluster, "gcra", key, now, 1, [burst, count, periodMs]);
+            const r = await runLimit(store, "gcra", key, now, 1, [burst, count, periodMs]);
             remaining.push(r.allowed ? r.remaining : "denied");
           }
           expect(remaining).toEqual([...Array.from({ length: burst + 1 }, (_, i) => burst - i), "denied"]);
@@ -288,12 +301,9 @@ describe("limits (several, all or nothing)", () => {
             const keys = limits.map((_, i) => `${scope}:${i}`);
             const args = [String(now)];
             limits.forEach((l, i) => {
-              const p = l.algorithm.args(l.params).map(String);
-              while (p.length < 4) p.push("");
-              args.push(l.algorithm.name, String(charges[i]), ...p);
+              args.push(l.algorithm.name, String(charges[i]), ...padded(l.algorithm.args(l.params)));
             });
-            const command = cluster[`limits${limits.length}`] as (...a: string[]) => Promise<number[]>;
-            const reply = await command.call(cluster, ...keys, ...args);
+            const results = decodeLimitsReply(await store.runLimits(keys, args), limits.length);
             const want = checkAll(
               limits.map((l, i) => ({
                 model: models[i] as LimitModel<unknown>,
@@ -303,14 +313,8 @@ describe("limits (several, all or nothing)", () => {
               now,
             );
             const got = {
-              allowed: reply[0] === 1,
-              results: limits.map((_, i) => {
-                const [allowed, limit, remaining, resetAt, retryAfterMs] = reply.slice(
-                  1 + 5 * i,
-                  6 + 5 * i,
-                ) as number[];
-                return { allowed: allowed === 1, limit, remaining, resetAt, retryAfterMs };
-              }),
+              allowed: results.every((r) => r.allowed),
+              results: results.map((r) => ({ ...r, retryAfterMs: r.retryAfterMs ?? 0 })),
             };
             expect(got, JSON.stringify({ now, charges })).toEqual(want);
           }

@@ -1,47 +1,37 @@
-// Temporary: runs the rate-limit scripts straight through ioredis (replaced by the production protocol
-// modules once they exist).
-import { readFileSync } from "node:fs";
-import { Cluster } from "ioredis";
-import { clusterPorts } from "./cluster.ts";
+// Calls the rate-limit scripts with raw parameters through the production store (RedisLimitStore over the
+// real cluster), for the script-level property tests.
+import { RedisLimitStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
+import { decodeLimitReply } from "../../functions/core/limits/limit-script.ts";
+import type { Algorithm } from "../../functions/core/limits/limit-specs.ts";
 
-const ALGORITHMS = ["token-bucket", "sliding-window", "sliding-log", "fixed-window", "gcra"] as const;
-const load = (name: string) => readFileSync(new URL(`../../lua/${name}.lua`, import.meta.url), "utf8");
+/** A script reply with retryAfterMs 0 when allowed, as the reference models give it. */
+export interface ScriptReply {
+  allowed: boolean;
+  limit: number;
+  remaining: number;
+  resetAt: number;
+  retryAfterMs: number;
+}
 
-export type ScriptCluster = Cluster & Record<string, (...args: string[]) => Promise<number[]>>;
+export function scriptStore(cluster: TollgateCluster): RedisLimitStore {
+  return new RedisLimitStore(cluster, { deadlineMs: 5_000 });
+}
 
-export function connectScripts(): ScriptCluster {
-  const scripts: Record<string, { lua: string; numberOfKeys: number }> = {};
-  for (const algorithm of ALGORITHMS) {
-    scripts[`limit_${algorithm.replace("-", "_")}`] = {
-      lua: [load("limit-common"), load(algorithm), load("limit")].join("\n"),
-      numberOfKeys: 1,
-    };
-  }
-  const all = [load("limit-common"), ...ALGORITHMS.map(load), load("limits")].join("\n");
-  for (let n = 1; n <= 4; n++) scripts[`limits${n}`] = { lua: all, numberOfKeys: n };
-  return new Cluster(
-    clusterPorts.slice(0, 3).map((port) => ({ host: "127.0.0.1", port })),
-    { scripts, enableAutoPipelining: true },
-  ) as ScriptCluster;
+/** p1..p4, unused ones empty. */
+export function padded(params: readonly (string | number)[]): string[] {
+  const out = params.map(String);
+  while (out.length < 4) out.push("");
+  return out;
 }
 
 export async function runLimit(
-  cluster: ScriptCluster,
-  algorithm: string,
+  store: RedisLimitStore,
+  algorithm: Algorithm,
   key: string,
   now: number,
   cost: number,
-  params: (string | number)[],
-) {
-  const args = [String(now), String(cost), ...params.map(String)];
-  while (args.length < 6) args.push("");
-  const command = cluster[`limit_${algorithm.replace("-", "_")}`] as (...a: string[]) => Promise<number[]>;
-  const [allowed, limit, remaining, resetAt, retryAfterMs] = await command.call(cluster, key, ...args);
-  return { allowed: allowed === 1, limit, remaining, resetAt, retryAfterMs } as {
-    allowed: boolean;
-    limit: number;
-    remaining: number;
-    resetAt: number;
-    retryAfterMs: number;
-  };
+  params: readonly (string | number)[],
+): Promise<ScriptReply> {
+  const result = decodeLimitReply(await store.runLimit(algorithm, key, [String(now), String(cost), ...padded(params)]));
+  return { ...result, retryAfterMs: result.retryAfterMs ?? 0 };
 }

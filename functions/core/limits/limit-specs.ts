@@ -1,5 +1,6 @@
 // What a rate limit is and answers: the five algorithms, their parameters and bounds, the request schemas
-// of POST /v1/limit and /v1/limits (validated strictly at the boundary), and the result of one limit.
+// of POST /v1/limit and /v1/limits (strict: an unknown field is refused, naming it), and the result of one
+// limit.
 import { z } from "zod";
 import { sendTimeSchema } from "../shared/send-fields.ts";
 
@@ -7,62 +8,111 @@ export const ALGORITHMS = ["token-bucket", "sliding-window", "sliding-log", "fix
 export type Algorithm = (typeof ALGORITHMS)[number];
 /** Limits per /v1/limits request (and per script call). */
 export const MAX_LIMITS = 16;
+/** How far back `at` may go: as far as the longest window. */
+export const MAX_PAST_MS = 365 * 86_400_000;
 const MAX_COUNT = 1_000_000_000;
 const MAX_WINDOW_MS = 365 * 86_400_000;
+/** The sliding log keeps one entry per charged millisecond: its max bounds a log's length. */
+const MAX_LOG = 100_000;
+/** GCRA: the time a full burst takes to drain, (burst + 1) × periodMs / count, at most (as the TTLs). */
+const MAX_GCRA_TOLERANCE_MS = 10 * 365 * 86_400_000;
 
 const positive = (max: number) =>
   z.int("expected a positive integer").min(1, "expected a positive integer").max(max, `at most ${max}`);
-const key = z.string("expected a string").min(1, "must not be empty").max(256, "at most 256 characters");
+const name = z.string("expected a string").min(1, "must not be empty").max(256, "at most 256 characters");
+const cost = z
+  .int("expected an integer from 0")
+  .min(0, "expected an integer from 0")
+  .max(MAX_COUNT, `at most ${MAX_COUNT}`)
+  .optional();
 
-const limitSchema = z.discriminatedUnion(
-  "algorithm",
-  [
-    z.object({
-      key,
-      algorithm: z.literal("token-bucket"),
-      max: positive(MAX_COUNT),
-      refillAmount: positive(MAX_COUNT),
-      refillEveryMs: positive(MAX_WINDOW_MS),
-      strict: z.boolean("expected true or false").optional(),
-    }),
-    z.object({
-      key,
-      algorithm: z.literal("sliding-window"),
-      max: positive(MAX_COUNT),
-      windowMs: positive(MAX_WINDOW_MS),
-    }),
-    z.object({ key, algorithm: z.literal("sliding-log"), max: positive(100_000), windowMs: positive(MAX_WINDOW_MS) }),
-    z.object({
-      key,
-      algorithm: z.literal("fixed-window"),
-      max: positive(MAX_COUNT),
-      windowMs: positive(MAX_WINDOW_MS),
-    }),
-    z.object({
-      key,
-      algorithm: z.literal("gcra"),
-      burst: z.int("expected an integer").min(0, "expected 0 or more").max(MAX_COUNT),
-      count: positive(MAX_COUNT),
-      periodMs: positive(MAX_WINDOW_MS),
-    }),
-  ],
-  { error: `expected algorithm to be one of ${ALGORITHMS.join(", ")}` },
-);
-export type LimitSpec = z.output<typeof limitSchema>;
+/** Each algorithm's own fields. */
+const parameters = {
+  "token-bucket": {
+    max: positive(MAX_COUNT),
+    refillAmount: positive(MAX_COUNT),
+    refillEveryMs: positive(MAX_WINDOW_MS),
+    strict: z.boolean("expected true or false").optional(),
+  },
+  "sliding-window": { max: positive(MAX_COUNT), windowMs: positive(MAX_WINDOW_MS) },
+  "sliding-log": { max: positive(MAX_LOG), windowMs: positive(MAX_WINDOW_MS) },
+  "fixed-window": { max: positive(MAX_COUNT), windowMs: positive(MAX_WINDOW_MS) },
+  gcra: {
+    burst: z.int("expected an integer").min(0, "expected 0 or more").max(MAX_COUNT, `at most ${MAX_COUNT}`),
+    count: positive(MAX_COUNT),
+    periodMs: positive(MAX_WINDOW_MS),
+  },
+} as const;
 
-const cost = z.int("expected an integer from 0").min(0, "expected an integer from 0").max(MAX_COUNT).optional();
+/** GCRA's emission interval is kept in whole ns and read in us, and its tolerance must fit the TTLs. */
+function checkGcra(
+  spec: { algorithm: string; burst?: number; count?: number; periodMs?: number },
+  ctx: z.core.$RefinementCtx,
+) {
+  if (spec.algorithm !== "gcra") return;
+  const { burst = 0, count = 1, periodMs = 1 } = spec;
+  if (count > periodMs * 1000) {
+    ctx.addIssue({ code: "custom", path: ["count"], message: "at most periodMs × 1000 (one per microsecond)" });
+  } else if (((burst + 1) * periodMs) / count > MAX_GCRA_TOLERANCE_MS) {
+    ctx.addIssue({
+      code: "custom",
+      path: ["burst"],
+      message: "(burst + 1) × periodMs / count is at most 10 years",
+    });
+  }
+}
+
+/** One limit: key, algorithm, its parameters, plus `extra` fields; unknown fields refused. */
+function limitShape<E extends z.core.$ZodLooseShape>(extra: E) {
+  return z.discriminatedUnion(
+    "algorithm",
+    [
+      z.strictObject({ key: name, algorithm: z.literal("token-bucket"), ...parameters["token-bucket"], ...extra }),
+      z.strictObject({ key: name, algorithm: z.literal("sliding-window"), ...parameters["sliding-window"], ...extra }),
+      z.strictObject({ key: name, algorithm: z.literal("sliding-log"), ...parameters["sliding-log"], ...extra }),
+      z.strictObject({ key: name, algorithm: z.literal("fixed-window"), ...parameters["fixed-window"], ...extra }),
+      z.strictObject({ key: name, algorithm: z.literal("gcra"), ...parameters.gcra, ...extra }),
+    ],
+    { error: `expected algorithm to be one of ${ALGORITHMS.join(", ")}` },
+  );
+}
+
+/** What the caller wants when Redis does not answer (the HTTP layer acts on it). */
+const onStoreError = z.enum(["allow", "deny"], 'expected "allow" or "deny"').optional();
 const at = sendTimeSchema.optional();
 
-export const limitRequestSchema = z.intersection(limitSchema, z.object({ cost, at }));
-export const limitsRequestSchema = z.object({
-  scope: key,
-  limits: z
-    .array(limitSchema, "expected an array of limits")
-    .min(1, "at least one limit")
-    .max(MAX_LIMITS, `at most ${MAX_LIMITS} limits`),
-  cost,
-  at,
-});
+/** POST /v1/limit: one limit with its cost (default 1; 0 peeks) and time. */
+export const limitRequestSchema = limitShape({ cost, at, onStoreError }).superRefine(checkGcra);
+
+/** A limit of POST /v1/limits: its own `cost` replaces the request's. */
+const scopedLimitSchema = limitShape({ cost }).superRefine(checkGcra);
+
+/** POST /v1/limits: several limits of one scope, checked and charged all or none. */
+export const limitsRequestSchema = z
+  .strictObject({
+    scope: name,
+    limits: z
+      .array(scopedLimitSchema, "expected an array of limits")
+      .min(1, "at least one limit")
+      .max(MAX_LIMITS, `at most ${MAX_LIMITS} limits`),
+    cost,
+    at,
+    onStoreError,
+  })
+  .superRefine((request, ctx) => {
+    // a key names one counter of the scope: listed twice, it would be charged twice or ambiguously
+    const seen = new Map<string, number>();
+    request.limits.forEach((limit, i) => {
+      const first = seen.get(limit.key);
+      if (first === undefined) seen.set(limit.key, i);
+      else ctx.addIssue({ code: "custom", path: ["limits", i, "key"], message: `already listed as limits[${first}]` });
+    });
+  });
+
+export type LimitRequest = z.output<typeof limitRequestSchema>;
+export type LimitsRequest = z.output<typeof limitsRequestSchema>;
+/** A limit's identity and parameters, as the scripts take them. */
+export type LimitSpec = z.output<typeof scopedLimitSchema>;
 
 /** The most a single request can ever be allowed to cost: asking for more is a client error. */
 export function capacity(spec: LimitSpec): number {
@@ -75,6 +125,8 @@ export interface LimitResult {
   limit: number;
   /** What is left after this request (on a denial: what is left now). */
   remaining: number;
+  /** When the limit has all its capacity back (never before now + retryAfterMs). */
   resetAt: number;
+  /** On a denial: how long until the same request can be allowed, nothing else happening (ms, >= 1). */
   retryAfterMs?: number;
 }

@@ -1,9 +1,10 @@
-// The rate limiter: one limit or several checked and charged all-or-nothing in one atomic call of
-// lua/limits.lua (which runs lua/<algorithm>.lua for each limit).
+// The rate limiter: one limit (its algorithm's own script) or several of one scope checked and charged
+// all-or-nothing in one atomic call of lua/limits.lua. Requests are validated here, once.
 import { type Clock, decisionTime, systemClock } from "../shared/clock.ts";
 import { ValidationError } from "../shared/errors.ts";
-import { checkNamespace, DEFAULT_NAMESPACE, limitKey } from "../shared/keys.ts";
+import { checkNamespace, DEFAULT_NAMESPACE, limitKey, scopedLimitKey } from "../shared/keys.ts";
 import { parseOrThrow } from "../shared/validation.ts";
+import { decodeLimitReply, type LimitStore, limitArgs } from "./limit-script.ts";
 import {
   type Algorithm,
   capacity,
@@ -11,8 +12,9 @@ import {
   type LimitSpec,
   limitRequestSchema,
   limitsRequestSchema,
+  MAX_PAST_MS,
 } from "./limit-specs.ts";
-import { decodeLimitsReply, type LimitStore, limitsArgs } from "./limits-script.ts";
+import { decodeLimitsReply, limitsArgs } from "./limits-script.ts";
 
 export interface LimiterOptions {
   store: LimitStore;
@@ -34,9 +36,11 @@ export class Limiter {
   /** One limit (POST /v1/limit). */
   async check(request: unknown): Promise<LimitResult & { algorithm: Algorithm }> {
     const parsed = parseOrThrow(limitRequestSchema, request);
-    const [result] = await this.run(parsed.key, [parsed], parsed.cost ?? 1, parsed.at, "");
-    // one limit: its own verdict is the request's
-    return { ...(result as LimitResult), algorithm: parsed.algorithm };
+    const cost = chargeOf(parsed, parsed.cost, "cost");
+    const now = decisionTime(parsed.at, this.clock, MAX_PAST_MS);
+    const key = limitKey(this.namespace, parsed.algorithm, parsed.key);
+    const result = decodeLimitReply(await this.store.runLimit(parsed.algorithm, key, limitArgs(now, parsed, cost)));
+    return { ...result, algorithm: parsed.algorithm };
   }
 
   /** Several limits, all charged or none (POST /v1/limits); the keys share the scope's hash slot. */
@@ -44,33 +48,28 @@ export class Limiter {
     request: unknown,
   ): Promise<{ allowed: boolean; results: (LimitResult & { key: string; algorithm: Algorithm })[] }> {
     const parsed = parseOrThrow(limitsRequestSchema, request);
-    const results = await this.run(parsed.scope, parsed.limits, parsed.cost ?? 1, parsed.at, "limits");
+    const costs = parsed.limits.map((spec, i) =>
+      spec.cost === undefined ? chargeOf(spec, parsed.cost, "cost") : chargeOf(spec, spec.cost, `limits[${i}].cost`),
+    );
+    const now = decisionTime(parsed.at, this.clock, MAX_PAST_MS);
+    const keys = parsed.limits.map((spec) => scopedLimitKey(this.namespace, parsed.scope, spec.algorithm, spec.key));
+    const reply = await this.store.runLimits(keys, limitsArgs(now, parsed.limits, costs));
+    const results = decodeLimitsReply(reply, parsed.limits.length);
     return {
       allowed: results.every((r) => r.allowed),
-      results: results.map((r, i) => ({
-        ...r,
-        key: (parsed.limits[i] as LimitSpec).key,
-        algorithm: (parsed.limits[i] as LimitSpec).algorithm,
-      })),
+      results: results.map((r, i) => {
+        const { key, algorithm } = parsed.limits[i] as LimitSpec;
+        return { ...r, key, algorithm };
+      }),
     };
   }
+}
 
-  private async run(
-    tag: string,
-    specs: readonly LimitSpec[],
-    charge: number,
-    at: number | undefined,
-    root: string,
-  ): Promise<LimitResult[]> {
-    specs.forEach((spec, i) => {
-      if (charge > capacity(spec)) {
-        const path = root ? `${root}[${i}]` : "cost";
-        throw new ValidationError(path, `cost ${charge} is more than this limit can ever allow (${capacity(spec)})`);
-      }
-    });
-    const now = decisionTime(at, this.clock);
-    const keys = specs.map((spec) => limitKey(this.namespace, tag, spec.algorithm, spec.key));
-    const reply = await this.store.runLimits(keys, limitsArgs(now, specs, charge));
-    return decodeLimitsReply(reply, specs.length);
+/** The cost to charge (default 1); more than the limit could ever allow is a client error. */
+function chargeOf(spec: LimitSpec, cost: number | undefined, path: string): number {
+  const charge = cost ?? 1;
+  if (charge > capacity(spec)) {
+    throw new ValidationError(path, `cost ${charge} is more than this limit can ever allow (${capacity(spec)})`);
   }
+  return charge;
 }

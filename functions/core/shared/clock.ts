@@ -6,7 +6,8 @@ export const MAX_FUTURE_MS = 5 * 60_000;
 
 /**
  * The time a request is decided at: its `at`, or now. An `at` too far ahead, or more than `backfillMs`
- * behind the clock (when given), is a ValidationError naming the field.
+ * behind the clock (when given: the policy's longest window, the rate limits' 365 days), is a
+ * ValidationError naming the field.
  */
 export function decisionTime(at: number | undefined, clock: Clock, backfillMs?: number): number {
   const now = clock.now();
@@ -14,10 +15,7 @@ export function decisionTime(at: number | undefined, clock: Clock, backfillMs?: 
     throw new ValidationError("at", `${at} is more than ${MAX_FUTURE_MS / 60_000} minutes ahead of the clock (${now})`);
   }
   if (at !== undefined && backfillMs !== undefined && at < now - backfillMs) {
-    throw new ValidationError(
-      "at",
-      `${at} is more than ${backfillMs} ms (the policy's longest window) behind the clock (${now})`,
-    );
+    throw new ValidationError("at", `${at} is more than ${backfillMs} ms behind the clock (${now})`);
   }
   return at ?? now;
 }

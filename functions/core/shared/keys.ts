@@ -55,13 +55,28 @@ export function capPageKey(namespace: string, page: number): string {
 }
 
 /**
- * A rate limit's state: `<namespace>:rl:{<tag>}:<algorithm>:<key>`. One limit uses its own key as the
- * hash tag; the limits of one /v1/limits request share their scope, so one script call reaches them all.
+ * Scope and key text inside a Redis key: "%", "{" and "}" percent-encoded. The text can then never close
+ * or open a hash tag, and two different texts never encode alike.
+ */
+function encodeName(text: string): string {
+  return text.replace(/[%{}]/g, (c) => (c === "%" ? "%25" : c === "{" ? "%7B" : "%7D"));
+}
+
+/**
+ * A rate limit's state, POST /v1/limit: `<namespace>:rl:{<key>}:<algorithm>`; the key is its own hash tag.
  * The algorithm is part of the key (another algorithm's state is never misread); the parameters are not
  * (changing them keeps the usage).
  */
-export function limitKey(namespace: string, tag: string, algorithm: string, key: string): string {
-  return `${namespace}:rl:{${tag}}:${algorithm}:${key}`;
+export function limitKey(namespace: string, algorithm: string, key: string): string {
+  return `${namespace}:rl:{${encodeName(key)}}:${algorithm}`;
+}
+
+/**
+ * A limit of a POST /v1/limits scope: `<namespace>:rls:{<scope>}:<algorithm>:<key>`. Every limit of a scope
+ * shares its hash tag, so one script call reaches them all; "rls" keeps these apart from /v1/limit's keys.
+ */
+export function scopedLimitKey(namespace: string, scope: string, algorithm: string, key: string): string {
+  return `${namespace}:rls:{${encodeName(scope)}}:${algorithm}:${encodeName(key)}`;
 }
 
 /**

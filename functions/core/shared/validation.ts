@@ -13,7 +13,12 @@ export function formatPath(path: readonly PropertyKey[]): string {
 }
 
 export function describeIssues(error: z.ZodError): { path: string; message: string }[] {
-  return error.issues.map((issue) => ({ path: formatPath(issue.path), message: issue.message }));
+  return error.issues.map((issue) =>
+    // a strict object's unknown field: name the field itself, not the object holding it
+    issue.code === "unrecognized_keys"
+      ? { path: formatPath([...issue.path, issue.keys[0] ?? ""]), message: "unknown field" }
+      : { path: formatPath(issue.path), message: issue.message },
+  );
 }
 
 /** Parses `value` or throws a ValidationError for the first problem, prefixed with `root` if given. */
