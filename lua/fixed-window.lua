@@ -1,6 +1,6 @@
 --[[ fixed-window.lua: a counter per epoch-aligned window.
 Defines ALGORITHMS['fixed-window'] (see limit-common.lua).
-State   KEYS[i] = "windowEndMs:count"
+State   KEYS[i] = struct "<dd": window end (ms), count
 Params  p1 max, p2 windowMs
 Allowed count in the request's window + cost <= max
 Replay  a request dated before the end of the stored window is counted in the stored window (the past one
@@ -13,18 +13,18 @@ Result  allowed, limit, remaining if charged, remaining now, resetAt (end of the
 ALGORITHMS['fixed-window'] = function(key, now, cost, p1, p2)
   local max, window = tonumber(p1), tonumber(p2)
   local start = now - now % window
-  local stop, count = start + window, 0
+  local stop, count, open = start + window, 0, false
   local state = redis.call('GET', key)
   if state then
-    local e, c = string.match(state, '^(%d+):(%d+)$')
-    e = tonumber(e)
-    if now < e then
-      stop, count = e, tonumber(c)
-    end
+    local e, c = struct.unpack('<dd', state)
+    if now < e then stop, count, open = e, c, true end
   end
   if count + cost <= max then
     return true, max, max - count - cost, max - count, stop, 0, function()
-      if cost > 0 then persist(key, stop .. ':' .. (count + cost), stop, window) end
+      if cost == 0 then return end
+      -- the stored window keeps the lifetime it was given when it opened
+      local value = struct.pack('<dd', stop, count + cost)
+      if open then rewrite(key, value) else persist(key, value, stop, window) end
     end
   end
   -- cost <= max (the caller refuses more): the next window has room

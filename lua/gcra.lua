@@ -3,7 +3,7 @@ cannot load the redis-cell module. Like redis-cell it works in integer nanosecon
 ms plus a ns remainder (0..999999), so every sum and comparison stays exact in Lua's doubles. One
 deliberate difference: remaining is counted in whole ns (see left()).
 Defines ALGORITHMS['gcra'] (see limit-common.lua).
-State   KEYS[i] = "tatMs:tatNs", the theoretical arrival time (TAT)
+State   KEYS[i] = struct "<dd": the theoretical arrival time (TAT), whole ms and ns remainder
 Params  p1 burst, p2 count, p3 periodMs: `count` per `periodMs`, bursts of up to burst + 1. The emission
         interval T = trunc(periodMs * 1e6 / count) ns (redis-cell's float division), tolerance = T * (burst + 1).
         The caller keeps T >= 1 us and the tolerance <= 10 years.
@@ -38,10 +38,7 @@ ALGORITHMS['gcra'] = function(key, now, cost, p1, p2, p3)
   local tolMs, tolNs = intervals(limit)
   local tatMs, tatNs = now, 0
   local state = redis.call('GET', key)
-  if state then
-    local m, n = string.match(state, '^(%d+):(%d+)$')
-    tatMs, tatNs = tonumber(m), tonumber(n)
-  end
+  if state then tatMs, tatNs = struct.unpack('<dd', state) end
   local baseMs, baseNs = tatMs, tatNs
   if tatMs < now then baseMs, baseNs = now, 0 end
   local incMs, incNs = intervals(cost)
@@ -66,7 +63,7 @@ ALGORITHMS['gcra'] = function(key, now, cost, p1, p2, p3)
   if aMs < 0 or (aMs == 0 and aNs == 0) then
     local resetAt = ceilMs(newMs, newNs)
     return true, limit, left(newMs, newNs), left(baseMs, baseNs), resetAt, 0, function()
-      if cost > 0 then persist(key, newMs .. ':' .. newNs, resetAt, tolMs + 1) end
+      if cost > 0 then persist(key, struct.pack('<dd', newMs, newNs), resetAt, tolMs + 1) end
     end
   end
   local remaining = left(tatMs, tatNs)

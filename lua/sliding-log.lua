@@ -1,9 +1,10 @@
 --[[ sliding-log.lua: the exact sliding log: every charged unit in (t - window, t] counts, with a running total
 so that a call reads only what changes, whatever the log's length.
 Defines ALGORITHMS['sliding-log'] (see limit-common.lua).
-State   KEYS[i] = a list: element 1 the running total (the sum of the costs below it), then one element
-        "timeMs:cost" per millisecond that was charged, oldest first. Charges in the same millisecond add
-        up in one element, so many charges in one ms cost O(1) each and need no unique members.
+State   KEYS[i] = a list: element 1 the running total (struct "<d", the sum of the costs below it), then one
+        element per millisecond that was charged, oldest first (struct "<dd": time ms, cost). Charges in
+        the same millisecond add up in one element, so many charges in one ms cost O(1) each and need no
+        unique members.
 Params  p1 max, p2 windowMs
 Allowed with t = max(now, the newest entry's time): the sum of costs in (t - window, t] + cost <= max
 Replay  a request dated before the newest entry is decided and recorded at the newest entry's time: the
@@ -13,30 +14,36 @@ Result  allowed, limit, remaining if charged, remaining now, resetAt (when every
         out), retryAfterMs, commit ]]
 ALGORITHMS['sliding-log'] = function(key, now, cost, p1, p2)
   local max, window = tonumber(p1), tonumber(p2)
-  local match, tonumber = string.match, tonumber
+  local unpack, call = struct.unpack, redis.call
   local total, t, entries, newest, newestCost = 0, now, 0, nil, nil
-  local head = redis.call('LINDEX', key, 0)
+  local head = call('LINDEX', key, 0)
   if head then
-    total = tonumber(head)
-    entries = redis.call('LLEN', key) - 1
-    local at, c = match(redis.call('LINDEX', key, -1), '^(%d+):(%d+)$')
-    newest, newestCost = tonumber(at), tonumber(c)
+    total = unpack('<d', head)
+    entries = call('LLEN', key) - 1
+    newest, newestCost = unpack('<dd', call('LINDEX', key, -1))
     if newest > t then t = newest end
   end
-  -- the oldest entries that have aged out at t: how many, and their costs (read in growing chunks)
+  -- the oldest entries that have aged out at t: how many, and their costs. Mostly none or one, so the
+  -- oldest is read alone first; a longer run is read in growing chunks.
   local cutoff, expired, expiredCost = t - window, 0, 0
-  local chunk, scanning = 16, entries > 0
-  while scanning and expired < entries do
-    local batch = redis.call('LRANGE', key, 1 + expired, expired + chunk)
-    for i = 1, #batch do
-      local at, c = match(batch[i], '^(%d+):(%d+)$')
-      if tonumber(at) > cutoff then
-        scanning = false
-        break
+  if entries > 0 then
+    local oldest, oldestCost = unpack('<dd', call('LINDEX', key, 1))
+    if oldest <= cutoff then
+      expired, expiredCost = 1, oldestCost
+      local chunk, scanning = 16, true
+      while scanning and expired < entries do
+        local batch = call('LRANGE', key, 1 + expired, expired + chunk)
+        for i = 1, #batch do
+          local at, c = unpack('<dd', batch[i])
+          if at > cutoff then
+            scanning = false
+            break
+          end
+          expired, expiredCost = expired + 1, expiredCost + c
+        end
+        chunk = chunk * 2
       end
-      expired, expiredCost = expired + 1, expiredCost + tonumber(c)
     end
-    chunk = chunk * 2
   end
   local used = total - expiredCost
   if used + cost <= max then
@@ -45,25 +52,25 @@ ALGORITHMS['sliding-log'] = function(key, now, cost, p1, p2)
     return true, max, max - used - cost, max - used, resetAt, 0, function()
       if cost == 0 then return end
       -- drop the total and the aged-out entries, add this charge (to its ms if it has one), put the total back
-      redis.call('LPOP', key, 1 + expired)
+      call('LPOP', key, 1 + expired)
       if newest == t and expired < entries then
-        redis.call('LSET', key, -1, t .. ':' .. (newestCost + cost))
+        call('LSET', key, -1, struct.pack('<dd', t, newestCost + cost))
       else
-        redis.call('RPUSH', key, t .. ':' .. cost)
+        call('RPUSH', key, struct.pack('<dd', t, cost))
       end
-      redis.call('LPUSH', key, used + cost)
-      redis.call('PEXPIRE', key, ttlOf(t + window, window))
+      call('LPUSH', key, struct.pack('<d', used + cost))
+      call('PEXPIRE', key, ttlOf(t + window, window))
     end
   end
   -- the oldest counted entries age out one by one: wait until enough have gone (each holds >= 1 unit, so
   -- at most `need` entries are read)
   local need, freed, retryAt = used + cost - max, 0, t + window
-  local batch = redis.call('LRANGE', key, 1 + expired, expired + need)
+  local batch = call('LRANGE', key, 1 + expired, expired + need)
   for i = 1, #batch do
-    local at, c = match(batch[i], '^(%d+):(%d+)$')
-    freed = freed + tonumber(c)
+    local at, c = unpack('<dd', batch[i])
+    freed = freed + c
     if freed >= need then
-      retryAt = tonumber(at) + window
+      retryAt = at + window
       break
     end
   end

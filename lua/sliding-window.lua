@@ -1,7 +1,7 @@
 --[[ sliding-window.lua: the sliding window counter (seed 002): epoch-aligned windows, the previous one
 weighted by how much of it still overlaps the rolling window.
 Defines ALGORITHMS['sliding-window'] (see limit-common.lua).
-State   KEYS[i] = "startMs:endMs:previous:current" (the open window and the counts of it and the one before)
+State   KEYS[i] = struct "<dddd": the open window's start and end (ms), the previous window's count, its own
 Params  p1 max, p2 windowMs
 Allowed previous * (end - t) / (end - start) + current + cost <= max, with t = max(now, start)
 Replay  a request dated before the end of the stored window is decided in that window at t = max(now, start)
@@ -16,17 +16,16 @@ Result  allowed, limit, remaining if charged, remaining now (floors), resetAt (w
 ALGORITHMS['sliding-window'] = function(key, now, cost, p1, p2)
   local max, window = tonumber(p1), tonumber(p2)
   local start = now - now % window
-  local stop, previous, current = start + window, 0, 0
+  local stop, previous, current, open = start + window, 0, 0, false
   local state = redis.call('GET', key)
   if state then
-    local s, e, p, c = string.match(state, '^(%d+):(%d+):(%d+):(%d+)$')
-    s, e = tonumber(s), tonumber(e)
+    local s, e, p, c = struct.unpack('<dddd', state)
     if now < e then
-      start, stop, previous, current = s, e, tonumber(p), tonumber(c)
+      start, stop, previous, current, open = s, e, p, c, true
     elseif e >= start then
       -- the stored window ended where this one starts (or, after a change of windowMs, inside it: then this
       -- one starts there): it is the previous window
-      start, previous = e, tonumber(c)
+      start, previous = e, c
     end
   end
   local length = stop - start
@@ -38,9 +37,10 @@ ALGORITHMS['sliding-window'] = function(key, now, cost, p1, p2)
     local resetAt = now
     if current + cost > 0 then resetAt = nextStop elseif previous > 0 then resetAt = stop end
     return true, max, math.floor(max - used - cost), math.floor(max - used), resetAt, 0, function()
-      if cost > 0 then
-        persist(key, start .. ':' .. stop .. ':' .. previous .. ':' .. (current + cost), nextStop, 2 * window)
-      end
+      if cost == 0 then return end
+      -- the stored window keeps the lifetime it was given when it opened
+      local value = struct.pack('<dddd', start, stop, previous, current + cost)
+      if open then rewrite(key, value) else persist(key, value, nextStop, 2 * window) end
     end
   end
   local retryAt

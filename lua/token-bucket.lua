@@ -1,6 +1,7 @@
 --[[ token-bucket.lua: Smyte's token bucket (seed 003): step refills, optional strict mode.
 Defines ALGORITHMS['token-bucket'] (see limit-common.lua).
-State   KEYS[i] = "tokens:refillClockMs:max" (missing: a full bucket)
+State   KEYS[i] = struct "<ddd": tokens, refill clock (ms), the max they were counted against (missing: a
+        full bucket)
 Params  p1 max, p2 refillAmount, p3 refillEveryMs, p4 strict (1: a request made while the bucket cannot
         pay restarts the refill clock, so a client that keeps hammering stays blocked until it is quiet
         for a whole refill period)
@@ -16,9 +17,9 @@ ALGORITHMS['token-bucket'] = function(key, now, cost, p1, p2, p3, p4)
   local tokens, last = max, now
   local state = redis.call('GET', key)
   if state then
-    local t, l, m = string.match(state, '^(%d+):(%d+):(%d+)$')
-    tokens = math.max(0, math.min(max, tonumber(t) + max - tonumber(m)))
-    last = tonumber(l)
+    local t, l, m = struct.unpack('<ddd', state)
+    tokens = math.max(0, math.min(max, t + max - m))
+    last = l
     if now > last then
       if tokens < max then
         -- step refills: whole periods only; the remainder of a period is kept
@@ -44,13 +45,13 @@ ALGORITHMS['token-bucket'] = function(key, now, cost, p1, p2, p3, p4)
   if tokens >= cost then
     local left = tokens - cost
     return true, max, left, tokens, fullAt(left, last), 0, function()
-      if cost > 0 then persist(key, left .. ':' .. last .. ':' .. max, fullAt(left, last), span) end
+      if cost > 0 then persist(key, struct.pack('<ddd', left, last, max), fullAt(left, last), span) end
     end
   end
   local restart = last
   if strict and now > last then restart = now end
   local retryAt = restart + math.ceil((cost - tokens) / amount) * every
   return false, max, tokens, tokens, fullAt(tokens, restart), retryAt - now, nil, strict and function()
-    persist(key, tokens .. ':' .. restart .. ':' .. max, fullAt(tokens, restart), span)
+    persist(key, struct.pack('<ddd', tokens, restart, max), fullAt(tokens, restart), span)
   end or nil
 end

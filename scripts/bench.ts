@@ -4,7 +4,7 @@
 // asserts nothing, it measures. Each table replaces its marked section of docs/BENCHMARKS.md.
 //
 //   BENCH_USERS (1000000)  BENCH_CONCURRENCY (4 batches in flight)  BENCH_BASE_PORT (7200)
-//   BENCH_ONLY (capping | pipeline | check-api; default all)
+//   BENCH_ONLY (capping | pipeline | check-api | limits; default all)
 import { execFile } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
@@ -29,6 +29,7 @@ import { SegmentIndex } from "../functions/core/capping/segment-index.ts";
 import { Limiter } from "../functions/core/limits/limiter.ts";
 import { fixedClock } from "../functions/core/shared/clock.ts";
 import { perUserLogKey } from "../functions/core/shared/keys.ts";
+import { runLimitsBench } from "./bench/limits-bench.ts";
 import { functionUrlEvent } from "./local/function-url-server.ts";
 import { lambdaContext } from "./local/sqs-poller.ts";
 import { startLocalStack } from "./local-stack.ts";
@@ -78,6 +79,8 @@ async function main(): Promise<void> {
     }
     if (only === undefined || only === "pipeline") publish("pipeline", await runPipeline(engineRate));
     if (only === undefined || only === "check-api") publish("check-api", await runCheckApi());
+    if (only === undefined || only === "limits")
+      publish("limits", await runLimitsBench({ cluster: connect(), primaries: nodes }));
   } finally {
     await Promise.all(clients.map((client) => client.quit().catch(() => {})));
     if (local.started) await stopCluster({ basePort: BASE_PORT });
