@@ -28,7 +28,7 @@ async function rate(call: (i: number) => Promise<unknown>, ms: number): Promise<
 /** Each contender's median over ROUNDS rounds, the contenders interleaved so drift hits all alike. */
 async function interleaved(contenders: Record<string, (i: number) => Promise<unknown>>): Promise<Map<string, number>> {
   const samples = new Map<string, number[]>(Object.keys(contenders).map((name) => [name, []]));
-  for (const [name, call] of Object.entries(contenders)) await rate(call, 300); // warm-up
+  for (const call of Object.values(contenders)) await rate(call, 300); // warm-up
   for (let round = 0; round < ROUNDS; round++) {
     for (const [name, call] of Object.entries(contenders)) samples.get(name)?.push(await rate(call, ROUND_MS));
   }
