@@ -120,7 +120,7 @@ const COMMON: Omit<
   | "maxConcurrency"
 > = {
   name: "tollgate",
-  architecture: "x86_64",
+  architecture: "arm64",
   engine: "valkey",
   redisPort: 6380,
   deliveryBatchSize: 100,
@@ -235,11 +235,6 @@ function finish(profile: Profile, settings: Settings): TollgateConfig {
     throw new ConfigError(
       "availabilityZones",
       `${settings.availabilityZones} cannot hold replicas in another AZ (tollgate:replicasPerShard = ${settings.replicasPerShard}); use 2 or 3, or 0 replicas`,
-    );
-  if (settings.architecture === "arm64")
-    throw new ConfigError(
-      "architecture",
-      "arm64 needs a bundle without the native roaring addon, which is built for the deploying machine; use x86_64",
     );
   if (settings.alarmEmail !== undefined && settings.alarmTopicArn !== undefined)
     throw new ConfigError(

@@ -17,29 +17,30 @@ import type { Storage } from "./storage.ts";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 
+/** What `roaring-wasm` needs at run time: its loader, the WebAssembly module, and the package manifest. */
+const WASM_FILES = ["index.js", "index.wasm", "package.json", "LICENSE"];
+
 /**
- * esbuild bundles each handler into one ESM file. `roaring` is a native addon: it stays external, and
- * the copy `npm ci` built in node_modules (its JS and build/Release/roaring.node) goes into the asset.
- * That binary is built for the deploying machine, which is why the functions are x86_64: deploy from
- * x86_64 Linux (glibc no newer than Lambda's; see the README). The Lua scripts are copied beside the
- * bundle, where lua-scripts.ts finds them.
+ * esbuild bundles each handler into one ESM file, the AWS SDK included. Nothing in the asset is native code,
+ * so it loads on either architecture and any Node the runtime runs, whatever machine synthesized it.
+ * `roaring-wasm` stays external and its files are copied beside the bundle: bundled, its loader would look
+ * for `index.wasm` through `__dirname`, which ESM lacks. The Lua scripts are copied beside the bundle,
+ * where lua-scripts.ts finds them.
  */
 export const bundling: nodejs.BundlingOptions = {
   format: nodejs.OutputFormat.ESM,
   target: "node22",
   mainFields: ["module", "main"],
   banner: "import { createRequire } from 'module'; const require = createRequire(import.meta.url);",
-  // the AWS SDK is bundled, at the versions the tests ran with; only the native addon stays outside
-  externalModules: ["roaring"],
+  externalModules: ["roaring-wasm"],
   sourceMap: true,
   commandHooks: {
     beforeBundling: () => [],
     beforeInstall: () => [],
     afterBundling: (inputDir: string, outputDir: string) => [
       `cp -r "${inputDir}/lua" "${outputDir}/lua"`,
-      `mkdir -p "${outputDir}/node_modules/roaring/build/Release"`,
-      `cp "${inputDir}"/node_modules/roaring/*.js "${inputDir}/node_modules/roaring/package.json" "${outputDir}/node_modules/roaring/"`,
-      `cp "${inputDir}/node_modules/roaring/build/Release/roaring.node" "${outputDir}/node_modules/roaring/build/Release/"`,
+      `mkdir -p "${outputDir}/node_modules/roaring-wasm"`,
+      `cp ${WASM_FILES.map((file) => `"${inputDir}/node_modules/roaring-wasm/${file}"`).join(" ")} "${outputDir}/node_modules/roaring-wasm/"`,
     ],
   },
 };

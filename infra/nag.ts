@@ -23,7 +23,7 @@ export function acknowledgeFindings(stack: TollgateStack): void {
       [`AwsSolutions::AwsSolutions-IAM5[Resource::${bucketArn}/segments/*]`]:
         "s3:GetObject on the segment bitmaps prefix only; bitmaps are added by operators after deploying",
       "AwsSolutions::AwsSolutions-L1":
-        "nodejs22.x on purpose: development and CI run Node 20 and the code is tested against APIs both share; moving to nodejs24.x is a tested change, not a default",
+        "nodejs22.x on purpose: npm test runs the suite and the synthesized bundles on Node 22; moving to nodejs24.x is a tested change, not a default",
       "Serverless::Serverless-LambdaLatestVersion":
         "Same as AwsSolutions-L1: nodejs22.x is the newest runtime the code is tested for",
       "Serverless::Serverless-LambdaDLQ":

@@ -14,7 +14,7 @@ import type { SQSClient } from "@aws-sdk/client-sqs";
 import calculateSlot from "cluster-key-slot";
 import type { Redis } from "ioredis";
 import { RateLimiterRedis } from "rate-limiter-flexible";
-import roaring from "roaring";
+import { RoaringBitmap32 } from "roaring-wasm";
 import { createAwsClients } from "../functions/adapters/aws-clients.ts";
 import {
   createRedisCluster,
@@ -99,7 +99,7 @@ async function run(connect: () => TollgateCluster): Promise<{ lines: string[]; r
   for (let start = 0; start < USERS; start += BATCH) {
     batches.push(Array.from({ length: Math.min(BATCH, USERS - start) }, (_, i) => start + i));
   }
-  const members = SEGMENTS.map(() => new roaring.RoaringBitmap32());
+  const members = SEGMENTS.map(() => new RoaringBitmap32());
   for (let id = 0; id < USERS; id++) members[segmentOfUser(id)]?.add(id);
   for (const bitmap of members) bitmap.runOptimize();
   const segments = new SegmentIndex(members);

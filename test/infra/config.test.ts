@@ -138,7 +138,6 @@ describe("sizes", () => {
       ["removalPolicy", "keep", /"retain" or "destroy"/],
       ["tracing", "yes", /"true" or "false"/],
       ["architecture", "arm", /"arm64" or "x86_64"/],
-      ["architecture", "arm64", /native roaring addon/],
       ["alarmEmail", "ops", /email address/],
     ];
     for (const [key, value, message] of cases) {

@@ -122,8 +122,9 @@ describe("settings in the template", () => {
     for (const fn of functions) expect(fn.Properties.TracingConfig).toEqual({ Mode: "Active" });
   });
 
-  it("builds for the architecture asked", () => {
-    for (const architecture of ["x86_64"]) {
+  it("builds for arm64 by default and for the architecture asked", () => {
+    for (const fn of tollgateFunctions(synth({}).resources)) expect(fn.Properties.Architectures).toEqual(["arm64"]);
+    for (const architecture of ["arm64", "x86_64"]) {
       const { resources } = synth({ "tollgate:architecture": architecture });
       for (const fn of tollgateFunctions(resources)) expect(fn.Properties.Architectures).toEqual([architecture]);
     }

@@ -2,9 +2,9 @@
 // credentials, cdk-nag clean, the properties that matter asserted on the template, and the bundles that
 // synth built loaded and invoked.
 import { execFile } from "node:child_process";
-import { mkdtempSync, readFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { promisify } from "node:util";
 import { Match, Template } from "aws-cdk-lib/assertions";
@@ -14,6 +14,7 @@ import { buildApp } from "../../infra/app.ts";
 import { functionUrlEvent } from "../../scripts/local/function-url-server.ts";
 import { lambdaContext } from "../../scripts/local/sqs-poller.ts";
 import { clusterPorts } from "../support/cluster.ts";
+import { invokeOnNode22 } from "../support/node22.ts";
 
 const execFileAsync = promisify(execFile);
 type Resources = Record<string, { Type: string; Properties: Record<string, unknown> }>;
@@ -262,24 +263,48 @@ describe("the bundles synth built", () => {
     });
   });
 
-  it("load with roaring and the Lua scripts, and answer", async () => {
-    const checkApi = (await import(pathToFileURL(assetOf("CheckApi")).href)) as {
-      handler: (e: unknown, c: unknown) => Promise<{ statusCode: number; body: string }>;
+  it("load on Node 22, the declared runtime, and answer their first invocation", async () => {
+    // what Lambda runs, not the test's own Node: a native addon built for another Node failed only there
+    const env = {
+      REDIS_NODES: process.env.REDIS_NODES as string,
+      CONFIG_BUCKET: "unused-here",
+      DELIVERY_QUEUE_URL: "http://127.0.0.1:1/000000000000/delivery",
+      DEAD_LETTER_QUEUE_URL: "http://127.0.0.1:1/000000000000/dlq",
+      KEY_NAMESPACE: `bundle22-${Date.now()}`,
     };
-    const reply = await checkApi.handler(
-      functionUrlEvent(
-        "POST",
-        "/v1/limit",
-        JSON.stringify({ key: "bundle", algorithm: "gcra", burst: 1, count: 1, periodMs: 1000 }),
-      ),
-      lambdaContext(10_000),
-    );
-    expect(reply.statusCode).toBe(200);
-    expect(JSON.parse(reply.body)).toMatchObject({ allowed: true, limit: 2, remaining: 1 });
-    const consumer = (await import(pathToFileURL(assetOf("CampaignConsumer")).href)) as {
-      handler: (e: unknown, c: unknown) => Promise<unknown>;
-    };
-    expect(await consumer.handler({ Records: [] }, lambdaContext(10_000))).toEqual({ batchItemFailures: [] });
+    const limit = { key: "bundle", algorithm: "gcra", burst: 1, count: 1, periodMs: 1000 };
+    const checkApi = await invokeOnNode22(assetOf("CheckApi"), [limitEvent(limit)], { env });
+    expect(checkApi.error).toBeUndefined();
+    expect(checkApi.node).toMatch(/^v22\./);
+    // the first request of a cold environment: no warm-up call before it
+    const [reply] = checkApi.replies as { statusCode: number; body: string }[];
+    expect(reply?.statusCode).toBe(200);
+    expect(JSON.parse(reply?.body ?? "{}")).toMatchObject({ allowed: true, limit: 2, remaining: 1 });
+    const consumer = await invokeOnNode22(assetOf("CampaignConsumer"), [{ Records: [] }], { env });
+    expect(consumer.error).toBeUndefined();
+    expect(consumer.replies).toEqual([{ batchItemFailures: [] }]);
+  }, 240_000);
+
+  it("hold no native code, so they load on arm64 (declared) as on the x86_64 that built them", () => {
+    const declared = ofType("AWS::Lambda::Function")
+      .filter(([id]) => id.includes("CheckApi") || id.includes("CampaignConsumer"))
+      .map(([, fn]) => fn.Properties.Architectures);
+    expect(declared).toEqual([["arm64"], ["arm64"]]);
+    for (const part of ["CheckApi", "CampaignConsumer"]) {
+      const files = readdirSync(dirname(assetOf(part)), { recursive: true, withFileTypes: true }).filter((entry) =>
+        entry.isFile(),
+      );
+      expect(files.some((file) => file.name === "index.wasm")).toBe(true);
+      for (const file of files) {
+        const path = join(file.parentPath, file.name);
+        const magic = readFileSync(path).subarray(0, 4).toString("hex");
+        // ELF (Linux), Mach-O (macOS, both byte orders), PE (Windows): what a native addon would be
+        expect(["7f454c46", "cffaedfe", "feedfacf", "cafebabe"].includes(magic) || magic.startsWith("4d5a"), path).toBe(
+          false,
+        );
+        expect(file.name.endsWith(".node"), path).toBe(false);
+      }
+    }
   });
 
   it("answer the first request of every cold environment with 200, many environments starting at once", async () => {

@@ -1,5 +1,5 @@
 // Small policies and segment sets for tests, built with the same parsers production uses.
-import roaring from "roaring";
+import { RoaringBitmap32 } from "roaring-wasm";
 import { type Policy, parsePolicy } from "../../functions/core/capping/policy.ts";
 import type { Rules } from "../../functions/core/capping/rules-source.ts";
 import { SegmentIndex } from "../../functions/core/capping/segment-index.ts";
@@ -8,7 +8,7 @@ export function rulesOf(policy: unknown, members: Record<string, number[]> = {})
   const parsed = parsePolicy(policy);
   const bitmaps = parsed.segments
     .filter((segment) => segment.bitmap !== undefined)
-    .map((segment) => new roaring.RoaringBitmap32(members[segment.name] ?? []));
+    .map((segment) => new RoaringBitmap32(members[segment.name] ?? []));
   return { policy: parsed, segments: new SegmentIndex(bitmaps) };
 }
 

@@ -1,7 +1,7 @@
 import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import roaring from "roaring";
+import { RoaringBitmap32 } from "roaring-wasm";
 import { describe, expect, it } from "vitest";
 import { FileObjectStore } from "../../functions/adapters/file-object-store.ts";
 import { parsePolicy } from "../../functions/core/capping/policy.ts";
@@ -14,8 +14,6 @@ import {
   ValidationError,
 } from "../../functions/core/shared/errors.ts";
 
-const { RoaringBitmap32 } = roaring;
-
 describe("segment builder", () => {
   it("writes portable bitmaps that read back to the same users", () => {
     const built = buildSegments([
@@ -24,7 +22,7 @@ describe("segment builder", () => {
     ]);
     expect(parseBitmap(built.get("new")!, "new").toArray()).toEqual([1, 2, 3, 4_294_967_295]);
     // the portable format is what CRoaring, Java, Go and Python read; it is also what the library writes for "portable"
-    expect(Buffer.from(built.get("active")!)).toEqual(new RoaringBitmap32([10, 11]).serialize("portable"));
+    expect(built.get("active")).toEqual(new RoaringBitmap32([10, 11]).serialize("portable"));
   });
 
   it("refuses overlapping segments and says how many IDs overlap", () => {

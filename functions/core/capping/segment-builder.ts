@@ -1,9 +1,7 @@
 // Builds segment bitmaps (CRoaring portable serialization) from lists of user IDs, refusing overlaps.
-import roaring from "roaring";
+import { RoaringBitmap32 } from "roaring-wasm";
 import { SegmentOverlapError, ValidationError } from "../shared/errors.ts";
 import { MAX_USER_ID } from "../shared/send-fields.ts";
-
-const { RoaringBitmap32 } = roaring;
 
 export interface SegmentMembers {
   name: string;
@@ -25,6 +23,15 @@ export function buildSegments(segments: readonly SegmentMembers[]): Map<string, 
     bitmap.runOptimize();
     return { name, bitmap };
   });
+  try {
+    return serializeDisjoint(bitmaps);
+  } finally {
+    // WebAssembly memory: freed now rather than by the finalizer, since a build may hold millions of users
+    for (const { bitmap } of bitmaps) bitmap.dispose();
+  }
+}
+
+function serializeDisjoint(bitmaps: { name: string; bitmap: RoaringBitmap32 }[]): Map<string, Uint8Array> {
   const overlaps: { a: string; b: string; count: number }[] = [];
   for (let i = 0; i < bitmaps.length; i++) {
     for (let j = i + 1; j < bitmaps.length; j++) {
@@ -35,7 +42,7 @@ export function buildSegments(segments: readonly SegmentMembers[]): Map<string, 
     }
   }
   if (overlaps.length > 0) throw new SegmentOverlapError(overlaps);
-  return new Map(bitmaps.map(({ name, bitmap }) => [name, new Uint8Array(bitmap.serialize("portable"))]));
+  return new Map(bitmaps.map(({ name, bitmap }) => [name, bitmap.serialize("portable")]));
 }
 
 /** Parses a text file of user IDs: one per line or separated by commas or whitespace. */

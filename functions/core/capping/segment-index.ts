@@ -1,17 +1,19 @@
 // Which segment each user is in: one roaring bitmap per listed segment, resolved a whole batch at a time
 // (one intersection per segment instead of one lookup per user and segment).
-import roaring from "roaring";
+// roaring-wasm, not the native `roaring` addon: WebAssembly loads on any Node and CPU, so the Lambda bundle
+// works on the runtime and architecture it declares whatever machine built it (docs/DECISIONS.md).
+import { RoaringBitmap32 } from "roaring-wasm";
 import { CorruptBitmapError } from "../shared/errors.ts";
 import type { ObjectStore } from "../shared/object-store.ts";
 import type { Policy } from "./policy.ts";
 
-const { RoaringBitmap32 } = roaring;
-type Bitmap = InstanceType<typeof RoaringBitmap32>;
+/** A segment's members. Its memory is WebAssembly's: unreachable bitmaps are freed by a finalizer. */
+export type Bitmap = RoaringBitmap32;
 
 /** Reads a portable roaring bitmap; `source` names the object in the error when it is not one. */
 export function parseBitmap(bytes: Uint8Array, source: string): Bitmap {
   try {
-    return RoaringBitmap32.deserialize(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength), "portable");
+    return RoaringBitmap32.deserialize(bytes, "portable");
   } catch (error) {
     throw new CorruptBitmapError(source, { cause: error });
   }
@@ -34,9 +36,12 @@ export class SegmentIndex {
   resolveSorted(sortedIds: Uint32Array): Uint8Array {
     const result = new Uint8Array(sortedIds.length).fill(this.defaultSegment);
     if (sortedIds.length === 0 || this.bitmaps.length === 0) return result;
+    // the temporaries are freed at once rather than left to the finalizer: a busy consumer makes many
     const batch = new RoaringBitmap32(sortedIds);
     for (let segment = 0; segment < this.bitmaps.length; segment++) {
-      const members = RoaringBitmap32.and(batch, this.bitmaps[segment] as Bitmap).toUint32Array();
+      const intersection = RoaringBitmap32.and(batch, this.bitmaps[segment] as Bitmap);
+      const members = intersection.toUint32Array();
+      intersection.dispose();
       // Both lists ascend: one merge walk assigns every member (and its repeats) not claimed earlier.
       let j = 0;
       for (let k = 0; k < members.length; k++) {
@@ -47,6 +52,7 @@ export class SegmentIndex {
         }
       }
     }
+    batch.dispose();
     return result;
   }
 
