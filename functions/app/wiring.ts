@@ -107,7 +107,7 @@ export function wireCheckApi(env: NodeJS.ProcessEnv) {
   });
   const capper = new Capper({
     // a frequency check without a campaign ID is not idempotent: retry only what surely did not run
-    store: new RedisCapStore(cluster, { deadlineMs: config.CHECK_TIMEOUT_MS, retryOn: "redirects" }),
+    store: new RedisCapStore(cluster, { deadlineMs: config.CHECK_TIMEOUT_MS, retryOn: "not-run" }),
     rules: () => rules.current(),
     namespace: config.KEY_NAMESPACE,
   });

@@ -8,7 +8,12 @@ import { logMetrics } from "@aws-lambda-powertools/metrics/middleware";
 import middy from "@middy/core";
 import type { Context, SQSBatchResponse, SQSEvent, SQSRecord } from "aws-lambda";
 import type { CampaignConsumer, ConsumeOutcome } from "../core/capping/campaign-consumer.ts";
-import { StoreUnavailableError, TimeBudgetError } from "../core/shared/errors.ts";
+import {
+  RulesUnavailableError,
+  StoreReplyError,
+  StoreUnavailableError,
+  TimeBudgetError,
+} from "../core/shared/errors.ts";
 
 export interface CampaignConsumerHandlerDeps {
   consumer: CampaignConsumer;
@@ -64,16 +69,16 @@ export function makeCampaignConsumerHandler(deps: CampaignConsumerHandlerDeps) {
           single.addMetric("exempt", MetricUnit.Count, totals.exempt);
         }
       } catch (error) {
+        // Every fault here is the system's, not the message's: the record is retried (SQS redrives it to
+        // the DLQ after maxReceiveCount receives). Only "Redis did not answer" stops the rest of the
+        // invocation; an error reply is a defect of this one call and its siblings still run.
         if (error instanceof StoreUnavailableError) storeDown = error;
         logger.error("campaign batch failed; it will be retried", {
           messageId: record.messageId,
           error: error as Error,
+          ...(error instanceof StoreReplyError ? { reply: error.reply } : {}),
         });
-        metrics.addMetric(
-          error instanceof StoreUnavailableError ? "storeErrors" : "recordFailures",
-          MetricUnit.Count,
-          1,
-        );
+        metrics.addMetric(failureMetric(error), MetricUnit.Count, 1);
         throw error;
       }
     };
@@ -83,4 +88,12 @@ export function makeCampaignConsumerHandler(deps: CampaignConsumerHandlerDeps) {
   };
 
   return middy(handler).use(injectLambdaContext(logger)).use(logMetrics(metrics));
+}
+
+/** The metric a failed record counts in: the kind of fault, so an outage and a defect read apart. */
+function failureMetric(error: unknown): string {
+  if (error instanceof StoreUnavailableError) return "storeErrors";
+  if (error instanceof StoreReplyError) return "storeReplyErrors";
+  if (error instanceof RulesUnavailableError) return "rulesUnavailable";
+  return "recordFailures";
 }

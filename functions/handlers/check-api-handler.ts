@@ -10,7 +10,7 @@ import type { FrequencyResult } from "../core/capping/frequency.ts";
 import type { LimitSpec } from "../core/limits/limit-specs.ts";
 import type { Limiter } from "../core/limits/limiter.ts";
 import { cacheIdentity, type NegativeCache } from "../core/limits/negative-cache.ts";
-import { StoreUnavailableError } from "../core/shared/errors.ts";
+import { RulesUnavailableError, StoreReplyError, StoreUnavailableError } from "../core/shared/errors.ts";
 import { actionFor, HttpError, type HttpResponse, json, parseJsonObject, type Routes, refusal } from "./http.ts";
 import { rateLimitHeaders } from "./rate-limit-headers.ts";
 
@@ -116,17 +116,40 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
       if (error instanceof StoreUnavailableError) {
         metrics.addMetric("storeErrors", MetricUnit.Count, 1);
         logger.warn("store unavailable", { path: event.rawPath, error: error.message });
+        // `maybeCounted`: the command reached Redis before the answer was given up, so it may have run
+        const maybeCounted = error.mayHaveRun;
         if (body.onStoreError === "allow") {
           metrics.addMetric("allowedOnStoreError", MetricUnit.Count, 1);
-          return json(200, { allowed: true, reason: "store_unavailable" });
+          return json(200, { allowed: true, reason: "store_unavailable", maybeCounted });
         }
         return json(
           503,
-          { error: { code: "store_unavailable", message: "the counter store did not answer in time" } },
+          {
+            error: {
+              code: "store_unavailable",
+              message: `the counter store did not answer in time; ${maybeCounted ? "the request may have been counted" : "nothing was counted"}`,
+              maybeCounted,
+            },
+          },
           { "retry-after": "1" },
         );
       }
-      logger.error("check failed", { path: event.rawPath, error: error as Error });
+      if (error instanceof RulesUnavailableError) {
+        metrics.addMetric("rulesUnavailable", MetricUnit.Count, 1);
+        logger.error("no valid rules loaded", { path: event.rawPath, error: error.message });
+        return json(
+          503,
+          { error: { code: "rules_unavailable", message: "no valid capping policy is loaded" } },
+          { "retry-after": "5" },
+        );
+      }
+      // Redis answered with an error (StoreReplyError) or a bug: never fail-open, whatever onStoreError says
+      if (error instanceof StoreReplyError) metrics.addMetric("storeReplyErrors", MetricUnit.Count, 1);
+      logger.error("check failed", {
+        path: event.rawPath,
+        error: error as Error,
+        ...(error instanceof StoreReplyError ? { reply: error.reply } : {}),
+      });
       return json(500, { error: { code: "internal_error", message: "internal error" } });
     }
   };

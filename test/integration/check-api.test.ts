@@ -198,11 +198,16 @@ describe("when Redis does not answer", () => {
       const closed = await post("/v1/limit", limit, server.url);
       expect(closed.status).toBe(503);
       expect(await closed.json()).toEqual({
-        error: { code: "store_unavailable", message: "the counter store did not answer in time" },
+        error: {
+          code: "store_unavailable",
+          message: "the counter store did not answer in time; nothing was counted",
+          // no connection was ever ready: the command was never sent
+          maybeCounted: false,
+        },
       });
       const open = await post("/v1/limit", { ...limit, onStoreError: "allow" }, server.url);
       expect(open.status).toBe(200);
-      expect(await open.json()).toEqual({ allowed: true, reason: "store_unavailable" });
+      expect(await open.json()).toEqual({ allowed: true, reason: "store_unavailable", maybeCounted: false });
       const health = await fetch(`${server.url}/v1/health`);
       expect(health.status).toBe(503);
       expect(await health.json()).toMatchObject({ ok: false, redis: "unavailable" });

@@ -79,7 +79,7 @@ describe("faults", () => {
     retried.length = 0;
     const during = await capper.capBatch({ ...batch, campaignId: "after" });
     expect(counts(during)).toMatchObject({ allowed: 3000 });
-    expect(retried.some((message) => message.startsWith("MOVED "))).toBe(true);
+    expect(retried.some((message) => message.includes(": not run: MOVED "))).toBe(true);
     expect(counts(await capper.capBatch({ ...batch, campaignId: "after" }))).toMatchObject({ duplicate: 3000 });
     // "before" and "after" both survived the promotion: a third send is capped everywhere
     expect(counts(await capper.capBatch({ ...batch, campaignId: "third" }))).toMatchObject({ capped: 3000 });

@@ -56,8 +56,59 @@ export class ObjectNotFoundError extends TollgateError {
   }
 }
 
-/** The counter store (Redis) could not answer in time; nothing was decided for the affected users. */
-export class StoreUnavailableError extends TollgateError {}
+/**
+ * The counter store (Redis) did not answer: a timeout, a refused or dropped connection, the cluster down,
+ * the circuit open. Nothing was decided for the affected users; the caller fails closed and may retry.
+ * `mayHaveRun`: the command had been handed to a connection when the caller gave up, so it may still have
+ * run on Redis (a charge may have landed); false when it provably did not (never sent, or a reply such
+ * as MOVED or CLUSTERDOWN that Redis gives instead of running it).
+ */
+export class StoreUnavailableError extends TollgateError {
+  readonly mayHaveRun: boolean;
+  constructor(message: string, options: { cause?: unknown; mayHaveRun?: boolean } = {}) {
+    super(message, options);
+    this.mayHaveRun = options.mayHaveRun ?? true;
+  }
+}
+
+/**
+ * The counter store answered with an error: a script error, CROSSSLOT, an argument out of range. Redis is
+ * up, so this is a defect, never an outage: it is logged with the reply, never retried as if Redis were
+ * down, never answered fail-open. `code` is the reply's error kind (`ERR`, `CROSSSLOT`, `WRONGTYPE`, ...).
+ */
+export class StoreReplyError extends TollgateError {
+  readonly code: string;
+  readonly reply: string;
+  constructor(what: string, reply: string, options?: { cause?: unknown }) {
+    super(`${what}: Redis answered with an error: ${reply}`, options);
+    this.reply = reply;
+    this.code = reply.split(" ", 1)[0] ?? "";
+  }
+}
+
+/** A policy or bitmap object that was refused, and why (health reports these). */
+export interface RulesRefusal {
+  /** The object key (`config/policy.json`, `segments/new.roaring`). */
+  key: string;
+  reason: string;
+  /** When it was refused (ms since the epoch, the rules source's clock). */
+  at: number;
+}
+
+/**
+ * No valid rules were ever loaded in this container (a missing or invalid policy, a refused bitmap, S3
+ * unreachable). A server fault, not the message's: the work is retried, never dead-lettered.
+ */
+export class RulesUnavailableError extends TollgateError {
+  readonly refused: readonly RulesRefusal[];
+  constructor(refused: readonly RulesRefusal[], options?: { cause?: unknown }) {
+    super(
+      `no valid rules loaded: ${refused.map(({ key, reason }) => `${key}: ${reason}`).join("; ") || "none yet"}`,
+      options,
+    );
+    this.refused = refused;
+  }
+}
 
 /** Some delivery messages were not accepted by the delivery queue, even after retries. */
 export class DeliveryError extends TollgateError {

@@ -1,0 +1,215 @@
+// How every Tollgate command reaches Redis: only over a ready connection, within a deadline, retried with
+// jittered backoff while that is safe, behind a circuit breaker (one per cluster client) so that during an
+// outage calls fail at once instead of each waiting out its deadline, and recover by themselves.
+import {
+  BrokenCircuitError,
+  CircuitState,
+  ConsecutiveBreaker,
+  circuitBreaker,
+  decorrelatedJitterGenerator,
+  ExponentialBackoff,
+  handleWhen,
+  noJitterGenerator,
+} from "cockatiel";
+import type { Cluster } from "ioredis";
+import { StoreUnavailableError } from "../core/shared/errors.ts";
+import { classifyRedisError } from "./redis-errors.ts";
+
+export interface RedisCircuitOptions {
+  /** Calls that end without an answer, in a row, that open the circuit (default 5). */
+  threshold?: number;
+  /** How long the circuit stays open before one call tries Redis again (default 1 s, doubling to 30 s while it fails). */
+  halfOpenAfterMs?: number;
+  /** The deadline of that trial call, so a still-dead Redis does not hold it long (default 1 s). */
+  probeDeadlineMs?: number;
+  /** Told when the circuit opens, half-opens and closes (for logs and metrics). */
+  onStateChange?: (state: "open" | "half-open" | "closed") => void;
+}
+
+export interface CallOptions {
+  /** The whole call, retries included, ends by then (ms from its start). */
+  deadlineMs: number;
+  /**
+   * Which failures are sent again: "no-answer" (every one; only for idempotent calls, such as campaign
+   * sends) or "not-run" (only those proving the command did not run: never sent, MOVED, CLUSTERDOWN, ...).
+   */
+  retryOn: "no-answer" | "not-run";
+  /** Told of every failure that is retried. */
+  onRetry?: (error: StoreUnavailableError) => void;
+}
+
+const STATE_NAMES = { [CircuitState.Open]: "open", [CircuitState.HalfOpen]: "half-open" } as const;
+
+export class RedisCalls {
+  private readonly breaker;
+  private readonly probeDeadlineMs: number;
+  /** Jittered, so the calls of many containers retrying after one failover do not arrive in waves. */
+  private readonly backoff = new ExponentialBackoff({
+    generator: decorrelatedJitterGenerator,
+    initialDelay: 50,
+    maxDelay: 500,
+  });
+  private readiness?: Promise<boolean>;
+
+  constructor(
+    private readonly cluster: Cluster,
+    options: RedisCircuitOptions = {},
+  ) {
+    this.probeDeadlineMs = options.probeDeadlineMs ?? 1_000;
+    // Only "did not answer" counts: a Redis that answers with an error is up, and its errors are defects.
+    this.breaker = circuitBreaker(
+      handleWhen((error) => error instanceof StoreUnavailableError),
+      {
+        halfOpenAfter: new ExponentialBackoff({
+          generator: noJitterGenerator,
+          initialDelay: options.halfOpenAfterMs ?? 1_000,
+          maxDelay: 30_000,
+        }),
+        breaker: new ConsecutiveBreaker(options.threshold ?? 5),
+      },
+    );
+    const { onStateChange } = options;
+    if (onStateChange) {
+      this.breaker.onStateChange((state) => {
+        onStateChange(state === CircuitState.Open || state === CircuitState.HalfOpen ? STATE_NAMES[state] : "closed");
+      });
+    }
+  }
+
+  /** "closed" while calls go through; "open" while they fail at once; "half-open" while one tries Redis. */
+  get circuit(): "open" | "half-open" | "closed" {
+    const state = this.breaker.state;
+    return state === CircuitState.Open || state === CircuitState.HalfOpen ? STATE_NAMES[state] : "closed";
+  }
+
+  /**
+   * Runs `send` (one ioredis command about `what`) and returns its reply, or rejects with
+   * StoreUnavailableError (no answer, circuit open), StoreReplyError (Redis answered with an error) or the
+   * error of a bug in this process.
+   */
+  async call<T>(what: string, keys: readonly string[], send: () => Promise<T>, options: CallOptions): Promise<T> {
+    // ioredis refuses keys of several slots in a pipeline itself, with an error that says nothing of
+    // whether Redis was reached: refuse it here, as the defect it is (never an outage)
+    const tag = hashTagOf(keys[0] ?? "");
+    const other = keys.find((key) => hashTagOf(key) !== tag);
+    if (other !== undefined) throw new CrossSlotError(what, [keys[0] as string, other]);
+    // a call made while the circuit is not closed may be the trial one: it gets the short deadline
+    const deadlineMs =
+      this.breaker.state === CircuitState.Closed
+        ? options.deadlineMs
+        : Math.min(options.deadlineMs, this.probeDeadlineMs);
+    try {
+      return await this.breaker.execute(() => this.attempts(what, send, { ...options, deadlineMs }));
+    } catch (error) {
+      if (error instanceof BrokenCircuitError) {
+        throw new StoreUnavailableError(`${what}: not sent: the Redis circuit is open after calls that got no answer`, {
+          cause: error,
+          mayHaveRun: false,
+        });
+      }
+      throw error;
+    }
+  }
+
+  private async attempts<T>(what: string, send: () => Promise<T>, options: CallOptions): Promise<T> {
+    // performance.now(), not Date.now(): the deadline must not move with the wall clock
+    const deadline = performance.now() + options.deadlineMs;
+    let backoff = this.backoff.next();
+    for (;;) {
+      let failure: Error;
+      if (await this.whenReady(deadline - performance.now())) {
+        try {
+          return await withDeadline(send(), deadline - performance.now());
+        } catch (error) {
+          failure = classifyRedisError(error, what);
+        }
+      } else {
+        // Not handed to ioredis while it has no ready connection: its offline queue would send the
+        // command after this caller gave up (a charge landing after a 503).
+        failure = new StoreUnavailableError(`${what}: not sent: no ready connection to the cluster`, {
+          mayHaveRun: false,
+        });
+      }
+      const retryable =
+        failure instanceof StoreUnavailableError && (options.retryOn === "no-answer" || !failure.mayHaveRun);
+      if (!retryable || performance.now() + backoff.duration >= deadline) throw failure;
+      options.onRetry?.(failure as StoreUnavailableError);
+      // ioredis does not re-send a pipelined command after MOVED or a dropped connection: the next
+      // attempt goes out on a fresh slot map
+      this.cluster.refreshSlotsCache();
+      await sleep(backoff.duration);
+      backoff = backoff.next(undefined);
+    }
+  }
+
+  /** Whether the cluster has a ready connection within `ms`, starting it again if it had given up. */
+  private whenReady(ms: number): Promise<boolean> {
+    const { cluster } = this;
+    if (cluster.status === "ready") return Promise.resolve(true);
+    // After its bounded reconnect attempts ioredis ends the client for good; a warm container outlives a
+    // Redis outage, so a call after one starts the client again.
+    if (cluster.status === "end" || cluster.status === "wait") cluster.connect().catch(() => {});
+    if (ms <= 0) return Promise.resolve(false);
+    // one listener pair for every waiting call, however many are in flight
+    this.readiness ??= new Promise<boolean>((resolve) => {
+      const settle = (ready: boolean) => () => {
+        cluster.off("ready", onReady);
+        cluster.off("end", onEnd);
+        this.readiness = undefined;
+        resolve(ready);
+      };
+      const onReady = settle(true);
+      const onEnd = settle(false);
+      cluster.once("ready", onReady);
+      cluster.once("end", onEnd);
+    });
+    let timer: NodeJS.Timeout | undefined;
+    return Promise.race([
+      this.readiness,
+      new Promise<boolean>((resolve) => {
+        timer = setTimeout(() => resolve(false), ms);
+      }),
+    ]).finally(() => clearTimeout(timer));
+  }
+}
+
+/** Keys of one call that do not share a hash tag (CROSSSLOT on a cluster): a bug in the key builders. */
+export class CrossSlotError extends Error {
+  constructor(what: string, keys: readonly [string, string]) {
+    super(`${what}: keys of one call must share one hash tag: "${keys[0]}" and "${keys[1]}"`);
+    this.name = "CrossSlotError";
+  }
+}
+
+/** The part of a key Redis hashes to pick its slot: the first non-empty `{...}`, else the whole key. */
+export function hashTagOf(key: string): string {
+  const open = key.indexOf("{");
+  if (open < 0) return key;
+  const close = key.indexOf("}", open + 1);
+  return close > open + 1 ? key.slice(open + 1, close) : key;
+}
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/**
+ * Rejects when `promise` has not settled `ms` after the call. A busy event loop runs due timers before it
+ * reads its sockets, so a reply that arrived in time would lose to its own deadline (and the request,
+ * charged, would be told "no reply"): the deadline reads pending I/O once (setImmediate runs after the
+ * poll phase) before it gives up.
+ */
+function withDeadline<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  let immediate: NodeJS.Immediate | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () => {
+        immediate = setImmediate(() => reject(new Error(`no reply within ${Math.round(Math.max(ms, 0))} ms`)));
+      },
+      Math.max(ms, 0),
+    );
+  });
+  return Promise.race([promise, timeout]).finally(() => {
+    clearTimeout(timer);
+    clearImmediate(immediate);
+  });
+}

@@ -1,0 +1,60 @@
+// Translates what ioredis rejects a command with into the core's two store faults, in one place: Redis
+// did not answer (StoreUnavailableError) or Redis answered with an error (StoreReplyError).
+import { ReplyError } from "ioredis";
+import { StoreReplyError, StoreUnavailableError } from "../core/shared/errors.ts";
+
+/** ioredis re-exports redis-errors' ReplyError without typings: every error reply Redis sent is one. */
+const RedisReplyError = ReplyError as abstract new (...args: never[]) => Error;
+
+/**
+ * Error kinds (the reply's first word, which the protocol defines) that Redis sends instead of running
+ * the command: a topology change, a node that cannot serve yet, a script hogging the node. The command
+ * did not run, so sending it again is safe whether it is idempotent or not.
+ */
+const NOT_RUN = new Set([
+  "MOVED",
+  "ASK",
+  "TRYAGAIN",
+  "CLUSTERDOWN",
+  "LOADING",
+  "MASTERDOWN",
+  "READONLY",
+  "NOREPLICAS",
+  "BUSY",
+  "NOSCRIPT",
+]);
+
+/** The error kind of a Redis error reply: `ERR`, `CROSSSLOT`, `MOVED`, ... */
+export function replyCode(error: Error): string {
+  return error.message.split(" ", 1)[0] ?? "";
+}
+
+/**
+ * What `error` (from a command sent to Redis about `what`) means for Tollgate:
+ * - an error reply that proves the command did not run: StoreUnavailableError, `mayHaveRun: false`;
+ * - any other error reply (a script error, CROSSSLOT, WRONGTYPE, an out-of-range TTL, OOM): StoreReplyError;
+ * - a fault of this process (TypeError and the like): unchanged, it is a bug here, not the store's;
+ * - anything else ioredis rejects with (a timeout, a closed or refused connection, no reachable node):
+ *   StoreUnavailableError, `mayHaveRun: true`, since the command may have reached Redis before the
+ *   connection failed.
+ * Errors already classified pass through.
+ */
+export function classifyRedisError(error: unknown, what: string): Error {
+  if (error instanceof StoreUnavailableError || error instanceof StoreReplyError) return error;
+  if (error instanceof RedisReplyError) {
+    if (NOT_RUN.has(replyCode(error))) {
+      return new StoreUnavailableError(`${what}: not run: ${error.message}`, { cause: error, mayHaveRun: false });
+    }
+    return new StoreReplyError(what, error.message, { cause: error });
+  }
+  if (
+    error instanceof TypeError ||
+    error instanceof RangeError ||
+    error instanceof ReferenceError ||
+    error instanceof SyntaxError
+  ) {
+    return error;
+  }
+  const message = error instanceof Error ? error.message : String(error);
+  return new StoreUnavailableError(`${what}: no answer: ${message}`, { cause: error, mayHaveRun: true });
+}
