@@ -79,6 +79,15 @@ describe("POST /v1/limit", () => {
         "onStoreError",
       ],
       ["/v1/limits", { scope: "s", limits: [] }, 400, "limits"],
+      // strict bodies: an unknown field (a typo) is named, never dropped; `at` has a lower bound
+      ["/v1/limit", { key: "k", algorithm: "fixed-window", max: 1, windowMs: 1000, strcit: true }, 400, "strcit"],
+      ["/v1/limit", { key: "k", algorithm: "fixed-window", max: 1, windowMs: 1000, at: 0 }, 400, "at"],
+      [
+        "/v1/limits",
+        { scope: "s", limits: [{ key: "k", algorithm: "fixed-window", max: 1, windowMs: 1000 }], strcit: 1 },
+        400,
+        "strcit",
+      ],
       // JSON.parse would keep the last "max" silently
       ["/v1/limit", '{"key":"k","algorithm":"fixed-window","max":1,"windowMs":1000,"max":1000}', 400, "max"],
       [
@@ -269,7 +278,7 @@ describe("POST /v1/frequency", () => {
   it("refuses an unknown field, naming it, and still takes onStoreError", async () => {
     const typo = await check({ userId: 1, channel: "push", comsume: false });
     expect(typo.status).toBe(400);
-    expect((typo.body.error as { message: string }).message).toContain("comsume");
+    expect(typo.body.error).toMatchObject({ path: "comsume" });
     expect((await check({ userId: 2, channel: "push", at: A, onStoreError: "allow" })).status).toBe(200);
   });
 
