@@ -4,7 +4,7 @@
 // asserts nothing, it measures. Each table replaces its marked section of docs/BENCHMARKS.md.
 //
 //   BENCH_USERS (1000000)  BENCH_CONCURRENCY (4 batches in flight)  BENCH_BASE_PORT (7200)
-//   BENCH_ONLY (capping | pipeline | check-api | limits; default all)
+//   BENCH_ONLY (capping | pipeline | check-api | limits | quotas; default all), or `npm run bench -- quotas`
 import { execFile } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
@@ -30,6 +30,7 @@ import { Limiter } from "../functions/core/limits/limiter.ts";
 import { fixedClock } from "../functions/core/shared/clock.ts";
 import { perUserLogKey } from "../functions/core/shared/keys.ts";
 import { runLimitsBench } from "./bench/limits-bench.ts";
+import { publishQuotas, runQuotasBench } from "./bench/quotas.ts";
 import { functionUrlEvent } from "./local/function-url-server.ts";
 import { lambdaContext } from "./local/sqs-poller.ts";
 import { startLocalStack } from "./local-stack.ts";
@@ -69,7 +70,7 @@ async function main(): Promise<void> {
     clients.push(client);
     return client;
   };
-  const only = process.env.BENCH_ONLY;
+  const only = process.env.BENCH_ONLY ?? process.argv[2];
   try {
     let engineRate: number | undefined;
     if (only === undefined || only === "capping") {
@@ -85,6 +86,8 @@ async function main(): Promise<void> {
     await Promise.all(clients.map((client) => client.quit().catch(() => {})));
     if (local.started) await stopCluster({ basePort: BASE_PORT });
   }
+  // its own cluster on the same ports, started after the one above is stopped (its last run kills a primary)
+  if (only === undefined || only === "quotas") publishQuotas(await runQuotasBench());
 }
 
 function publish(section: string, lines: string[]): void {

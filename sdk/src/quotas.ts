@@ -8,7 +8,7 @@ import type { Decision } from "./decision.ts";
 import { type EngineOptions, QuotaEngine } from "./engine.ts";
 import { QuotasConfigError, SyncRejectedError } from "./errors.ts";
 import type { GroupState, QuotaHandle } from "./state.ts";
-import { NAME_PATTERN, type SyncReply, type SyncRequest } from "./wire.ts";
+import { NAME_PATTERN, type SyncReply, type SyncRequest, WireError } from "./wire.ts";
 
 /** How a sync reaches the store: direct to Redis (transports/redis.ts) or over HTTP (transports/http.ts). */
 export interface QuotaTransport {
@@ -187,7 +187,8 @@ export class Quotas {
       this.engine.applyReply(group, reply, sentAt, now);
       return now - sentAt;
     } catch (error) {
-      if (error instanceof SyncRejectedError) this.engine.rejected(group);
+      // an answer that is an error, or that does not decode, is not an outage: the usage goes out again
+      if (error instanceof SyncRejectedError || error instanceof WireError) this.engine.rejected(group);
       // the request stays pending: it goes out again, same sequence, until the store answers
       else this.engine.unreachable(group, this.clock.now());
       this.onError(error as Error);

@@ -1,0 +1,252 @@
+// The SDK against the real Redis Cluster through the direct transport: N instances sharing one key,
+// idempotent resends, an emptied script cache, an operator's change, and a stopped primary. Time is the
+// instances' injected clock (the script takes `now` from the call): no sleeps.
+import { readFileSync } from "node:fs";
+import { join, resolve } from "node:path";
+import calculateSlot from "cluster-key-slot";
+import type { Cluster } from "ioredis";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { RedisQuotaStore } from "../../../functions/adapters/redis-quota-store.ts";
+import { basePort, connectCluster, uniqueNamespace } from "../../../test/support/cluster.ts";
+import { createQuotas, type Quotas } from "../../src/quotas.ts";
+import { redisTransport } from "../../src/transports/redis.ts";
+import { type QuotaRule, type SyncRequest, slotGroupPrefix } from "../../src/wire.ts";
+
+let cluster: Cluster;
+beforeAll(() => {
+  cluster = connectCluster();
+});
+afterAll(async () => {
+  await cluster.quit();
+});
+
+/** The rule in every slot group's cfg key, as the server side publishes the policy. */
+function publish(namespace: string, name: string, rule: QuotaRule, version: string): Promise<void> {
+  return new RedisQuotaStore(cluster, namespace).publish(name, rule, version, rule.slotGroups);
+}
+
+function clock(start: number) {
+  let now = start;
+  return {
+    now: () => now,
+    set: (at: number) => {
+      now = at;
+    },
+  };
+}
+
+const T0 = Date.UTC(2026, 10, 23, 10);
+
+/** N instances with one clock, each offered `perStep` requests per 50 ms step; returns admissions per step time. */
+async function run(options: {
+  namespace: string;
+  rule: QuotaRule;
+  instances: number;
+  perStep: (instance: number) => number;
+  steps: number;
+}) {
+  const time = clock(T0);
+  const fleet: Quotas[] = Array.from({ length: options.instances }, () =>
+    createQuotas({ transport: redisTransport({ redis: cluster, namespace: options.namespace }), clock: time }),
+  );
+  const admitted: number[] = [];
+  for (let step = 0; step < options.steps; step++) {
+    time.set(T0 + step * 50);
+    await Promise.all(fleet.map((q) => q.sync()));
+    fleet.forEach((quotas, i) => {
+      for (let r = 0; r < options.perStep(i); r++) if (quotas.check("api", "shared").allowed) admitted.push(time.now());
+    });
+  }
+  return admitted;
+}
+
+/** The most admitted in any window of `windowMs` (admissions are sorted by time). */
+function maxInWindow(admitted: number[], windowMs: number): number {
+  let best = 0;
+  let start = 0;
+  for (let end = 0; end < admitted.length; end++) {
+    while ((admitted[end] as number) - (admitted[start] as number) >= windowMs) start++;
+    best = Math.max(best, end - start + 1);
+  }
+  return best;
+}
+
+describe("N instances against the real script", () => {
+  it("strict: 4 instances offered 10× the limit never admit more than max in any window, and use most of it", async () => {
+    const namespace = uniqueNamespace();
+    const rule: QuotaRule = {
+      mode: "strict",
+      limits: [{ windowMs: 1_000, max: 50 }],
+      leaseMs: 100,
+      fallback: "deny",
+      slotGroups: 1,
+    };
+    await publish(namespace, "api", rule, "v1");
+    // 10× the limit: 4 instances × 6.25 requests per 50 ms = 500/s against 50/s
+    const admitted = await run({ namespace, rule, instances: 4, perStep: (i) => (i % 2 === 0 ? 6 : 7), steps: 100 });
+    expect(maxInWindow(admitted, 1_000)).toBeLessThanOrEqual(50);
+    // 5 s of steps: at most 5 × 50 could be admitted
+    expect(admitted.length).toBeGreaterThanOrEqual(0.9 * 250);
+  });
+
+  it("approximate: skewed demand (one instance offered 5× the others), 2× the limit: within 10 % of max in every window", async () => {
+    const namespace = uniqueNamespace();
+    const rule: QuotaRule = {
+      mode: "approximate",
+      limits: [{ windowMs: 1_000, max: 100 }],
+      leaseMs: 200,
+      fallback: "share",
+      slotGroups: 1,
+    };
+    await publish(namespace, "api", rule, "v1");
+    // 200/s offered: 10 requests per 50 ms step, split 5:1.25:1.25:1.25 ≈ 6 + 2 + 1 + 1
+    const admitted = await run({
+      namespace,
+      rule,
+      instances: 4,
+      perStep: (i) => [6, 2, 1, 1][i] as number,
+      steps: 100,
+    });
+    expect(maxInWindow(admitted, 1_000)).toBeLessThanOrEqual(110);
+    expect(admitted.length).toBeGreaterThanOrEqual(0.9 * 500);
+  });
+});
+
+describe("direct transport", () => {
+  const rule: QuotaRule = {
+    mode: "approximate",
+    limits: [{ windowMs: 1_000, max: 100 }],
+    leaseMs: 200,
+    fallback: "share",
+    slotGroups: 1,
+  };
+  const request = (seq: number, count: number): SyncRequest => ({
+    instanceId: "i-test",
+    rule: "api",
+    group: 0,
+    seq,
+    configVersion: "",
+    elapsedMs: 50,
+    entries: [{ key: "k", usage: [[T0, count]], refunds: [], offered: count, want: 0 }],
+  });
+
+  it("a resent request (same seq) is answered as a duplicate and counted once", async () => {
+    const namespace = uniqueNamespace();
+    await publish(namespace, "api", rule, "v1");
+    const transport = redisTransport({ redis: cluster, namespace });
+    const first = await transport.sync(request(1, 7), T0);
+    const again = await transport.sync(request(1, 7), T0 + 10);
+    expect(first).toMatchObject({ status: "applied", configVersion: "v1", rule, entries: [{ key: "k", used: [7] }] });
+    expect(again).toMatchObject({ status: "duplicate", entries: [{ key: "k", used: [7] }] });
+  });
+
+  it("works after the script cache is emptied on every primary (NOSCRIPT: loaded again, by ioredis)", async () => {
+    const namespace = uniqueNamespace();
+    await publish(namespace, "api", rule, "v1");
+    const transport = redisTransport({ redis: cluster, namespace });
+    await transport.sync(request(1, 1), T0);
+    await Promise.all(cluster.nodes("master").map((node) => node.script("FLUSH")));
+    expect(await transport.sync(request(2, 2), T0 + 50)).toMatchObject({ status: "applied", entries: [{ used: [3] }] });
+  });
+
+  it("an operator's change reaches an instance in its next sync", async () => {
+    const namespace = uniqueNamespace();
+    await publish(namespace, "api", rule, "v1");
+    const time = clock(T0);
+    const quotas = createQuotas({ transport: redisTransport({ redis: cluster, namespace }), clock: time });
+    quotas.resolve("api", "k");
+    await quotas.sync();
+    expect(quotas.check("api", "k")).toMatchObject({ limit: 100, policy: "100;w=1" });
+    await publish(namespace, "api", { ...rule, limits: [{ windowMs: 2_000, max: 40 }] }, "v2");
+    time.set(T0 + 50);
+    await quotas.sync();
+    expect(quotas.check("api", "k")).toMatchObject({ limit: 40, policy: "40;w=2" });
+  });
+
+  it("a rule the store does not have: no error, the fallback (unknownRule) applies", async () => {
+    const quotas = createQuotas({ transport: redisTransport({ redis: cluster, namespace: uniqueNamespace() }) });
+    expect((await quotas.checkFresh("missing", "k")).allowed).toBe(false);
+  });
+});
+
+describe("degraded mode with a stopped primary", () => {
+  /** The pid of the primary serving a slot group, from the pidfile scripts/redis-cluster.ts wrote. */
+  async function primaryOf(namespace: string): Promise<{ pid: number; port: number }> {
+    const slot = calculateSlot(`${slotGroupPrefix(namespace, "api", 0)}:cfg`);
+    const shards = (await cluster.cluster("SLOTS")) as unknown as [number, number, [string, number]][];
+    const shard = shards.find(([from, to]) => slot >= from && slot <= to);
+    const port = shard![2][1];
+    const pidfile = resolve(join(".local", "redis-cluster", String(basePort), String(port), "redis.pid"));
+    return { pid: Number(readFileSync(pidfile, "utf8").trim()), port };
+  }
+
+  it("keeps the last allowance, then the safe share (never the whole limit); usage is reported when the node is back", async () => {
+    const namespace = uniqueNamespace();
+    const rule: QuotaRule = {
+      mode: "approximate",
+      limits: [
+        { windowMs: 1_000, max: 100 },
+        { windowMs: 5_000, max: 1_000 },
+      ],
+      leaseMs: 10_000,
+      fallback: "share",
+      slotGroups: 1,
+    };
+    await publish(namespace, "api", rule, "v1");
+    const time = clock(T0);
+    const transport = redisTransport({ redis: cluster, namespace, timeoutMs: 200 });
+    // another instance has synced: the store counts 2 instances, so the safe share is 100 / 2
+    const other = createQuotas({ transport, clock: time });
+    other.resolve("api", "k");
+    await other.sync();
+    const quotas = createQuotas({ transport, clock: time, keepAllowanceMs: 1_000 });
+    quotas.resolve("api", "k");
+    await quotas.sync();
+    for (let i = 0; i < 5; i++) quotas.check("api", "k");
+
+    const { pid } = await primaryOf(namespace);
+    // SIGSTOP, not SIGKILL: the node is back in well under cluster-node-timeout, so no failover reshapes
+    // the cluster the other tests share
+    process.kill(pid, "SIGSTOP");
+    let admittedWhileDown = 0;
+    try {
+      time.set(T0 + 50);
+      await quotas.sync();
+      admittedWhileDown += countAdmitted(quotas, 1_000);
+      // past the keep period: the safe share, 50 per window minus what the window already holds
+      time.set(T0 + 1_100);
+      await quotas.sync();
+      admittedWhileDown += countAdmitted(quotas, 1_000);
+      expect(quotas.check("api", "k").allowed).toBe(false);
+    } finally {
+      process.kill(pid, "SIGCONT");
+    }
+    // what was kept (allowance) + one safe share: never the whole limit again on this instance
+    expect(admittedWhileDown).toBeLessThanOrEqual(100);
+    expect(admittedWhileDown).toBeGreaterThan(0);
+
+    time.set(T0 + 1_150);
+    await quotas.sync();
+    await quotas.sync();
+    const peek = await transport.sync(
+      {
+        instanceId: "i-peek",
+        rule: "api",
+        group: 0,
+        seq: 1,
+        configVersion: "v1",
+        elapsedMs: 0,
+        entries: [{ key: "k", usage: [], refunds: [], offered: 0, want: 0 }],
+      },
+      T0 + 1_150,
+    );
+    // the 5 admitted before the stop and everything admitted during it, counted once (in the 5 s window)
+    expect(peek.entries[0]?.used[1]).toBe(5 + admittedWhileDown);
+  });
+});
+
+function countAdmitted(quotas: Quotas, attempts: number): number {
+  let admitted = 0;
+  for (let i = 0; i < attempts; i++) if (quotas.check("api", "k").allowed) admitted++;
+  return admitted;
+}
