@@ -12,7 +12,7 @@ const lock = JSON.parse(readFileSync(new URL("../../package-lock.json", import.m
 };
 
 /** Every optional dependency named in the lock that has no entry of its own (where npm would look for it). */
-export function missingOptionalEntries(packages: Record<string, LockEntry>): string[] {
+function missingOptionalEntries(packages: Record<string, LockEntry>): string[] {
   const missing: string[] = [];
   for (const [path, entry] of Object.entries(packages)) {
     for (const name of Object.keys(entry.optionalDependencies ?? {})) {
