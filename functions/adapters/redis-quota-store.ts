@@ -11,6 +11,7 @@ import {
   slotGroupKeys,
 } from "../../sdk/src/wire.ts";
 import type { QuotaStore } from "../core/quotas/quota-store.ts";
+import { StoreUnavailableError } from "../core/shared/errors.ts";
 import { load as loadLua } from "./lua-scripts.ts";
 
 type QuotaSyncCommand = (numberOfKeys: number, ...keysAndArgs: Array<string | number>) => Promise<unknown>;
@@ -37,7 +38,16 @@ export class RedisQuotaStore implements QuotaStore {
 
   async sync(request: SyncRequest, now: number): Promise<SyncReply> {
     const { keys, args } = encodeSync(this.namespace, request, now);
-    return decodeSync(await this.command(keys.length, ...keys, ...args), request);
+    let reply: unknown;
+    try {
+      reply = await this.command(keys.length, ...keys, ...args);
+    } catch (error) {
+      // an ERR reply is a bug in the call; anything else (timeout, lost connection, CLUSTERDOWN) means
+      // Redis did not answer. A sync is idempotent: the client sends it again with the same seq.
+      if (error instanceof Error && error.name === "ReplyError" && error.message.startsWith("ERR ")) throw error;
+      throw new StoreUnavailableError(`quota-sync on ${keys[0]} failed: ${(error as Error).message}`, { cause: error });
+    }
+    return decodeSync(reply, request);
   }
 
   async publish(name: string, rule: QuotaRule | null, version: string, slotGroups: number): Promise<void> {

@@ -9,6 +9,7 @@ import {
   type RedisClusterConfig,
   RedisLimitStore,
 } from "../adapters/redis-cluster.ts";
+import { RedisQuotaStore } from "../adapters/redis-quota-store.ts";
 import { type WarmUpReport, warmUp } from "../adapters/redis-warm-up.ts";
 import { S3ObjectStore } from "../adapters/s3-object-store.ts";
 import { SqsDeadLetterSink, SqsDeliverySink } from "../adapters/sqs-sinks.ts";
@@ -17,6 +18,7 @@ import { Capper } from "../core/capping/capper.ts";
 import { RulesSource } from "../core/capping/rules-source.ts";
 import { Limiter } from "../core/limits/limiter.ts";
 import { NegativeCache } from "../core/limits/negative-cache.ts";
+import { QuotaSyncService } from "../core/quotas/quota-sync-service.ts";
 import { systemClock } from "../core/shared/clock.ts";
 import {
   type CampaignConsumerHandlerDeps,
@@ -133,9 +135,15 @@ export function wireCheckApi(env: NodeJS.ProcessEnv) {
       return { ok: false, redis };
     }
   };
+  const quotas = new QuotaSyncService({
+    store: new RedisQuotaStore(cluster, config.KEY_NAMESPACE),
+    rules: async () => (await rules.current()).policy.quotas,
+    clock: systemClock,
+  });
   const handler = makeCheckApiHandler({
     limiter,
     frequency: (body) => capper.checkUser(body),
+    quotaSync: (body) => quotas.sync(body),
     health,
     logger,
     metrics,

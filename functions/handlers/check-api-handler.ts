@@ -6,6 +6,7 @@ import { type Metrics, MetricUnit } from "@aws-lambda-powertools/metrics";
 import { logMetrics } from "@aws-lambda-powertools/metrics/middleware";
 import middy from "@middy/core";
 import type { APIGatewayProxyEventV2, Context } from "aws-lambda";
+import type { SyncReply } from "../../sdk/src/wire.ts";
 import type { FrequencyResult } from "../core/capping/frequency.ts";
 import type { LimitSpec } from "../core/limits/limit-specs.ts";
 import type { Limiter } from "../core/limits/limiter.ts";
@@ -26,6 +27,8 @@ export interface CheckApiDeps {
   /** POST /v1/frequency: one user, one channel, the campaign caps. */
   frequency: (body: unknown) => Promise<FrequencyResult>;
   health: () => Promise<HealthReport>;
+  /** POST /v1/quotas/sync: one Quotas sync call for clients outside the VPC (sdk/src/wire.ts). */
+  quotaSync?: (body: unknown) => Promise<SyncReply>;
   negativeCache?: NegativeCache;
   logger: Logger;
   metrics: Metrics;
@@ -92,6 +95,18 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
         return json(200, result);
       },
     },
+    ...(deps.quotaSync
+      ? {
+          "/v1/quotas/sync": {
+            POST: async (body: Record<string, unknown>) => {
+              const reply = await deps.quotaSync!(body);
+              metrics.addMetric("quotaSyncs", MetricUnit.Count, 1);
+              metrics.addMetric("quotaSyncKeys", MetricUnit.Count, reply.entries.length);
+              return json(200, reply);
+            },
+          },
+        }
+      : {}),
     "/v1/health": {
       GET: async () => {
         const report = await deps.health();

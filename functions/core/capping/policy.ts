@@ -4,6 +4,7 @@ import { z } from "zod";
 import { MAX_FUTURE_MS } from "../shared/clock.ts";
 import { MAX_WINDOW_MS, MIN_WINDOW_MS, parseDuration } from "../shared/duration.ts";
 import { InvalidPolicyError } from "../shared/errors.ts";
+import { compileQuotaRules, type PublishedQuotaRule, quotaRulesSchema } from "../shared/quota-rules.ts";
 import { describeIssues } from "../shared/validation.ts";
 
 /** Each allowed send is kept in the user's log, so `max` bounds the log's length. */
@@ -49,6 +50,8 @@ export const policySchema = z
     channels: z.array(name("channel")).min(1).max(MAX_CHANNELS),
     segments: z.array(segmentSchema).max(64),
     default: z.strictObject({ name: name("segment"), caps: capsSchema }),
+    /** Quotas mode rules (docs/quotas.md); optional, so policies written before it stay valid. */
+    quotas: quotaRulesSchema.optional(),
   })
   .superRefine((policy, ctx) => {
     const seenChannels = new Set<string>();
@@ -137,6 +140,8 @@ export interface Policy {
   horizonMs: number;
   /** The caps that apply to a send on `channel` by a user of segment `segment`: the channel's own, then "*". */
   capsFor(segment: number, channel: string): readonly CapRule[];
+  /** Quotas mode rules by name (empty without a `quotas` section). */
+  quotas: ReadonlyMap<string, PublishedQuotaRule>;
 }
 
 /** Validates a parsed JSON document; throws InvalidPolicyError listing every problem by field. */
@@ -189,5 +194,6 @@ function compilePolicy(document: PolicyDocument): Policy {
     capsFor(segment, channel) {
       return table[segment]?.get(channel) ?? [];
     },
+    quotas: compileQuotaRules(document.version, document.quotas ?? []),
   };
 }

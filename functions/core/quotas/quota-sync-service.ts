@@ -1,0 +1,100 @@
+// The server side of one Quotas sync over HTTP (POST /v1/quotas/sync): the strict request schema, the
+// checks against the policy's rule (slot group, keys), and the rule configuration kept in Redis in step
+// with the policy, then the same script the in-VPC clients call.
+import { z } from "zod";
+import {
+  MAX_EPOCHS_PER_KEY,
+  MAX_KEY_LENGTH,
+  MAX_KEYS_PER_SYNC,
+  NAME_PATTERN,
+  type SyncReply,
+  type SyncRequest,
+  slotGroupOf,
+} from "../../../sdk/src/wire.ts";
+import type { Clock } from "../shared/clock.ts";
+import { ValidationError } from "../shared/errors.ts";
+import type { PublishedQuotaRule } from "../shared/quota-rules.ts";
+import { parseOrThrow } from "../shared/validation.ts";
+import type { QuotaStore } from "./quota-store.ts";
+
+const count = z.int().min(0).max(1_000_000_000);
+const time = z.int().min(0).max(8_640_000_000_000_000);
+const pairs = z.array(z.tuple([time, count])).max(MAX_EPOCHS_PER_KEY);
+
+export const syncRequestSchema = z.strictObject({
+  instanceId: z.string().regex(NAME_PATTERN, "expected 1-64 characters of A-Z, a-z, 0-9, _ . : -"),
+  rule: z.string().min(1).max(64),
+  group: z.int().min(0),
+  seq: z.int().min(1).max(Number.MAX_SAFE_INTEGER),
+  configVersion: z.string().max(200),
+  elapsedMs: z.int().min(0).max(86_400_000),
+  entries: z
+    .array(
+      z.strictObject({
+        key: z.string().min(1).max(MAX_KEY_LENGTH),
+        usage: pairs,
+        refunds: pairs,
+        offered: count,
+        want: count,
+      }),
+    )
+    .min(1)
+    .max(MAX_KEYS_PER_SYNC),
+});
+
+export interface QuotaSyncServiceOptions {
+  store: QuotaStore;
+  /** The policy's quota rules now in service. */
+  rules: () => Promise<ReadonlyMap<string, PublishedQuotaRule>>;
+  clock: Clock;
+}
+
+export class QuotaSyncService {
+  /** What this process last wrote to Redis, by rule name: a rule is written again only when it changes. */
+  private readonly published = new Map<string, PublishedQuotaRule>();
+
+  constructor(private readonly options: QuotaSyncServiceOptions) {}
+
+  async sync(body: unknown): Promise<SyncReply> {
+    const request: SyncRequest = parseOrThrow(syncRequestSchema, body);
+    const rules = await this.options.rules();
+    await this.publish(rules);
+    const now = this.options.clock.now();
+    const published = rules.get(request.rule);
+    if (!published) return { status: "norule", serverTime: now, configVersion: "", instances: 0, entries: [] };
+    const { slotGroups } = published.rule;
+    if (request.group >= slotGroups) {
+      throw new ValidationError("group", `rule "${request.rule}" has ${slotGroups} slot group(s)`);
+    }
+    request.entries.forEach((entry, i) => {
+      if (slotGroupOf(entry.key, slotGroups) !== request.group) {
+        throw new ValidationError(`entries[${i}].key`, `belongs to slot group ${slotGroupOf(entry.key, slotGroups)}`);
+      }
+    });
+    return this.options.store.sync(request, now);
+  }
+
+  /**
+   * Writes every rule that changed since this process last wrote it, and removes the rules it wrote that
+   * the policy no longer has. Called before each sync, so an operator's change reaches Redis with the
+   * first sync after the policy is reloaded, and every client with its next sync.
+   */
+  async publish(rules: ReadonlyMap<string, PublishedQuotaRule>): Promise<void> {
+    const writes: Promise<void>[] = [];
+    for (const [name, published] of rules) {
+      if (this.published.get(name)?.version === published.version) continue;
+      writes.push(
+        this.options.store
+          .publish(name, published.rule, published.version, published.rule.slotGroups)
+          .then(() => void this.published.set(name, published)),
+      );
+    }
+    for (const [name, old] of this.published) {
+      if (rules.has(name)) continue;
+      writes.push(
+        this.options.store.publish(name, null, "", old.rule.slotGroups).then(() => void this.published.delete(name)),
+      );
+    }
+    await Promise.all(writes);
+  }
+}

@@ -1,0 +1,104 @@
+// POST /v1/quotas/sync through the local Function URL server, the real handler and the real cluster: the
+// strict request schema, the rule's slot groups, replays, and the rule published from the policy.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { LocalStack } from "../../scripts/local-stack.ts";
+import type { SyncRequest } from "../../sdk/src/wire.ts";
+import { slotGroupOf } from "../../sdk/src/wire.ts";
+import { testStack, uploadRules } from "../support/pipeline.ts";
+
+let stack: LocalStack;
+beforeAll(async () => {
+  stack = await testStack();
+  await uploadRules(
+    stack,
+    {
+      version: "quotas.1",
+      channels: ["push"],
+      segments: [],
+      default: { name: "rest", caps: {} },
+      quotas: [
+        {
+          name: "api",
+          mode: "approximate",
+          limits: [
+            { window: "1s", max: 100 },
+            { window: "5s", max: 300 },
+          ],
+        },
+        { name: "search", mode: "strict", limits: [{ window: "1s", max: 10 }], slotGroups: 4 },
+      ],
+    },
+    {},
+  );
+});
+afterAll(async () => {
+  await stack.stop();
+});
+
+const sync = (body: unknown) =>
+  fetch(`${stack.endpoints.functionUrl}/v1/quotas/sync`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+
+const request = (fields: Partial<SyncRequest> = {}): SyncRequest => ({
+  instanceId: `i-${Date.now()}`,
+  rule: "api",
+  group: 0,
+  seq: 1,
+  configVersion: "",
+  elapsedMs: 0,
+  entries: [{ key: "tenant-1", usage: [[Date.now(), 30]], refunds: [], offered: 30, want: 0 }],
+  ...fields,
+});
+
+describe("POST /v1/quotas/sync", () => {
+  it("counts usage once, answers the allowance and the rule, and a replay as a duplicate", async () => {
+    const body = request();
+    const first = await sync(body);
+    expect(first.status).toBe(200);
+    const reply = await first.json();
+    expect(reply).toMatchObject({
+      status: "applied",
+      rule: {
+        mode: "approximate",
+        limits: [
+          { windowMs: 1000, max: 100 },
+          { windowMs: 5000, max: 300 },
+        ],
+      },
+      instances: 1,
+      entries: [{ key: "tenant-1", mode: "approximate", allowance: 70, used: [30, 30] }],
+    });
+    expect(reply.configVersion).toMatch(/^quotas\.1\./);
+    const again = await (await sync({ ...body, configVersion: reply.configVersion })).json();
+    expect(again).toMatchObject({ status: "duplicate", entries: [{ used: [30, 30] }] });
+    expect(again.rule).toBeUndefined();
+  });
+
+  it("grants strict tokens in the key's own slot group and refuses a key sent to another group", async () => {
+    const key = "tenant-7";
+    const group = slotGroupOf(key, 4);
+    const entries = [{ key, usage: [], refunds: [], offered: 4, want: 4 }];
+    const granted = await (await sync(request({ rule: "search", group, entries }))).json();
+    expect(granted).toMatchObject({ status: "applied", entries: [{ mode: "strict", tokens: 4, used: [4] }] });
+    const wrong = await sync(request({ rule: "search", group: (group + 1) % 4, entries }));
+    expect(wrong.status).toBe(400);
+    expect(await wrong.json()).toMatchObject({ error: { code: "invalid_request", path: "entries[0].key" } });
+  });
+
+  it("refuses an unknown field and a malformed entry, naming the field", async () => {
+    const extra = await sync({ ...request(), now: 5 });
+    expect(extra.status).toBe(400);
+    expect((await extra.json()).error.message).toMatch(/now/);
+    const bad = await sync(request({ entries: [{ key: "k", usage: [[1, -3]], refunds: [], offered: 0, want: 0 }] }));
+    expect(bad.status).toBe(400);
+    expect((await bad.json()).error.path).toBe("entries[0].usage[0][1]");
+  });
+
+  it("answers norule for a rule the policy does not have", async () => {
+    const reply = await (await sync(request({ rule: "nope" }))).json();
+    expect(reply).toMatchObject({ status: "norule", entries: [] });
+  });
+});
