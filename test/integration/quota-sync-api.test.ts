@@ -35,6 +35,8 @@ afterAll(async () => {
   await stack.stop();
 });
 
+type Refusal = { error: { message: string; path: string } };
+
 const sync = (body: unknown) =>
   fetch(`${stack.endpoints.functionUrl}/v1/quotas/sync`, {
     method: "POST",
@@ -58,7 +60,7 @@ describe("POST /v1/quotas/sync", () => {
     const body = request();
     const first = await sync(body);
     expect(first.status).toBe(200);
-    const reply = await first.json();
+    const reply = (await first.json()) as { configVersion: string };
     expect(reply).toMatchObject({
       status: "applied",
       rule: {
@@ -72,7 +74,7 @@ describe("POST /v1/quotas/sync", () => {
       entries: [{ key: "tenant-1", mode: "approximate", allowance: 70, used: [30, 30] }],
     });
     expect(reply.configVersion).toMatch(/^quotas\.1\./);
-    const again = await (await sync({ ...body, configVersion: reply.configVersion })).json();
+    const again = (await (await sync({ ...body, configVersion: reply.configVersion })).json()) as { rule?: unknown };
     expect(again).toMatchObject({ status: "duplicate", entries: [{ used: [30, 30] }] });
     expect(again.rule).toBeUndefined();
   });
@@ -91,10 +93,10 @@ describe("POST /v1/quotas/sync", () => {
   it("refuses an unknown field and a malformed entry, naming the field", async () => {
     const extra = await sync({ ...request(), now: 5 });
     expect(extra.status).toBe(400);
-    expect((await extra.json()).error.message).toMatch(/now/);
+    expect(((await extra.json()) as Refusal).error.message).toMatch(/now/);
     const bad = await sync(request({ entries: [{ key: "k", usage: [[1, -3]], refunds: [], offered: 0, want: 0 }] }));
     expect(bad.status).toBe(400);
-    expect((await bad.json()).error.path).toBe("entries[0].usage[0][1]");
+    expect(((await bad.json()) as Refusal).error.path).toBe("entries[0].usage[0][1]");
   });
 
   it("answers norule for a rule the policy does not have", async () => {
