@@ -11,8 +11,8 @@ import {
   slotGroupKeys,
 } from "../../sdk/src/wire.ts";
 import type { QuotaStore } from "../core/quotas/quota-store.ts";
-import { StoreUnavailableError } from "../core/shared/errors.ts";
 import { load as loadLua } from "./lua-scripts.ts";
+import { redisCallsOf } from "./redis-cluster.ts";
 
 type QuotaSyncCommand = (numberOfKeys: number, ...keysAndArgs: Array<string | number>) => Promise<unknown>;
 
@@ -32,21 +32,24 @@ export class RedisQuotaStore implements QuotaStore {
   constructor(
     private readonly cluster: Cluster,
     private readonly namespace: string,
+    /** How long one sync call may take, retries included. */
+    private readonly deadlineMs = 2_000,
   ) {
     this.command = quotaSyncCommand(cluster);
   }
 
+  /**
+   * A sync is idempotent by (instance, seq): every failure without an answer is sent again until the
+   * deadline, and a call that may have run before its connection failed is answered `duplicate`.
+   */
   async sync(request: SyncRequest, now: number): Promise<SyncReply> {
     const { keys, args } = encodeSync(this.namespace, request, now);
-    let reply: unknown;
-    try {
-      reply = await this.command(keys.length, ...keys, ...args);
-    } catch (error) {
-      // an ERR reply is a bug in the call; anything else (timeout, lost connection, CLUSTERDOWN) means
-      // Redis did not answer. A sync is idempotent: the client sends it again with the same seq.
-      if (error instanceof Error && error.name === "ReplyError" && error.message.startsWith("ERR ")) throw error;
-      throw new StoreUnavailableError(`quota-sync on ${keys[0]} failed: ${(error as Error).message}`, { cause: error });
-    }
+    const reply = await redisCallsOf(this.cluster).call(
+      `quota-sync on ${keys[0]}`,
+      keys,
+      () => this.command(keys.length, ...keys, ...args),
+      { deadlineMs: this.deadlineMs, retryOn: "no-answer" },
+    );
     return decodeSync(reply, request);
   }
 

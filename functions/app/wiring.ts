@@ -136,7 +136,7 @@ export function wireCheckApi(env: NodeJS.ProcessEnv) {
     }
   };
   const quotas = new QuotaSyncService({
-    store: new RedisQuotaStore(cluster, config.KEY_NAMESPACE),
+    store: new RedisQuotaStore(cluster, config.KEY_NAMESPACE, config.CHECK_TIMEOUT_MS),
     rules: async () => (await rules.current()).policy.quotas,
     clock: systemClock,
   });
