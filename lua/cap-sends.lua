@@ -89,7 +89,16 @@ do
   end
 end
 
-local function channelOf(someIdentity) return string.match(someIdentity, '^[^:]*') end
+-- whether an identity's send is on the call's channel, worked out once per identity per call
+local onCallChannel = {}
+local function isOnCallChannel(someIdentity)
+  local known = onCallChannel[someIdentity]
+  if known == nil then
+    known = string.match(someIdentity, '^[^:]*') == channel
+    onCallChannel[someIdentity] = known
+  end
+  return known
+end
 
 -- The reply code for a user of `profile` whose live sends are given (times, onChannel, isMine; n of them).
 local function decide(profile, n, times, onChannel, isMine)
@@ -330,7 +339,7 @@ local function liveSends(profile, block, class, record)
       if t > profile.cutoff then
         local eventIdentity = block.identities[block.eventIdentities[e]]
         n = n + 1
-        times[n], onChannel[n], isMine[n], labels[n] = t, channelOf(eventIdentity) == channel,
+        times[n], onChannel[n], isMine[n], labels[n] = t, isOnCallChannel(eventIdentity),
           eventIdentity == identity, eventIdentity
       end
     end
@@ -340,7 +349,7 @@ local function liveSends(profile, block, class, record)
       if send[1] > profile.cutoff then
         local sendIdentity = identityOfNumber(send[2]) or ''
         n = n + 1
-        times[n], onChannel[n], isMine[n], labels[n] = send[1], channelOf(sendIdentity) == channel,
+        times[n], onChannel[n], isMine[n], labels[n] = send[1], isOnCallChannel(sendIdentity),
           sendIdentity == identity, sendIdentity
       end
     end
@@ -355,20 +364,26 @@ end
 
 local function isRecorded(code) return not peek and (code == 0 or code == REPLY_EXEMPT) end
 
--- Users of a page written through user records; the page's block, if any, is only read.
-local function runRecordPage(spec, blockKey, hashIndex, pageBase)
-  local block = readBlock(blockKey)
+-- Writes to user records, gathered per hash and made once per call: { fields and values }, retention.
+local recordWrites, recordRetention = {}, {}
+-- The TTL the identity table needs at least: its identities and page markers outlive what uses them.
+local identityTableTtl = 0
+
+-- Users of a page written through user records (read beforehand into `records`, by user ID); the page's
+-- block, if any, is only read.
+local function runRecordPage(spec, blockKey, hashIndex, pageBase, records, page, marked)
+  -- only a page marked in the identity table can have a block: an unmarked one costs no read
+  local block = marked and readBlock(blockKey) or nil
   if type(block) == 'table' and block.err then return block end
+  if marked and block == nil and not peek then redis.call('HDEL', identityTableKey, 'p:' .. page) end
   local classOfUser = block and classesOfUsers(block.userClasses)
-  local fields = {}
-  for u = 6, #spec, 2 do fields[#fields + 1] = pageBase + byte(spec, u) end
-  local records = readRecords(hashIndex, fields)
-  local writes = {}
-  local longestRetention = 0
-  for index, u in ipairs(fields) do
-    local offset, profile = byte(spec, 4 + 2 * index), profiles[byte(spec, 5 + 2 * index)]
-    if profile == nil then return redis.error_reply('ERR cap-sends: unknown profile ' .. byte(spec, 5 + 2 * index)) end
-    local record = records[index] and readRecord(records[index]) or nil
+  for index = 1, (#spec - 5) / 2 do
+    local offset, profileNumber = byte(spec, 4 + 2 * index, 5 + 2 * index)
+    local profile = profiles[profileNumber]
+    if profile == nil then return redis.error_reply('ERR cap-sends: unknown profile ' .. profileNumber) end
+    local userId = pageBase + offset
+    local value = records[userId]
+    local record = value and readRecord(value) or nil
     local n, times, onChannel, isMine, labels = liveSends(profile, block, classOfUser and classOfUser[offset] or 0,
       record)
     local code = decide(profile, n, times, onChannel, isMine)
@@ -382,23 +397,22 @@ local function runRecordPage(spec, blockKey, hashIndex, pageBase)
         end
       end
       kept[#kept + 1] = encodeSend(at, myIdentityNumber(true))
-      writes[#writes + 1] = u
+      local writes = recordWrites[hashIndex]
+      if writes == nil then
+        writes = {}
+        recordWrites[hashIndex] = writes
+        recordRetention[hashIndex] = 0
+      end
+      writes[#writes + 1] = userId
       writes[#writes + 1] = concat(kept)
-      if profile.retention > longestRetention then longestRetention = profile.retention end
+      recordRetention[hashIndex] = math.max(recordRetention[hashIndex], profile.retention)
     end
     if withLog then logLines(n, times, labels, recorded) end
-  end
-  if #writes > 0 then
-    local key = KEYS[1 + hashIndex]
-    redis.call('HSET', key, unpackList(writes))
-    recordHashExists[hashIndex] = true
-    extendTtl(key, ttlFor(longestRetention))
-    extendTtl(identityTableKey, ttlFor(longestRetention))
   end
 end
 
 -- Users of a page written through its block (created when missing); their user records are absorbed.
-local function runBlockPage(spec, blockKey, hashIndex, pageBase)
+local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
   local block = readBlock(blockKey)
   if type(block) == 'table' and block.err then return block end
   local existed = block ~= nil
@@ -540,6 +554,9 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase)
     if #block.times >= block.compactAt or #block.classes >= block.classLimit then compact(block, classOfUser) end
     local ttl = ttlFor(longestRetention)
     if existed then ttl = math.max(ttl, redis.call('PTTL', blockKey)) end
+    -- the marker that tells record-path calls to read this block lives at least as long as the block
+    if not existed then redis.call('HSET', identityTableKey, 'p:' .. pageNumber, 1) end
+    identityTableTtl = math.max(identityTableTtl, ttl)
     redis.call('SET', blockKey, cmsgpack.pack(FORMAT, block.width, block.compactAt, block.classLimit,
       block.identities, block.times, block.eventIdentities, block.classes, userClassesString(classOfUser)),
       'PX', ttl)
@@ -547,20 +564,60 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase)
   end
 end
 
-for page = 1, #KEYS - 1 - recordHashCount do
+local pageCount = #KEYS - 1 - recordHashCount
+
+-- the user records of every record-path page (one HMGET per hash), and in one HMGET of the identity table
+-- this call's identity number and which of those pages have a block
+local records, markedPages = {}, {}
+do
+  local fieldsByHash, markerFields, markerPages = {}, { 'i:' .. identity }, {}
+  for page = 1, pageCount do
+    local spec = ARGV[9 + page]
+    if byte(spec, 2) == 0 then
+      local hashIndex = byte(spec, 1)
+      local a, b, c = byte(spec, 3, 5)
+      local pageNumber = (a * 256 + b) * 256 + c
+      local fields = fieldsByHash[hashIndex] or {}
+      fieldsByHash[hashIndex] = fields
+      for u = 6, #spec, 2 do fields[#fields + 1] = pageNumber * PAGE_USERS + byte(spec, u) end
+      markerFields[#markerFields + 1] = 'p:' .. pageNumber
+      markerPages[#markerPages + 1] = pageNumber
+    end
+  end
+  local found = redis.call('HMGET', identityTableKey, unpackList(markerFields))
+  myNumber = tonumber(found[1] or nil) or false
+  for i, pageNumber in ipairs(markerPages) do markedPages[pageNumber] = found[i + 1] and true or false end
+  for hashIndex, fields in pairs(fieldsByHash) do
+    local values = redis.call('HMGET', KEYS[1 + hashIndex], unpackList(fields))
+    for i, userId in ipairs(fields) do records[userId] = values[i] end
+  end
+end
+
+for page = 1, pageCount do
   local spec = ARGV[9 + page]
   local hashIndex, path = byte(spec, 1, 2)
   local a, b, c = byte(spec, 3, 5)
-  local pageBase = ((a * 256 + b) * 256 + c) * PAGE_USERS
+  local pageNumber = (a * 256 + b) * 256 + c
+  local pageBase = pageNumber * PAGE_USERS
   local blockKey = KEYS[1 + recordHashCount + page]
   local failure
   if path == 1 then
-    failure = runBlockPage(spec, blockKey, hashIndex, pageBase)
+    failure = runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
   else
-    failure = runRecordPage(spec, blockKey, hashIndex, pageBase)
+    failure = runRecordPage(spec, blockKey, hashIndex, pageBase, records, pageNumber, markedPages[pageNumber])
   end
   if failure then return failure end
 end
+
+local identityRetention = 0
+for hashIndex, writes in pairs(recordWrites) do
+  local key = KEYS[1 + hashIndex]
+  redis.call('HSET', key, unpackList(writes))
+  extendTtl(key, ttlFor(recordRetention[hashIndex]))
+  identityRetention = math.max(identityRetention, recordRetention[hashIndex])
+end
+if identityRetention > 0 then identityTableTtl = math.max(identityTableTtl, ttlFor(identityRetention)) end
+if identityTableTtl > 0 then extendTtl(identityTableKey, identityTableTtl) end
 
 -- one byte per user; string.char takes the decisions in slices that stay within Lua's stack limit
 local out = {}

@@ -4,7 +4,7 @@
 // asserts nothing, it measures. Each table replaces its marked section of docs/BENCHMARKS.md.
 //
 //   BENCH_USERS (1000000)  BENCH_CONCURRENCY (4 batches in flight)  BENCH_BASE_PORT (7200)
-//   BENCH_ONLY (capping | pipeline | check-api | limits | quotas; default all), or `npm run bench -- quotas`
+//   BENCH_ONLY (capping | workloads | pipeline | check-api | limits | quotas; default all), or `npm run bench -- quotas`
 import { execFile } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
@@ -29,8 +29,10 @@ import { SegmentIndex } from "../functions/core/capping/segment-index.ts";
 import { Limiter } from "../functions/core/limits/limiter.ts";
 import { fixedClock } from "../functions/core/shared/clock.ts";
 import { perUserLogKey } from "../functions/core/shared/keys.ts";
+import { type GrabCall, runCappingWorkloads } from "./bench/capping-workloads.ts";
 import { runLimitsBench } from "./bench/limits-bench.ts";
 import { publishQuotas, runQuotasBench } from "./bench/quotas.ts";
+import { cpuSeconds, redisVersion, usedMemory } from "./bench/redis-stats.ts";
 import { functionUrlEvent } from "./local/function-url-server.ts";
 import { lambdaContext } from "./local/sqs-poller.ts";
 import { startLocalStack } from "./local-stack.ts";
@@ -66,7 +68,8 @@ async function main(): Promise<void> {
   const nodes = local.ports.slice(0, 3).map((port) => ({ host: local.host, port }));
   const clients: TollgateCluster[] = [];
   const connect = () => {
-    const client = createRedisCluster({ nodes });
+    // a saturated shared machine can hold a pipeline longer than the production 2 s command timeout
+    const client = createRedisCluster({ nodes, commandTimeoutMs: 30_000 });
     clients.push(client);
     return client;
   };
@@ -77,6 +80,14 @@ async function main(): Promise<void> {
       const { lines, rate } = await run(connect);
       engineRate = rate;
       publish("capping", lines);
+    }
+    if (only === undefined || only === "workloads") {
+      const cluster = connect();
+      await cluster.ping();
+      const lua = readFileSync(new URL("./bench/grab-sliding-log.lua", import.meta.url), "utf8");
+      cluster.defineCommand("grabSlidingLog", { numberOfKeys: 1, lua });
+      const grabCall = (cluster as unknown as { grabSlidingLog: GrabCall }).grabSlidingLog.bind(cluster);
+      publish("workloads", await runCappingWorkloads(cluster, cluster.nodes("master"), grabCall));
     }
     if (only === undefined || only === "pipeline") publish("pipeline", await runPipeline(engineRate));
     if (only === undefined || only === "check-api") publish("check-api", await runCheckApi());
@@ -119,15 +130,18 @@ async function run(connect: () => TollgateCluster): Promise<{ lines: string[]; r
   const engineCluster = connect();
   await engineCluster.ping();
   const primaries = engineCluster.nodes("master");
+  // each campaign is decided on its own day: the clock follows it
+  const clock = fixedClock(T0);
   const capper = new Capper({
     store: new RedisCapStore(engineCluster),
     rules: () => ({ policy, segments }),
-    clock: fixedClock(T0 + 30 * DAY),
+    clock,
     namespace: "bench-tg",
   });
   const engine: Phase[] = [];
   const memoryBefore = await usedMemory(primaries);
   for (let day = 0; day < 3; day++) {
+    clock.set(T0 + day * DAY);
     engine.push(
       await measure(primaries, batches, async (userIds) => {
         const result = await capper.capBatch({
@@ -385,38 +399,6 @@ async function serverCeiling(primaries: Redis[], lua: string): Promise<number> {
     return Number(last.split(",")[1]?.replaceAll('"', ""));
   });
   return (await Promise.all(runs)).reduce((sum, rps) => sum + rps, 0);
-}
-
-async function cpuSeconds(nodes: Redis[]): Promise<number> {
-  const infos = await Promise.all(nodes.map((node) => node.info("cpu")));
-  return infos.reduce((sum, info) => sum + field(info, "used_cpu_user") + field(info, "used_cpu_sys"), 0);
-}
-
-/** used_memory of the primaries once their replicas have caught up (replica output buffers drained). */
-async function usedMemory(nodes: Redis[]): Promise<number> {
-  for (let tries = 0; tries < 100; tries++) {
-    const infos = await Promise.all(nodes.map((node) => node.info("replication")));
-    const settled = infos.every((info) => {
-      const offset = field(info, "master_repl_offset");
-      return [...info.matchAll(/^slave\d+:.*offset=(\d+)/gm)].every((match) => Number(match[1]) === offset);
-    });
-    if (settled) break;
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-  const infos = await Promise.all(nodes.map((node) => node.info("memory")));
-  return infos.reduce((sum, info) => sum + field(info, "used_memory"), 0);
-}
-
-async function redisVersion(nodes: Redis[]): Promise<string> {
-  const info = await (nodes[0] as Redis).info("server");
-  return `redis-server ${field(info, "redis_version", true)}`;
-}
-
-function field(info: string, name: string): number;
-function field(info: string, name: string, text: true): string;
-function field(info: string, name: string, text?: true): number | string {
-  const value = new RegExp(`^${name}:(.*)$`, "m").exec(info)?.[1]?.trim() ?? "";
-  return text ? value : Number(value);
 }
 
 /** Replaces the text between `<!-- bench:NAME:start -->` and `<!-- bench:NAME:end -->`. */

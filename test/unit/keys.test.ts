@@ -41,7 +41,7 @@ describe("keys", () => {
     expect(pageOf(id)).toBe(16_777_215);
     expect(capTagOf(id)).toBe(CAP_TAGS - 1);
     expect(capPageKey("tg", pageOf(id))).toBe("tg:cap:{255}:p:16777215");
-    expect(capRecordKey("tg", capTagOf(id), recordRangeOf(id))).toBe("tg:cap:{255}:r:31");
+    expect(capRecordKey("tg", capTagOf(id), recordRangeOf(id))).toBe("tg:cap:{255}:r:7");
   });
 
   it("agrees with the page size lua/cap-sends.lua is written for", () => {

@@ -58,6 +58,8 @@ export class Capper {
   /**
    * One user on one channel (POST /v1/frequency): the decision, counted unless `consume` is false, and
    * every applicable window with what is used and left. Without a campaign ID every consuming check counts.
+   * The single-user path: one script call that writes only the user's record, never a page block, so its
+   * cost is the user's own live sends.
    */
   async checkUser(input: unknown): Promise<FrequencyResult> {
     const request = parseOrThrow(frequencyRequestSchema, input);

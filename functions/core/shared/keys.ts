@@ -13,8 +13,8 @@ export const USERS_PER_PAGE = 256;
 export const USERS_PER_GROUP = 1024;
 /** Groups are spread over this many tags, so a sparse batch still puts many users in one call. */
 export const CAP_TAGS = 256;
-/** Sparse users of one tag share a record hash per 2^27 IDs: ~50 users a hash for 100k random IDs. */
-export const RECORD_RANGE_BITS = 27;
+/** Sparse users of one tag share a record hash per 2^29 IDs: ~100 users a hash for 100k IDs at random in 0..2^31. */
+export const RECORD_RANGE_BITS = 29;
 
 export const DEFAULT_NAMESPACE = "tg";
 

@@ -1,0 +1,291 @@
+// The capping engine on the hostile-but-valid workloads of the engine issue (sparse IDs, a busy week,
+// busy single users, a big policy, a huge sparse message), beside Grab's per-user design where it
+// applies, each with Redis' own slowest script (SLOWLOG) and the PING round trip of the same run.
+import type { Redis } from "ioredis";
+import { RoaringBitmap32 } from "roaring-wasm";
+import { RedisCapStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
+import { type CapStore, MAX_CALLS_IN_FLIGHT } from "../../functions/core/capping/cap-sends-script.ts";
+import { Capper } from "../../functions/core/capping/capper.ts";
+import { parsePolicy } from "../../functions/core/capping/policy.ts";
+import { SegmentIndex } from "../../functions/core/capping/segment-index.ts";
+import { fixedClock } from "../../functions/core/shared/clock.ts";
+import { capRecordKey, capTagOf, perUserLogKey, recordRangeOf } from "../../functions/core/shared/keys.ts";
+import {
+  cpuSeconds,
+  keysMemory,
+  pingLatency,
+  resetSlowlog,
+  SLOWLOG_THRESHOLD_MICROS,
+  slowestScript,
+  usedMemory,
+} from "./redis-stats.ts";
+
+const DAY = 86_400_000;
+const T0 = Date.UTC(2026, 10, 2, 9);
+const BATCH = 10_000;
+
+export type GrabCall = (key: string, ...args: number[]) => Promise<number>;
+
+interface Row {
+  scenario: string;
+  tollgate: string;
+  grab: string;
+  target: string;
+}
+
+/** A deterministic stream of distinct user IDs below `limit`. */
+function scatteredIds(count: number, limit: number, seed: number): number[] {
+  const ids = new Set<number>();
+  let state = seed >>> 0;
+  while (ids.size < count) {
+    state = (Math.imul(state, 1_664_525) + 1_013_904_223) >>> 0;
+    ids.add(state % limit);
+  }
+  return [...ids];
+}
+
+const batchesOf = (ids: number[]) =>
+  Array.from({ length: Math.ceil(ids.length / BATCH) }, (_, b) => ids.slice(b * BATCH, (b + 1) * BATCH));
+
+function onePolicy(caps: Record<string, { window: string; max: number }[]>) {
+  return {
+    policy: parsePolicy({ version: "bench", channels: ["push"], segments: [], default: { name: "everyone", caps } }),
+    segments: new SegmentIndex([]),
+  };
+}
+
+export async function runCappingWorkloads(
+  cluster: TollgateCluster,
+  primaries: Redis[],
+  grabCall: GrabCall,
+): Promise<string[]> {
+  const rows: Row[] = [];
+  const us = (seconds: number, decisions: number) => `${((seconds / decisions) * 1e6).toFixed(2)} µs`;
+  const bytes = (delta: number, users: number) => `${(delta / users).toFixed(1)} B`;
+  const ms = (value: number) => `${value.toFixed(2)} ms`;
+  const slowestText = (slowest: { ms: number; calls: number }) =>
+    slowest.calls === 0
+      ? `slowest script < ${SLOWLOG_THRESHOLD_MICROS / 1000} ms (none logged)`
+      : `slowest script ${ms(slowest.ms)} (${slowest.calls} at or over ${SLOWLOG_THRESHOLD_MICROS / 1000} ms)`;
+  const capperWith = (rules: ReturnType<typeof onePolicy>, namespace: string, store?: CapStore) => {
+    const clock = fixedClock(T0);
+    return {
+      clock,
+      capper: new Capper({ store: store ?? new RedisCapStore(cluster), rules: () => rules, clock, namespace }),
+    };
+  };
+  const ping = await pingLatency(primaries);
+
+  // Sparse campaign: 100k IDs at random in 0..2^31, two campaigns a day apart (caps 1/1d, 2/7d)
+  {
+    const ids = scatteredIds(100_000, 2 ** 31, 7);
+    const rules = onePolicy({
+      push: [
+        { window: "1d", max: 1 },
+        { window: "7d", max: 2 },
+      ],
+    });
+    const { capper, clock } = capperWith(rules, "bench-sparse");
+    await resetSlowlog(primaries);
+    const memoryBefore = await usedMemory(primaries);
+    const cpuBefore = await cpuSeconds(primaries);
+    for (let day = 0; day < 2; day++) {
+      clock.set(T0 + day * DAY);
+      await Promise.all(
+        batchesOf(ids).map((userIds) => capper.capBatch({ campaignId: `sparse-${day}`, channel: "push", userIds })),
+      );
+    }
+    const cpu = (await cpuSeconds(primaries)) - cpuBefore;
+    const slowest = await slowestScript(primaries);
+    const memory = (await usedMemory(primaries)) - memoryBefore;
+    const own = await keysMemory(primaries, "bench-sparse:*");
+    const grabBefore = await usedMemory(primaries);
+    const grabCpuBefore = await cpuSeconds(primaries);
+    for (let day = 0; day < 2; day++) {
+      const now = T0 + day * DAY;
+      for (const chunk of batchesOf(ids)) {
+        await Promise.all(
+          chunk.map((id) => grabCall(perUserLogKey("bench-grab-sparse", id), now, DAY, 1, 7 * DAY, 2, now - 7 * DAY)),
+        );
+      }
+    }
+    const grabCpu = (await cpuSeconds(primaries)) - grabCpuBefore;
+    const grabMemory = (await usedMemory(primaries)) - grabBefore;
+    rows.push({
+      scenario: "Sparse campaign: 100k IDs at random in 0..2^31, 2 sends (bytes/user, primary CPU/decision)",
+      tollgate: `${bytes(memory, ids.length)} (keys' own MEMORY USAGE: ${bytes(own, ids.length)}), ${us(cpu, 2 * ids.length)}; ${slowestText(slowest)}`,
+      grab: `${bytes(grabMemory, ids.length)}, ${us(grabCpu, 2 * ids.length)}`,
+      target: "≤ 24 B and ≤ 1.0 µs",
+    });
+  }
+
+  // A busy week: 100k consecutive users, 30 campaigns, each to a random half (caps 10/1d, 30/7d)
+  {
+    const users = 100_000;
+    const rules = onePolicy({
+      push: [
+        { window: "1d", max: 10 },
+        { window: "7d", max: 30 },
+      ],
+    });
+    const { capper, clock } = capperWith(rules, "bench-week");
+    const half = (campaign: number) =>
+      Array.from({ length: users }, (_, id) => id).filter(
+        (id) => (Math.imul(id + 1, 0x9e3779b1) ^ Math.imul(campaign + 1, 0x85ebca6b)) & 0x100,
+      );
+    await resetSlowlog(primaries);
+    const memoryBefore = await usedMemory(primaries);
+    let sends = 0;
+    for (let campaign = 0; campaign < 30; campaign++) {
+      clock.set(T0 + Math.floor((campaign * 7 * DAY) / 30));
+      const ids = half(campaign);
+      sends += ids.length;
+      await Promise.all(
+        batchesOf(ids).map((userIds) => capper.capBatch({ campaignId: `week-${campaign}`, channel: "push", userIds })),
+      );
+    }
+    const slowest = await slowestScript(primaries);
+    const memory = (await usedMemory(primaries)) - memoryBefore;
+    const own = await keysMemory(primaries, "bench-week:*");
+    const grabBefore = await usedMemory(primaries);
+    for (let campaign = 0; campaign < 30; campaign++) {
+      const now = T0 + Math.floor((campaign * 7 * DAY) / 30);
+      const ids = half(campaign);
+      for (const chunk of batchesOf(ids)) {
+        await Promise.all(
+          chunk.map((id) => grabCall(perUserLogKey("bench-grab-week", id), now, DAY, 10, 7 * DAY, 30, now - 7 * DAY)),
+        );
+      }
+    }
+    const grabMemory = (await usedMemory(primaries)) - grabBefore;
+    rows.push({
+      scenario: `30 campaigns in a week, each to a random half of 100k users (${sends.toLocaleString("en-US")} sends): bytes/user, slowest script`,
+      tollgate: `${bytes(memory, users)} (keys' own MEMORY USAGE: ${bytes(own, users)}), ${slowestText(slowest)}`,
+      grab: bytes(grabMemory, users),
+      target: "≤ 40 B, slowest script ≤ 5 ms",
+    });
+  }
+
+  // 256 users × 260 anonymous checks at 2 per 1m (POST /v1/frequency's engine method)
+  {
+    const rules = onePolicy({ push: [{ window: "1m", max: 2 }] });
+    const { capper, clock } = capperWith(rules, "bench-checks");
+    await resetSlowlog(primaries);
+    let answered = 0;
+    let allowed = 0;
+    for (let round = 0; round < 260; round++) {
+      clock.set(T0 + round * 250);
+      const results = await Promise.all(
+        Array.from({ length: 256 }, (_, userId) => capper.checkUser({ userId, channel: "push" })),
+      );
+      answered += results.length;
+      allowed += results.filter((result) => result.allowed).length;
+    }
+    const slowest = await slowestScript(primaries);
+    rows.push({
+      scenario: "256 users × 260 anonymous checks at 2 per 1m (66,560 checks)",
+      tollgate: `${answered.toLocaleString("en-US")} answered (${allowed} allowed), ${slowestText(slowest)}`,
+      grab: "",
+      target: "every check answered; slowest script ≤ 5 ms",
+    });
+  }
+
+  // 1 user × 8,000 sends at 1 per 1s
+  {
+    const rules = onePolicy({ push: [{ window: "1s", max: 1 }] });
+    const namespace = "bench-busy-user";
+    const { capper, clock } = capperWith(rules, namespace);
+    const user = 4242;
+    await resetSlowlog(primaries);
+    for (let i = 0; i < 8_000; i++) {
+      clock.set(T0 + i * 1000);
+      await capper.capBatch({ campaignId: `s${i}`, channel: "push", userIds: [user] });
+    }
+    const slowest = await slowestScript(primaries);
+    const key = capRecordKey(namespace, capTagOf(user), recordRangeOf(user));
+    const size = Number(await cluster.call("MEMORY", "USAGE", key));
+    rows.push({
+      scenario: "1 user × 8,000 sends at 1 per 1s: the user's key, slowest script",
+      tollgate: `${(size / 1024).toFixed(1)} KB, ${slowestText(slowest)}`,
+      grab: "",
+      target: "≤ 16 KB, slowest script ≤ 2 ms",
+    });
+  }
+
+  // 65 segments × 32 caps, 256-user calls (4 users in each segment), 20 campaigns 20 minutes apart
+  {
+    const caps = (segment: number) => ({
+      push: Array.from({ length: 32 }, (_, i) => ({ window: `${i + 1}h`, max: 2 + ((i + segment) % 3) })),
+    });
+    const bitmaps = Array.from({ length: 64 }, (_, s) => new RoaringBitmap32([0, 1, 2, 3].map((k) => s * 4 + k)));
+    const rules = {
+      policy: parsePolicy({
+        version: "bench-big",
+        channels: ["push"],
+        segments: Array.from({ length: 64 }, (_, s) => ({
+          name: `s${s}`,
+          bitmap: `segments/s${s}.roaring`,
+          caps: caps(s),
+        })),
+        default: { name: "rest", caps: caps(64) },
+      }),
+      segments: new SegmentIndex(bitmaps),
+    };
+    const { capper, clock } = capperWith(rules, "bench-big-policy");
+    const userIds = Array.from({ length: 256 }, (_, i) => i);
+    await resetSlowlog(primaries);
+    for (let step = 0; step < 20; step++) {
+      clock.set(T0 + step * 20 * 60_000);
+      await capper.capBatch({ campaignId: `big-${step}`, channel: "push", userIds });
+    }
+    const slowest = await slowestScript(primaries);
+    rows.push({
+      scenario: "65 segments × 32 caps, 256-user calls (20 campaigns)",
+      tollgate: `${slowestText(slowest)}`,
+      grab: "",
+      target: "≤ 5 ms",
+    });
+  }
+
+  // One message of 90,000 scattered IDs
+  {
+    const rules = onePolicy({ push: [{ window: "1d", max: 1 }] });
+    const inner = new RedisCapStore(cluster);
+    let inFlight = 0;
+    let mostInFlight = 0;
+    let calls = 0;
+    const counting: CapStore = {
+      async capSends(keys, args) {
+        calls++;
+        mostInFlight = Math.max(mostInFlight, ++inFlight);
+        try {
+          return await inner.capSends(keys, args);
+        } finally {
+          inFlight--;
+        }
+      },
+    };
+    const { capper } = capperWith(rules, "bench-huge-message", counting);
+    const userIds = scatteredIds(90_000, 2 ** 32, 11);
+    await resetSlowlog(primaries);
+    const started = performance.now();
+    const result = await capper.capBatch({ campaignId: "huge", channel: "push", userIds });
+    const seconds = (performance.now() - started) / 1000;
+    const slowest = await slowestScript(primaries);
+    rows.push({
+      scenario: "One message of 90,000 scattered IDs (a 2 s command timeout, 6 s call deadline)",
+      tollgate: `decided in ${seconds.toFixed(2)} s: ${calls.toLocaleString("en-US")} calls, at most ${mostInFlight} in flight (bound ${MAX_CALLS_IN_FLIGHT}), ${slowestText(slowest)}, ${result.totals.everyone?.allowed} allowed`,
+      grab: "",
+      target: "decided within the time budget, in-flight calls bounded",
+    });
+  }
+
+  return [
+    `PING round trip in the same run (one at a time, primaries in turn): p50 ${ms(ping.p50)}, p99 ${ms(ping.p99)}. ` +
+      `Slowest script: the longest EVALSHA in Redis' SLOWLOG over the scenario, all primaries (commands over ${SLOWLOG_THRESHOLD_MICROS / 1000} ms are logged).`,
+    "",
+    "| Scenario | Tollgate | Grab per-user sliding log | Target |",
+    "|---|---|---|---|",
+    ...rows.map((row) => `| ${row.scenario} | ${row.tollgate} | ${row.grab} | ${row.target} |`),
+  ];
+}

@@ -1,0 +1,102 @@
+// What the bench reads from the primaries: CPU time, memory once replicas caught up, the server version,
+// Redis' own slowest-script figure (SLOWLOG) and the PING round trip beside it.
+import type { Redis } from "ioredis";
+
+export async function cpuSeconds(nodes: Redis[]): Promise<number> {
+  const infos = await Promise.all(nodes.map((node) => node.info("cpu")));
+  return infos.reduce((sum, info) => sum + field(info, "used_cpu_user") + field(info, "used_cpu_sys"), 0);
+}
+
+/** used_memory of the primaries once their replicas have caught up (replica output buffers drained). */
+export async function usedMemory(nodes: Redis[]): Promise<number> {
+  for (let tries = 0; tries < 100; tries++) {
+    const infos = await Promise.all(nodes.map((node) => node.info("replication")));
+    const settled = infos.every((info) => {
+      const offset = field(info, "master_repl_offset");
+      return [...info.matchAll(/^slave\d+:.*offset=(\d+)/gm)].every((match) => Number(match[1]) === offset);
+    });
+    if (settled) break;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  const infos = await Promise.all(nodes.map((node) => node.info("memory")));
+  return infos.reduce((sum, info) => sum + field(info, "used_memory"), 0);
+}
+
+export async function redisVersion(nodes: Redis[]): Promise<string> {
+  const info = await (nodes[0] as Redis).info("server");
+  return `redis-server ${field(info, "redis_version", true)}`;
+}
+
+/**
+ * The SLOWLOG threshold: every command slower than this is logged. Logging every command would put the
+ * log's own memory into the bytes-per-user figures measured in the same scenario.
+ */
+export const SLOWLOG_THRESHOLD_MICROS = 250;
+
+/** Logs every command slower than the threshold from now on, and forgets what was logged before. */
+export async function resetSlowlog(nodes: Redis[]): Promise<void> {
+  await Promise.all(
+    nodes.map(async (node) => {
+      await node.config("SET", "slowlog-log-slower-than", String(SLOWLOG_THRESHOLD_MICROS));
+      await node.config("SET", "slowlog-max-len", "100000");
+      await node.call("SLOWLOG", "RESET");
+    }),
+  );
+}
+
+/**
+ * The longest script call (EVALSHA/EVAL) Redis itself logged since resetSlowlog, in ms (0 when none
+ * reached the threshold), and how many did. Logging stops and the log is emptied, so nothing logged later
+ * (a baseline's run) counts in a memory figure.
+ */
+export async function slowestScript(nodes: Redis[]): Promise<{ ms: number; calls: number }> {
+  let slowest = 0;
+  let calls = 0;
+  for (const node of nodes) {
+    const entries = (await node.call("SLOWLOG", "GET", "-1")) as [number, number, number, string[]][];
+    for (const [, , micros, command] of entries) {
+      const name = String(command[0]).toLowerCase();
+      if (name !== "evalsha" && name !== "eval") continue;
+      calls++;
+      slowest = Math.max(slowest, micros);
+    }
+    await node.config("SET", "slowlog-log-slower-than", "-1");
+    await node.call("SLOWLOG", "RESET");
+  }
+  return { ms: slowest / 1000, calls };
+}
+
+/** p50 and p99 of `runs` PINGs to each primary, one at a time, in ms. */
+export async function pingLatency(nodes: Redis[], runs = 300): Promise<{ p50: number; p99: number }> {
+  const samples: number[] = [];
+  for (let i = 0; i < runs; i++) {
+    const node = nodes[i % nodes.length] as Redis;
+    const started = performance.now();
+    await node.ping();
+    samples.push(performance.now() - started);
+  }
+  samples.sort((a, b) => a - b);
+  const at = (p: number) => samples[Math.min(samples.length - 1, Math.floor(p * samples.length))] as number;
+  return { p50: at(0.5), p99: at(0.99) };
+}
+
+export function field(info: string, name: string): number;
+export function field(info: string, name: string, text: true): string;
+export function field(info: string, name: string, text?: true): number | string {
+  const value = new RegExp(`^${name}:(.*)$`, "m").exec(info)?.[1]?.trim() ?? "";
+  return text ? value : Number(value);
+}
+
+/** The sum of MEMORY USAGE over the keys matching `pattern` on the primaries: the keys' own bytes. */
+export async function keysMemory(nodes: Redis[], pattern: string): Promise<number> {
+  let total = 0;
+  for (const node of nodes) {
+    let cursor = "0";
+    do {
+      const [next, keys] = await node.scan(cursor, "MATCH", pattern, "COUNT", 1000);
+      cursor = next;
+      for (const key of keys) total += Number(await node.call("MEMORY", "USAGE", key, "SAMPLES", "0"));
+    } while (cursor !== "0");
+  }
+  return total;
+}
