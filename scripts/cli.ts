@@ -1,5 +1,6 @@
 // The `tollgate` operator CLI: the program, its command groups (scripts/cli/*) and its exit codes: 0 done,
-// 1 the input or a service refused (the message says why), 2 usage error. AWS commands use the usual AWS
+// 1 a file's content or a service refused (the message says why), 2 usage error (an unknown command or
+// option, a malformed option value or argument), 3 `check` answered "denied". AWS commands use the usual AWS
 // environment (credentials, AWS_REGION), or `--endpoint` for an emulator, or `--local` for the stack of
 // `npm run local` (.local/endpoints.json). The operator actions themselves are in functions/app.
 //
@@ -10,18 +11,25 @@
 //   npm run tollgate -- campaign push --local --campaign spring --channel push --range 0-999999
 //   npm run tollgate -- delivery tail --local --max 20
 //   npm run tollgate -- check --local /v1/limit '{"key":"login:1.2.3.4","algorithm":"gcra","burst":4,"count":1,"periodMs":1000}'
+import { readFileSync } from "node:fs";
 import { Command, CommanderError } from "commander";
 import { InvalidPolicyError, ValidationError } from "../functions/core/shared/errors.ts";
 import { addCampaignCommands } from "./cli/campaign-commands.ts";
 import { addCheckCommand, CheckFailed } from "./cli/check-command.ts";
 import { addDeliveryCommands } from "./cli/delivery-commands.ts";
+import { UsageError } from "./cli/option-values.ts";
 import { addPolicyCommands } from "./cli/policy-commands.ts";
 import { addSegmentsCommands } from "./cli/segments-commands.ts";
 import { isMain } from "./is-main.ts";
 
+const { version } = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as {
+  version: string;
+};
+
 export function makeProgram(): Command {
   const program = new Command("tollgate")
     .description("Operate Tollgate: segments, policies, campaigns, the delivery queue")
+    .version(version)
     .exitOverride()
     .configureOutput({ writeErr: (text) => process.stderr.write(text) });
   addSegmentsCommands(program);
@@ -40,6 +48,10 @@ export async function runCli(argv: readonly string[]): Promise<number> {
   } catch (error) {
     if (error instanceof CommanderError) return error.exitCode === 0 ? 0 : 2;
     if (error instanceof CheckFailed) return error.exitCode;
+    if (error instanceof UsageError) {
+      console.error(`tollgate: ${error.message}`);
+      return 2;
+    }
     if (error instanceof InvalidPolicyError) {
       console.error(`tollgate: invalid policy:\n${error.issues.map((issue) => `  ${issue}`).join("\n")}`);
       return 1;

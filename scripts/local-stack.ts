@@ -4,12 +4,13 @@
 //   redrive policy;
 // - the campaign consumer handler, driven by an SQS poller as Lambda's event source mapping would drive it;
 // - the check API handler behind a local Function URL (HTTP on 127.0.0.1, payload 2.0 events).
-// It writes .local/endpoints.json, stays up until Ctrl-C, then stops everything it started.
+// It writes .local/endpoints.json, stays up until Ctrl-C, then stops everything it started and removes the
+// file. A stack killed before it could (SIGKILL) is cleaned up by the next start (local/stack-record.ts).
 import { mkdirSync, writeFileSync } from "node:fs";
 import { dirname } from "node:path";
 import { CreateBucketCommand } from "@aws-sdk/client-s3";
 import { CreateQueueCommand, GetQueueAttributesCommand, type SQSClient } from "@aws-sdk/client-sqs";
-import { startFauxqs } from "fauxqs";
+import { buildApp as buildFauxqs } from "fauxqs";
 import { createAwsClients } from "../functions/adapters/aws-clients.ts";
 import type { CheckApiVariables, CommonVariables, ConsumerVariables } from "../functions/app/environment.ts";
 import { wireCampaignConsumer, wireCheckApi } from "../functions/app/wiring.ts";
@@ -18,6 +19,7 @@ import { isMain } from "./is-main.ts";
 import { ENDPOINTS_FILE, type Endpoints } from "./local/endpoints.ts";
 import { startFunctionUrlServer } from "./local/function-url-server.ts";
 import { SqsPoller } from "./local/sqs-poller.ts";
+import { cleanUpAbandonedStack, removeStackFiles, writeStackRecord } from "./local/stack-record.ts";
 import { startCluster, stopCluster } from "./redis-cluster.ts";
 
 export interface LocalStackOptions {
@@ -73,15 +75,21 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
   process.env.POWERTOOLS_LOG_LEVEL ??= "WARN";
   process.env.POWERTOOLS_METRICS_DISABLED ??= "true";
 
+  if (options.writeEndpoints !== false) {
+    const cleaned = await cleanUpAbandonedStack();
+    if (cleaned) console.error(`[local] ${cleaned}`);
+  }
   const redis = await startCluster(options.redisBasePort === undefined ? {} : { basePort: options.redisBasePort });
   // run in order on stop: what is started later goes to the front (poller, clients), servers stay last
   const stops: (() => Promise<unknown>)[] = [];
   if (redis.started)
     stops.push(() => stopCluster(options.redisBasePort === undefined ? {} : { basePort: options.redisBasePort }));
   try {
-    const fauxqs = await startFauxqs({ port: options.awsPort ?? 0, host: "127.0.0.1", logger: false });
-    stops.push(() => fauxqs.stop());
-    const awsEndpoint = `http://127.0.0.1:${fauxqs.port}`;
+    // fauxqs's own startFauxqs() listens on 0.0.0.0 whatever its `host` option (that only names the host in
+    // queue URLs): its app is listened on loopback here, so nothing outside this machine reaches it
+    const fauxqs = buildFauxqs({ logger: false, host: "127.0.0.1" });
+    const awsEndpoint = await fauxqs.listen({ port: options.awsPort ?? 0, host: "127.0.0.1" });
+    stops.push(() => fauxqs.close());
     const { s3, sqs } = createAwsClients({ region, endpoint: awsEndpoint });
     await s3.send(new CreateBucketCommand({ Bucket: bucket }));
     const visibility = String(options.visibilityTimeoutSeconds ?? 30);
@@ -154,6 +162,10 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
     if (options.writeEndpoints !== false) {
       mkdirSync(dirname(ENDPOINTS_FILE), { recursive: true });
       writeFileSync(ENDPOINTS_FILE, `${JSON.stringify(endpoints, null, 2)}\n`);
+      const redisBasePort = Number((redis.nodes[0] as string).split(":")[1]);
+      writeStackRecord({ pid: process.pid, ...(redis.started ? { startedRedisBasePort: redisBasePort } : {}) });
+      // removed first on stop: from then on nothing claims the stack is up
+      stops.unshift(async () => removeStackFiles());
     }
     let stopped = false;
     return {
@@ -192,17 +204,18 @@ async function main(): Promise<void> {
     batchSize: Number(process.env.LOCAL_BATCH_SIZE ?? 10),
     batchingWindowMs: Number(process.env.LOCAL_BATCHING_WINDOW_MS ?? 0),
   });
-  console.log(
-    `local stack up; endpoints in ${ENDPOINTS_FILE}:\n${JSON.stringify(stack.endpoints, null, 2)}\nCtrl-C stops it.`,
-  );
   const shutdown = async () => {
     console.log("\nstopping ...");
     await stack.stop();
     console.log("stopped");
     process.exit(0);
   };
+  // before saying it is up: a Ctrl-C right after the message must still stop everything
   process.once("SIGINT", shutdown);
   process.once("SIGTERM", shutdown);
+  console.log(
+    `local stack up; endpoints in ${ENDPOINTS_FILE}:\n${JSON.stringify(stack.endpoints, null, 2)}\nCtrl-C stops it.`,
+  );
 }
 
 if (isMain(import.meta)) {

@@ -5,6 +5,7 @@ import { type Command, Option } from "commander";
 import { createAwsClients } from "../../functions/adapters/aws-clients.ts";
 import { ValidationError } from "../../functions/core/shared/errors.ts";
 import { ENDPOINTS_FILE, type Endpoints } from "../local/endpoints.ts";
+import { isRunning, readStackRecord, STACK_RECORD_FILE } from "../local/stack-record.ts";
 
 export interface AwsOptions {
   local?: boolean;
@@ -20,9 +21,22 @@ export function withAws(command: Command): Command {
     .addOption(new Option("--region <region>", "AWS region").env("AWS_REGION").default("us-east-1"));
 }
 
+/** The endpoints of a running `npm run local`; a missing file or a stack whose process is gone is refused. */
 export function localEndpoints(): Endpoints {
   if (!existsSync(ENDPOINTS_FILE))
     throw new ValidationError("--local", `${ENDPOINTS_FILE} not found: is \`npm run local\` running?`);
+  // a stack killed without its cleanup leaves its endpoints behind: say so rather than fail to connect
+  const record = readStackRecord();
+  if (!record)
+    throw new ValidationError(
+      "--local",
+      `${ENDPOINTS_FILE} has no ${STACK_RECORD_FILE}: is \`npm run local\` running?`,
+    );
+  if (!isRunning(record.pid))
+    throw new ValidationError(
+      "--local",
+      `the local stack that wrote ${ENDPOINTS_FILE} (pid ${record.pid}) is not running: is \`npm run local\` running?`,
+    );
   return JSON.parse(readFileSync(ENDPOINTS_FILE, "utf8")) as Endpoints;
 }
 

@@ -8,6 +8,7 @@ import { parseUserIdList } from "../../functions/core/capping/segment-builder.ts
 import { ValidationError } from "../../functions/core/shared/errors.ts";
 import { MAX_USER_ID } from "../../functions/core/shared/send-fields.ts";
 import { type AwsOptions, aws, required, withAws } from "./aws-options.ts";
+import { integerIn } from "./option-values.ts";
 
 /** User IDs from `--range A-B` or `--ids-file F`. */
 function userIdsOf(options: { range?: string; idsFile?: string }): number[] {
@@ -35,10 +36,14 @@ export function addCampaignCommands(program: Command): void {
       .option("--range <from-to>", "user IDs FROM..TO")
       .option("--ids-file <file>", "file of user IDs")
       .option("--payload <json>", "payload forwarded with every send")
-      .option("--at <ms>", "send time, ms since the epoch (default: when processed)")
+      .option(
+        "--at <ms>",
+        "send time, ms since the epoch (default: when processed)",
+        integerIn(0, Number.MAX_SAFE_INTEGER),
+      )
       .option("--exempt", "skip the caps (transactional)")
       .option("--count-exempt", "with --exempt: count the sends anyway")
-      .option("--per-message <n>", "user IDs per message", "10000"),
+      .option("--per-message <n>", "user IDs per message", integerIn(1, 50_000), 10_000),
   ).action(
     async (
       options: AwsOptions & {
@@ -48,10 +53,10 @@ export function addCampaignCommands(program: Command): void {
         range?: string;
         idsFile?: string;
         payload?: string;
-        at?: string;
+        at?: number;
         exempt?: boolean;
         countExempt?: boolean;
-        perMessage: string;
+        perMessage: number;
       },
     ) => {
       const userIds = userIdsOf(options);
@@ -67,14 +72,11 @@ export function addCampaignCommands(program: Command): void {
         campaignId: options.campaign,
         channel: options.channel,
         ...(payload === undefined ? {} : { payload }),
-        ...(options.at === undefined ? {} : { at: Number(options.at) }),
+        ...(options.at === undefined ? {} : { at: options.at }),
         ...(options.exempt ? { exempt: true } : {}),
         ...(options.countExempt ? { countExempt: true } : {}),
       };
-      const perMessage = Number(options.perMessage);
-      if (!Number.isInteger(perMessage) || perMessage < 1 || perMessage > 50_000) {
-        throw new ValidationError("--per-message", "expected an integer from 1 to 50000");
-      }
+      const perMessage = options.perMessage;
       const { sqs, local } = aws(options);
       const queueUrl = required(options.queueUrl, local?.campaignQueueUrl, "--queue-url");
       const bar = process.stderr.isTTY ? new SingleBar({ format: "pushing [{bar}] {value}/{total} users" }) : undefined;

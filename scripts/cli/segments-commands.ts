@@ -5,8 +5,8 @@ import { basename, join } from "node:path";
 import type { Command } from "commander";
 import { publishSegments } from "../../functions/app/operator-actions.ts";
 import { buildSegments, parseUserIdList } from "../../functions/core/capping/segment-builder.ts";
-import { ValidationError } from "../../functions/core/shared/errors.ts";
 import { type AwsOptions, aws, required, withAws } from "./aws-options.ts";
+import { segmentFiles } from "./option-values.ts";
 
 export function addSegmentsCommands(program: Command): void {
   const segments = program.command("segments").description("segment bitmaps (CRoaring portable format)");
@@ -16,11 +16,11 @@ export function addSegmentsCommands(program: Command): void {
     .requiredOption("--out <dir>", "directory for <name>.roaring files")
     .argument("<segment=file...>", "segment name and the file of its user IDs")
     .action((pairs: string[], options: { out: string }) => {
-      const members = pairs.map((pair) => {
-        const [name, file] = pair.split("=", 2);
-        if (!name || !file) throw new ValidationError(pair, "expected <segment>=<file>");
-        return { name, userIds: parseUserIdList(readFileSync(file, "utf8"), file) };
-      });
+      // checked before any file is read: a duplicate would overwrite the first, `../x` write outside --out
+      const members = segmentFiles(pairs).map(({ name, file }) => ({
+        name,
+        userIds: parseUserIdList(readFileSync(file, "utf8"), file),
+      }));
       const built = buildSegments(members);
       mkdirSync(options.out, { recursive: true });
       for (const { name, userIds } of members) {

@@ -19,8 +19,9 @@ export const ALL_CHANNELS = "*";
 /** Where the policy lives in the bucket unless POLICY_KEY says otherwise. */
 export const DEFAULT_POLICY_KEY = "config/policy.json";
 
-const name = (what: string) =>
-  z.string().regex(/^[a-z0-9][a-z0-9_-]{0,63}$/, `expected a ${what} name of a-z, 0-9, "_" or "-"`);
+/** Channel and segment names: also file names (`<segment>.roaring`), so never a path separator. */
+export const NAME_PATTERN = /^[a-z0-9][a-z0-9_-]{0,63}$/;
+const name = (what: string) => z.string().regex(NAME_PATTERN, `expected a ${what} name of a-z, 0-9, "_" or "-"`);
 
 const window = z.string().superRefine((text, ctx) => {
   const ms = parseDuration(text);
