@@ -3,7 +3,8 @@
 // the check API's clock is the store's `now`.
 import { QuotasConfigError, StoreUnreachableError, SyncRejectedError } from "../errors.ts";
 import type { QuotaTransport } from "../quotas.ts";
-import type { SyncReply, SyncRequest } from "../wire.ts";
+import { type SyncReply, type SyncRequest, WireError } from "../wire.ts";
+import { parseSyncReply } from "./reply-schema.ts";
 import { type Signer, type SigningOptions, sigV4Signer } from "./sigv4.ts";
 
 export interface HttpTransportOptions {
@@ -48,7 +49,13 @@ export function httpTransport(options: HttpTransportOptions): QuotaTransport {
           status: response.status,
         });
       }
-      return JSON.parse(text) as SyncReply;
+      let json: unknown;
+      try {
+        json = JSON.parse(text);
+      } catch {
+        throw new WireError("reply", "not JSON");
+      }
+      return parseSyncReply(json, request);
     },
   };
 }
