@@ -53,6 +53,8 @@ const commonEnvironment = {
   CONFIG_BUCKET: z.string("required: the bucket holding the policy and segment bitmaps").min(1, "must not be empty"),
   POLICY_KEY: z.string().min(1).default(DEFAULT_POLICY_KEY),
   REFRESH_SECONDS: integer(0, 86_400, 60),
+  /** A new bitmap that takes away more than this share of its segment is refused unless forced. */
+  SEGMENT_MAX_SHRINK_PERCENT: integer(0, 100, 50),
   KEY_NAMESPACE: z.string().regex(NAMESPACE_PATTERN, NAMESPACE_RULE).default(DEFAULT_NAMESPACE),
   AWS_REGION: z.string().min(1).default("us-east-1"),
   AWS_ENDPOINT_URL: httpUrl("expected an http(s) URL").optional(),

@@ -28,8 +28,9 @@ export function publishSegments(
   s3: S3Client,
   bucket: string,
   files: readonly SegmentFile[],
+  options: { allowShrink?: boolean } = {},
 ): Promise<{ key: string; bytes: number }[]> {
-  return publishSegmentsTo(new S3ObjectStore(s3, bucket), files);
+  return publishSegmentsTo(new S3ObjectStore(s3, bucket), files, options);
 }
 
 /** Builds the bitmaps of a policy's segments from their members and uploads them, then the policy. */

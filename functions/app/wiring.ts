@@ -52,6 +52,7 @@ function commonParts(
     store: new S3ObjectStore(s3, config.CONFIG_BUCKET),
     policyKey: config.POLICY_KEY,
     refreshMs: config.REFRESH_SECONDS * 1000,
+    maxShrink: config.SEGMENT_MAX_SHRINK_PERCENT / 100,
     onRejected: (error) => {
       logger.error("new policy or segments refused; the last good ones stay in service", { error });
       const single = metrics.singleMetric();
@@ -75,7 +76,7 @@ export function wireCampaignConsumer(
       deadlineMs: config.REDIS_DEADLINE_MS,
       onRetry: (error) => logger.warn("redis call retried", { error: error.message }),
     }),
-    rules: () => rules.current(),
+    rules: (request) => rules.current(request),
     namespace: config.KEY_NAMESPACE,
   });
   const consumer = new CampaignConsumer({
@@ -110,7 +111,7 @@ export function wireCheckApi(env: NodeJS.ProcessEnv) {
   const capper = new Capper({
     // a frequency check without a campaign ID is not idempotent: retry only what surely did not run
     store: new RedisCapStore(cluster, { deadlineMs: config.CHECK_TIMEOUT_MS, retryOn: "not-run" }),
-    rules: () => rules.current(),
+    rules: (request) => rules.current(request),
     namespace: config.KEY_NAMESPACE,
   });
   const health = async (): Promise<HealthReport> => {
@@ -130,9 +131,11 @@ export function wireCheckApi(env: NodeJS.ProcessEnv) {
         policyVersion: policy.version,
         segments: Object.fromEntries(policy.segments.slice(0, -1).map((segment, i) => [segment.name, sizes[i] ?? 0])),
       };
+      const { refused } = rules.status();
+      if (refused.length > 0) report.refused = refused;
       return report;
     } catch {
-      return { ok: false, redis };
+      return { ok: false, redis, refused: rules.status().refused };
     }
   };
   const quotas = new QuotaSyncService({

@@ -11,7 +11,12 @@ import type { FrequencyResult } from "../core/capping/frequency.ts";
 import type { LimitSpec } from "../core/limits/limit-specs.ts";
 import type { Limiter } from "../core/limits/limiter.ts";
 import { cacheIdentity, type NegativeCache } from "../core/limits/negative-cache.ts";
-import { RulesUnavailableError, StoreReplyError, StoreUnavailableError } from "../core/shared/errors.ts";
+import {
+  type RulesRefusal,
+  RulesUnavailableError,
+  StoreReplyError,
+  StoreUnavailableError,
+} from "../core/shared/errors.ts";
 import { actionFor, HttpError, type HttpResponse, json, parseJsonObject, type Routes, refusal } from "./http.ts";
 import { rateLimitHeaders } from "./rate-limit-headers.ts";
 
@@ -20,6 +25,8 @@ export interface HealthReport {
   redis: "ok" | "unavailable";
   policyVersion?: string;
   segments?: Record<string, number>;
+  /** The policy or bitmap objects the last refresh refused, and why (the last good rules stay in service). */
+  refused?: readonly RulesRefusal[];
 }
 
 export interface CheckApiDeps {

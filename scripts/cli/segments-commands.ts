@@ -36,14 +36,20 @@ export function addSegmentsCommands(program: Command): void {
       .command("upload")
       .description("check and upload bitmaps to s3://BUCKET/segments/<file name>")
       .option("--bucket <name>", "the config bucket")
+      .option(
+        "--allow-shrink",
+        "accept these uploads even when they shrink a segment by more than SEGMENT_MAX_SHRINK_PERCENT (writes a force marker)",
+      )
       .argument("<file...>", "portable roaring bitmap files"),
-  ).action(async (files: string[], options: AwsOptions & { bucket?: string }) => {
+  ).action(async (files: string[], options: AwsOptions & { bucket?: string; allowShrink?: boolean }) => {
     const { s3, local } = aws(options);
     const bucket = required(options.bucket, local?.bucket, "--bucket");
     // every file is checked before the first upload: a bad one uploads nothing
     const segments = files.map((file) => ({ name: basename(file), bytes: readFileSync(file), source: file }));
-    for (const { key, bytes } of await publishSegments(s3, bucket, segments)) {
-      console.log(`uploaded s3://${bucket}/${key} (${bytes} bytes)`);
+    for (const { key, bytes } of await publishSegments(s3, bucket, segments, {
+      allowShrink: options.allowShrink === true,
+    })) {
+      console.log(`uploaded s3://${bucket}/${key} (${bytes} bytes)${options.allowShrink ? ", shrink allowed" : ""}`);
     }
   });
 }

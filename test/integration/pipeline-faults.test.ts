@@ -1,11 +1,14 @@
 // Faults that are not the message's, through the real consumer and check API (fauxqs + the real cluster):
-// Redis answering with an error fails only the record it hit and answers 500, never 503 or fail-open.
+// Redis answering with an error fails only the record it hit and answers 500, never 503 or fail-open; with
+// no valid rules, records are retried (never dead-lettered) and the check API answers 503 rules_unavailable.
+import { GetQueueAttributesCommand } from "@aws-sdk/client-sqs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
+import { uploadObject } from "../../functions/app/operator-actions.ts";
 import { capIdentityKey, capTagOf } from "../../functions/core/shared/keys.ts";
 import type { LocalStack } from "../../scripts/local-stack.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
-import { drainDelivery, invoke, receive, sendRaw, testStack, uploadRules } from "../support/pipeline.ts";
+import { clientsOf, drainDelivery, invoke, receive, sendRaw, testStack, uploadRules } from "../support/pipeline.ts";
 
 const policy = {
   version: "faults.1",
@@ -26,7 +29,8 @@ describe("Redis answering with an error", () => {
   let stack: LocalStack;
   let cluster: TollgateCluster;
   beforeAll(async () => {
-    stack = await testStack({ environment: { KEY_NAMESPACE: namespace } });
+    // REFRESH_SECONDS 0: the check API tried the (then empty) bucket at start; it must not wait to look again
+    stack = await testStack({ environment: { KEY_NAMESPACE: namespace, REFRESH_SECONDS: "0" } });
     await uploadRules(stack, policy, { new: [1, 2, 3] });
     cluster = connectCluster();
     // a set where the script keeps the identity hash of user 5's tag: WRONGTYPE for that tag only
@@ -54,5 +58,79 @@ describe("Redis answering with an error", () => {
     const response = await post(stack, "/v1/frequency", { userId: 5, channel: "push" });
     expect(response.status).toBe(500);
     expect(await response.json()).toEqual({ error: { code: "internal_error", message: "internal error" } });
+  });
+});
+
+async function deadLetterCount(stack: LocalStack): Promise<string | undefined> {
+  const { Attributes } = await stack.sqs.send(
+    new GetQueueAttributesCommand({
+      QueueUrl: stack.endpoints.deadLetterQueueUrl,
+      AttributeNames: ["ApproximateNumberOfMessages"],
+    }),
+  );
+  return Attributes?.ApproximateNumberOfMessages;
+}
+
+describe("a cold container with a bad policy", () => {
+  let stack: LocalStack;
+  beforeAll(async () => {
+    // REFRESH_SECONDS 0: every record asks the bucket again, as a retry after the fix would
+    stack = await testStack({ environment: { REFRESH_SECONDS: "0" } });
+    await uploadObject(clientsOf(stack).s3, stack.endpoints.bucket, "config/policy.json", '{ "version": ');
+  });
+  afterAll(async () => {
+    await stack.stop();
+  });
+
+  it("retries valid campaign records (partial batch failure), never dead-letters them, and serves once fixed", async () => {
+    const ids = [
+      await sendRaw(stack, JSON.stringify({ campaignId: "a", channel: "push", userIds: [1, 2] })),
+      await sendRaw(stack, JSON.stringify({ campaignId: "b", channel: "push", userIds: [3] })),
+    ];
+    // every record fails, so the invocation throws and SQS returns the whole batch to the queue
+    const messages = await receive(stack, 2, undefined, 1);
+    expect(messages.map((m) => m.MessageId).sort()).toEqual([...ids].sort());
+    await expect(invoke(stack, messages)).rejects.toThrow();
+    expect(await deadLetterCount(stack)).toBe("0");
+    expect(await drainDelivery(stack)).toEqual([]);
+
+    await uploadRules(stack, policy, { new: [1, 2, 3] });
+    const retried = await receive(stack, 2);
+    expect((await invoke(stack, retried)).batchItemFailures).toEqual([]);
+    expect((await drainDelivery(stack)).flatMap((m) => m.sends.map((s) => s.userId)).sort()).toEqual([1, 2, 3]);
+  });
+
+  it("answers /v1/frequency with 503 rules_unavailable, and health names the refused object and why", async () => {
+    await uploadObject(clientsOf(stack).s3, stack.endpoints.bucket, "config/policy.json", '{ "version": ');
+    // a fresh container: the stack's check API environments may have loaded the fixed policy already
+    const { wireCheckApi } = await import("../../functions/app/wiring.ts");
+    const { startFunctionUrlServer } = await import("../../scripts/local/function-url-server.ts");
+    const api = wireCheckApi({
+      ...process.env,
+      REDIS_NODES: stack.endpoints.redis.slice(0, 3).join(","),
+      CONFIG_BUCKET: stack.endpoints.bucket,
+      AWS_ENDPOINT_URL: stack.endpoints.awsEndpoint,
+      REFRESH_SECONDS: "0",
+    });
+    const server = await startFunctionUrlServer(api.handler);
+    try {
+      const response = await fetch(`${server.url}/v1/frequency`, {
+        method: "POST",
+        body: JSON.stringify({ userId: 1, channel: "push" }),
+      });
+      expect(response.status).toBe(503);
+      expect(await response.json()).toEqual({
+        error: { code: "rules_unavailable", message: "no valid capping policy is loaded" },
+      });
+      const health = await fetch(`${server.url}/v1/health`);
+      expect(health.status).toBe(503);
+      const report = (await health.json()) as { refused: { key: string; reason: string }[] };
+      expect(report.refused).toEqual([
+        { key: "config/policy.json", reason: expect.stringContaining("policy"), at: expect.any(Number) },
+      ]);
+    } finally {
+      await server.stop();
+      api.cluster.disconnect();
+    }
   });
 });

@@ -8,7 +8,12 @@ import { uploadObject } from "../../functions/app/operator-actions.ts";
 import { RulesSource } from "../../functions/core/capping/rules-source.ts";
 import { buildSegments } from "../../functions/core/capping/segment-builder.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
-import { CorruptBitmapError, InvalidPolicyError, ObjectNotFoundError } from "../../functions/core/shared/errors.ts";
+import {
+  CorruptBitmapError,
+  InvalidPolicyError,
+  ObjectNotFoundError,
+  RulesUnavailableError,
+} from "../../functions/core/shared/errors.ts";
 import { T0 } from "../support/rules.ts";
 
 let server: FauxqsServer;
@@ -103,9 +108,18 @@ describe("rules source", () => {
 
   it("fails on a cold start without a valid policy, rather than guessing", async () => {
     await s3.send(new CreateBucketCommand({ Bucket: "cold" }));
-    const source = new RulesSource({ store: new S3ObjectStore(s3, "cold"), refreshMs: 60_000 });
-    await expect(source.current()).rejects.toThrow(ObjectNotFoundError);
+    const clock = fixedClock(T0);
+    const source = new RulesSource({ store: new S3ObjectStore(s3, "cold"), refreshMs: 60_000, clock });
+    // a server fault (RulesUnavailableError), whose cause says which object and why
+    const missing = (await source.current().catch((error: unknown) => error)) as RulesUnavailableError;
+    expect(missing).toBeInstanceOf(RulesUnavailableError);
+    expect(missing.cause).toBeInstanceOf(ObjectNotFoundError);
     await uploadObject(s3, "cold", "config/policy.json", "{ not json");
-    await expect(source.current()).rejects.toThrow(InvalidPolicyError);
+    clock.advance(1_000);
+    const invalid = (await source.current().catch((error: unknown) => error)) as RulesUnavailableError;
+    expect(invalid.cause).toBeInstanceOf(InvalidPolicyError);
+    expect(invalid.refused).toEqual([
+      { key: "config/policy.json", reason: (invalid.cause as Error).message, at: T0 + 1_000 },
+    ]);
   });
 });

@@ -22,8 +22,11 @@ import type { Rules } from "./rules-source.ts";
 
 export interface CapperOptions {
   store: CapStore;
-  /** The current policy and segments; read once per batch, so a swap never splits a batch. */
-  rules: () => Rules | Promise<Rules>;
+  /**
+   * The current policy and segments; read once per batch, so a swap never splits a batch. Told the channel,
+   * so a source can refresh before judging one it does not know.
+   */
+  rules: (request: { channel: string }) => Rules | Promise<Rules>;
   clock?: Clock;
   namespace?: string;
 }
@@ -33,7 +36,7 @@ const POSITION_SPAN = 2 ** 20;
 
 export class Capper {
   private readonly store: CapStore;
-  private readonly rules: () => Rules | Promise<Rules>;
+  private readonly rules: (request: { channel: string }) => Rules | Promise<Rules>;
   private readonly clock: Clock;
   private readonly namespace: string;
   private readonly profileCache = new WeakMap<Policy, Map<string, ScriptProfile[]>>();
@@ -63,7 +66,7 @@ export class Capper {
    */
   async checkUser(input: unknown): Promise<FrequencyResult> {
     const request = parseOrThrow(frequencyRequestSchema, input);
-    const rules = await this.rules();
+    const rules = await this.rules({ channel: request.channel });
     // one call: the decision and the user's log as the decision left it (atomic, one round trip)
     const { result, log } = await this.run(
       { campaignId: request.campaignId ?? "", channel: request.channel, userIds: [request.userId], at: request.at },
@@ -78,7 +81,7 @@ export class Capper {
 
   private async decide(input: CampaignBatchInput, mode: "count" | "peek"): Promise<CapBatchResult> {
     const batch = parseOrThrow(campaignBatchSchema, input);
-    return (await this.run(batch, mode, await this.rules())).result;
+    return (await this.run(batch, mode, await this.rules({ channel: batch.channel }))).result;
   }
 
   private async run(

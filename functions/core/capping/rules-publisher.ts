@@ -1,8 +1,9 @@
 // Publishing the rules (operator actions): a policy is validated before it is uploaded, bitmaps are all
 // checked before the first is uploaded, and bitmaps go up before the policy that names them, so a
 // container never loads a policy whose bitmap is not there yet.
-import type { ObjectWriter } from "../shared/object-store.ts";
+import type { ObjectStore, ObjectWriter } from "../shared/object-store.ts";
 import { DEFAULT_POLICY_KEY, type Policy, parsePolicyText } from "./policy.ts";
+import { allowShrinkMarkerKey } from "./rules-source.ts";
 import { buildSegments } from "./segment-builder.ts";
 import { parseBitmap } from "./segment-index.ts";
 
@@ -21,16 +22,25 @@ export interface SegmentFile {
   source?: string;
 }
 
-/** Checks every bitmap (CorruptBitmapError names the bad one), then uploads each as segments/<name>. */
+/**
+ * Checks every bitmap (CorruptBitmapError names the bad one), then uploads each as segments/<name>. With
+ * `allowShrink`, each upload also gets its force marker (the ETag it allows), so consumers accept it even
+ * when it shrinks its segment by more than SEGMENT_MAX_SHRINK_PERCENT.
+ */
 export async function publishSegments(
-  store: ObjectWriter,
+  store: ObjectWriter & Partial<Pick<ObjectStore, "etag">>,
   files: readonly SegmentFile[],
+  options: { allowShrink?: boolean } = {},
 ): Promise<{ key: string; bytes: number }[]> {
   for (const { name, bytes, source } of files) parseBitmap(bytes, source ?? name);
   const published: { key: string; bytes: number }[] = [];
   for (const { name, bytes } of files) {
     const key = `segments/${name}`;
     await store.put(key, bytes);
+    if (options.allowShrink) {
+      if (!store.etag) throw new Error("--allow-shrink needs a store that tells an object's ETag");
+      await store.put(allowShrinkMarkerKey(key), JSON.stringify({ etag: await store.etag(key) }));
+    }
     published.push({ key, bytes: bytes.length });
   }
   return published;

@@ -1,9 +1,12 @@
 // The policy and segment bitmaps a warm container serves: loaded once, re-checked by ETag at most every
 // refresh interval, swapped atomically. A policy or bitmap that fails validation never replaces the last
-// good rules; a container that has never loaded valid rules fails instead of guessing.
+// good rules, and neither does a bitmap that shrinks its segment by more than the allowed share unless the
+// operator forced it; a container that has never loaded valid rules fails (RulesUnavailableError) instead
+// of guessing.
 
 import type { Clock } from "../shared/clock.ts";
 import { systemClock } from "../shared/clock.ts";
+import { type RulesRefusal, RulesUnavailableError, SegmentShrinkError } from "../shared/errors.ts";
 import type { ObjectStore } from "../shared/object-store.ts";
 import { DEFAULT_POLICY_KEY, type Policy, parsePolicyText } from "./policy.ts";
 import { parseBitmap, SegmentIndex } from "./segment-index.ts";
@@ -14,6 +17,8 @@ export interface RulesSourceOptions {
   /** How long loaded rules are served before the store is asked whether they changed. */
   refreshMs: number;
   clock?: Clock;
+  /** The largest share of its users a segment may lose in one update without a force marker (default 0.5). */
+  maxShrink?: number;
   /** Told when a changed policy or bitmap was refused (the last good rules stay). */
   onRejected?: (error: Error) => void;
   /** Told when new rules are in service. */
@@ -28,19 +33,45 @@ export interface Rules {
 
 type Bitmap = ReturnType<typeof parseBitmap>;
 
+/**
+ * The object beside a bitmap that forces one upload of it through the shrink check: it holds the ETag of
+ * the bitmap it allows (`{"etag": ...}`), so it never forces a later upload.
+ */
+export const allowShrinkMarkerKey = (bitmapKey: string) => `${bitmapKey}.allow-shrink`;
+
+/** A policy or bitmap refused while no good rules were loaded is tried again after at most this long. */
+const COLD_RETRY_MS = 1_000;
+/** An unknown channel forces a refresh, but not more often than this. */
+const UNKNOWN_CHANNEL_REFRESH_MS = 1_000;
+
 export class RulesSource {
   private readonly options: Required<Omit<RulesSourceOptions, "onRejected" | "onActivated">> & RulesSourceOptions;
   private active?: { rules: Rules; tags: Map<string, string>; bitmaps: Map<string, Bitmap>; checkedAt: number };
   private pending?: Promise<void>;
+  /** What the last refresh refused (empty once a refresh succeeds). */
+  private refusals: RulesRefusal[] = [];
+  private coldFailure?: { error: RulesUnavailableError; at: number };
 
   constructor(options: RulesSourceOptions) {
-    this.options = { policyKey: DEFAULT_POLICY_KEY, clock: systemClock, ...options };
+    this.options = { policyKey: DEFAULT_POLICY_KEY, clock: systemClock, maxShrink: 0.5, ...options };
   }
 
-  /** The rules to decide with now. Rejects only when no valid rules were ever loaded. */
-  async current(): Promise<Rules> {
+  /**
+   * The rules to decide with now. Rejects with RulesUnavailableError only when no valid rules were ever
+   * loaded. A `channel` the rules in service do not list makes one refresh first (at most one a second),
+   * so a container still on the previous policy learns a newly added channel before judging a message.
+   */
+  async current(request: { channel?: string } = {}): Promise<Rules> {
+    const { clock, refreshMs } = this.options;
     const active = this.active;
-    if (active && this.options.clock.now() - active.checkedAt < this.options.refreshMs) return active.rules;
+    if (active) {
+      const age = clock.now() - active.checkedAt;
+      const unknownChannel = request.channel !== undefined && !active.rules.policy.channels.includes(request.channel);
+      if (age < refreshMs && !(unknownChannel && age >= UNKNOWN_CHANNEL_REFRESH_MS)) return active.rules;
+    } else if (this.coldFailure && clock.now() - this.coldFailure.at < Math.min(refreshMs, COLD_RETRY_MS)) {
+      // every record of a batch would otherwise ask the store again
+      throw this.coldFailure.error;
+    }
     // one refresh at a time; every caller waits for it
     this.pending ??= this.refresh().finally(() => {
       this.pending = undefined;
@@ -50,9 +81,17 @@ export class RulesSource {
     return this.active.rules;
   }
 
+  /** For health: the version in service (if any) and what the last refresh refused, with why. */
+  status(): { policyVersion?: string; refused: readonly RulesRefusal[] } {
+    const version = this.active?.rules.policy.version;
+    return { ...(version === undefined ? {} : { policyVersion: version }), refused: this.refusals };
+  }
+
   private async refresh(): Promise<void> {
     const { store, policyKey, clock } = this.options;
     const startedAt = clock.now();
+    // the object being read, named in the refusal when it fails
+    let key = policyKey;
     try {
       const policyTag = await store.etag(policyKey);
       const active = this.active;
@@ -65,18 +104,23 @@ export class RulesSource {
       const tags = new Map([[policyKey, policyTag]]);
       const bitmaps = new Map<string, Bitmap>();
       let changed = !active || active.rules.policy !== policy;
-      for (const { bitmap: key } of policy.segments) {
-        if (key === undefined) continue;
-        const tag = await store.etag(key);
-        tags.set(key, tag);
-        const known = active?.tags.get(key) === tag ? active.bitmaps.get(key) : undefined;
+      for (const { name, bitmap } of policy.segments) {
+        if (bitmap === undefined) continue;
+        key = bitmap;
+        const tag = await store.etag(bitmap);
+        tags.set(bitmap, tag);
+        const known = active?.tags.get(bitmap) === tag ? active.bitmaps.get(bitmap) : undefined;
         if (known) {
-          bitmaps.set(key, known);
+          bitmaps.set(bitmap, known);
         } else {
-          bitmaps.set(key, parseBitmap(await store.get(key), key));
+          const parsed = parseBitmap(await store.get(bitmap), bitmap);
+          await this.checkShrink({ segment: name, key: bitmap, tag, bitmap: parsed });
+          bitmaps.set(bitmap, parsed);
           changed = true;
         }
       }
+      this.refusals = [];
+      this.coldFailure = undefined;
       if (!changed && active) {
         active.checkedAt = startedAt;
         return;
@@ -87,10 +131,46 @@ export class RulesSource {
       this.active = { rules: { policy, segments }, tags, bitmaps, checkedAt: startedAt };
       this.options.onActivated?.(this.active.rules, Object.fromEntries(tags));
     } catch (error) {
-      if (!this.active) throw error;
+      this.refusals = [{ key, reason: (error as Error).message, at: startedAt }];
+      if (!this.active) {
+        // A configuration fault is the server's, not any message's: callers retry, never dead-letter.
+        const unavailable = new RulesUnavailableError(this.refusals, { cause: error });
+        this.coldFailure = { error: unavailable, at: startedAt };
+        throw unavailable;
+      }
       // keep serving the last good rules; look again after the next interval
       this.active.checkedAt = startedAt;
       this.options.onRejected?.(error as Error);
+    }
+  }
+
+  /**
+   * Refuses a bitmap that would take away more than `maxShrink` of its segment's users (compared with the
+   * same segment in service), unless its force marker names this very upload.
+   */
+  private async checkShrink(update: { segment: string; key: string; tag: string; bitmap: Bitmap }): Promise<void> {
+    const active = this.active;
+    if (!active) return;
+    const { policy, segments } = active.rules;
+    // the index's bitmaps are those of the listed segments, in policy order
+    const index = policy.segments.filter((s) => s.bitmap !== undefined).findIndex((s) => s.name === update.segment);
+    const before = index < 0 ? 0 : (segments.sizes()[index] ?? 0);
+    const after = update.bitmap.size;
+    if (before === 0 || after >= before * (1 - this.options.maxShrink)) return;
+    const forcedTag = await this.markerTag(update.key);
+    if (forcedTag === update.tag) return;
+    throw new SegmentShrinkError({ ...update, before, after, maxShrink: this.options.maxShrink });
+  }
+
+  private async markerTag(bitmapKey: string): Promise<string | undefined> {
+    try {
+      const marker = JSON.parse(
+        Buffer.from(await this.options.store.get(allowShrinkMarkerKey(bitmapKey))).toString("utf8"),
+      );
+      return typeof marker?.etag === "string" ? marker.etag : undefined;
+    } catch {
+      // no marker (or an unreadable one): the shrink is not forced
+      return undefined;
     }
   }
 }

@@ -12,11 +12,23 @@ export type Bitmap = RoaringBitmap32;
 
 /** Reads a portable roaring bitmap; `source` names the object in the error when it is not one. */
 export function parseBitmap(bytes: Uint8Array, source: string): Bitmap {
+  // An empty object would deserialize as an empty bitmap and move every member to the default caps; even
+  // a bitmap of no users takes 8 bytes.
+  if (bytes.length === 0) throw new CorruptBitmapError(source, { cause: new Error("the object is empty (0 bytes)") });
+  let bitmap: Bitmap;
   try {
-    return RoaringBitmap32.deserialize(bytes, "portable");
+    bitmap = RoaringBitmap32.deserialize(bytes, "portable");
   } catch (error) {
     throw new CorruptBitmapError(source, { cause: error });
   }
+  // a truncated object, or one with bytes after the bitmap, is not the bitmap that was uploaded
+  const expected = bitmap.getSerializationSizeInBytes("portable");
+  if (expected !== bytes.length) {
+    throw new CorruptBitmapError(source, {
+      cause: new Error(`${bytes.length} bytes where the bitmap it starts with takes ${expected}`),
+    });
+  }
+  return bitmap;
 }
 
 export class SegmentIndex {

@@ -29,7 +29,25 @@ export class InvalidPolicyError extends ValidationError {
 /** A segment bitmap object that is not a valid portable roaring bitmap. */
 export class CorruptBitmapError extends ValidationError {
   constructor(source: string, options?: { cause?: unknown }) {
-    super(source, "not a valid portable roaring bitmap (CRoaring portable serialization)", options);
+    const detail =
+      options?.cause instanceof Error && !options.cause.message.includes("\n") ? `: ${options.cause.message}` : "";
+    super(source, `not a valid portable roaring bitmap (CRoaring portable serialization)${detail}`, options);
+  }
+}
+
+/**
+ * A new bitmap that would shrink its segment by more than the allowed share: more likely a bad export
+ * than a real change. Refused (the last good rules stay) unless the operator forced that upload.
+ */
+export class SegmentShrinkError extends TollgateError {
+  readonly key: string;
+  constructor(options: { segment: string; key: string; before: number; after: number; maxShrink: number }) {
+    const { segment, key, before, after, maxShrink } = options;
+    super(
+      `${key}: segment "${segment}" would shrink from ${before} to ${after} users (-${Math.round((100 * (before - after)) / before)}%, ` +
+        `more than the ${Math.round(maxShrink * 100)}% allowed); upload it with --allow-shrink if that is intended`,
+    );
+    this.key = key;
   }
 }
 
