@@ -3,7 +3,7 @@ file, so a call defines only the algorithm it runs.
 KEYS[1]    the limit's state
 ARGV[1]    now, ms since the epoch
 ARGV[2]    cost (0 peeks: decides, changes nothing)
-ARGV[3..6] p1..p4 of the algorithm (see its file; unused = "")
+ARGV[3..6] p1..p4 of the algorithm (see its file; unused ones empty or left out)
 Reply      { allowed (1/0), limit, remaining, resetAt, retryAfterMs } as integers. On a denial nothing is
            charged and remaining is what is left now; a strict token bucket still restarts its refill clock. ]]
 local _, algorithm = next(ALGORITHMS)

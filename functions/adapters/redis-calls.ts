@@ -198,18 +198,27 @@ const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve,
  * poll phase) before it gives up.
  */
 function withDeadline<T>(promise: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  let immediate: NodeJS.Immediate | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(
+  // one promise and one timer, no Promise.race/finally: this wraps every call, and the race's extra
+  // promises cost more than a rate-limit check's own work
+  return new Promise<T>((resolve, reject) => {
+    let immediate: NodeJS.Immediate | undefined;
+    const timer = setTimeout(
       () => {
         immediate = setImmediate(() => reject(new Error(`no reply within ${Math.round(Math.max(ms, 0))} ms`)));
       },
       Math.max(ms, 0),
     );
-  });
-  return Promise.race([promise, timeout]).finally(() => {
-    clearTimeout(timer);
-    clearImmediate(immediate);
+    promise.then(
+      (value) => {
+        clearTimeout(timer);
+        clearImmediate(immediate);
+        resolve(value);
+      },
+      (error: unknown) => {
+        clearTimeout(timer);
+        clearImmediate(immediate);
+        reject(error);
+      },
+    );
   });
 }

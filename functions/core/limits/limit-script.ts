@@ -14,9 +14,11 @@ export interface LimitStore {
 /** Integers in one limit's reply: allowed, limit, remaining, resetAt, retryAfterMs. */
 export const REPLY_PER_LIMIT = 5;
 
-/** ARGV of lua/limit.lua: now, cost, p1..p4. */
+/** ARGV of lua/limit.lua: now, cost, p1..p4 (unused trailing ones left out: the script reads them as nil). */
 export function limitArgs(now: number, spec: LimitSpec, cost: number): string[] {
-  return [String(now), String(cost), ...parameters(spec)];
+  const args = [String(now), String(cost), ...parameters(spec)];
+  while (args[args.length - 1] === "") args.pop();
+  return args;
 }
 
 /** p1..p4 of each algorithm, as its lua/<algorithm>.lua header names them. */
