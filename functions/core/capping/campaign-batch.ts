@@ -5,7 +5,8 @@ import { campaignIdSchema, channelSchema, sendTimeSchema, userIdSchema } from ".
 /** One script call's reply and the sort trick in the capper both bound a batch. */
 export const MAX_BATCH_USERS = 1_000_000;
 
-export const campaignBatchSchema = z.object({
+// strict: a misspelt field (`countexempt`) is refused by name, never silently dropped
+export const campaignBatchSchema = z.strictObject({
   campaignId: campaignIdSchema,
   channel: channelSchema,
   userIds: z
