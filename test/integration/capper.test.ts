@@ -6,6 +6,7 @@ import type { CampaignBatchInput } from "../../functions/core/capping/campaign-b
 import { Capper } from "../../functions/core/capping/capper.ts";
 import type { CapBatchResult } from "../../functions/core/capping/decisions.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
+import { ValidationError } from "../../functions/core/shared/errors.ts";
 import {
   capPageKey,
   capRecordKey,
@@ -308,5 +309,50 @@ describe("capping engine on the cluster", () => {
     expect(kinds(await capper.capBatch({ campaignId: "d", channel: "push", userIds: users, at: at(0, 9) }))).toEqual(
       Array(5).fill("capped"),
     );
+  });
+
+  it("recognises a batch without `at` redelivered an hour later under 1-minute caps (sends kept at least one day)", async () => {
+    const clock = fixedClock(T0);
+    const rules = rulesOf(simplePolicy({ push: [{ window: "1m", max: 1 }] }));
+    const capper = new Capper({
+      store: new RedisCapStore(cluster),
+      rules: () => rules,
+      clock,
+      namespace: uniqueNamespace(),
+    });
+    const message = { campaignId: "k1", channel: "push", userIds: [7, 4096, 2 ** 32 - 1] };
+    expect(kinds(await capper.capBatch(message))).toEqual(["allowed", "allowed", "allowed"]);
+    clock.advance(HOUR);
+    expect(kinds(await capper.capBatch(message))).toEqual(["duplicate", "duplicate", "duplicate"]);
+  });
+
+  it("recognises a dense redelivery (page block path) an hour later under 1-second caps", async () => {
+    const clock = fixedClock(T0);
+    const rules = rulesOf(simplePolicy({}, { push: [{ window: "1s", max: 1 }] }));
+    const capper = new Capper({
+      store: new RedisCapStore(cluster),
+      rules: () => rules,
+      clock,
+      namespace: uniqueNamespace(),
+    });
+    const message = { campaignId: "k1", channel: "push", userIds: Array.from({ length: 64 }, (_, i) => i) };
+    expect(kinds(await capper.capBatch(message))).toEqual(Array(64).fill("allowed"));
+    clock.advance(HOUR);
+    expect(kinds(await capper.capBatch(message))).toEqual(Array(64).fill("duplicate"));
+  });
+
+  it("refuses an unknown field of a campaign batch, naming it (a typo must not silently drop countExempt)", async () => {
+    const capper = capperFor(rulesOf(simplePolicy({ push: [{ window: "1m", max: 1 }] })));
+    const error = await capper
+      .capBatch({
+        campaignId: "k1",
+        channel: "push",
+        userIds: [1],
+        exempt: true,
+        countexempt: true,
+      } as CampaignBatchInput)
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ValidationError);
+    expect((error as ValidationError).path).toBe("countexempt");
   });
 });

@@ -41,14 +41,16 @@ describe("policy", () => {
     expect(policy.backfillMs).toBe(7 * 86_400_000);
   });
 
-  it("keeps a segment's sends for the deepest backfill, its own longest window and the skew bound", () => {
+  it("keeps a segment's sends for the deepest backfill, its own longest window and the skew bound, at least a day", () => {
     const document = valid();
     document.segments = [];
-    document.default.caps = { "*": [{ window: "10m", max: 2 }] };
+    document.default.caps = { "*": [{ window: "10h", max: 2 }] };
+    expect(parsePolicy(document).retentionMs(0)).toBe(86_400_000); // 10h + 10h + 5m is under a day
+    document.default.caps = { "*": [{ window: "20h", max: 2 }] };
     const policy = parsePolicy(document);
-    expect(policy.backfillMs).toBe(10 * 60_000);
-    expect(policy.retentionMs(policy.defaultSegment)).toBe(10 * 60_000 + 10 * 60_000 + 5 * 60_000);
-    expect(policy.horizonMs).toBe(25 * 60_000);
+    expect(policy.backfillMs).toBe(20 * 3_600_000);
+    expect(policy.retentionMs(policy.defaultSegment)).toBe(40 * 3_600_000 + 5 * 60_000);
+    expect(policy.horizonMs).toBe(40 * 3_600_000 + 5 * 60_000);
     // a policy without caps still bounds backfills, at 30 days
     document.default.caps = {};
     expect(parsePolicy(document).backfillMs).toBe(30 * 86_400_000);

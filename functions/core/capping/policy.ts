@@ -16,6 +16,8 @@ export const MAX_CHANNELS = 250;
 /** How far back `at` may go when the policy has no cap at all. */
 export const DEFAULT_BACKFILL_MS = 30 * 86_400_000;
 export const ALL_CHANNELS = "*";
+/** Sends (and so the campaign IDs that recognise a redelivered batch) are kept at least this long, whatever the caps. */
+export const MIN_RETENTION_MS = 86_400_000;
 /** Where the policy lives in the bucket unless POLICY_KEY says otherwise. */
 export const DEFAULT_POLICY_KEY = "config/policy.json";
 
@@ -183,7 +185,9 @@ function compilePolicy(document: PolicyDocument): Policy {
     return new Map(document.channels.map((channel) => [channel, [...rules(channel), ...shared]]));
   });
   const backfillMs = longestMs > 0 ? longestMs : DEFAULT_BACKFILL_MS;
-  const retention = longestBySegment.map((segmentMs) => backfillMs + segmentMs + MAX_FUTURE_MS);
+  const retention = longestBySegment.map((segmentMs) =>
+    Math.max(MIN_RETENTION_MS, backfillMs + segmentMs + MAX_FUTURE_MS),
+  );
   return {
     version: document.version,
     channels: document.channels,
