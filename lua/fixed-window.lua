@@ -7,7 +7,9 @@ Replay  a request dated before the end of the stored window is counted in the st
         is gone; counting it in a newer one can only make later requests stricter). The stored window only
         moves forward.
 Change  a new windowMs applies from the end of the stored window: that window keeps its end and its count;
-        the next window is epoch-aligned to the new length, starting no earlier than the stored end.
+        the next window is epoch-aligned to the new length, starting no earlier than the stored end: until
+        the first boundary of the new length at or after that end, the stored count still counts (so the
+        epoch-aligned window of the new length holding the stored end never counts more than max).
 Result  allowed, limit, remaining if charged, remaining now, resetAt (end of the window), retryAfterMs,
         commit ]]
 ALGORITHMS['fixed-window'] = function(key, now, cost, p1, p2)
@@ -17,7 +19,12 @@ ALGORITHMS['fixed-window'] = function(key, now, cost, p1, p2)
   local state = redis.call('GET', key)
   if state then
     local e, c = struct.unpack('<dd', state)
-    if now < e then stop, count, open = e, c, true end
+    if now < e then
+      stop, count, open = e, c, true
+    elseif e > start then
+      -- windowMs grew: the stored window ended inside this one, whose requests it counted
+      count = c
+    end
   end
   if count + cost <= max then
     return true, max, max - count - cost, max - count, stop, 0, function()

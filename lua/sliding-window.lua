@@ -3,7 +3,8 @@ weighted by how much of it still overlaps the rolling window.
 Defines ALGORITHMS['sliding-window'] (see limit-common.lua).
 State   KEYS[i] = struct "<dddd": the open window's start and end (ms), the previous window's count, its own
 Params  p1 max, p2 windowMs
-Allowed previous * (end - t) / (end - start) + current + cost <= max, with t = max(now, start)
+Allowed previous * (end - t) / (end - start) + current + cost <= max, with t = max(now, start), compared
+        exactly in integers: previous * (end - t) <= (max - current - cost) * (end - start)
 Replay  a request dated before the end of the stored window is decided in that window at t = max(now, start)
         (a backfill: at its start, where the previous window weighs fully) and counted in it. The stored
         window only moves forward.
@@ -13,6 +14,49 @@ Change  a new windowMs applies from the end of the stored window; the next windo
 Result  allowed, limit, remaining if charged, remaining now (floors), resetAt (when everything counted
         has aged out: the end of the next window while this one counts, else the end of this one),
         retryAfterMs, commit ]]
+-- Exact products of non-negative integers below 2^72 as six limbs of 24 bits (each partial product and
+-- column sum stays below 2^53): previous * (end - t) passes 2^53 at max 1e9 and a window of a day.
+local LIMB = 16777216
+local function limbsOf(x)
+  local l0 = x % LIMB
+  x = (x - l0) / LIMB
+  local l1 = x % LIMB
+  return { l0, l1, (x - l1) / LIMB }
+end
+local function productLimbs(a, b)
+  local x, y, r = limbsOf(a), limbsOf(b), { 0, 0, 0, 0, 0, 0 }
+  for i = 1, 3 do
+    for j = 1, 3 do r[i + j - 1] = r[i + j - 1] + x[i] * y[j] end
+  end
+  for i = 1, 5 do
+    local carry = math.floor(r[i] / LIMB)
+    r[i], r[i + 1] = r[i] - carry * LIMB, r[i + 1] + carry
+  end
+  return r
+end
+-- a * b <= c * d, exactly
+local function productAtMost(a, b, c, d)
+  local x, y = productLimbs(a, b), productLimbs(c, d)
+  for i = 6, 1, -1 do
+    if x[i] ~= y[i] then return x[i] < y[i] end
+  end
+  return true
+end
+-- ceil(a * b / d) and floor(a * b / d), exactly, for results below 2^52: the float quotient is off by at
+-- most a unit or two, corrected against the exact products
+local function ceilProductOver(a, b, d)
+  local q = math.ceil(a * b / d)
+  while q > 0 and productAtMost(a, b, q - 1, d) do q = q - 1 end
+  while not productAtMost(a, b, q, d) do q = q + 1 end
+  return q
+end
+local function floorProductOver(a, b, d)
+  local q = math.floor(a * b / d)
+  while q > 0 and not productAtMost(q, d, a, b) do q = q - 1 end
+  while productAtMost(q + 1, d, a, b) do q = q + 1 end
+  return q
+end
+
 ALGORITHMS['sliding-window'] = function(key, now, cost, p1, p2)
   local max, window = tonumber(p1), tonumber(p2)
   local start = now - now % window
@@ -30,13 +74,15 @@ ALGORITHMS['sliding-window'] = function(key, now, cost, p1, p2)
   end
   local length = stop - start
   local t = math.max(now, start)
-  -- (float: exact while previous * length < 2^53; the same expression in the reference model)
-  local used = previous * (stop - t) / length + current
+  -- in integers: weighted + current + cost <= max exactly when the fractional sum is, and floor(max - used)
+  -- is max - used with used = weighted + current
+  local weighted = ceilProductOver(previous, stop - t, length)
+  local used = weighted + current
   local nextStop = stop - stop % window + window
   if used + cost <= max then
     local resetAt = now
     if current + cost > 0 then resetAt = nextStop elseif previous > 0 then resetAt = stop end
-    return true, max, math.floor(max - used - cost), math.floor(max - used), resetAt, 0, function()
+    return true, max, max - used - cost, max - used, resetAt, 0, function()
       if cost == 0 then return end
       -- the stored window keeps the lifetime it was given when it opened
       local value = struct.pack('<dddd', start, stop, previous, current + cost)
@@ -46,13 +92,14 @@ ALGORITHMS['sliding-window'] = function(key, now, cost, p1, p2)
   local retryAt
   if current + cost <= max then
     -- in this window, once previous * (stop - t') / length <= max - current - cost
-    retryAt = start + math.ceil(length * (previous - (max - current - cost)) / previous)
+    -- (previous > 0 here: the request was refused with current + cost <= max)
+    retryAt = stop - floorProductOver(max - current - cost, length, previous)
   else
     -- in the next window, where this window's count is the previous one and nothing is current yet
     local nextLength = nextStop - stop
-    retryAt = stop + math.ceil(nextLength * (current + cost - max) / current)
+    retryAt = stop + ceilProductOver(nextLength, current + cost - max, current)
   end
-  local left = math.max(0, math.floor(max - used))
+  local left = math.max(0, max - used)
   local resetAt = stop
   if current > 0 then resetAt = nextStop end
   return false, max, left, left, resetAt, math.max(1, retryAt - now)

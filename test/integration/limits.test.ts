@@ -188,10 +188,15 @@ describe("shared semantics", () => {
     for (let i = 0; i < 3; i++) await limiter.check({ ...window, at: T + 1_000 });
     const longer = await limiter.check({ ...window, windowMs: 10 * MINUTE, at: T + 2_000 });
     expect(longer).toMatchObject({ allowed: true, remaining: 1, resetAt: T + MINUTE });
-    // from the stored window's end on: ten-minute windows, epoch-aligned
+    // from the stored window's end on: ten-minute windows, epoch-aligned; the 4 counted in [T, T + 1m) still
+    // count in [T, T + 10m), which holds them
     expect(await limiter.check({ ...window, windowMs: 10 * MINUTE, at: T + MINUTE })).toMatchObject({
-      remaining: 4,
+      remaining: 0,
       resetAt: T + 10 * MINUTE,
+    });
+    expect(await limiter.check({ ...window, windowMs: 10 * MINUTE, at: T + 10 * MINUTE })).toMatchObject({
+      remaining: 4,
+      resetAt: T + 20 * MINUTE,
     });
     const log = { key: "l", algorithm: "sliding-log", max: 5, windowMs: MINUTE } as const;
     for (let i = 0; i < 3; i++) await limiter.check({ ...log, at: T + 1_000 });
@@ -399,3 +404,59 @@ describe("strict requests", () => {
     expect(reply.results.map((r) => r.remaining)).toEqual([700, 8]);
   });
 });
+
+describe("exactness at the edges (review findings)", () => {
+  const limiterAt = (now: number) => new Limiter({ store, clock: fixedClock(now), namespace: uniqueNamespace() });
+
+  it("fixed window: after windowMs grows from 1000 to 3000, the epoch-aligned window [0, 3000) never holds more than max", async () => {
+    // fixed-window max 5 windowMs 1000: 5 at T+1500; windowMs 3000 at T+2000 -> the 5 still count until T+3000
+    const grown = limiterAt(T + 30 * DAY);
+    const key = "grow";
+    for (let i = 0; i < 5; i++) {
+      expect(
+        (await grown.check({ key, algorithm: "fixed-window", max: 5, windowMs: 1000, at: T + 1500 })).allowed,
+      ).toBe(true);
+    }
+    const after = await grown.check({ key, algorithm: "fixed-window", max: 5, windowMs: 3000, at: T + 2000 });
+    expect(after).toMatchObject({ allowed: false, resetAt: T + 3000, retryAfterMs: 1000 });
+    const next = await grown.check({ key, algorithm: "fixed-window", max: 5, windowMs: 3000, at: T + 3000 });
+    expect(next).toMatchObject({ allowed: true, remaining: 4, resetAt: T + 6000 });
+  });
+
+  it("denies when previous × (1 − elapsed/window) + current + cost exceeds max by less than a float can see", async () => {
+    // sliding-window max 1e9 windowMs 1d: previous p charged, then at the elapsed time e where
+    // p × (window − e) ≡ 1 (mod window), cost = max − floor(weighted) -> the exact sum is max + 1/window
+    const window = DAY;
+    const max = 1_000_000_000;
+    // p, e such that the exact weighted previous is k + 1/window and doubles round it to <= k
+    let found: { p: number; e: number; k: number } | undefined;
+    for (let p = 999_999_001; p < 999_999_999 && !found; p += 2) {
+      const inverse = modInverse(BigInt(p), BigInt(window));
+      if (inverse === undefined) continue;
+      const e = Number(((-inverse % BigInt(window)) + BigInt(window)) % BigInt(window));
+      if (e <= 0) continue;
+      const k = Number((BigInt(p) * BigInt(window - e)) / BigInt(window));
+      if ((p * (window - e)) / window <= k) found = { p, e, k };
+    }
+    expect(found, "no float case found").toBeDefined();
+    const { p, e, k } = found as { p: number; e: number; k: number };
+    const exact = limiterAt(T + 3 * DAY);
+    const spec = { key: "float", algorithm: "sliding-window", max, windowMs: window } as const;
+    expect((await exact.check({ ...spec, cost: p, at: T + DAY - 1 })).allowed).toBe(true);
+    const over = await exact.check({ ...spec, cost: max - k, at: T + DAY + e });
+    expect(over).toMatchObject({ allowed: false, remaining: max - k - 1 });
+    // one less fits exactly: k + 1/window + (max - k - 1) <= max
+    expect((await exact.check({ ...spec, cost: max - k - 1, at: T + DAY + e })).allowed).toBe(true);
+  });
+});
+
+function modInverse(a: bigint, m: bigint): bigint | undefined {
+  let [oldR, r] = [a % m, m];
+  let [oldS, s] = [1n, 0n];
+  while (r !== 0n) {
+    const q = oldR / r;
+    [oldR, r] = [r, oldR - q * r];
+    [oldS, s] = [s, oldS - q * s];
+  }
+  return oldR === 1n ? ((oldS % m) + m) % m : undefined;
+}

@@ -74,10 +74,13 @@ export class FixedWindowModel implements LimitModel<WindowParams> {
   private state?: { end: number; count: number };
 
   decide(now: number, cost: number, { max, windowMs }: WindowParams): ModelDecision {
-    // a request dated before the stored window's end counts in it; otherwise a fresh window
-    const open = this.state && now < this.state.end ? this.state : undefined;
-    const end = open?.end ?? alignedStart(now, windowMs) + windowMs;
-    const count = open?.count ?? 0;
+    // a request dated before the stored window's end counts in it; otherwise the epoch-aligned window, which
+    // still holds the stored count when the stored window ended inside it (windowMs grew)
+    const s = this.state;
+    const open = s && now < s.end ? s : undefined;
+    const start = alignedStart(now, windowMs);
+    const end = open?.end ?? start + windowMs;
+    const count = open?.count ?? (s && s.end > start ? s.count : 0);
     if (count + cost <= max) {
       return {
         reply: { allowed: true, limit: max, remaining: max - count - cost, resetAt: end, retryAfterMs: 0 },
@@ -115,11 +118,18 @@ export class SlidingWindowModel implements LimitModel<WindowParams> {
     return { start, end, previous: 0, current: 0 };
   }
 
-  /** Room left once the request is counted, times the window's length (integers: no rounding). */
-  private room(v: CounterView, now: number, cost: number, max: number): number {
-    const length = v.end - v.start;
+  /** Room left once the request is counted, times the window's length (BigInt: the products pass 2^53). */
+  private room(v: CounterView, now: number, cost: number, max: number): bigint {
+    const length = BigInt(v.end - v.start);
     const t = Math.max(now, v.start);
-    return max * length - (v.previous * (v.end - t) + (v.current + cost) * length);
+    return BigInt(max) * length - (BigInt(v.previous) * BigInt(v.end - t) + BigInt(v.current + cost) * length);
+  }
+
+  /** floor(room / length), with BigInt division's truncation corrected towards minus infinity. */
+  private static floorOver(room: bigint, length: number): number {
+    const l = BigInt(length);
+    const q = room / l;
+    return Number(room < 0n && q * l !== room ? q - 1n : q);
   }
 
   decide(now: number, cost: number, { max, windowMs }: WindowParams): ModelDecision {
@@ -127,12 +137,18 @@ export class SlidingWindowModel implements LimitModel<WindowParams> {
     const length = v.end - v.start;
     const nextEnd = v.end - (v.end % windowMs) + windowMs;
     const room = this.room(v, now, cost, max);
-    if (room >= 0) {
+    if (room >= 0n) {
       let resetAt = now;
       if (v.current + cost > 0) resetAt = nextEnd;
       else if (v.previous > 0) resetAt = v.end;
       return {
-        reply: { allowed: true, limit: max, remaining: Math.floor(room / length), resetAt, retryAfterMs: 0 },
+        reply: {
+          allowed: true,
+          limit: max,
+          remaining: SlidingWindowModel.floorOver(room, length),
+          resetAt,
+          retryAfterMs: 0,
+        },
         commit: () => {
           if (cost > 0) this.state = { ...v, current: v.current + cost };
         },
@@ -143,14 +159,14 @@ export class SlidingWindowModel implements LimitModel<WindowParams> {
     let hi = nextEnd + windowMs;
     while (lo < hi) {
       const mid = Math.floor((lo + hi) / 2);
-      if (this.room(this.view(mid, windowMs), mid, cost, max) >= 0) hi = mid;
+      if (this.room(this.view(mid, windowMs), mid, cost, max) >= 0n) hi = mid;
       else lo = mid + 1;
     }
     return {
       reply: {
         allowed: false,
         limit: max,
-        remaining: Math.max(0, Math.floor(this.room(v, now, 0, max) / length)),
+        remaining: Math.max(0, SlidingWindowModel.floorOver(this.room(v, now, 0, max), length)),
         resetAt: v.current > 0 ? nextEnd : v.end,
         retryAfterMs: lo - now,
       },
