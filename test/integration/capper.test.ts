@@ -355,4 +355,29 @@ describe("capping engine on the cluster", () => {
     expect(error).toBeInstanceOf(ValidationError);
     expect((error as ValidationError).path).toBe("countexempt");
   });
+
+  it("says a capped check's retryAfterMs at the first time the same check has room (sends stamped ahead of now)", async () => {
+    const clock = fixedClock(T0);
+    const rules = rulesOf(simplePolicy({ push: [{ window: "1m", max: 2 }] }));
+    const capper = new Capper({
+      store: new RedisCapStore(cluster),
+      rules: () => rules,
+      clock,
+      namespace: uniqueNamespace(),
+    });
+    for (const [campaignId, offset] of [
+      ["k1", -40_000],
+      ["k2", 10_000],
+      ["k3", 30_000],
+    ] as const) {
+      const sent = await capper.capBatch({ campaignId, channel: "push", userIds: [21], at: T0 + offset });
+      expect(sent.decisions[0]?.decision).toBe("allowed");
+    }
+    const capped = await capper.checkUser({ userId: 21, channel: "push", consume: false });
+    expect(capped.allowed).toBe(false);
+    clock.advance((capped.retryAfterMs as number) - 1);
+    expect((await capper.checkUser({ userId: 21, channel: "push", consume: false })).allowed).toBe(false);
+    clock.advance(1);
+    expect((await capper.checkUser({ userId: 21, channel: "push", consume: false })).allowed).toBe(true);
+  });
 });

@@ -30,7 +30,7 @@ export interface FrequencyResult {
   decision: CapDecision["decision"];
   segment: string;
   windows: FrequencyWindow[];
-  /** When capped: when every full window has room again (absent when a cap of 0 means never). */
+  /** When capped: the earliest time the same check would be allowed (absent when a cap of 0 means never). */
   retryAfterMs?: number;
 }
 
@@ -56,22 +56,14 @@ export function frequencyReport(
   history: readonly LoggedSend[],
   now: number,
 ): FrequencyResult {
-  let retryAt = 0;
   let never = false;
-  const windows = caps.map((cap): FrequencyWindow => {
-    const counted = fullestWindowAround(
-      history
-        .filter(({ identity }) => cap.channel === "*" || identity.startsWith(`${cap.channel}:`))
-        .map(({ at }) => at),
-      now,
-      cap.windowMs,
-    );
+  const timesOf = caps.map((cap) =>
+    history.filter(({ identity }) => cap.channel === "*" || identity.startsWith(`${cap.channel}:`)).map(({ at }) => at),
+  );
+  const windows = caps.map((cap, i): FrequencyWindow => {
+    const counted = fullestWindowAround(timesOf[i] as number[], now, cap.windowMs);
     const used = counted.length;
-    if (used >= cap.max) {
-      if (cap.max === 0) never = true;
-      // room returns when the (used - max + 1)-th oldest send of the fullest window ages out
-      else retryAt = Math.max(retryAt, (counted[used - cap.max] as number) + cap.windowMs);
-    }
+    if (used >= cap.max && cap.max === 0) never = true;
     return {
       channel: cap.channel,
       window: cap.window,
@@ -83,6 +75,22 @@ export function frequencyReport(
   });
   const allowed = decision.decision !== "capped";
   const result: FrequencyResult = { allowed, decision: decision.decision, segment: decision.segment, windows };
-  if (!allowed && !never) result.retryAfterMs = Math.max(1, retryAt - now);
+  if (!allowed && !never) result.retryAfterMs = Math.max(1, earliestAllowedAt(caps, timesOf, now) - now);
   return result;
+}
+
+/**
+ * The earliest time after `now` at which the same check is allowed by decide()'s rule (every window around
+ * it holds fewer than max). The fullest window around x only empties when a send leaves it, at t + W, so
+ * those moments are the only candidates; each is checked with the rule itself.
+ */
+function earliestAllowedAt(caps: readonly CapRule[], timesOf: readonly number[][], now: number): number {
+  const allowedAt = (x: number) =>
+    caps.every((cap, i) => fullestWindowAround(timesOf[i] as number[], x, cap.windowMs).length < cap.max);
+  const candidates = caps
+    .flatMap((cap, i) => (timesOf[i] as number[]).map((t) => t + cap.windowMs))
+    .filter((x) => x > now)
+    .sort((a, b) => a - b);
+  for (const x of candidates) if (allowedAt(x)) return x;
+  return now + 1; // unreachable: after the last candidate every window is empty
 }
