@@ -39,8 +39,6 @@ type Bitmap = ReturnType<typeof parseBitmap>;
  */
 export const allowShrinkMarkerKey = (bitmapKey: string) => `${bitmapKey}.allow-shrink`;
 
-/** A policy or bitmap refused while no good rules were loaded is tried again after at most this long. */
-const COLD_RETRY_MS = 1_000;
 /** An unknown channel forces a refresh, but not more often than this. */
 const UNKNOWN_CHANNEL_REFRESH_MS = 1_000;
 
@@ -50,7 +48,6 @@ export class RulesSource {
   private pending?: Promise<void>;
   /** What the last refresh refused (empty once a refresh succeeds). */
   private refusals: RulesRefusal[] = [];
-  private coldFailure?: { error: RulesUnavailableError; at: number };
 
   constructor(options: RulesSourceOptions) {
     this.options = { policyKey: DEFAULT_POLICY_KEY, clock: systemClock, maxShrink: 0.5, ...options };
@@ -68,9 +65,6 @@ export class RulesSource {
       const age = clock.now() - active.checkedAt;
       const unknownChannel = request.channel !== undefined && !active.rules.policy.channels.includes(request.channel);
       if (age < refreshMs && !(unknownChannel && age >= UNKNOWN_CHANNEL_REFRESH_MS)) return active.rules;
-    } else if (this.coldFailure && clock.now() - this.coldFailure.at < Math.min(refreshMs, COLD_RETRY_MS)) {
-      // every record of a batch would otherwise ask the store again
-      throw this.coldFailure.error;
     }
     // one refresh at a time; every caller waits for it
     this.pending ??= this.refresh().finally(() => {
@@ -120,7 +114,6 @@ export class RulesSource {
         }
       }
       this.refusals = [];
-      this.coldFailure = undefined;
       if (!changed && active) {
         active.checkedAt = startedAt;
         return;
@@ -134,9 +127,7 @@ export class RulesSource {
       this.refusals = [{ key, reason: (error as Error).message, at: startedAt }];
       if (!this.active) {
         // A configuration fault is the server's, not any message's: callers retry, never dead-letter.
-        const unavailable = new RulesUnavailableError(this.refusals, { cause: error });
-        this.coldFailure = { error: unavailable, at: startedAt };
-        throw unavailable;
+        throw new RulesUnavailableError(this.refusals, { cause: error });
       }
       // keep serving the last good rules; look again after the next interval
       this.active.checkedAt = startedAt;
