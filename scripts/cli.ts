@@ -19,6 +19,7 @@ import { addCheckCommand, CheckFailed } from "./cli/check-command.ts";
 import { addDeliveryCommands } from "./cli/delivery-commands.ts";
 import { UsageError } from "./cli/option-values.ts";
 import { addPolicyCommands } from "./cli/policy-commands.ts";
+import { addQuotasCommands } from "./cli/quotas-commands.ts";
 import { addSegmentsCommands } from "./cli/segments-commands.ts";
 import { isMain } from "./is-main.ts";
 
@@ -37,6 +38,7 @@ export function makeProgram(): Command {
   addCampaignCommands(program);
   addDeliveryCommands(program);
   addCheckCommand(program);
+  addQuotasCommands(program);
   return program;
 }
 

@@ -1,0 +1,69 @@
+// The Quotas operator actions behind `tollgate quotas`: read the policy's rules, change one rule (the
+// policy is validated whole, then uploaded), write the rules to Redis at once, and read a key's usage.
+import type { S3Client } from "@aws-sdk/client-s3";
+import type { Cluster } from "ioredis";
+import type { SyncReply } from "../../sdk/src/wire.ts";
+import { slotGroupOf } from "../../sdk/src/wire.ts";
+import { RedisQuotaStore } from "../adapters/redis-quota-store.ts";
+import { S3ObjectStore } from "../adapters/s3-object-store.ts";
+import { DEFAULT_POLICY_KEY, type Policy, parsePolicyText } from "../core/capping/policy.ts";
+import { publishPolicy as publishPolicyTo } from "../core/capping/rules-publisher.ts";
+import { QuotaSyncService } from "../core/quotas/quota-sync-service.ts";
+import { systemClock } from "../core/shared/clock.ts";
+import { ValidationError } from "../core/shared/errors.ts";
+import type { QuotaRuleDocument } from "../core/shared/quota-rules.ts";
+
+export async function readPolicy(s3: S3Client, bucket: string, key = DEFAULT_POLICY_KEY) {
+  const text = new TextDecoder().decode(await new S3ObjectStore(s3, bucket).get(key));
+  return { text, policy: parsePolicyText(text) };
+}
+
+/**
+ * Adds or replaces the rule `rule.name` in the policy and gives the policy a new version, then validates
+ * and uploads it (nothing is uploaded when invalid).
+ */
+export async function setQuotaRule(s3: S3Client, bucket: string, rule: QuotaRuleDocument): Promise<Policy> {
+  const { text } = await readPolicy(s3, bucket);
+  const document = JSON.parse(text) as { version: string; quotas?: QuotaRuleDocument[] };
+  const others = (document.quotas ?? []).filter((existing) => existing.name !== rule.name);
+  const version = `${document.version.split("+")[0]?.slice(0, 50)}+${Date.now().toString(36)}`;
+  const next = { ...document, version, quotas: [...others, rule] };
+  return publishPolicyTo(new S3ObjectStore(s3, bucket), JSON.stringify(next, null, 2));
+}
+
+/** Writes every quota rule of `policy` to Redis now (what the check API does on its next sync). */
+export function publishQuotaRules(cluster: Cluster, namespace: string, policy: Policy): Promise<void> {
+  return quotaService(cluster, namespace, policy).publish(policy.quotas);
+}
+
+/**
+ * A key's windows as the sync script sees them, read with a sync that reports nothing (instance
+ * `tollgate-cli`, which counts as an active instance of the slot group for 5 s).
+ */
+export async function quotaUsage(
+  cluster: Cluster,
+  namespace: string,
+  policy: Policy,
+  rule: string,
+  key: string,
+): Promise<SyncReply> {
+  const published = policy.quotas.get(rule);
+  if (!published) throw new ValidationError("rule", `no quota rule "${rule}" in policy ${policy.version}`);
+  return quotaService(cluster, namespace, policy).sync({
+    instanceId: "tollgate-cli",
+    rule,
+    group: slotGroupOf(key, published.rule.slotGroups),
+    seq: Date.now(),
+    configVersion: published.version,
+    elapsedMs: 0,
+    entries: [{ key, usage: [], refunds: [], offered: 0, want: 0 }],
+  });
+}
+
+function quotaService(cluster: Cluster, namespace: string, policy: Policy): QuotaSyncService {
+  return new QuotaSyncService({
+    store: new RedisQuotaStore(cluster, namespace),
+    rules: async () => policy.quotas,
+    clock: systemClock,
+  });
+}

@@ -1,0 +1,133 @@
+// `tollgate quotas list|set|usage`: the policy's Quotas mode rules, read from and written to the bucket;
+// `set` and `usage` also reach Redis when given its nodes (--local: the local stack's).
+import type { Command } from "commander";
+import { createRedisCluster } from "../../functions/adapters/redis-cluster.ts";
+import { publishQuotaRules, quotaUsage, readPolicy, setQuotaRule } from "../../functions/app/quota-actions.ts";
+import type { Policy } from "../../functions/core/capping/policy.ts";
+import { ValidationError } from "../../functions/core/shared/errors.ts";
+import { DEFAULT_NAMESPACE } from "../../functions/core/shared/keys.ts";
+import { type AwsOptions, aws, required, withAws } from "./aws-options.ts";
+
+interface RedisOptions {
+  redis?: string[];
+  namespace: string;
+}
+
+function withRedis(command: Command): Command {
+  return command
+    .option("--redis <host:port...>", "Redis Cluster nodes (--local: the local stack's)")
+    .option("--namespace <ns>", "key namespace (KEY_NAMESPACE)", DEFAULT_NAMESPACE);
+}
+
+async function withCluster<T>(nodes: string[], run: (cluster: ReturnType<typeof createRedisCluster>) => Promise<T>) {
+  const cluster = createRedisCluster({
+    nodes: nodes.map((node) => {
+      const [host, port] = node.split(":");
+      return { host: host ?? "127.0.0.1", port: Number(port) };
+    }),
+  });
+  try {
+    return await run(cluster);
+  } finally {
+    await cluster.quit().catch(() => {});
+  }
+}
+
+function describeRules(policy: Policy): string[] {
+  return [...policy.quotas].map(
+    ([name, { rule, version }]) =>
+      `${name}\t${rule.mode}\t${rule.limits.map((l) => `${l.max}/${l.windowMs / 1000}s`).join(" ")}\t` +
+      `lease ${rule.leaseMs} ms\tfallback ${rule.fallback}\tslot groups ${rule.slotGroups}\tversion ${version}`,
+  );
+}
+
+export function addQuotasCommands(program: Command): void {
+  const quotas = program.command("quotas").description("Quotas mode rules (the policy's quotas section)");
+
+  withAws(
+    quotas
+      .command("list")
+      .description("the quota rules of the policy in the bucket")
+      .option("--bucket <name>", "the config bucket"),
+  ).action(async (options: AwsOptions & { bucket?: string }) => {
+    const { s3, local } = aws(options);
+    const { policy } = await readPolicy(s3, required(options.bucket, local?.bucket, "--bucket"));
+    const lines = describeRules(policy);
+    console.log(lines.length > 0 ? lines.join("\n") : `policy ${policy.version} has no quota rules`);
+  });
+
+  withRedis(
+    withAws(
+      quotas
+        .command("set")
+        .description("add or replace a rule, upload the policy with a new version, and write it to Redis if given")
+        .argument("<name>", "rule name")
+        .requiredOption("--mode <mode>", "strict | approximate")
+        .requiredOption("--limit <window=max...>", "e.g. --limit 1s=1000 --limit 5s=4000")
+        .option("--lease-ms <ms>", "strict: token lease; approximate: allowance validity")
+        .option("--fallback <what>", "share | allow | deny")
+        .option("--slot-groups <n>", "hash slots the rule's keys are spread over")
+        .option("--bucket <name>", "the config bucket"),
+    ),
+  ).action(
+    async (
+      name: string,
+      options: AwsOptions &
+        RedisOptions & {
+          bucket?: string;
+          mode: string;
+          limit: string[];
+          leaseMs?: string;
+          fallback?: string;
+          slotGroups?: string;
+        },
+    ) => {
+      const { s3, local } = aws(options);
+      const limits = options.limit.map((pair) => {
+        const [window, max] = pair.split("=");
+        if (!window || !max) throw new ValidationError("--limit", `expected window=max, got "${pair}"`);
+        return { window, max: Number(max) };
+      });
+      const rule = {
+        name,
+        mode: options.mode,
+        limits,
+        ...(options.leaseMs ? { leaseMs: Number(options.leaseMs) } : {}),
+        ...(options.fallback ? { fallback: options.fallback } : {}),
+        ...(options.slotGroups ? { slotGroups: Number(options.slotGroups) } : {}),
+      } as Parameters<typeof setQuotaRule>[2];
+      const policy = await setQuotaRule(s3, required(options.bucket, local?.bucket, "--bucket"), rule);
+      console.log(`uploaded policy ${policy.version}`);
+      const nodes = options.redis ?? local?.redis;
+      if (nodes) {
+        await withCluster(nodes, (cluster) => publishQuotaRules(cluster, options.namespace, policy));
+        console.log("written to Redis: clients apply it with their next sync");
+      } else {
+        console.log("clients apply it once a check API container reloads the policy (REFRESH_SECONDS), then sync");
+      }
+    },
+  );
+
+  withRedis(
+    withAws(
+      quotas
+        .command("usage")
+        .description("what each window of a rule holds for a key now")
+        .argument("<rule>", "rule name")
+        .argument("<key>", "quota key")
+        .option("--bucket <name>", "the config bucket"),
+    ),
+  ).action(async (ruleName: string, key: string, options: AwsOptions & RedisOptions & { bucket?: string }) => {
+    const { s3, local } = aws(options);
+    const { policy } = await readPolicy(s3, required(options.bucket, local?.bucket, "--bucket"));
+    const nodes = options.redis ?? local?.redis;
+    if (!nodes) throw new ValidationError("--redis", "required (or --local)");
+    const reply = await withCluster(nodes, (cluster) => quotaUsage(cluster, options.namespace, policy, ruleName, key));
+    const rule = policy.quotas.get(ruleName)!.rule;
+    const [entry] = reply.entries;
+    rule.limits.forEach((limit, i) => {
+      console.log(`${ruleName} ${key}\t${limit.windowMs / 1000}s\tused ${entry?.used[i] ?? 0} of ${limit.max}`);
+    });
+    console.log(`active instances ${reply.instances}`);
+  });
+}
