@@ -8,7 +8,8 @@ import { testStack, uploadRules } from "../support/pipeline.ts";
 
 let stack: LocalStack;
 beforeAll(async () => {
-  stack = await testStack();
+  // the policy is uploaded after the stack starts: no cached "no rules" from the warm-up
+  stack = await testStack({ environment: { REFRESH_SECONDS: "0" } });
   await uploadRules(
     stack,
     {

@@ -10,7 +10,7 @@ const namespace = uniqueNamespace();
 let stack: LocalStack;
 let target: string[];
 beforeAll(async () => {
-  stack = await testStack({ environment: { KEY_NAMESPACE: namespace } });
+  stack = await testStack({ environment: { KEY_NAMESPACE: namespace, REFRESH_SECONDS: "0" } });
   const { awsEndpoint, bucket, redis } = stack.endpoints;
   target = ["--endpoint", awsEndpoint, "--bucket", bucket, "--redis", ...redis.slice(0, 1), "--namespace", namespace];
   await uploadRules(
