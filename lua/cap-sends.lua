@@ -101,6 +101,8 @@ local function isOnCallChannel(someIdentity)
 end
 
 -- The reply code for a user of `profile` whose live sends are given (times, onChannel, isMine; n of them).
+-- The window rule lives twice: here, and in functions/core/capping/frequency.ts (fullestWindowAround(), which
+-- explains decisions in /v1/frequency replies); test/integration/window-predicate.test.ts checks they agree.
 local function decide(profile, n, times, onChannel, isMine)
   if not anonymous then
     for e = 1, n do
