@@ -5,8 +5,8 @@ KEYS[1]    <ns>:q:{<rule>.<group>}:cfg    hash { v = config version, r = encoded
 KEYS[2]    <ns>:q:{<rule>.<group>}:seq    hash instance -> "highestSeq:mask" (mask: the 32 seqs below it)
 KEYS[3]    <ns>:q:{<rule>.<group>}:inst   sorted set instance -> last sync (ms)
 KEYS[3+i]  <ns>:q:{<rule>.<group>}:k:<key_i>   key i's rings, window sums and demand
-ARGV[1..6] protocol (1), now (ms), instanceId, seq, configVersion seen, elapsedMs since the previous sync
-ARGV[6+4*(i-1)+1 .. +4]  key i: usage "at:count,...", refunds "grantedAt:count,...", offered, want
+ARGV[1..5] protocol (1), now (ms), instanceId, seq, configVersion seen
+ARGV[5+4*(i-1)+1 .. +4]  key i: usage "at:count,...", refunds "grantedAt:count,...", offered, want
 Reply      { 1, status ("applied"|"duplicate"|"stale"|"norule"), now, configVersion, rule (encoded, or ""
            when the request saw this version), mode, windows, instances, then per key: amount
            (allowance | tokens), expiresAt (validUntil | leaseExpiresAt), denyUntil, resetAt, used per window }
@@ -29,7 +29,8 @@ local instance, seq, seen = ARGV[3], tonumber(ARGV[4]), ARGV[5]
 
 local cfg = redis.call('HMGET', KEYS[1], 'v', 'r')
 local version, ruleText = cfg[1], cfg[2]
-if not version then return { 1, 'norule', now, '', '', '', 0, 0 } end
+-- no configuration, or a removed rule's tombstone (lua/quota-rule.lua)
+if not version or version == '' then return { 1, 'norule', now, '', '', '', 0, 0 } end
 local reply = { 1, 'applied', now, version, version == seen and '' or ruleText }
 
 -- the rule: mode|leaseMs|fallback|slotGroups|W:max,W:max
@@ -188,7 +189,7 @@ end
 for i = 4, #KEYS do
   key = KEYS[i]
   for name in pairs(pending) do pending[name] = nil end
-  local a = 6 + 4 * (i - 4)
+  local a = 5 + 4 * (i - 4)
   local usage, refunds, offered, want = ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
   local meta = redis.call('HMGET', key, unpack(fields))
   if meta[1] and meta[1] ~= layout then

@@ -1,15 +1,8 @@
 // The QuotaStore over the Redis Cluster: lua/quota-sync.lua called by SHA, and the per-slot-group copies
 // of each rule's configuration that the script reads in its own slot.
 import type { Cluster } from "ioredis";
-import {
-  decodeSync,
-  encodeRule,
-  encodeSync,
-  type QuotaRule,
-  type SyncReply,
-  type SyncRequest,
-  slotGroupKeys,
-} from "../../sdk/src/wire.ts";
+import { decodeSync, encodeSync, type QuotaRule, type SyncReply, type SyncRequest } from "../../sdk/src/wire.ts";
+import { ruleWriteCall } from "../core/quotas/quota-rule-script.ts";
 import type { QuotaStore } from "../core/quotas/quota-store.ts";
 import { load as loadLua } from "./lua-scripts.ts";
 import { redisCallsOf } from "./redis-cluster.ts";
@@ -26,8 +19,17 @@ function quotaSyncCommand(cluster: Cluster): QuotaSyncCommand {
   return commands.quotaSync!.bind(cluster);
 }
 
+type QuotaRuleCommand = (key: string, ...args: Array<string | number>) => Promise<unknown>;
+
+function quotaRuleCommand(cluster: Cluster): QuotaRuleCommand {
+  const commands = cluster as unknown as { quotaRule?: QuotaRuleCommand };
+  if (!commands.quotaRule) cluster.defineCommand("quotaRule", { lua: loadLua("quota-rule"), numberOfKeys: 1 });
+  return commands.quotaRule!.bind(cluster);
+}
+
 export class RedisQuotaStore implements QuotaStore {
   private readonly command: QuotaSyncCommand;
+  private readonly ruleCommand: QuotaRuleCommand;
 
   constructor(
     private readonly cluster: Cluster,
@@ -36,6 +38,7 @@ export class RedisQuotaStore implements QuotaStore {
     private readonly deadlineMs = 2_000,
   ) {
     this.command = quotaSyncCommand(cluster);
+    this.ruleCommand = quotaRuleCommand(cluster);
   }
 
   /**
@@ -53,13 +56,11 @@ export class RedisQuotaStore implements QuotaStore {
     return decodeSync(reply, request);
   }
 
-  async publish(name: string, rule: QuotaRule | null, version: string, slotGroups: number): Promise<void> {
+  async publish(name: string, rule: QuotaRule | null, version: string, slotGroups: number, stamp: number) {
     await Promise.all(
       Array.from({ length: slotGroups }, (_, group) => {
-        const { config } = slotGroupKeys(this.namespace, name, group);
-        return rule === null
-          ? this.cluster.del(config)
-          : this.cluster.hset(config, "v", version, "r", encodeRule(rule));
+        const { keys, args } = ruleWriteCall({ namespace: this.namespace, name, group, rule, version, stamp });
+        return this.ruleCommand(keys[0], ...args);
       }),
     );
   }

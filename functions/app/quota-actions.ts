@@ -31,9 +31,12 @@ export async function setQuotaRule(s3: S3Client, bucket: string, rule: QuotaRule
   return publishPolicyTo(new S3ObjectStore(s3, bucket), JSON.stringify(next, null, 2));
 }
 
-/** Writes every quota rule of `policy` to Redis now (what the check API does on its next sync). */
+/**
+ * Writes every quota rule of `policy` to Redis now (what the check API does on its next sync), stamped
+ * with this moment: call it after the upload, so containers still on the previous policy cannot overwrite it.
+ */
 export function publishQuotaRules(cluster: Cluster, namespace: string, policy: Policy): Promise<void> {
-  return quotaService(cluster, namespace, policy).publish(policy.quotas);
+  return quotaService(cluster, namespace, policy).publish({ quotas: policy.quotas, loadedAt: Date.now() });
 }
 
 /**
@@ -55,7 +58,6 @@ export async function quotaUsage(
     group: slotGroupOf(key, published.rule.slotGroups),
     seq: Date.now(),
     configVersion: published.version,
-    elapsedMs: 0,
     entries: [{ key, usage: [], refunds: [], offered: 0, want: 0 }],
   });
 }
@@ -63,7 +65,7 @@ export async function quotaUsage(
 function quotaService(cluster: Cluster, namespace: string, policy: Policy): QuotaSyncService {
   return new QuotaSyncService({
     store: new RedisQuotaStore(cluster, namespace),
-    rules: async () => policy.quotas,
+    rules: async () => ({ quotas: policy.quotas, loadedAt: Date.now() }),
     clock: systemClock,
   });
 }

@@ -140,7 +140,10 @@ export function wireCheckApi(env: NodeJS.ProcessEnv) {
   };
   const quotas = new QuotaSyncService({
     store: new RedisQuotaStore(cluster, config.KEY_NAMESPACE, config.CHECK_TIMEOUT_MS),
-    rules: async () => (await rules.current()).policy.quotas,
+    rules: async (quotaRule) => {
+      const { policy, loadedAt } = await rules.current(quotaRule === undefined ? {} : { quotaRule });
+      return { quotas: policy.quotas, loadedAt: loadedAt ?? 0 };
+    },
     clock: systemClock,
   });
   const handler = makeCheckApiHandler({

@@ -71,7 +71,7 @@ async function scriptStats(primaries: Redis[]): Promise<{ usec: number; calls: n
 async function measureShape(cluster: TollgateCluster, shape: Shape, rounds: number, instances = 4) {
   const namespace = `bench-q-${Math.random().toString(36).slice(2, 8)}`;
   const store = new RedisQuotaStore(cluster, namespace);
-  await store.publish("api", shape.rule, "v1", 1);
+  await store.publish("api", shape.rule, "v1", 1, Date.now());
   const keys = Array.from({ length: shape.keysPerCall }, (_, i) => `tenant-${i}`);
   const primaries = cluster.nodes("master");
   const before = await scriptStats(primaries);
@@ -85,7 +85,6 @@ async function measureShape(cluster: TollgateCluster, shape: Shape, rounds: numb
           group: 0,
           seq: round,
           configVersion: "v1",
-          elapsedMs: SYNC_EVERY_MS,
           entries: keys.map((key) => ({
             key,
             usage: shape.rule.mode === "approximate" ? [[now - 10, 3]] : [],

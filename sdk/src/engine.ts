@@ -199,7 +199,6 @@ export class QuotaEngine {
       group: group.index,
       seq: ++group.seq,
       configVersion: rule.configVersion,
-      elapsedMs: group.lastSentAt < 0 ? 0 : Math.max(0, now - group.lastSentAt),
       entries,
     };
     group.lastSentAt = now;

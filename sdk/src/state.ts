@@ -33,7 +33,7 @@ export interface GroupState {
   pending: { request: SyncRequest; handles: QuotaHandle[] } | undefined;
   /** A sync of this group is on the wire. */
   busy: boolean;
-  /** Local ms when the last new request was taken (-1: never); its difference is the request's `elapsedMs`. */
+  /** Local ms when the last new request was taken (-1: never); the key's rate is measured over the time between two. */
   lastSentAt: number;
 }
 

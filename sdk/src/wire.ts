@@ -24,8 +24,7 @@
 // Demand: `offered` = requests the instance saw for the key since its previous sync (admitted and
 //   denied). The server keeps the key's and the instance's offered counts decaying over 1 s; a share is
 //   the instance's part of that recent demand (plus a small even pseudo-demand, so an idle instance
-//   still gets something). `elapsedMs` = time since the instance's previous sync (0 on the first):
-//   informational (logged), not used in the share.
+//   still gets something).
 // Retries. A sync whose reply never came is retried with the same seq and entries until it is
 //   answered. An instance that gives up on one may send its usage again under a new seq (counting it
 //   twice only over-counts), but must drop its refunds (refunding twice could over-admit).
@@ -43,7 +42,7 @@
 //   `status: "norule"`: the rule is not configured (in this group); nothing was counted.
 //
 // Redis call: EVALSHA quota-sync KEYS = [cfg, seq, inst, k(key_1) .. k(key_n)]
-//   ARGV = [protocol, now, instanceId, seq, configVersionSeen, elapsedMs,
+//   ARGV = [protocol, now, instanceId, seq, configVersionSeen,
 //           then per key: usage "at:count,at:count", refunds "grantedAt:count,...", offered, want]
 //   Reply = [protocol, status, serverTime, configVersion, rule ("" when unchanged), mode, windows,
 //            instances, then per key: amount, expiresAt, denyUntil, resetAt, used_1 .. used_windows]
@@ -100,7 +99,6 @@ export interface SyncRequest {
   seq: number;
   /** The rule's config version this instance holds ("" before it knows one). */
   configVersion: string;
-  elapsedMs: number;
   entries: SyncEntry[];
 }
 
@@ -242,14 +240,7 @@ export function encodeSync(
   const group = slotGroupKeys(namespace, request.rule, request.group);
   const prefix = slotGroupPrefix(namespace, request.rule, request.group);
   const keys = [group.config, group.sequences, group.instances];
-  const args: Array<string | number> = [
-    PROTOCOL,
-    now,
-    request.instanceId,
-    request.seq,
-    request.configVersion,
-    request.elapsedMs,
-  ];
+  const args: Array<string | number> = [PROTOCOL, now, request.instanceId, request.seq, request.configVersion];
   for (const entry of request.entries) {
     if (entry.usage.length > MAX_EPOCHS_PER_KEY || entry.refunds.length > MAX_EPOCHS_PER_KEY) {
       throw new WireError("entries.usage", `at most ${MAX_EPOCHS_PER_KEY} epochs per key`);

@@ -14,7 +14,6 @@ const request: SyncRequest = {
   group: 0,
   seq: 3,
   configVersion: "v1",
-  elapsedMs: 50,
   entries: [{ key: "k", usage: [[1_000, 2]], refunds: [], offered: 2, want: 0 }],
 };
 const reply = {

@@ -51,7 +51,6 @@ const request = (fields: Partial<SyncRequest> = {}): SyncRequest => ({
   group: 0,
   seq: 1,
   configVersion: "",
-  elapsedMs: 0,
   entries: [{ key: "tenant-1", usage: [[Date.now(), 30]], refunds: [], offered: 30, want: 0 }],
   ...fields,
 });

@@ -4,7 +4,10 @@ import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
 import { RedisQuotaStore } from "../../functions/adapters/redis-quota-store.ts";
-import type { QuotaRule, SyncEntry, SyncRequest } from "../../sdk/src/wire.ts";
+import { parsePolicy } from "../../functions/core/capping/policy.ts";
+import { QuotaSyncService } from "../../functions/core/quotas/quota-sync-service.ts";
+import { fixedClock } from "../../functions/core/shared/clock.ts";
+import { type QuotaRule, type SyncEntry, type SyncRequest, slotGroupKeys } from "../../sdk/src/wire.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
 import { maxInAnyWindow, QuotaModel } from "../support/quota-model.ts";
 import { T0 } from "../support/rules.ts";
@@ -19,7 +22,7 @@ afterAll(async () => {
 
 async function storeWith(rule: QuotaRule, name = "api"): Promise<RedisQuotaStore> {
   const store = new RedisQuotaStore(cluster, uniqueNamespace());
-  await store.publish(name, rule, "v1", rule.slotGroups);
+  await store.publish(name, rule, "v1", rule.slotGroups, 1);
   return store;
 }
 
@@ -28,7 +31,7 @@ function entry(key: string, fields: Partial<SyncEntry> = {}): SyncEntry {
 }
 
 function call(instanceId: string, seq: number, entries: SyncEntry[], configVersion = "v1"): SyncRequest {
-  return { instanceId, rule: "api", group: 0, seq, configVersion, elapsedMs: 50, entries };
+  return { instanceId, rule: "api", group: 0, seq, configVersion, entries };
 }
 
 const approximate = (limits: QuotaRule["limits"]): QuotaRule => ({
@@ -269,10 +272,59 @@ describe("quota-sync.lua", () => {
     expect(seen).toMatchObject({ configVersion: "v1", rule });
     expect((await store.sync(call("i", 2, [entry("k")], "v1"), T0)).rule).toBeUndefined();
     const lower = { ...rule, limits: [{ windowMs: 1000, max: 40 }] };
-    await store.publish("api", lower, "v2", 1);
+    await store.publish("api", lower, "v2", 1, 2);
     const changed = await store.sync(call("i", 3, [entry("k")], "v1"), T0 + 10);
     expect(changed).toMatchObject({ configVersion: "v2", rule: lower, entries: [{ used: [30], allowance: 10 }] });
-    await store.publish("api", { ...rule, limits: [{ windowMs: 2000, max: 40 }] }, "v3", 1);
+    await store.publish("api", { ...rule, limits: [{ windowMs: 2000, max: 40 }] }, "v3", 1, 3);
     expect((await store.sync(call("i", 4, [entry("k")], "v2"), T0 + 20)).entries[0]!.used).toEqual([0]);
+  });
+});
+
+describe("rule configuration in Redis (lua/quota-rule.lua through QuotaSyncService)", () => {
+  const policy = (version: string, quotas: unknown[]) =>
+    parsePolicy({ version, channels: ["push"], segments: [], default: { name: "rest", caps: {} }, quotas });
+  const api = (max: number) => ({ name: "api", mode: "approximate", limits: [{ window: "1s", max }] });
+  /** A check API container serving `quotas`, read from S3 at `loadedAt`. */
+  const container = (store: RedisQuotaStore, quotas: ReturnType<typeof policy>["quotas"], loadedAt: number) =>
+    new QuotaSyncService({ store, rules: async () => ({ quotas, loadedAt }), clock: fixedClock(T0) });
+  const body = (instanceId: string) => ({
+    instanceId,
+    rule: "api",
+    group: 0,
+    seq: 1,
+    configVersion: "",
+    entries: [entry("k")],
+  });
+
+  it("a container still on an older policy never overwrites the newer rule, nor brings back a removed one", async () => {
+    const store = new RedisQuotaStore(cluster, uniqueNamespace());
+    const older = policy("p.1", [api(10)]);
+    const newer = policy("p.2", [api(20)]);
+    // the newer container syncs first; the older one (read its policy earlier) writes on its first sync
+    const fresh = await container(store, newer.quotas, 2_000).sync(body("new"));
+    expect(fresh).toMatchObject({ configVersion: newer.quotas.get("api")!.version, rule: { limits: [{ max: 20 }] } });
+    const stale = await container(store, older.quotas, 1_000).sync(body("old"));
+    expect(stale).toMatchObject({ configVersion: newer.quotas.get("api")!.version, rule: { limits: [{ max: 20 }] } });
+
+    // removed by a newer policy: a container that read the rule earlier cannot write it back
+    const removing = container(store, newer.quotas, 3_000);
+    await removing.publish({ quotas: newer.quotas, loadedAt: 3_000 });
+    await removing.publish({ quotas: policy("p.3", []).quotas, loadedAt: 3_000 });
+    expect(await container(store, older.quotas, 1_000).sync(body("old-2"))).toMatchObject({ status: "norule" });
+    // a policy read later that has the rule again writes it
+    const back = await container(store, newer.quotas, 4_000).sync(body("later"));
+    expect(back).toMatchObject({ status: "applied", rule: { limits: [{ max: 20 }] } });
+  });
+
+  it("writes the rule again when its slot group lost it (a failover before the write replicated)", async () => {
+    const namespace = uniqueNamespace();
+    const store = new RedisQuotaStore(cluster, namespace);
+    const service = container(store, policy("p.1", [api(10)]).quotas, 1_000);
+    expect(await service.sync(body("a"))).toMatchObject({ status: "applied" });
+    await cluster.del(slotGroupKeys(namespace, "api", 0).config);
+    expect(await service.sync({ ...body("a"), seq: 2 })).toMatchObject({
+      status: "applied",
+      entries: [{ allowance: 10 }],
+    });
   });
 });

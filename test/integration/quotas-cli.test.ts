@@ -51,7 +51,6 @@ describe("tollgate quotas", () => {
         group: 0,
         seq: 1,
         configVersion: "",
-        elapsedMs: 0,
         entries: [{ key: "t", usage: [[Date.now(), 20]], refunds: [], offered: 20, want: 0 }],
       }),
     });

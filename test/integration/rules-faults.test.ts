@@ -1,6 +1,6 @@
 // Configuration faults through the real S3 adapter (fauxqs + @aws-sdk/client-s3), with a fixed clock: empty
 // and truncated bitmaps refused like corrupt ones, a segment shrinking past the allowed share refused
-// unless forced, an unknown channel looked up once more before it is judged.
+// unless forced, an unknown channel or quota rule looked up once more before it is judged.
 import { CreateBucketCommand, type S3Client } from "@aws-sdk/client-s3";
 import { type FauxqsServer, startFauxqs } from "fauxqs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -148,5 +148,29 @@ describe("an unknown channel", () => {
     expect((await source.current({ channel: "sms" })).policy.version).toBe("v1");
     clock.advance(1);
     expect((await source.current({ channel: "sms" })).policy.version).toBe("v2");
+  });
+});
+
+describe("an unknown quota rule", () => {
+  const withQuota = (version: string) => ({
+    ...policy(version),
+    quotas: [{ name: "api-new", mode: "approximate", limits: [{ window: "1s", max: 10 }] }],
+  });
+
+  it("makes one refresh before a sync is answered, even just after the last check; then one a second at most", async () => {
+    const { bucket, clock, source } = await sourceWith([1]);
+    await source.current();
+    await uploadObject(s3, bucket, "config/policy.json", JSON.stringify(withQuota("v2")));
+    clock.advance(10);
+    // a known (or no) rule is served from the rules in service until the refresh interval
+    expect((await source.current()).policy.version).toBe("v1");
+    expect((await source.current({ quotaRule: "api-new" })).policy.quotas.has("api-new")).toBe(true);
+    // a sync for a rule no policy has: one forced refresh, then none for a second
+    await uploadObject(s3, bucket, "config/policy.json", JSON.stringify(withQuota("v3")));
+    expect((await source.current({ quotaRule: "nope" })).policy.version).toBe("v2");
+    clock.advance(999);
+    expect((await source.current({ quotaRule: "nope" })).policy.version).toBe("v2");
+    clock.advance(1);
+    expect((await source.current({ quotaRule: "nope" })).policy.version).toBe("v3");
   });
 });

@@ -54,21 +54,26 @@ describe("QuotaSyncService.publish", () => {
     const writes: string[] = [];
     const store: QuotaStore = {
       sync: () => Promise.reject(new Error("not used")),
-      publish: async (name, rule, version, groups) => {
-        writes.push(`${name}:${rule ? version : "removed"}:${groups}`);
+      publish: async (name, rule, version, groups, stamp) => {
+        writes.push(`${name}:${rule ? version : "removed"}:${groups}@${stamp}`);
       },
     };
-    const service = new QuotaSyncService({ store, rules: async () => new Map(), clock: fixedClock(0) });
+    const service = new QuotaSyncService({
+      store,
+      rules: async () => ({ quotas: new Map(), loadedAt: 0 }),
+      clock: fixedClock(0),
+    });
     const v1 = parsePolicy({ ...base, quotas: [api, { ...api, name: "other", slotGroups: 2 }] }).quotas;
-    await service.publish(v1);
-    await service.publish(v1);
+    await service.publish({ quotas: v1, loadedAt: 10 });
+    await service.publish({ quotas: v1, loadedAt: 20 });
     const v2 = parsePolicy({ ...base, version: "p.2", quotas: [api] }).quotas;
-    await service.publish(v2);
+    await service.publish({ quotas: v2, loadedAt: 30 });
+    // each write carries when the policy it comes from was read: the store's compare-and-set orders them
     expect(writes).toEqual([
-      `api:${v1.get("api")!.version}:1`,
-      `other:${v1.get("other")!.version}:2`,
-      `api:${v2.get("api")!.version}:1`,
-      "other:removed:2",
+      `api:${v1.get("api")!.version}:1@10`,
+      `other:${v1.get("other")!.version}:2@10`,
+      `api:${v2.get("api")!.version}:1@30`,
+      "other:removed:2@30",
     ]);
   });
 });

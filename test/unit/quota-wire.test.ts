@@ -32,7 +32,6 @@ function request(keys: string[]): SyncRequest {
     group: 2,
     seq: 7,
     configVersion: "",
-    elapsedMs: 50,
     entries: keys.map((key) => ({ key, usage: [[1000, 3]], refunds: [], offered: 3, want: 5 })),
   };
 }

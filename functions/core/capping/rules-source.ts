@@ -29,6 +29,12 @@ export interface RulesSourceOptions {
 export interface Rules {
   policy: Policy;
   segments: SegmentIndex;
+  /**
+   * When this container started the read that brought this policy into service (its clock, ms). A policy
+   * read later is never older (S3 reads after an upload see it), so Quotas orders rule writes by it.
+   * Always set by RulesSource; rules built by hand (tests, benches) may leave it out.
+   */
+  loadedAt?: number;
 }
 
 type Bitmap = ReturnType<typeof parseBitmap>;
@@ -39,8 +45,8 @@ type Bitmap = ReturnType<typeof parseBitmap>;
  */
 export const allowShrinkMarkerKey = (bitmapKey: string) => `${bitmapKey}.allow-shrink`;
 
-/** An unknown channel forces a refresh, but not more often than this. */
-const UNKNOWN_CHANNEL_REFRESH_MS = 1_000;
+/** An unknown channel or quota rule forces a refresh, but not more often than this. */
+const UNKNOWN_NAME_REFRESH_MS = 1_000;
 
 export class RulesSource {
   private readonly options: Required<Omit<RulesSourceOptions, "onRejected" | "onActivated">> & RulesSourceOptions;
@@ -48,6 +54,8 @@ export class RulesSource {
   private pending?: Promise<void>;
   /** What the last refresh refused (empty once a refresh succeeds). */
   private refusals: RulesRefusal[] = [];
+  /** When an unknown quota rule last forced a refresh (ms). */
+  private forcedAt = Number.NEGATIVE_INFINITY;
 
   constructor(options: RulesSourceOptions) {
     this.options = { policyKey: DEFAULT_POLICY_KEY, clock: systemClock, maxShrink: 0.5, ...options };
@@ -55,16 +63,27 @@ export class RulesSource {
 
   /**
    * The rules to decide with now. Rejects with RulesUnavailableError only when no valid rules were ever
-   * loaded. A `channel` the rules in service do not list makes one refresh first (at most one a second),
-   * so a container still on the previous policy learns a newly added channel before judging a message.
+   * loaded. A `channel` or `quotaRule` the rules in service do not list makes one refresh first (at most
+   * one a second), so a container still on the previous policy learns a newly added channel before judging
+   * a message, and a newly added quota rule before answering a sync `norule`.
    */
-  async current(request: { channel?: string } = {}): Promise<Rules> {
+  async current(request: { channel?: string; quotaRule?: string } = {}): Promise<Rules> {
     const { clock, refreshMs } = this.options;
     const active = this.active;
     if (active) {
-      const age = clock.now() - active.checkedAt;
-      const unknownChannel = request.channel !== undefined && !active.rules.policy.channels.includes(request.channel);
-      if (age < refreshMs && !(unknownChannel && age >= UNKNOWN_CHANNEL_REFRESH_MS)) return active.rules;
+      const now = clock.now();
+      const age = now - active.checkedAt;
+      const { policy } = active.rules;
+      const unknownChannel = request.channel !== undefined && !policy.channels.includes(request.channel);
+      // A sync for a just-added rule comes right after the upload, often within a second of this
+      // container's last check, and the SDK waits a second after a `norule`: so the gate is the last
+      // forced refresh, not the age of the last check.
+      const unknownRule =
+        request.quotaRule !== undefined &&
+        !policy.quotas.has(request.quotaRule) &&
+        now - this.forcedAt >= UNKNOWN_NAME_REFRESH_MS;
+      if (unknownRule) this.forcedAt = now;
+      else if (age < refreshMs && !(unknownChannel && age >= UNKNOWN_NAME_REFRESH_MS)) return active.rules;
     }
     // one refresh at a time; every caller waits for it
     this.pending ??= this.refresh().finally(() => {
@@ -121,7 +140,7 @@ export class RulesSource {
       const segments = new SegmentIndex(
         policy.segments.flatMap(({ bitmap }) => (bitmap === undefined ? [] : [bitmaps.get(bitmap) as Bitmap])),
       );
-      this.active = { rules: { policy, segments }, tags, bitmaps, checkedAt: startedAt };
+      this.active = { rules: { policy, segments, loadedAt: startedAt }, tags, bitmaps, checkedAt: startedAt };
       this.options.onActivated?.(this.active.rules, Object.fromEntries(tags));
     } catch (error) {
       this.refusals = [{ key, reason: (error as Error).message, at: startedAt }];

@@ -1,10 +1,13 @@
 // What the Quotas core needs from the counter store: run one sync call (lua/quota-sync.lua) and keep
-// each rule's configuration where that script reads it.
+// each rule's configuration where that script reads it (lua/quota-rule.lua).
 import type { QuotaRule, SyncReply, SyncRequest } from "../../../sdk/src/wire.ts";
 
 export interface QuotaStore {
   /** One sync call for one slot group; `now` is this process's clock (ms). */
   sync(request: SyncRequest, now: number): Promise<SyncReply>;
-  /** Writes (or, with `rule: null`, removes) a rule's configuration in every one of its slot groups. */
-  publish(name: string, rule: QuotaRule | null, version: string, slotGroups: number): Promise<void>;
+  /**
+   * Writes (or, with `rule: null`, removes) a rule's configuration in every one of its slot groups, in
+   * each unless it holds one with a newer `stamp` (when its writer read the policy, ms).
+   */
+  publish(name: string, rule: QuotaRule | null, version: string, slotGroups: number, stamp: number): Promise<void>;
 }

@@ -27,7 +27,6 @@ export const syncRequestSchema = z.strictObject({
   group: z.int().min(0),
   seq: z.int().min(1).max(Number.MAX_SAFE_INTEGER),
   configVersion: z.string().max(200),
-  elapsedMs: z.int().min(0).max(86_400_000),
   entries: z
     .array(
       z.strictObject({
@@ -42,10 +41,19 @@ export const syncRequestSchema = z.strictObject({
     .max(MAX_KEYS_PER_SYNC),
 });
 
+/** The policy's quota rules in service, and when this container read that policy (ms, its clock). */
+export interface QuotaRulesInService {
+  quotas: ReadonlyMap<string, PublishedQuotaRule>;
+  loadedAt: number;
+}
+
 export interface QuotaSyncServiceOptions {
   store: QuotaStore;
-  /** The policy's quota rules now in service. */
-  rules: () => Promise<ReadonlyMap<string, PublishedQuotaRule>>;
+  /**
+   * The quota rules now in service. `rule` is the one a sync names: a source that does not have it may
+   * look again first (a container still on the previous policy would otherwise answer `norule`).
+   */
+  rules: (rule?: string) => Promise<QuotaRulesInService>;
   clock: Clock;
 }
 
@@ -57,10 +65,10 @@ export class QuotaSyncService {
 
   async sync(body: unknown): Promise<SyncReply> {
     const request: SyncRequest = parseOrThrow(syncRequestSchema, body);
-    const rules = await this.options.rules();
-    await this.publish(rules);
+    const inService = await this.options.rules(request.rule);
+    await this.publish(inService);
     const now = this.options.clock.now();
-    const published = rules.get(request.rule);
+    const published = inService.quotas.get(request.rule);
     if (!published) return { status: "norule", serverTime: now, configVersion: "", instances: 0, entries: [] };
     const { slotGroups } = published.rule;
     if (request.group >= slotGroups) {
@@ -71,28 +79,38 @@ export class QuotaSyncService {
         throw new ValidationError(`entries[${i}].key`, `belongs to slot group ${slotGroupOf(entry.key, slotGroups)}`);
       }
     });
+    const reply = await this.options.store.sync(request, now);
+    if (reply.status !== "norule") return reply;
+    // The policy has the rule but its slot group does not (lost with a failover, or removed by a newer
+    // policy that this container has not read yet): written again, unless a newer policy removed it.
+    this.published.delete(request.rule);
+    await this.publish(inService);
     return this.options.store.sync(request, now);
   }
 
   /**
    * Writes every rule that changed since this process last wrote it, and removes the rules it wrote that
    * the policy no longer has. Called before each sync, so an operator's change reaches Redis with the
-   * first sync after the policy is reloaded, and every client with its next sync.
+   * first sync after the policy is reloaded, and every client with its next sync. Each write is a
+   * compare-and-set on `loadedAt`: a container still serving an older policy never overwrites the rule
+   * of a newer one.
    */
-  async publish(rules: ReadonlyMap<string, PublishedQuotaRule>): Promise<void> {
+  async publish({ quotas, loadedAt }: QuotaRulesInService): Promise<void> {
     const writes: Promise<void>[] = [];
-    for (const [name, published] of rules) {
+    for (const [name, published] of quotas) {
       if (this.published.get(name)?.version === published.version) continue;
       writes.push(
         this.options.store
-          .publish(name, published.rule, published.version, published.rule.slotGroups)
+          .publish(name, published.rule, published.version, published.rule.slotGroups, loadedAt)
           .then(() => void this.published.set(name, published)),
       );
     }
     for (const [name, old] of this.published) {
-      if (rules.has(name)) continue;
+      if (quotas.has(name)) continue;
       writes.push(
-        this.options.store.publish(name, null, "", old.rule.slotGroups).then(() => void this.published.delete(name)),
+        this.options.store
+          .publish(name, null, "", old.rule.slotGroups, loadedAt)
+          .then(() => void this.published.delete(name)),
       );
     }
     await Promise.all(writes);

@@ -22,7 +22,7 @@ afterAll(async () => {
 
 /** The rule in every slot group's cfg key, as the server side publishes the policy. */
 function publish(namespace: string, name: string, rule: QuotaRule, version: string): Promise<void> {
-  return new RedisQuotaStore(cluster, namespace).publish(name, rule, version, rule.slotGroups);
+  return new RedisQuotaStore(cluster, namespace).publish(name, rule, version, rule.slotGroups, Date.now());
 }
 
 function clock(start: number) {
@@ -126,7 +126,6 @@ describe("direct transport", () => {
     group: 0,
     seq,
     configVersion: "",
-    elapsedMs: 50,
     entries: [{ key: "k", usage: [[T0, count]], refunds: [], offered: count, want: 0 }],
   });
 
@@ -235,7 +234,6 @@ describe("degraded mode with a stopped primary", () => {
         group: 0,
         seq: 1,
         configVersion: "v1",
-        elapsedMs: 0,
         entries: [{ key: "k", usage: [], refunds: [], offered: 0, want: 0 }],
       },
       T0 + 1_150,
