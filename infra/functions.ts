@@ -13,7 +13,7 @@ import type { CheckApiVariables, CommonVariables, ConsumerVariables } from "../f
 import type { Cache } from "./cache.ts";
 import type { TollgateConfig } from "./config.ts";
 import type { Network } from "./network.ts";
-import type { Storage } from "./storage.ts";
+import { CAMPAIGN_MAX_RECEIVE_COUNT, DELIVERY_MAX_MESSAGE_BYTES, type Storage } from "./storage.ts";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 
@@ -99,6 +99,8 @@ export class Functions extends Construct {
       DELIVERY_QUEUE_URL: storage.deliveryQueue.queueUrl,
       DEAD_LETTER_QUEUE_URL: storage.campaignDeadLetters.queueUrl,
       DELIVERY_BATCH_SIZE: String(config.deliveryBatchSize),
+      DELIVERY_MAX_MESSAGE_BYTES: String(DELIVERY_MAX_MESSAGE_BYTES),
+      CAMPAIGN_MAX_RECEIVE_COUNT: String(CAMPAIGN_MAX_RECEIVE_COUNT),
     };
     const checkApiVariables: CheckApiVariables = variables;
     // read by Node and Powertools, not by Tollgate's code: outside the contract

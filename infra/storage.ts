@@ -4,6 +4,11 @@ import * as s3 from "aws-cdk-lib/aws-s3";
 import * as sqs from "aws-cdk-lib/aws-sqs";
 import { Construct } from "constructs";
 
+/** The campaign queue's redrive: the consumer dead-letters a record failing on this receive with its reason. */
+export const CAMPAIGN_MAX_RECEIVE_COUNT = 5;
+/** The delivery queue's MaximumMessageSize: SQS's largest (1 MiB); the consumer splits messages to fit it. */
+export const DELIVERY_MAX_MESSAGE_BYTES = 1_048_576;
+
 export class Storage extends Construct {
   readonly bucket: s3.Bucket;
   readonly campaignQueue: sqs.Queue;
@@ -50,10 +55,11 @@ export class Storage extends Construct {
       // at least 6 times the consumer's timeout (AWS guidance for Lambda event sources)
       visibilityTimeout: Duration.seconds(props.consumerTimeout.toSeconds() * 6),
       retentionPeriod: Duration.days(4),
-      deadLetterQueue: { queue: this.campaignDeadLetters, maxReceiveCount: 5 },
+      deadLetterQueue: { queue: this.campaignDeadLetters, maxReceiveCount: CAMPAIGN_MAX_RECEIVE_COUNT },
     });
     this.deliveryDeadLetters = queue("DeliveryDeadLetters", { retentionPeriod: Duration.days(14) });
     this.deliveryQueue = queue("Delivery", {
+      maxMessageSizeBytes: DELIVERY_MAX_MESSAGE_BYTES,
       retentionPeriod: Duration.days(4),
       deadLetterQueue: { queue: this.deliveryDeadLetters, maxReceiveCount: 5 },
     });

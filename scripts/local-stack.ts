@@ -140,6 +140,11 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
       ...variables,
       DELIVERY_QUEUE_URL: delivery.url,
       DEAD_LETTER_QUEUE_URL: campaignDlq.url,
+      // the consumer's view of the queues, from the queues' own settings (as infra/functions.ts does)
+      CAMPAIGN_MAX_RECEIVE_COUNT: String(maxReceiveCount),
+      ...(options.deliveryQueueAttributes?.MaximumMessageSize === undefined
+        ? {}
+        : { DELIVERY_MAX_MESSAGE_BYTES: options.deliveryQueueAttributes.MaximumMessageSize }),
     };
     const consumer = wireCampaignConsumer(
       { ...shared, ...consumerVariables, ...options.environment },

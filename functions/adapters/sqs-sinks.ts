@@ -7,14 +7,16 @@ import {
   SendMessageCommand,
   type SQSClient,
 } from "@aws-sdk/client-sqs";
-import type { DeadLetterSink } from "../core/capping/campaign-consumer.ts";
+import type { DeadLetterReason, DeadLetterSink } from "../core/capping/campaign-consumer.ts";
 import type { CampaignQueue } from "../core/capping/campaign-push.ts";
-import type { DeliveryMessage, DeliverySink } from "../core/capping/delivery.ts";
+import { type DeliveryMessage, type DeliverySink, deliveryBody } from "../core/capping/delivery.ts";
 import { DeliveryError } from "../core/shared/errors.ts";
 
 /** SendMessageBatch takes at most 10 entries and 1 MiB in all (bodies and attributes). */
 const MAX_ENTRIES = 10;
 const MAX_BATCH_BYTES = 1_048_576;
+/** SQS's largest message (bodies and attributes), and every queue's default MaximumMessageSize. */
+export const SQS_MAX_MESSAGE_BYTES = 1_048_576;
 
 type Failure = DeliveryError["failures"][number];
 
@@ -25,11 +27,17 @@ export interface SqsDeliverySinkOptions {
   concurrency?: number;
   /** Told of every failed entry or call that will be retried (for metrics). */
   onRetry?: (reason: string) => void;
+  /**
+   * The delivery queue's MaximumMessageSize (default SQS's 1 MiB). A message is never built larger, so SQS
+   * never refuses one for its size.
+   */
+  maxMessageBytes?: number;
 }
 
 export class SqsDeliverySink implements DeliverySink {
   private readonly attempts: number;
   private readonly concurrency: number;
+  private readonly maxMessageBytes: number;
 
   constructor(
     private readonly sqs: SQSClient,
@@ -38,17 +46,19 @@ export class SqsDeliverySink implements DeliverySink {
   ) {
     this.attempts = options.attempts ?? 3;
     this.concurrency = options.concurrency ?? 8;
+    this.maxMessageBytes = options.maxMessageBytes ?? SQS_MAX_MESSAGE_BYTES;
+  }
+
+  maxBodyBytes(batch: Pick<DeliveryMessage, "campaignId" | "channel">): number {
+    return this.maxMessageBytes - entrySize({ MessageAttributes: deliveryAttributes(batch) });
   }
 
   async send(messages: readonly DeliveryMessage[]): Promise<void> {
     const entries = messages.map(
       (message, i): SendMessageBatchRequestEntry => ({
         Id: String(i),
-        MessageBody: JSON.stringify(message),
-        MessageAttributes: {
-          campaignId: { DataType: "String", StringValue: message.campaignId },
-          channel: { DataType: "String", StringValue: message.channel },
-        },
+        MessageBody: deliveryBody(message),
+        MessageAttributes: deliveryAttributes(message),
       }),
     );
     const chunks = chunkEntries(entries);
@@ -102,6 +112,16 @@ export class SqsDeliverySink implements DeliverySink {
   }
 }
 
+/** A delivery message's attributes, so consumers can route or filter without parsing the body. */
+function deliveryAttributes(
+  message: Pick<DeliveryMessage, "campaignId" | "channel">,
+): Record<string, MessageAttributeValue> {
+  return {
+    campaignId: { DataType: "String", StringValue: message.campaignId },
+    channel: { DataType: "String", StringValue: message.channel },
+  };
+}
+
 /** Groups entries into SendMessageBatch calls of at most 10 entries and 1 MiB. */
 export function chunkEntries(entries: readonly SendMessageBatchRequestEntry[]): SendMessageBatchRequestEntry[][] {
   const chunks: SendMessageBatchRequestEntry[][] = [];
@@ -131,20 +151,24 @@ function entrySize(entry: { MessageBody?: string; MessageAttributes?: Record<str
   return size;
 }
 
-/** Poison messages go to the campaign queue's DLQ as they came, with the reason as message attributes. */
+/**
+ * Poison messages, and messages that failed on their last receive, go to the campaign queue's DLQ as they
+ * came, with the reason as message attributes (reason, error, path, sourceMessageId).
+ */
 export class SqsDeadLetterSink implements DeadLetterSink {
   constructor(
     private readonly sqs: SQSClient,
     private readonly queueUrl: string,
   ) {}
 
-  async send(body: string, reason: { message: string; path: string; sourceMessageId: string }): Promise<void> {
+  async send(body: string, reason: DeadLetterReason): Promise<void> {
     await this.sqs.send(
       new SendMessageCommand({
         QueueUrl: this.queueUrl,
         MessageBody: body,
         MessageAttributes: {
           reason: { DataType: "String", StringValue: reason.message.slice(0, 1024) },
+          error: { DataType: "String", StringValue: reason.error },
           ...(reason.path ? { path: { DataType: "String", StringValue: reason.path } } : {}),
           sourceMessageId: { DataType: "String", StringValue: reason.sourceMessageId },
         },

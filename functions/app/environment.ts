@@ -2,6 +2,7 @@
 // at cold start (a bad value names the variable), and the variable types that infra/functions.ts and
 // scripts/local-stack.ts set them through, so a renamed variable fails the typecheck, not a cold start.
 import { z } from "zod";
+import { SQS_MAX_MESSAGE_BYTES } from "../adapters/sqs-sinks.ts";
 import { DEFAULT_DELIVERY_BATCH_SIZE } from "../core/capping/delivery.ts";
 import { DEFAULT_POLICY_KEY } from "../core/capping/policy.ts";
 import { DEFAULT_NAMESPACE, NAMESPACE_PATTERN, NAMESPACE_RULE } from "../core/shared/keys.ts";
@@ -66,6 +67,10 @@ export const consumerEnvironmentSchema = z.object({
   DELIVERY_QUEUE_URL: httpUrl("required: the delivery queue URL"),
   DEAD_LETTER_QUEUE_URL: httpUrl("required: the campaign queue's dead-letter queue URL"),
   DELIVERY_BATCH_SIZE: integer(1, 1_000, DEFAULT_DELIVERY_BATCH_SIZE),
+  /** The delivery queue's MaximumMessageSize: delivery messages are split to fit it. */
+  DELIVERY_MAX_MESSAGE_BYTES: integer(1_024, SQS_MAX_MESSAGE_BYTES, SQS_MAX_MESSAGE_BYTES),
+  /** The campaign queue's redrive maxReceiveCount: a record failing on that receive is dead-lettered with its reason. */
+  CAMPAIGN_MAX_RECEIVE_COUNT: integer(1, 1_000, 5),
   TIME_BUDGET_MARGIN_MS: integer(0, 900_000, 15_000),
 });
 

@@ -83,6 +83,7 @@ export function wireCampaignConsumer(
     capper,
     delivery: new SqsDeliverySink(sqs, config.DELIVERY_QUEUE_URL, {
       onRetry: (code) => logger.warn("delivery entries retried", { code }),
+      maxMessageBytes: config.DELIVERY_MAX_MESSAGE_BYTES,
     }),
     deadLetters: new SqsDeadLetterSink(sqs, config.DEAD_LETTER_QUEUE_URL),
     sendsPerMessage: config.DELIVERY_BATCH_SIZE,
@@ -92,6 +93,7 @@ export function wireCampaignConsumer(
     logger,
     metrics,
     timeBudgetMarginMs: config.TIME_BUDGET_MARGIN_MS,
+    maxReceiveCount: config.CAMPAIGN_MAX_RECEIVE_COUNT,
     ...observe,
   });
   return { handler, cluster, s3, sqs, config };

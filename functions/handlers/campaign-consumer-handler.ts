@@ -21,17 +21,22 @@ export interface CampaignConsumerHandlerDeps {
   metrics: Metrics;
   /** A record is started only with at least this much time left (its worst case: Redis and SQS deadlines). */
   timeBudgetMarginMs: number;
+  /**
+   * The campaign queue's maxReceiveCount: a record that fails on this receive would be redriven to the DLQ
+   * by SQS with no reason, so it is dead-lettered here with its fault instead.
+   */
+  maxReceiveCount: number;
   /** Told of every completed record (the local stack's demo and bench read the decisions here). */
   onOutcome?: (outcome: ConsumeOutcome, record: SQSRecord) => void;
 }
 
 export function makeCampaignConsumerHandler(deps: CampaignConsumerHandlerDeps) {
-  const { consumer, logger, metrics, timeBudgetMarginMs } = deps;
+  const { consumer, logger, metrics, timeBudgetMarginMs, maxReceiveCount } = deps;
   const processor = new BatchProcessor(EventType.SQS);
 
   const handler = async (event: SQSEvent, context: Context): Promise<SQSBatchResponse> => {
     let storeDown: StoreUnavailableError | undefined;
-    const recordHandler = async (record: SQSRecord): Promise<void> => {
+    const processRecord = async (record: SQSRecord): Promise<void> => {
       // Redis is down for this invocation: fail the rest at once instead of waiting out each deadline
       if (storeDown) throw storeDown;
       const remaining = context.getRemainingTimeInMillis();
@@ -69,17 +74,33 @@ export function makeCampaignConsumerHandler(deps: CampaignConsumerHandlerDeps) {
           single.addMetric("exempt", MetricUnit.Count, totals.exempt);
         }
       } catch (error) {
-        // Every fault here is the system's, not the message's: the record is retried (SQS redrives it to
-        // the DLQ after maxReceiveCount receives). Only "Redis did not answer" stops the rest of the
+        // Every fault here is the system's, not the message's: the record is retried (and dead-lettered
+        // with its reason on its last receive, below). Only "Redis did not answer" stops the rest of the
         // invocation; an error reply is a defect of this one call and its siblings still run.
         if (error instanceof StoreUnavailableError) storeDown = error;
-        logger.error("campaign batch failed; it will be retried", {
+        logger.error("campaign batch failed", {
           messageId: record.messageId,
+          receiveCount: record.attributes.ApproximateReceiveCount,
           error: error as Error,
           ...(error instanceof StoreReplyError ? { reply: error.reply } : {}),
         });
         metrics.addMetric(failureMetric(error), MetricUnit.Count, 1);
         throw error;
+      }
+    };
+    const recordHandler = async (record: SQSRecord): Promise<void> => {
+      try {
+        await processRecord(record);
+      } catch (error) {
+        // SQS would redrive a record failing on its last receive to the DLQ as it is, with no reason: it is
+        // dead-lettered here with its fault instead (if that send fails too, SQS's redrive still applies)
+        if (Number(record.attributes.ApproximateReceiveCount) < maxReceiveCount) throw error;
+        const reason = await consumer.deadLetterFault(record.body, record.messageId, error);
+        logger.error("campaign batch failed on its last receive; dead-lettered", {
+          messageId: record.messageId,
+          reason,
+        });
+        metrics.addMetric("faultsDeadLettered", MetricUnit.Count, 1);
       }
     };
     // One record at a time, so the time budget is checked before each; each record is itself parallel

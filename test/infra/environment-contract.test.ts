@@ -74,4 +74,25 @@ describe("the Lambda environment in the template", () => {
     expect(parsed.error?.issues ?? []).toEqual([]);
     expect(parsed.data).toMatchObject({ REDIS_TLS: true, REDIS_NODES: [{ port: 6379 }] });
   });
+
+  it("tells the consumer the queues' own limits: the delivery queue's size and the campaign queue's maxReceiveCount", () => {
+    const variables = variablesOf("FunctionsCampaignConsumer");
+    const queues = Object.entries(resources).filter(([, resource]) => resource.Type === "AWS::SQS::Queue");
+    const queueFor = (url: string) => {
+      const found = queues.find(([id]) => url.endsWith(`/${id}`));
+      if (!found) throw new Error(`no queue for ${url}`);
+      return found[1].Properties;
+    };
+    const delivery = queueFor(variables.DELIVERY_QUEUE_URL as string);
+    expect(String(delivery.MaximumMessageSize)).toBe(variables.DELIVERY_MAX_MESSAGE_BYTES);
+    const dlqUrl = variables.DEAD_LETTER_QUEUE_URL as string;
+    const campaign = queues.find(([, { Properties }]) => {
+      const target = (Properties.RedrivePolicy as { deadLetterTargetArn?: { "Fn::GetAtt"?: [string] } } | undefined)
+        ?.deadLetterTargetArn?.["Fn::GetAtt"]?.[0];
+      return target !== undefined && dlqUrl.endsWith(`/${target}`);
+    });
+    if (!campaign) throw new Error(`no queue redrives to ${dlqUrl}`);
+    const { maxReceiveCount } = campaign[1].Properties.RedrivePolicy as { maxReceiveCount: number };
+    expect(String(maxReceiveCount)).toBe(variables.CAMPAIGN_MAX_RECEIVE_COUNT);
+  });
 });

@@ -8,7 +8,16 @@ import { uploadObject } from "../../functions/app/operator-actions.ts";
 import { capIdentityKey, capTagOf } from "../../functions/core/shared/keys.ts";
 import type { LocalStack } from "../../scripts/local-stack.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
-import { clientsOf, drainDelivery, invoke, receive, sendRaw, testStack, uploadRules } from "../support/pipeline.ts";
+import {
+  clientsOf,
+  drainDelivery,
+  drainRaw,
+  invoke,
+  receive,
+  sendRaw,
+  testStack,
+  uploadRules,
+} from "../support/pipeline.ts";
 
 const policy = {
   version: "faults.1",
@@ -58,6 +67,45 @@ describe("Redis answering with an error", () => {
     const response = await post(stack, "/v1/frequency", { userId: 5, channel: "push" });
     expect(response.status).toBe(500);
     expect(await response.json()).toEqual({ error: { code: "internal_error", message: "internal error" } });
+  });
+});
+
+describe("a record failing with a Redis error reply on its last receive", () => {
+  const namespace = uniqueNamespace();
+  let stack: LocalStack;
+  let cluster: TollgateCluster;
+  beforeAll(async () => {
+    stack = await testStack({ maxReceiveCount: 2, environment: { KEY_NAMESPACE: namespace } });
+    await uploadRules(stack, policy, { new: [1, 2, 3] });
+    cluster = connectCluster();
+    await cluster.sadd(capIdentityKey(namespace, capTagOf(5)), "not a block");
+  });
+  afterAll(async () => {
+    await cluster.quit();
+    await stack.stop();
+  });
+
+  it("is retried before, and dead-lettered by the consumer with Redis' reply as its reason on, the last receive", async () => {
+    const body = JSON.stringify({ campaignId: "hit", channel: "push", userIds: [5] });
+    const id = await sendRaw(stack, body);
+    // with a healthy sibling: a batch whose every record fails is thrown whole by the batch processor
+    await sendRaw(stack, JSON.stringify({ campaignId: "fine", channel: "push", userIds: [9_000_000] }));
+    const first = await receive(stack, 2, undefined, 1);
+    expect(first.map((m) => m.Attributes?.ApproximateReceiveCount)).toEqual(["1", "1"]);
+    expect((await invoke(stack, first)).batchItemFailures).toEqual([{ itemIdentifier: id }]);
+    expect(await drainRaw(stack, stack.endpoints.deadLetterQueueUrl)).toEqual([]);
+    expect((await drainDelivery(stack)).flatMap((m) => m.sends.map((s) => s.userId))).toEqual([9_000_000]);
+    // receive 2 of maxReceiveCount 2: SQS would redrive it next time, as it is; the consumer does it now
+    const [last] = await receive(stack, 1);
+    expect(last?.Attributes?.ApproximateReceiveCount).toBe("2");
+    expect((await invoke(stack, [last!])).batchItemFailures).toEqual([]);
+    const dead = await drainRaw(stack, stack.endpoints.deadLetterQueueUrl);
+    expect(dead.map((m) => m.Body)).toEqual([body]);
+    const attributes = dead[0]?.MessageAttributes ?? {};
+    expect(attributes.error?.StringValue).toBe("StoreReplyError");
+    expect(attributes.reason?.StringValue).toMatch(/^retries exhausted: .*Redis answered with an error: WRONGTYPE/);
+    expect(attributes.sourceMessageId?.StringValue).toBe(id);
+    expect(await drainDelivery(stack)).toEqual([]);
   });
 });
 

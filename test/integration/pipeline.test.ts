@@ -1,12 +1,22 @@
 // The campaign pipeline with real parts: fauxqs (S3 + SQS) through the real AWS SDK clients, the real
 // Redis Cluster, the real handler driven by SQS events.
-import { GetQueueAttributesCommand, ReceiveMessageCommand } from "@aws-sdk/client-sqs";
+import type { Message } from "@aws-sdk/client-sqs";
 import type { SQSBatchResponse } from "aws-lambda";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { pushCampaign } from "../../functions/app/operator-actions.ts";
+import type { DeliveryMessage } from "../../functions/core/capping/delivery.ts";
 import { lambdaContext, toSqsEvent } from "../../scripts/local/sqs-poller.ts";
 import type { LocalStack } from "../../scripts/local-stack.ts";
-import { drainDelivery, invoke, receive, sendRaw, testStack, uploadRules } from "../support/pipeline.ts";
+import {
+  drainDelivery,
+  drainRaw,
+  invoke,
+  receive,
+  sendRaw,
+  sqsSize,
+  testStack,
+  uploadRules,
+} from "../support/pipeline.ts";
 
 const policy = {
   version: "pipeline.1",
@@ -111,13 +121,14 @@ describe("campaign pipeline", () => {
   });
 });
 
-describe("a delivery queue that rejects some entries", () => {
+describe("a delivery queue with a 1 KiB MaximumMessageSize", () => {
+  const LIMIT = 1024;
   let stack: LocalStack;
   beforeAll(async () => {
-    // SQS refuses (per entry, SenderFault) any message over the queue's MaximumMessageSize
+    // the local stack tells the consumer the queue's limit, as infra/functions.ts does
     stack = await testStack({
-      deliveryQueueAttributes: { MaximumMessageSize: "1024" },
-      environment: { DELIVERY_BATCH_SIZE: "5" },
+      deliveryQueueAttributes: { MaximumMessageSize: String(LIMIT) },
+      environment: { DELIVERY_BATCH_SIZE: "100" },
     });
     await uploadRules(stack, policy, { new: newUsers });
   });
@@ -125,33 +136,88 @@ describe("a delivery queue that rejects some entries", () => {
     await stack.stop();
   });
 
-  it("fails exactly the records whose sends were refused, and loses nothing", async () => {
-    const small = Array.from({ length: 10 }, (_, i) => 8000 + i);
-    const large = Array.from({ length: 10 }, (_, i) => 9000 + i);
-    const okId = await sendRaw(stack, JSON.stringify({ campaignId: "ok", channel: "push", userIds: small }));
-    const bigId = await sendRaw(
+  /** Sends these bodies, invokes the consumer with them as one event, and returns its response. */
+  const run = async (...bodies: unknown[]) => {
+    for (const body of bodies) await sendRaw(stack, JSON.stringify(body));
+    return invoke(stack, await receive(stack, bodies.length));
+  };
+
+  it("splits a delivery larger than one SQS message by bytes", async () => {
+    const userIds = Array.from({ length: 20 }, (_, i) => 100 + i);
+    // one message of 100 sends would be ~1.5 KB: over the limit, so it must be split by bytes
+    const response = await run({ campaignId: "split", channel: "push", userIds, payload: { html: "x".repeat(500) } });
+    expect(response.batchItemFailures).toEqual([]);
+    const delivered = await drainRaw(stack, stack.endpoints.deliveryQueueUrl);
+    expect(delivered.length).toBeGreaterThan(1);
+    for (const message of delivered) expect(sqsSize(message)).toBeLessThanOrEqual(LIMIT);
+    const sends = delivered.flatMap((m) => (JSON.parse(m.Body as string) as DeliveryMessage).sends);
+    expect(sends.map((s) => s.userId).sort((a, b) => a - b)).toEqual(userIds);
+    expect(await drainRaw(stack, stack.endpoints.deadLetterQueueUrl)).toEqual([]);
+  });
+
+  it("refuses before counting a send whose delivery can never fit, with its reason in the DLQ", async () => {
+    const userIds = Array.from({ length: 10 }, (_, i) => 200 + i);
+    const body = { campaignId: "big", channel: "push", userIds, payload: { html: "x".repeat(1200) } };
+    // the record succeeds: it is dead-lettered by the consumer, not retried
+    expect((await run(body)).batchItemFailures).toEqual([]);
+    const [dead, ...more] = await drainRaw(stack, stack.endpoints.deadLetterQueueUrl);
+    expect(more).toEqual([]);
+    expect(dead?.Body).toBe(JSON.stringify(body));
+    expect(dead?.MessageAttributes?.reason?.StringValue).toMatch(
+      /^payload: too large to deliver: the delivery message of one send \(user 209, segment "new"\) has a \d+-byte body, the delivery queue takes at most \d+; nothing was counted$/,
+    );
+    expect(dead?.MessageAttributes?.path?.StringValue).toBe("payload");
+    expect(dead?.MessageAttributes?.error?.StringValue).toBe("ValidationError");
+    expect(await drainRaw(stack, stack.endpoints.deliveryQueueUrl)).toEqual([]);
+    // nothing was counted: the same users under push 1/1d are all allowed by the next campaign
+    expect((await run({ campaignId: "small", channel: "push", userIds })).batchItemFailures).toEqual([]);
+    const sends = (await drainDelivery(stack)).flatMap((m) => m.sends.map((s) => s.userId));
+    expect(sends.sort((a, b) => a - b)).toEqual(userIds);
+  });
+
+  it("delivers a send whose message is exactly the queue's limit and refuses one a byte larger", async () => {
+    // the size of a one-send message with an empty payload, read off the queue (same ID and user lengths below)
+    expect(
+      (await run({ campaignId: "edge-0", channel: "push", userIds: [300], payload: "" })).batchItemFailures,
+    ).toEqual([]);
+    const [probe] = await drainRaw(stack, stack.endpoints.deliveryQueueUrl);
+    const room = LIMIT - sqsSize(probe as Message);
+    expect(room).toBeGreaterThan(0);
+    // what the message carries besides its body (the campaignId and channel attributes)
+    const attributeBytes = sqsSize(probe as Message) - Buffer.byteLength(probe?.Body as string);
+
+    const atLimit = { campaignId: "edge-1", channel: "push", userIds: [301], payload: "x".repeat(room) };
+    const over = { campaignId: "edge-2", channel: "push", userIds: [302], payload: "x".repeat(room + 1) };
+    expect((await run(atLimit, over)).batchItemFailures).toEqual([]);
+    const delivered = await drainRaw(stack, stack.endpoints.deliveryQueueUrl);
+    expect(delivered.map(sqsSize)).toEqual([LIMIT]);
+    expect((JSON.parse(delivered[0]?.Body as string) as DeliveryMessage).sends.map((s) => s.userId)).toEqual([301]);
+    const dead = await drainRaw(stack, stack.endpoints.deadLetterQueueUrl);
+    expect(dead.map((m) => m.Body)).toEqual([JSON.stringify(over)]);
+    expect(dead[0]?.MessageAttributes?.reason?.StringValue).toContain(
+      `has a ${LIMIT + 1 - attributeBytes}-byte body, the delivery queue takes at most ${LIMIT - attributeBytes};`,
+    );
+    // user 302 was not counted: a smaller message for it is forwarded under push 1/1d
+    expect((await run({ ...over, campaignId: "edge-3", payload: "" })).batchItemFailures).toEqual([]);
+    expect((await drainDelivery(stack)).flatMap((m) => m.sends.map((s) => s.userId))).toEqual([302]);
+  });
+
+  it("fails exactly the records whose sends the queue refused, and loses nothing", async () => {
+    // U+FFFF is not a character SQS takes in a body, and JSON.stringify leaves it as it is: SenderFault
+    const okId = await sendRaw(stack, JSON.stringify({ campaignId: "ok", channel: "push", userIds: [400, 401] }));
+    // the campaign message carries it escaped (SQS takes that); JSON.parse turns it into the character
+    const badId = await sendRaw(
       stack,
-      JSON.stringify({ campaignId: "big", channel: "push", userIds: large, payload: { html: "x".repeat(1200) } }),
+      JSON.stringify({ campaignId: "bad", channel: "push", userIds: [402, 403], payload: "@" }).replace("@", "\\uffff"),
     );
-    const messages = await receive(stack, 2, undefined, 1);
-    const response = await invoke(stack, messages);
-    expect(response.batchItemFailures).toEqual([{ itemIdentifier: bigId }]);
-    expect(okId).not.toBe(bigId);
-    // the accepted record's users were forwarded; the refused record is back on the queue for a retry
-    expect((await drainDelivery(stack)).flatMap((m) => m.sends.map((s) => s.userId)).sort()).toEqual(small);
+    const response = await invoke(stack, await receive(stack, 2, undefined, 1));
+    expect(response.batchItemFailures).toEqual([{ itemIdentifier: badId }]);
+    expect(okId).not.toBe(badId);
+    expect((await drainDelivery(stack)).flatMap((m) => m.sends.map((s) => s.userId)).sort()).toEqual([400, 401]);
+    // the refused record is back on the queue for a retry, not dead-lettered
     const [retried] = await receive(stack, 1);
-    expect(retried!.MessageId).toBe(bigId);
-    const { Attributes } = await stack.sqs.send(
-      new GetQueueAttributesCommand({
-        QueueUrl: stack.endpoints.deadLetterQueueUrl,
-        AttributeNames: ["ApproximateNumberOfMessages"],
-      }),
-    );
-    expect(Attributes?.ApproximateNumberOfMessages).toBe("0");
-    const none = await stack.sqs.send(
-      new ReceiveMessageCommand({ QueueUrl: stack.endpoints.deliveryQueueUrl, WaitTimeSeconds: 0 }),
-    );
-    expect(none.Messages ?? []).toEqual([]);
+    expect(retried?.MessageId).toBe(badId);
+    expect(await drainRaw(stack, stack.endpoints.deadLetterQueueUrl)).toEqual([]);
   });
 });
 

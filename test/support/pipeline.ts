@@ -101,3 +101,30 @@ export async function drainDelivery(stack: LocalStack): Promise<DeliveryMessage[
   await readDelivery(stack.sqs, stack.endpoints.deliveryQueueUrl, { remove: true, onMessage: (m) => messages.push(m) });
   return messages;
 }
+
+/** Every message now on a queue, as SQS holds it (body and attributes), deleted once read. */
+export async function drainRaw(stack: LocalStack, queueUrl: string): Promise<Message[]> {
+  const messages: Message[] = [];
+  for (;;) {
+    const { Messages = [] } = await stack.sqs.send(
+      new ReceiveMessageCommand({ QueueUrl: queueUrl, MaxNumberOfMessages: 10, MessageAttributeNames: ["All"] }),
+    );
+    if (Messages.length === 0) return messages;
+    for (const message of Messages) {
+      messages.push(message);
+      await stack.sqs.send(
+        new DeleteMessageCommand({ QueueUrl: queueUrl, ReceiptHandle: message.ReceiptHandle as string }),
+      );
+    }
+  }
+}
+
+/** A message's size as SQS counts it against MaximumMessageSize: the body plus each attribute's name, type and value. */
+export function sqsSize(message: Message): number {
+  let size = Buffer.byteLength(message.Body ?? "", "utf8");
+  for (const [name, value] of Object.entries(message.MessageAttributes ?? {})) {
+    size +=
+      Buffer.byteLength(name) + Buffer.byteLength(value.DataType ?? "") + Buffer.byteLength(value.StringValue ?? "");
+  }
+  return size;
+}

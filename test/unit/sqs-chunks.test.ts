@@ -28,7 +28,10 @@ describe("delivery batching", () => {
       { userId: 1, segment: "new", decision: "duplicate" as const },
       { userId: 4, segment: "rest", decision: "exempt" as const },
     ];
-    const messages = deliveryMessages({ campaignId: "c", channel: "push", payload: { t: 1 } }, decisions, 2);
+    const messages = deliveryMessages({ campaignId: "c", channel: "push", payload: { t: 1 } }, decisions, {
+      sendsPerMessage: 2,
+      maxBodyBytes: 1_048_576,
+    });
     expect(messages).toEqual([
       {
         campaignId: "c",

@@ -1,16 +1,25 @@
 // One campaign-batch message, start to finish: parse, decide, forward the approved sends. A message that
 // can never succeed goes to the dead-letter queue with its reason; a fault (Redis, the delivery queue)
-// is thrown so the message is retried. No Lambda types here: the handler adapts SQS records to this.
+// is thrown so the message is retried, and on its last receive goes to the DLQ with the fault as reason.
+// No Lambda types here: the handler adapts SQS records to this.
 
 import { ValidationError } from "../shared/errors.ts";
 import type { CampaignBatch } from "./campaign-batch.ts";
 import type { Capper } from "./capper.ts";
 import type { CapBatchResult } from "./decisions.ts";
-import { type DeliverySink, deliveryMessages } from "./delivery.ts";
+import { type DeliverySink, deliveryMessages, refuseUndeliverable } from "./delivery.ts";
+
+/** Why a message was dead-lettered: `error` is the error's class (ValidationError for the message's own fault). */
+export interface DeadLetterReason {
+  message: string;
+  path: string;
+  sourceMessageId: string;
+  error: string;
+}
 
 /** Where messages that can never succeed go, with why. */
 export interface DeadLetterSink {
-  send(body: string, reason: { message: string; path: string; sourceMessageId: string }): Promise<void>;
+  send(body: string, reason: DeadLetterReason): Promise<void>;
 }
 
 export type ConsumeOutcome =
@@ -50,15 +59,21 @@ export class CampaignConsumer {
     let result: CapBatchResult;
     const started = performance.now();
     try {
-      // capBatch validates the whole message (schema, channel, `at`) before it touches Redis
-      result = await this.options.capper.capBatch(document as CampaignBatch);
+      // capBatch validates the whole message (schema, channel, `at`) before it touches Redis; a batch
+      // holding a send that could never be delivered is refused before anything is counted
+      result = await this.options.capper.capBatch(document as CampaignBatch, {
+        beforeCount: (batch, sends) => refuseUndeliverable(batch, sends, this.options.delivery.maxBodyBytes(batch)),
+      });
     } catch (error) {
       if (error instanceof ValidationError) return this.deadLetter(body, messageId, error);
       throw error;
     }
     const decided = performance.now();
     const batch = document as CampaignBatch;
-    const messages = deliveryMessages(batch, result.decisions, this.options.sendsPerMessage);
+    const messages = deliveryMessages(batch, result.decisions, {
+      sendsPerMessage: this.options.sendsPerMessage,
+      maxBodyBytes: this.options.delivery.maxBodyBytes(batch),
+    });
     await this.options.delivery.send(messages);
     const timings = { decideMs: decided - started, forwardMs: performance.now() - decided };
     return {
@@ -71,8 +86,29 @@ export class CampaignConsumer {
     };
   }
 
+  /**
+   * A message that failed on its last receive (the queue would redrive it next, with no reason): sent to the
+   * DLQ here with the fault as its reason (a StoreReplyError's message carries Redis' reply).
+   */
+  async deadLetterFault(body: string, sourceMessageId: string, fault: unknown): Promise<string> {
+    const error = fault instanceof Error ? fault : new Error(String(fault));
+    const message = `retries exhausted: ${error.message}`;
+    await this.options.deadLetters.send(body, {
+      message,
+      path: "",
+      sourceMessageId,
+      error: error.name,
+    });
+    return message;
+  }
+
   private async deadLetter(body: string, sourceMessageId: string, error: ValidationError): Promise<ConsumeOutcome> {
-    await this.options.deadLetters.send(body, { message: error.message, path: error.path, sourceMessageId });
+    await this.options.deadLetters.send(body, {
+      message: error.message,
+      path: error.path,
+      sourceMessageId,
+      error: error.name,
+    });
     return { kind: "dead-lettered", reason: error.message };
   }
 }

@@ -6,7 +6,7 @@ import { decisionTime, systemClock } from "../shared/clock.ts";
 import { ValidationError } from "../shared/errors.ts";
 import { checkNamespace, DEFAULT_NAMESPACE } from "../shared/keys.ts";
 import { parseOrThrow } from "../shared/validation.ts";
-import { type CampaignBatchInput, campaignBatchSchema } from "./campaign-batch.ts";
+import { type CampaignBatch, type CampaignBatchInput, campaignBatchSchema } from "./campaign-batch.ts";
 import {
   type CapStore,
   type LoggedSend,
@@ -31,6 +31,24 @@ export interface CapperOptions {
   namespace?: string;
 }
 
+/**
+ * The sends of a batch as the capper is about to decide them: user IDs ascending, each one's segment
+ * number (an index into `segmentNames`, the policy's segments in order, the default last).
+ */
+export interface PlannedSends {
+  userIds: Uint32Array;
+  segmentOf: Uint8Array;
+  segmentNames: readonly string[];
+}
+
+export interface CapBatchOptions {
+  /**
+   * Called with the validated batch and its sends after the segments are known and before anything is
+   * counted; a ValidationError thrown here refuses the batch with nothing counted.
+   */
+  beforeCount?: (batch: CampaignBatch, sends: PlannedSends) => void;
+}
+
 /** Sort key = userId * 2^20 + input position: exact in a double because user IDs have 32 bits. */
 const POSITION_SPAN = 2 ** 20;
 
@@ -49,8 +67,8 @@ export class Capper {
   }
 
   /** Decides every send of the batch and counts the allowed ones. */
-  capBatch(input: CampaignBatchInput): Promise<CapBatchResult> {
-    return this.decide(input, "count");
+  capBatch(input: CampaignBatchInput, options: CapBatchOptions = {}): Promise<CapBatchResult> {
+    return this.decide(input, "count", options);
   }
 
   /** The decisions `capBatch` would make now, changing nothing. */
@@ -79,9 +97,15 @@ export class Capper {
     return frequencyReport(decision, rules.policy.capsFor(segment, request.channel), log, result.at);
   }
 
-  private async decide(input: CampaignBatchInput, mode: "count" | "peek"): Promise<CapBatchResult> {
+  private async decide(
+    input: CampaignBatchInput,
+    mode: "count" | "peek",
+    { beforeCount }: CapBatchOptions = {},
+  ): Promise<CapBatchResult> {
     const batch = parseOrThrow(campaignBatchSchema, input);
-    return (await this.run(batch, mode, await this.rules({ channel: batch.channel }))).result;
+    const rules = await this.rules({ channel: batch.channel });
+    const before = beforeCount && ((sends: PlannedSends) => beforeCount(batch, sends));
+    return (await this.run(batch, mode, rules, false, before)).result;
   }
 
   private async run(
@@ -91,6 +115,7 @@ export class Capper {
     mode: "count" | "peek",
     { policy, segments }: Rules,
     withLog = false,
+    beforeCount?: (sends: PlannedSends) => void,
   ): Promise<{ result: CapBatchResult; log: LoggedSend[] }> {
     if (!policy.channels.includes(batch.channel)) {
       throw new ValidationError(
@@ -103,6 +128,7 @@ export class Capper {
 
     const { sortedIds, positions } = sortByUser(batch.userIds);
     const segmentOf = segments.resolveSorted(sortedIds);
+    beforeCount?.({ userIds: sortedIds, segmentOf, segmentNames: policy.segments.map((segment) => segment.name) });
     const { verdicts, log } =
       batch.exempt === true && batch.countExempt !== true
         ? { verdicts: Verdicts.allExempt(sortedIds.length), log: [] }
