@@ -81,8 +81,11 @@ do
     end
     local retention = retentions[index + 1]
     if retention == nil then return redis.error_reply('ERR cap-sends: no retention for profile ' .. index) end
+    -- least: the smallest max; a user with fewer sends than that is under every cap
+    local least = math.huge
+    for cap = 1, #maxima do least = math.min(least, maxima[cap]) end
     profiles[index] = {
-      windows = windows, maxima = maxima, everyChannel = everyChannel,
+      windows = windows, maxima = maxima, everyChannel = everyChannel, least = least,
       retention = retention, cutoff = now - retention,
     }
     index = index + 1
@@ -100,46 +103,64 @@ local function isOnCallChannel(someIdentity)
   return known
 end
 
--- The reply code for a user of `profile` whose live sends are given (times, onChannel, isMine; n of them).
+-- Whether some window (x - window, x] containing `at` holds `max` of the sorted times near[1..count] (the
+-- sends of one cap's channel(s) after max(at - window, cutoff) and before at + window).
 -- The window rule lives twice: here, and in functions/core/capping/frequency.ts (fullestWindowAround(), which
 -- explains decisions in /v1/frequency replies); test/integration/window-predicate.test.ts checks they agree.
-local function decide(profile, n, times, onChannel, isMine)
-  if not anonymous then
-    for e = 1, n do
-      if isMine[e] then return REPLY_DUPLICATE end
+local function fullWindow(near, count, window, max)
+  table.sort(near)
+  -- the windows (x - W, x] containing `at` have x in [at, at + W); the count only rises at x = at and at a
+  -- send's time, so those are the right ends to try
+  local rightEnd, first, last, nextSend = at, 1, 0, 1
+  while true do
+    while last < count and near[last + 1] <= rightEnd do last = last + 1 end
+    while first <= count and near[first] <= rightEnd - window do first = first + 1 end
+    if last - first + 1 >= max then return true end
+    while nextSend <= count and near[nextSend] <= rightEnd do nextSend = nextSend + 1 end
+    if nextSend > count then return false end
+    rightEnd = near[nextSend]
+  end
+end
+
+-- The reply code for a user of `profile` whose sends are given by event: times[events[i]], and
+-- onChannel[events[i]] / isMine[events[i]] (`events` nil: the sends are 1..n themselves). Sends at or before
+-- the profile's cutoff do not count. Cost: a pass over the sends per cap, and a sort of the sends near `at`
+-- only for a cap they could fill; a user with fewer sends than the profile's smallest max needs no pass.
+local function decideSends(profile, n, events, times, onChannel, isMine, anyMine)
+  local cutoff = profile.cutoff
+  if anyMine and not anonymous then
+    for i = 1, n do
+      local e = events and events[i] or i
+      if isMine[e] and times[e] > cutoff then return REPLY_DUPLICATE end
     end
   end
   if exemptCounted then return REPLY_EXEMPT end
+  if n < profile.least then return 0 end
   local windows, maxima, everyChannel = profile.windows, profile.maxima, profile.everyChannel
   for cap = 1, #windows do
     local window, max = windows[cap], maxima[cap]
     if max == 0 then return REPLY_FIRST_CAP + cap - 1 end
-    -- the counted sends that some window of this length containing `at` can hold
-    local near, count = {}, 0
-    local from, to = at - window, at + window
-    for e = 1, n do
-      local t = times[e]
-      if t > from and t < to and (everyChannel[cap] or onChannel[e]) then
-        count = count + 1
-        near[count] = t
+    if n >= max then
+      local from, to, every = at - window, at + window, everyChannel[cap]
+      if cutoff > from then from = cutoff end
+      local near, count = {}, 0
+      for i = 1, n do
+        local e = events and events[i] or i
+        local t = times[e]
+        if t > from and t < to and (every or onChannel[e]) then
+          count = count + 1
+          near[count] = t
+        end
       end
-    end
-    if count >= max then
-      table.sort(near)
-      -- the windows (x - W, x] containing `at` have x in [at, at + W); the count only rises at x = at
-      -- and at a send's time, so those are the right ends to try
-      local rightEnd, first, last, nextSend = at, 1, 0, 1
-      while true do
-        while last < count and near[last + 1] <= rightEnd do last = last + 1 end
-        while first <= count and near[first] <= rightEnd - window do first = first + 1 end
-        if last - first + 1 >= max then return REPLY_FIRST_CAP + cap - 1 end
-        while nextSend <= count and near[nextSend] <= rightEnd do nextSend = nextSend + 1 end
-        if nextSend > count then break end
-        rightEnd = near[nextSend]
-      end
+      if count >= max and fullWindow(near, count, window, max) then return REPLY_FIRST_CAP + cap - 1 end
     end
   end
   return 0
+end
+
+-- The reply code for a user of `profile` whose live sends are given (times, onChannel, isMine; n of them).
+local function decide(profile, n, times, onChannel, isMine)
+  return decideSends(profile, n, nil, times, onChannel, isMine, true)
 end
 
 -- Identity numbers of user records, read once per call.
@@ -198,21 +219,56 @@ local function encodeSend(t, number)
   return char(unpackList(bytes)) .. char(unpackList(tail))
 end
 
--- Fixed-width event numbers inside a class string.
+-- Fixed-width event numbers inside a class string. string.byte and string.char do the bytes in C, in
+-- slices that stay within Lua's C stack limit (a class can hold thousands of sends).
+local SLICE = 3000
+local function bytesOf(text)
+  local length = #text
+  if length <= SLICE then return { byte(text, 1, length) } end
+  local bytes = {}
+  for first = 1, length, SLICE do
+    local slice = { byte(text, first, math.min(first + SLICE - 1, length)) }
+    local base = first - 1
+    for i = 1, #slice do bytes[base + i] = slice[i] end
+  end
+  return bytes
+end
+local function charsOf(bytes)
+  local count = #bytes
+  if count <= SLICE then return char(unpackList(bytes, 1, count)) end
+  local parts = {}
+  for first = 1, count, SLICE do parts[#parts + 1] = char(unpackList(bytes, first, math.min(first + SLICE - 1, count))) end
+  return concat(parts)
+end
 local function encodeNumber(number, width)
   if width == 1 then return char(number) end
   if width == 2 then return char(floor(number / 256), number % 256) end
   return char(floor(number / 65536), floor(number / 256) % 256, number % 256)
 end
 local function eventsOfClass(history, width)
+  local bytes = bytesOf(history)
+  if width == 1 then return bytes end
   local numbers = {}
-  for q = 1, #history, width do
-    local a, b, c = byte(history, q, q + width - 1)
-    if width == 1 then numbers[#numbers + 1] = a
-    elseif width == 2 then numbers[#numbers + 1] = a * 256 + b
-    else numbers[#numbers + 1] = (a * 256 + b) * 256 + c end
+  if width == 2 then
+    for q = 1, #bytes, 2 do numbers[#numbers + 1] = bytes[q] * 256 + bytes[q + 1] end
+  else
+    for q = 1, #bytes, 3 do numbers[#numbers + 1] = (bytes[q] * 256 + bytes[q + 1]) * 256 + bytes[q + 2] end
   end
   return numbers
+end
+local function encodeClass(numbers, width)
+  if width == 1 then return charsOf(numbers) end
+  local bytes, k = {}, 0
+  for i = 1, #numbers do
+    local number = numbers[i]
+    if width == 3 then
+      bytes[k + 1] = floor(number / 65536)
+      k = k + 1
+    end
+    bytes[k + 1], bytes[k + 2] = floor(number / 256) % 256, number % 256
+    k = k + 2
+  end
+  return charsOf(bytes)
 end
 
 local function emptyBlock()
@@ -229,28 +285,48 @@ local function readBlock(key)
     times = times, eventIdentities = eventIdentities, classes = classes, userClasses = userClasses }
 end
 
--- Keeps the events some user's class refers to and that are newer than now - horizon, renumbered by first
--- use, with the identities and classes they need; picks the narrowest width for the count.
-local function compact(block, classOfUser)
-  local eventMap, identityMap, classMap, classIndex = {}, {}, { [0] = 0 }, {}
-  local identities, times, eventIdentities, classes = {}, {}, {}, {}
+-- Drops unused classes, and when the event count reached its threshold, also the events no user's class
+-- refers to or older than now - horizon, renumbered by first use, with the identities and classes they need
+-- (the narrowest width for the count). `users` (the page's class bytes, 2 per user) is rewritten in place.
+-- Cost: one pass over the page's 256 users, and for an event compaction each class's bytes once, in C.
+local function compact(block, users)
+  if #block.times < block.compactAt then
+    -- classes only: histories keep their bytes, only their numbers change
+    local classMap, classes = { [0] = 0 }, {}
+    for o = 1, 2 * PAGE_USERS - 1, 2 do
+      local class = users[o] * 256 + users[o + 1]
+      local renumbered = classMap[class]
+      if renumbered == nil then
+        classes[#classes + 1] = block.classes[class]
+        renumbered = #classes
+        classMap[class] = renumbered
+      end
+      users[o], users[o + 1] = floor(renumbered / 256), renumbered % 256
+    end
+    block.classes = classes
+    block.classLimit = math.max(MIN_CLASS_LIMIT, 2 * #classes)
+    return
+  end
+  local eventMap, identityMap, kept = {}, {}, { [0] = false }
+  local identities, times, eventIdentities, classes, classIndex = {}, {}, {}, {}, {}
   local cutoff = now - horizon
-  local kept = {}
-  for offset = 0, PAGE_USERS - 1 do
-    local class = classOfUser[offset]
-    local renumbered = classMap[class]
-    if renumbered == nil then
+  local oldTimes, oldEventIdentities, oldIdentities = block.times, block.eventIdentities, block.identities
+  for o = 1, 2 * PAGE_USERS - 1, 2 do
+    local class = users[o] * 256 + users[o + 1]
+    if kept[class] == nil then
       local parts = {}
-      for _, e in ipairs(class > 0 and eventsOfClass(block.classes[class], block.width) or {}) do
+      local numbers = eventsOfClass(block.classes[class], block.width)
+      for i = 1, #numbers do
+        local e = numbers[i]
         local newEvent = eventMap[e]
         if newEvent == nil then
           newEvent = false
-          local t = block.times[e]
+          local t = oldTimes[e]
           if t > cutoff then
-            local oldIdentity = block.eventIdentities[e]
+            local oldIdentity = oldEventIdentities[e]
             local newIdentity = identityMap[oldIdentity]
             if newIdentity == nil then
-              identities[#identities + 1] = block.identities[oldIdentity]
+              identities[#identities + 1] = oldIdentities[oldIdentity]
               newIdentity = #identities
               identityMap[oldIdentity] = newIdentity
             end
@@ -263,21 +339,18 @@ local function compact(block, classOfUser)
         if newEvent then parts[#parts + 1] = newEvent end
       end
       kept[class] = parts
-      classMap[class] = true
     end
   end
   local width = #times < 128 and 1 or (#times < 30000 and 2 or 3)
-  classMap = { [0] = 0 }
-  for offset = 0, PAGE_USERS - 1 do
-    local class = classOfUser[offset]
+  local classMap = { [0] = 0 }
+  for o = 1, 2 * PAGE_USERS - 1, 2 do
+    local class = users[o] * 256 + users[o + 1]
     local renumbered = classMap[class]
     if renumbered == nil then
       renumbered = 0
       local parts = kept[class]
       if parts and #parts > 0 then
-        local encoded = {}
-        for i, e in ipairs(parts) do encoded[i] = encodeNumber(e, width) end
-        local history = concat(encoded)
+        local history = encodeClass(parts, width)
         renumbered = classIndex[history]
         if renumbered == nil then
           classes[#classes + 1] = history
@@ -287,7 +360,7 @@ local function compact(block, classOfUser)
       end
       classMap[class] = renumbered
     end
-    classOfUser[offset] = renumbered
+    users[o], users[o + 1] = floor(renumbered / 256), renumbered % 256
   end
   block.identities, block.times, block.eventIdentities, block.classes = identities, times, eventIdentities, classes
   block.width = width
@@ -300,16 +373,8 @@ local function classesOfUsers(userClasses)
   for offset = 0, PAGE_USERS - 1 do classOfUser[offset] = bytes[2 * offset + 1] * 256 + bytes[2 * offset + 2] end
   return classOfUser
 end
-local function userClassesString(classOfUser)
-  local bytes = {}
-  for offset = 0, PAGE_USERS - 1 do
-    local class = classOfUser[offset]
-    bytes[2 * offset + 1], bytes[2 * offset + 2] = floor(class / 256), class % 256
-  end
-  return char(unpackList(bytes))
-end
-
 -- The TTL a key needs for sends kept `retention` after now, the send at `at` included.
+
 local function ttlFor(retention)
   return retention + math.min(FUTURE_BOUND_MS, math.max(0, at - now))
 end
@@ -320,15 +385,18 @@ end
 local reply, logs = {}, {}
 local recordHashExists = {}
 
--- The user records of `userIds` in hash `hashIndex`, or false each; no read when the hash does not exist.
-local function readRecords(hashIndex, fields)
+-- The user records of a block-path page's users (spec bytes: offset, profile per user), by position, or nil
+-- when the hash does not exist (one EXISTS per hash per call; no field list built then).
+local function readPageRecords(hashIndex, pageBase, specBytes)
   local key = KEYS[1 + hashIndex]
   local exists = recordHashExists[hashIndex]
   if exists == nil then
     exists = redis.call('EXISTS', key) == 1
     recordHashExists[hashIndex] = exists
   end
-  if not exists or #fields == 0 then return {} end
+  if not exists then return nil end
+  local fields = {}
+  for u = 1, #specBytes, 2 do fields[#fields + 1] = pageBase + specBytes[u] end
   return redis.call('HMGET', key, unpackList(fields))
 end
 
@@ -414,60 +482,85 @@ local function runRecordPage(spec, blockKey, hashIndex, pageBase, records, page,
 end
 
 -- Users of a page written through its block (created when missing); their user records are absorbed.
+-- Per user only table lookups: decisions per (profile, class) and the class after an append are worked out
+-- once per call, because users of a page mostly share a history.
+local markedPagesToWrite = {}
 local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
   local block = readBlock(blockKey)
   if type(block) == 'table' and block.err then return block end
   local existed = block ~= nil
   block = block or emptyBlock()
-  local classOfUser = classesOfUsers(block.userClasses)
-  local fields, offsets, userProfiles = {}, {}, {}
-  for u = 6, #spec, 2 do
-    offsets[#offsets + 1] = byte(spec, u)
-    userProfiles[#userProfiles + 1] = byte(spec, u + 1)
-    fields[#fields + 1] = pageBase + byte(spec, u)
-  end
-  local records = readRecords(hashIndex, fields)
+  -- the page's class numbers, 2 bytes per user (offset o: users[2o + 1] * 256 + users[2o + 2])
+  local users = { byte(block.userClasses, 1, 2 * PAGE_USERS) }
+  local specBytes = { byte(spec, 6, #spec) }
+  local records = readPageRecords(hashIndex, pageBase, specBytes)
+  local times = block.times
 
+  -- per event: whether it is on the call's channel and the call's own send, worked out once per page
+  local eventOwn, eventMine, anyMine, oldest
+  local function learnEvents()
+    eventOwn, eventMine, anyMine, oldest = {}, {}, false, math.huge
+    local identities, eventIdentities = block.identities, block.eventIdentities
+    local ownIdentity, mineIdentity = {}, {}
+    for i = 1, #identities do
+      ownIdentity[i] = isOnCallChannel(identities[i])
+      mineIdentity[i] = identities[i] == identity
+      if mineIdentity[i] then anyMine = true end
+    end
+    for e = 1, #times do
+      local i = eventIdentities[e]
+      eventOwn[e], eventMine[e] = ownIdentity[i], mineIdentity[i]
+      if times[e] < oldest then oldest = times[e] end
+    end
+  end
+  local function addEvent(t, eventIdentity)
+    local identityIndex
+    for i = 1, #block.identities do
+      if block.identities[i] == eventIdentity then identityIndex = i break end
+    end
+    if identityIndex == nil then
+      block.identities[#block.identities + 1] = eventIdentity
+      identityIndex = #block.identities
+    end
+    times[#times + 1] = t
+    block.eventIdentities[#block.eventIdentities + 1] = identityIndex
+    if eventOwn then
+      eventOwn[#times], eventMine[#times] = isOnCallChannel(eventIdentity), eventIdentity == identity
+      if eventIdentity == identity then anyMine = true end
+      if t < oldest then oldest = t end
+    end
+    return #times
+  end
   -- the call's send as a block event, added on first use
   local newEvent
   local function callEvent()
-    if newEvent == nil then
-      local myIndex
-      for i = 1, #block.identities do
-        if block.identities[i] == identity then myIndex = i break end
-      end
-      if myIndex == nil then
-        block.identities[#block.identities + 1] = identity
-        myIndex = #block.identities
-      end
-      block.times[#block.times + 1] = at
-      block.eventIdentities[#block.eventIdentities + 1] = myIndex
-      newEvent = #block.times
-    end
+    if newEvent == nil then newEvent = addEvent(at, identity) end
     return newEvent
   end
-  local classIndex
-  local function classOf(numbers)
-    if #numbers == 0 then return 0 end
-    -- absorbed records can add many events at once: widen before a number outgrows the width
-    if #block.times > WIDTH_LIMIT[block.width] then
-      local wider = #block.times > WIDTH_LIMIT[2] and 3 or 2
-      for i, history in ipairs(block.classes) do
-        local encoded = {}
-        for k, e in ipairs(eventsOfClass(history, block.width)) do encoded[k] = encodeNumber(e, wider) end
-        block.classes[i] = concat(encoded)
-      end
-      block.width = wider
-      block.compactAt = math.min(block.compactAt, WIDTH_LIMIT[wider])
-      classIndex = nil
+
+  -- decoded classes, once per class per call
+  local decoded = {}
+  local function eventsOf(class)
+    local numbers = decoded[class]
+    if numbers == nil then
+      numbers = class > 0 and eventsOfClass(block.classes[class], block.width) or {}
+      decoded[class] = numbers
     end
+    return numbers
+  end
+  local function decideClass(profile, class)
+    if eventOwn == nil then learnEvents() end
+    local numbers = eventsOf(class)
+    return decideSends(profile, #numbers, numbers, times, eventOwn, eventMine, anyMine)
+  end
+
+  local classIndex
+  -- the class number of a list of event numbers (a new class when no class has that history)
+  local function classOfHistory(history)
     if classIndex == nil then
       classIndex = {}
       for i = 1, #block.classes do classIndex[block.classes[i]] = i end
     end
-    local encoded = {}
-    for i, e in ipairs(numbers) do encoded[i] = encodeNumber(e, block.width) end
-    local history = concat(encoded)
     local class = classIndex[history]
     if class == nil then
       block.classes[#block.classes + 1] = history
@@ -476,92 +569,121 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
     end
     return class
   end
-  -- the live event numbers of a class for a profile
-  local function liveEventsOf(profile, class)
-    local live = {}
-    if class > 0 then
-      for _, e in ipairs(eventsOfClass(block.classes[class], block.width)) do
-        if block.times[e] > profile.cutoff then live[#live + 1] = e end
-      end
+  -- the call's event in the block's width, once encoded
+  local callEventBytes
+  -- absorbed records can add many events at once: widen before a number outgrows the width
+  local function fitWidth()
+    if #times <= WIDTH_LIMIT[block.width] then return end
+    local wider = #times > WIDTH_LIMIT[2] and 3 or 2
+    for i, history in ipairs(block.classes) do
+      block.classes[i] = encodeClass(eventsOfClass(history, block.width), wider)
     end
-    return live
+    block.width = wider
+    block.compactAt = math.min(block.compactAt, WIDTH_LIMIT[wider])
+    classIndex, callEventBytes = nil, nil
+  end
+  -- the class of `class`'s history for `profile` with `extra` event numbers appended (sends at or before the
+  -- profile's cutoff dropped); the bytes are appended as they are when no event of the page is that old
+  -- (`extra` nil: the call's send only)
+  local function successorOf(profile, class, extra)
+    if eventOwn == nil then learnEvents() end
+    local tail
+    if extra then
+      fitWidth()
+      tail = encodeClass(extra, block.width)
+    else
+      if callEventBytes == nil then
+        local e = callEvent()
+        fitWidth()
+        callEventBytes = encodeNumber(e, block.width)
+      end
+      tail = callEventBytes
+    end
+    if class == 0 then return classOfHistory(tail) end
+    if oldest <= profile.cutoff then
+      local live = {}
+      local numbers = eventsOf(class)
+      for i = 1, #numbers do
+        if times[numbers[i]] > profile.cutoff then live[#live + 1] = numbers[i] end
+      end
+      return classOfHistory(encodeClass(live, block.width) .. tail)
+    end
+    return classOfHistory(block.classes[class] .. tail)
   end
 
-  -- per (profile, class): the decision and the class after the append, for users without a record
-  local decided, successor = {}, {}
+  -- per (profile, class): the reply code, negated minus one when the send is recorded; and the class after
+  -- the append, for users without a record
+  local verdicts, successors = {}, {}
   local absorbed, written, longestRetention = {}, false, 0
-  for index = 1, #offsets do
-    local offset, profileNumber = offsets[index], userProfiles[index]
+  for u = 1, #specBytes, 2 do
+    local offset, profileNumber = specBytes[u], specBytes[u + 1]
+    local o = 2 * offset + 1
+    local class = users[o] * 256 + users[o + 1]
+    local byClass = verdicts[profileNumber]
     local profile = profiles[profileNumber]
-    if profile == nil then return redis.error_reply('ERR cap-sends: unknown profile ' .. profileNumber) end
-    local class = classOfUser[offset]
-    local record = records[index] and readRecord(records[index]) or nil
-    local code, n, times, labels
-    if record then
-      local onChannel, isMine
-      n, times, onChannel, isMine, labels = liveSends(profile, block, class, record)
-      code = decide(profile, n, times, onChannel, isMine)
-    else
-      local byClass = decided[profileNumber]
-      if byClass == nil then
-        byClass = {}
-        decided[profileNumber] = byClass
-        successor[profileNumber] = {}
-      end
-      code = byClass[class]
-      if code == nil or withLog then
-        local onChannel, isMine
-        n, times, onChannel, isMine, labels = liveSends(profile, block, class, nil)
-        code = decide(profile, n, times, onChannel, isMine)
-        byClass[class] = code
-      end
+    if byClass == nil then
+      if profile == nil then return redis.error_reply('ERR cap-sends: unknown profile ' .. profileNumber) end
+      byClass = {}
+      verdicts[profileNumber] = byClass
+      successors[profileNumber] = {}
     end
-    reply[#reply + 1] = code
-    local recorded = isRecorded(code)
-    if recorded then
-      local nextClass = not record and successor[profileNumber][class]
-      if not nextClass then
-        local live = liveEventsOf(profile, class)
+    local value = records and records[(u + 1) / 2]
+    if value or withLog then
+      -- a user with a record (or a logged call): decided over the block's class and the record together
+      local record = value and readRecord(value) or nil
+      local n, liveTimes, onChannel, isMine, labels = liveSends(profile, block, class, record)
+      local code = decide(profile, n, liveTimes, onChannel, isMine)
+      reply[#reply + 1] = code
+      local recorded = not peek and (code == 0 or code == REPLY_EXEMPT)
+      if recorded then
+        local extra = {}
         if record then
           for _, send in ipairs(record) do
             local sendIdentity = identityOfNumber(send[2])
-            if send[1] > profile.cutoff and sendIdentity then
-              local identityIndex
-              for i = 1, #block.identities do
-                if block.identities[i] == sendIdentity then identityIndex = i break end
-              end
-              if identityIndex == nil then
-                block.identities[#block.identities + 1] = sendIdentity
-                identityIndex = #block.identities
-              end
-              block.times[#block.times + 1] = send[1]
-              block.eventIdentities[#block.eventIdentities + 1] = identityIndex
-              live[#live + 1] = #block.times
-            end
+            if send[1] > profile.cutoff and sendIdentity then extra[#extra + 1] = addEvent(send[1], sendIdentity) end
           end
-          absorbed[#absorbed + 1] = fields[index]
+          absorbed[#absorbed + 1] = pageBase + offset
         end
-        live[#live + 1] = callEvent()
-        nextClass = classOf(live)
-        if not record then successor[profileNumber][class] = nextClass end
+        extra[#extra + 1] = callEvent()
+        local nextClass = successorOf(profile, class, extra)
+        users[o], users[o + 1] = floor(nextClass / 256), nextClass % 256
+        written = true
+        if profile.retention > longestRetention then longestRetention = profile.retention end
       end
-      classOfUser[offset] = nextClass
-      written = true
-      if profile.retention > longestRetention then longestRetention = profile.retention end
+      if withLog then logLines(n, liveTimes, labels, recorded) end
+    else
+      local verdict = byClass[class]
+      if verdict == nil then
+        verdict = decideClass(profile, class)
+        if not peek and (verdict == 0 or verdict == REPLY_EXEMPT) then verdict = -verdict - 1 end
+        byClass[class] = verdict
+      end
+      if verdict < 0 then
+        reply[#reply + 1] = -verdict - 1
+        local successor = successors[profileNumber]
+        local nextClass = successor[class]
+        if nextClass == nil then
+          nextClass = successorOf(profile, class, nil)
+          successor[class] = nextClass
+          written = true
+          if profile.retention > longestRetention then longestRetention = profile.retention end
+        end
+        users[o], users[o + 1] = floor(nextClass / 256), nextClass % 256
+      else
+        reply[#reply + 1] = verdict
+      end
     end
-    if withLog then logLines(n, times, labels, recorded) end
   end
 
   if written then
-    if #block.times >= block.compactAt or #block.classes >= block.classLimit then compact(block, classOfUser) end
+    if #times >= block.compactAt or #block.classes >= block.classLimit then compact(block, users) end
     local ttl = ttlFor(longestRetention)
     if existed then ttl = math.max(ttl, redis.call('PTTL', blockKey)) end
     -- the marker that tells record-path calls to read this block lives at least as long as the block
-    if not existed then redis.call('HSET', identityTableKey, 'p:' .. pageNumber, 1) end
+    if not existed then markedPagesToWrite[#markedPagesToWrite + 1] = pageNumber end
     identityTableTtl = math.max(identityTableTtl, ttl)
     redis.call('SET', blockKey, cmsgpack.pack(FORMAT, block.width, block.compactAt, block.classLimit,
-      block.identities, block.times, block.eventIdentities, block.classes, userClassesString(classOfUser)),
-      'PX', ttl)
+      block.identities, block.times, block.eventIdentities, block.classes, char(unpackList(users))), 'PX', ttl)
     if #absorbed > 0 then redis.call('HDEL', KEYS[1 + hashIndex], unpackList(absorbed)) end
   end
 end
@@ -619,6 +741,12 @@ for hashIndex, writes in pairs(recordWrites) do
   identityRetention = math.max(identityRetention, recordRetention[hashIndex])
 end
 if identityRetention > 0 then identityTableTtl = math.max(identityTableTtl, ttlFor(identityRetention)) end
+local markers = {}
+for _, pageNumber in ipairs(markedPagesToWrite) do
+  markers[#markers + 1] = 'p:' .. pageNumber
+  markers[#markers + 1] = 1
+end
+if #markers > 0 then redis.call('HSET', identityTableKey, unpackList(markers)) end
 if identityTableTtl > 0 then extendTtl(identityTableKey, identityTableTtl) end
 
 -- one byte per user; string.char takes the decisions in slices that stay within Lua's stack limit

@@ -130,9 +130,14 @@ export async function runCappingWorkloads(
     });
     const { capper, clock } = capperWith(rules, "bench-week");
     const half = (campaign: number) =>
-      Array.from({ length: users }, (_, id) => id).filter(
-        (id) => (Math.imul(id + 1, 0x9e3779b1) ^ Math.imul(campaign + 1, 0x85ebca6b)) & 0x100,
-      );
+      Array.from({ length: users }, (_, id) => id).filter((id) => {
+        // a mixing hash of (user, campaign): each campaign a different half (an XOR of two products
+        // would give every campaign the same half or its complement, and every page two histories)
+        let h = Math.imul(id ^ Math.imul(campaign + 1, 0x9e3779b1), 0x85ebca6b);
+        h ^= h >>> 13;
+        h = Math.imul(h, 0xc2b2ae35);
+        return ((h ^ (h >>> 16)) & 1) === 1;
+      });
     await resetSlowlog(primaries);
     const memoryBefore = await usedMemory(primaries);
     let sends = 0;

@@ -152,3 +152,78 @@ describe("cap-sends against the reference model", () => {
     );
   });
 });
+
+// One page of 256 users over days: random halves diverge their histories (a class per user), so the block
+// compacts its classes, and sends older than the retention (at least a day) leave it through event compactions
+const PAGE = Array.from({ length: 256 }, (_, i) => i);
+const HOUR = 3_600_000;
+/** Whether `user` is in the half that `seed` picks (a mixing hash: every seed picks a different half). */
+function halfOf(user: number, seed: number): boolean {
+  let h = Math.imul(user ^ seed, 0x85ebca6b);
+  h ^= h >>> 13;
+  h = Math.imul(h, 0xc2b2ae35);
+  return ((h ^ (h >>> 16)) & 1) === 1;
+}
+const longCapArbitrary = fc.record({
+  window: fc.constantFrom("1h", "3h", "1d"),
+  max: fc.integer({ min: 1, max: 30 }),
+});
+const longPolicyArbitrary = fc
+  .record({
+    segments: fc.array(fc.record({ a: fc.array(longCapArbitrary, { maxLength: 2 }) }), { maxLength: 2 }),
+    defaultCaps: fc.record({
+      a: fc.array(longCapArbitrary, { maxLength: 2 }),
+      "*": fc.array(longCapArbitrary, { maxLength: 1 }),
+    }),
+  })
+  .map(({ segments, defaultCaps }) =>
+    parsePolicy({
+      version: "prop-long",
+      channels: CHANNELS,
+      segments: segments.map((caps, i) => ({ name: `s${i}`, bitmap: `segments/s${i}.roaring`, caps })),
+      default: { name: "rest", caps: defaultCaps },
+    }),
+  );
+const longCallArbitrary = fc.record({
+  seed: fc.integer({ min: 1, max: 2 ** 30 }),
+  mode: fc.constantFrom("count", "count", "count", "count", "peek"),
+  elapsed: fc.integer({ min: 0, max: 3 * HOUR }),
+  skew: fc.double({ min: -1, max: 1, noNaN: true }),
+  channel: fc.constantFrom(...CHANNELS),
+  campaignId: fc.constantFrom("", "c1", "c2", "c3", "c4", "c5", "c6"),
+  exemptCounted: fc.constantFrom(false, false, false, true),
+});
+
+describe("a page block over days (compactions, divergent histories, sends ageing out)", () => {
+  it("decides as the model does through class and event compactions", async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        longPolicyArbitrary,
+        fc.array(longCallArbitrary, { minLength: 40, maxLength: 60 }),
+        async (policy, calls) => {
+          const namespace = uniqueNamespace();
+          const segmentOf = (user: number) => user % policy.segments.length;
+          const model = new CappingModel(policy, segmentOf);
+          let now = T0;
+          for (const step of calls) {
+            now += step.elapsed;
+            const reach = step.skew < 0 ? policy.backfillMs : 300_000;
+            // about half the page, a different half each call
+            const users = PAGE.filter((user) => halfOf(user, step.seed));
+            const call: ModelCall = {
+              mode: step.mode as "count" | "peek",
+              now,
+              at: now + Math.round(step.skew * reach),
+              channel: step.channel,
+              campaignId: step.campaignId,
+              exemptCounted: step.exemptCounted,
+              users: users.length >= 16 ? users : PAGE,
+            };
+            expect(await runScript(namespace, policy, segmentOf, call)).toEqual(model.apply(call));
+          }
+        },
+      ),
+      { numRuns: 6 },
+    );
+  });
+});
