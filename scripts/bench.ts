@@ -5,6 +5,7 @@
 //
 //   BENCH_USERS (1000000)  BENCH_CONCURRENCY (4 batches in flight)  BENCH_BASE_PORT (7200)
 //   BENCH_ONLY (capping | workloads | pipeline | check-api | limits | quotas; default all), or `npm run bench -- quotas`
+//   BENCH_WORKLOADS (sparse,week,checks,busy,big,huge: the workloads section's scenarios; default all)
 import { execFile } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";

@@ -21,6 +21,10 @@ import {
 } from "./redis-stats.ts";
 
 const DAY = 86_400_000;
+/** BENCH_WORKLOADS=sparse,busy,...: only those scenarios (while iterating); default all. */
+const SCENARIOS = ["sparse", "week", "checks", "busy", "big", "huge"] as const;
+const chosen = new Set(process.env.BENCH_WORKLOADS?.split(",") ?? SCENARIOS);
+const want = (scenario: (typeof SCENARIOS)[number]) => chosen.has(scenario);
 const T0 = Date.UTC(2026, 10, 2, 9);
 const BATCH = 10_000;
 
@@ -77,7 +81,7 @@ export async function runCappingWorkloads(
   const ping = await pingLatency(primaries);
 
   // Sparse campaign: 100k IDs at random in 0..2^31, two campaigns a day apart (caps 1/1d, 2/7d)
-  {
+  if (want("sparse")) {
     const ids = scatteredIds(100_000, 2 ** 31, 7);
     const rules = onePolicy({
       push: [
@@ -120,7 +124,7 @@ export async function runCappingWorkloads(
   }
 
   // A busy week: 100k consecutive users, 30 campaigns, each to a random half (caps 10/1d, 30/7d)
-  {
+  if (want("week")) {
     const users = 100_000;
     const rules = onePolicy({
       push: [
@@ -172,7 +176,7 @@ export async function runCappingWorkloads(
   }
 
   // 256 users × 260 anonymous checks at 2 per 1m (POST /v1/frequency's engine method)
-  {
+  if (want("checks")) {
     const rules = onePolicy({ push: [{ window: "1m", max: 2 }] });
     const { capper, clock } = capperWith(rules, "bench-checks");
     await resetSlowlog(primaries);
@@ -196,7 +200,7 @@ export async function runCappingWorkloads(
   }
 
   // 1 user × 8,000 sends at 1 per 1s
-  {
+  if (want("busy")) {
     const rules = onePolicy({ push: [{ window: "1s", max: 1 }] });
     const namespace = "bench-busy-user";
     const { capper, clock } = capperWith(rules, namespace);
@@ -218,7 +222,7 @@ export async function runCappingWorkloads(
   }
 
   // 65 segments × 32 caps, 256-user calls (4 users in each segment), 20 campaigns 20 minutes apart
-  {
+  if (want("big")) {
     const caps = (segment: number) => ({
       push: Array.from({ length: 32 }, (_, i) => ({ window: `${i + 1}h`, max: 2 + ((i + segment) % 3) })),
     });
@@ -253,7 +257,7 @@ export async function runCappingWorkloads(
   }
 
   // One message of 90,000 scattered IDs
-  {
+  if (want("huge")) {
     const rules = onePolicy({ push: [{ window: "1d", max: 1 }] });
     const inner = new RedisCapStore(cluster);
     let inFlight = 0;
