@@ -93,6 +93,8 @@ export class Functions extends Construct {
       REDIS_TLS: "true",
       REDIS_AUTH_SECRET_ARN: cache.authToken.secretArn,
       CONFIG_BUCKET: storage.bucket.bucketName,
+      // named sends are kept this long so a redelivered campaign message is recognised
+      CAMPAIGN_REDELIVERY_SECONDS: String(storage.campaignRedeliverySeconds),
     };
     const consumerVariables: ConsumerVariables = {
       ...variables,

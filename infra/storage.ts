@@ -15,6 +15,8 @@ export class Storage extends Construct {
   readonly campaignDeadLetters: sqs.Queue;
   readonly deliveryQueue: sqs.Queue;
   readonly deliveryDeadLetters: sqs.Queue;
+  /** How long a campaign message can come back by itself: visibility timeout × maxReceiveCount. */
+  readonly campaignRedeliverySeconds: number;
 
   constructor(scope: Construct, id: string, props: { consumerTimeout: Duration; removalPolicy: RemovalPolicy }) {
     super(scope, id);
@@ -51,9 +53,11 @@ export class Storage extends Construct {
       });
     // the DLQs keep messages longer than their source queues, so nothing expires before it is redriven
     this.campaignDeadLetters = queue("CampaignDeadLetters", { retentionPeriod: Duration.days(14) });
+    // at least 6 times the consumer's timeout (AWS guidance for Lambda event sources)
+    const visibilitySeconds = props.consumerTimeout.toSeconds() * 6;
+    this.campaignRedeliverySeconds = visibilitySeconds * CAMPAIGN_MAX_RECEIVE_COUNT;
     this.campaignQueue = queue("Campaign", {
-      // at least 6 times the consumer's timeout (AWS guidance for Lambda event sources)
-      visibilityTimeout: Duration.seconds(props.consumerTimeout.toSeconds() * 6),
+      visibilityTimeout: Duration.seconds(visibilitySeconds),
       retentionPeriod: Duration.days(4),
       deadLetterQueue: { queue: this.campaignDeadLetters, maxReceiveCount: CAMPAIGN_MAX_RECEIVE_COUNT },
     });

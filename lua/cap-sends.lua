@@ -5,8 +5,9 @@ A user's sends live in one of two places, both under the call's hash tag (one sl
   - a page block: one key per page of 256 consecutive user IDs that a campaign reached densely; users of a
     page mostly share their histories, so a block stores each send (event) and each history (class) once;
   - a user record: one field per user, in a hash shared by the sparse users of a wide ID range, with the
-    user's own sends (6-byte time + identity number each). Single-user calls and sparse campaign users
-    write here, so they never rewrite a page of 256 users.
+    user's own sends: those its windows need (6-byte time + identity number each), then older named sends
+    kept only to recognise a redelivery (readRecord() states the format). Single-user calls and sparse
+    campaign users write here, so they never rewrite a page of 256 users.
 A user's sends are the union of both. A page written through its block absorbs (and deletes) the user
 records of the users it writes.
 
@@ -23,8 +24,10 @@ ARGV[6]  horizon ms: the longest retention of any profile of the policy; a block
          at or before now - horizon
 ARGV[7]  caps of the call's profiles, "|"-separated; a profile's caps ","-separated, each
          "windowMs:max:everyChannel" (everyChannel 1: counts every channel's sends, 0: this channel's)
-ARGV[8]  retention ms of each profile, ","-separated: a user's own sends at or before now - retention are
-         dropped whenever the user is written
+ARGV[8]  retentions of each profile, ","-separated, each "<kept ms>:<window ms>": a user's sends at or
+         before now - kept are dropped whenever the user is written; in a user record, named sends at or
+         before now - window move to the idempotency tail (only a duplicate check reads them) and anonymous
+         ones are dropped (a bare "<kept ms>" means both are the same)
 ARGV[9]  S, the number of user-record hashes
 ARGV[9+p] page p: byte 1 the index (1..S) of its user-record hash, byte 2 the path (1: block, 0: user
          records), bytes 3-5 the page number (user ID / 256, big endian), then per user 2 bytes: offset in
@@ -69,8 +72,11 @@ local WIDTH_LIMIT = { 255, 65535, 16777215 }
 -- Profiles present in this call: caps, retention cutoff and retention.
 local profiles = {}
 do
-  local retentions = {}
-  for retention in string.gmatch(ARGV[8], '%d+') do retentions[#retentions + 1] = tonumber(retention) end
+  local retentions, windowRetentions = {}, {}
+  for retention, windowRetention in string.gmatch(ARGV[8], '(%d+):?(%d*)') do
+    retentions[#retentions + 1] = tonumber(retention)
+    windowRetentions[#retentions] = tonumber(windowRetention) or tonumber(retention)
+  end
   local index = 0
   for spec in string.gmatch(ARGV[7] .. '|', '([^|]*)|') do
     local windows, maxima, everyChannel = {}, {}, {}
@@ -79,14 +85,14 @@ do
       maxima[#maxima + 1] = tonumber(max)
       everyChannel[#everyChannel + 1] = scope == '1'
     end
-    local retention = retentions[index + 1]
+    local retention, windowRetention = retentions[index + 1], windowRetentions[index + 1]
     if retention == nil then return redis.error_reply('ERR cap-sends: no retention for profile ' .. index) end
     -- least: the smallest max; a user with fewer sends than that is under every cap
     local least = math.huge
     for cap = 1, #maxima do least = math.min(least, maxima[cap]) end
     profiles[index] = {
       windows = windows, maxima = maxima, everyChannel = everyChannel, least = least,
-      retention = retention, cutoff = now - retention,
+      retention = retention, cutoff = now - retention, windowCutoff = now - math.min(windowRetention, retention),
     }
     index = index + 1
   end
@@ -173,6 +179,25 @@ local function identityOfNumber(number)
   end
   return known
 end
+-- Reads the identities of the records' window sends not known yet, in one HMGET.
+local function prefetchIdentities(records)
+  local fields, numbers, asked = {}, {}, {}
+  for _, record in pairs(records) do
+    for _, send in ipairs(record.sends) do
+      local number = send[2]
+      if identityByNumber[number] == nil and not asked[number] then
+        asked[number] = true
+        numbers[#numbers + 1] = number
+        fields[#fields + 1] = 'n:' .. number
+      end
+    end
+  end
+  for first = 1, #fields, 4000 do
+    local last = math.min(first + 3999, #fields)
+    local found = redis.call('HMGET', identityTableKey, unpackList(fields, first, last))
+    for i = first, last do identityByNumber[numbers[i]] = found[i - first + 1] or false end
+  end
+end
 local function myIdentityNumber(create)
   if myNumber == nil then
     myNumber = tonumber(redis.call('HGET', identityTableKey, 'i:' .. identity) or nil) or false
@@ -185,38 +210,184 @@ local function myIdentityNumber(create)
   return myNumber
 end
 
--- A user record: its sends as { time, identity number, raw bytes } (6-byte time, varint number).
-local function readRecord(value)
-  local sends, position, length = {}, 1, #value
-  while position <= length do
-    local b1, b2, b3, b4, b5, b6 = byte(value, position, position + 5)
-    local t = ((((b1 * 256 + b2) * 256 + b3) * 256 + b4) * 256 + b5) * 256 + b6
-    local number, scale, cursor = 0, 1, position + 6
-    while true do
-      local b = byte(value, cursor)
-      cursor = cursor + 1
-      number = number + (b % 128) * scale
-      if b < 128 then break end
-      scale = scale * 128
-    end
-    sends[#sends + 1] = { t, number, sub(value, position, cursor - 1) }
-    position = cursor
+-- A user record (format 2): "\0", the tail's number width (0: no tail), a varint byte length, the window
+-- part, then the tail if any. The window part holds the sends the user's windows may need: 6-byte time +
+-- varint identity number each. The tail holds named sends older than that, kept only to recognise a
+-- redelivery: a varint count, the first and last time (6 bytes each), the identity numbers (fixed width,
+-- so string.find locates one without decoding), then the times after the first as zigzag varint deltas.
+-- A value not starting with "\0" is the format before the tail (window part only; a 6-byte time never
+-- starts with 0 after 2004).
+local function readVarint(value, position)
+  local number, scale = 0, 1
+  while true do
+    local b = byte(value, position)
+    position = position + 1
+    number = number + (b % 128) * scale
+    if b < 128 then return number, position end
+    scale = scale * 128
   end
-  return sends
 end
-local function encodeSend(t, number)
-  local bytes = {}
-  for k = 6, 1, -1 do
-    bytes[k] = t % 256
-    t = (t - bytes[k]) / 256
-  end
+local function varint(number)
   local tail = {}
   repeat
     local low = number % 128
     number = (number - low) / 128
     tail[#tail + 1] = number > 0 and low + 128 or low
   until number == 0
-  return char(unpackList(bytes)) .. char(unpackList(tail))
+  return char(unpackList(tail))
+end
+local function readTime(value, position)
+  local b1, b2, b3, b4, b5, b6 = byte(value, position, position + 5)
+  return ((((b1 * 256 + b2) * 256 + b3) * 256 + b4) * 256 + b5) * 256 + b6
+end
+local function timeBytes(t)
+  local bytes = {}
+  for k = 6, 1, -1 do
+    bytes[k] = t % 256
+    t = (t - bytes[k]) / 256
+  end
+  return char(unpackList(bytes))
+end
+local function fixedNumber(number, width)
+  local bytes = {}
+  for k = width, 1, -1 do
+    bytes[k] = number % 256
+    number = (number - bytes[k]) / 256
+  end
+  return char(unpackList(bytes))
+end
+local function widthOf(number)
+  if number < 256 then return 1 elseif number < 65536 then return 2 elseif number < 16777216 then return 3 end
+  return 4
+end
+local function encodeSend(t, number) return timeBytes(t) .. varint(number) end
+
+-- { sends = { { time, identity number, raw bytes } }, tail = { width, count, first, last, ids, deltas } }
+local function readRecord(value)
+  local sends, position, stop = {}, 1, #value
+  local tail
+  if byte(value, 1) == 0 then
+    local width = byte(value, 2)
+    local length
+    length, position = readVarint(value, 3)
+    stop = position + length - 1
+    if width > 0 then
+      local count, at = readVarint(value, stop + 1)
+      local idsAt = at + 12
+      tail = { width = width, count = count, first = readTime(value, at), last = readTime(value, at + 6),
+        ids = sub(value, idsAt, idsAt + count * width - 1), deltas = sub(value, idsAt + count * width) }
+    end
+  end
+  while position <= stop do
+    local t = readTime(value, position)
+    local number, cursor = readVarint(value, position + 6)
+    sends[#sends + 1] = { t, number, sub(value, position, cursor - 1) }
+    position = cursor
+  end
+  return { sends = sends, tail = tail }
+end
+
+-- The tail's times in order, as far as entry `upTo` (all without it).
+local function tailTimes(tail, upTo)
+  local times, t, position = { tail.first }, tail.first, 1
+  for i = 2, math.min(upTo or tail.count, tail.count) do
+    local zigzag
+    zigzag, position = readVarint(tail.deltas, position)
+    t = t + (zigzag % 2 == 0 and zigzag / 2 or -(zigzag + 1) / 2)
+    times[i] = t
+  end
+  return times
+end
+
+-- Whether the tail holds a send of identity `number` newer than `cutoff`: string.find on the fixed-width
+-- numbers, and a time decoded only on a hit.
+local function tailHas(tail, number, cutoff)
+  if not tail or not number or widthOf(number) > tail.width then return false end
+  local pattern, width, from = fixedNumber(number, tail.width), tail.width, 1
+  while true do
+    local found = string.find(tail.ids, pattern, from, true)
+    if not found then return false end
+    if (found - 1) % width == 0 then
+      local entry = (found - 1) / width + 1
+      if tailTimes(tail, entry)[entry] > cutoff then return true end
+    end
+    from = found + 1
+  end
+end
+
+-- Every send of a record, window part and tail, as { time, identity number } (a block absorbing it).
+local function allSends(record)
+  local sends = {}
+  for i, send in ipairs(record.sends) do sends[i] = send end
+  local tail = record.tail
+  if tail then
+    local times, width = tailTimes(tail), tail.width
+    for i = 1, tail.count do
+      local n = 0
+      for k = (i - 1) * width + 1, i * width do n = n * 256 + byte(tail.ids, k) end
+      sends[#sends + 1] = { times[i], n }
+    end
+  end
+  return sends
+end
+
+-- The tail after dropping its entries at or before `cutoff` from the front (entries are appended in about
+-- time order; one left behind a newer one is dropped later, and tailHas() checks its time) and appending
+-- `moved` ({ time, number } each); nil when empty.
+local function tailAfter(tail, cutoff, moved)
+  local width, count, first, last, ids, deltas = 1, 0, nil, nil, '', ''
+  if tail then
+    width, count, last = tail.width, tail.count, tail.last
+    local t, position, dropped = tail.first, 1, 0
+    while dropped < count and t <= cutoff do
+      dropped = dropped + 1
+      if dropped < count then
+        local zigzag
+        zigzag, position = readVarint(tail.deltas, position)
+        t = t + (zigzag % 2 == 0 and zigzag / 2 or -(zigzag + 1) / 2)
+      end
+    end
+    count = count - dropped
+    if count > 0 then
+      first = t
+      ids = sub(tail.ids, dropped * width + 1)
+      deltas = sub(tail.deltas, position)
+    end
+  end
+  local addedIds, addedDeltas = {}, {}
+  for _, send in ipairs(moved) do
+    local t, number = send[1], send[2]
+    if widthOf(number) > width then
+      -- a number wider than the tail's: widen the stored ones (added ones are encoded at the end)
+      local wider, numbers = widthOf(number), {}
+      for q = 1, #ids, width do
+        local n = 0
+        for k = q, q + width - 1 do n = n * 256 + byte(ids, k) end
+        numbers[#numbers + 1] = fixedNumber(n, wider)
+      end
+      ids = concat(numbers)
+      width = wider
+    end
+    if count == 0 then
+      first = t
+    else
+      local delta = t - last
+      addedDeltas[#addedDeltas + 1] = varint(delta >= 0 and 2 * delta or -2 * delta - 1)
+    end
+    last = t
+    count = count + 1
+    addedIds[#addedIds + 1] = number
+  end
+  if count == 0 then return nil end
+  for i, number in ipairs(addedIds) do addedIds[i] = fixedNumber(number, width) end
+  return { width = width, count = count, first = first, last = last, ids = ids .. concat(addedIds),
+    deltas = deltas .. concat(addedDeltas) }
+end
+
+local function encodeRecord(windowPart, tail)
+  if not tail then return '\0\0' .. varint(#windowPart) .. windowPart end
+  return '\0' .. char(tail.width) .. varint(#windowPart) .. windowPart .. varint(tail.count) ..
+    timeBytes(tail.first) .. timeBytes(tail.last) .. tail.ids .. tail.deltas
 end
 
 -- Fixed-width event numbers inside a class string. string.byte and string.char do the bytes in C, in
@@ -415,13 +586,19 @@ local function liveSends(profile, block, class, record)
     end
   end
   if record then
-    for _, send in ipairs(record) do
+    for _, send in ipairs(record.sends) do
       if send[1] > profile.cutoff then
         local sendIdentity = identityOfNumber(send[2]) or ''
         n = n + 1
         times[n], onChannel[n], isMine[n], labels[n] = send[1], isOnCallChannel(sendIdentity),
           sendIdentity == identity, sendIdentity
       end
+    end
+    -- the tail's sends are older than any window of the profile reaches: one of this identity is a
+    -- duplicate marker only (decide() checks identities before windows)
+    if not anonymous and tailHas(record.tail, myIdentityNumber(false), profile.cutoff) then
+      n = n + 1
+      times[n], onChannel[n], isMine[n], labels[n] = profile.windowCutoff, false, true, identity
     end
   end
   return n, times, onChannel, isMine, labels
@@ -447,23 +624,36 @@ local function runRecordPage(spec, blockKey, hashIndex, pageBase, records, page,
   if type(block) == 'table' and block.err then return block end
   if marked and block == nil and not peek then redis.call('HDEL', identityTableKey, 'p:' .. page) end
   local classOfUser = block and classesOfUsers(block.userClasses)
+  local pageRecords = {}
+  for index = 1, (#spec - 5) / 2 do
+    local userId = pageBase + byte(spec, 4 + 2 * index)
+    local value = records[userId]
+    if value then pageRecords[userId] = readRecord(value) end
+  end
+  prefetchIdentities(pageRecords)
   for index = 1, (#spec - 5) / 2 do
     local offset, profileNumber = byte(spec, 4 + 2 * index, 5 + 2 * index)
     local profile = profiles[profileNumber]
     if profile == nil then return redis.error_reply('ERR cap-sends: unknown profile ' .. profileNumber) end
     local userId = pageBase + offset
-    local value = records[userId]
-    local record = value and readRecord(value) or nil
+    local record = pageRecords[userId]
     local n, times, onChannel, isMine, labels = liveSends(profile, block, classOfUser and classOfUser[offset] or 0,
       record)
     local code = decide(profile, n, times, onChannel, isMine)
     reply[#reply + 1] = code
     local recorded = isRecorded(code)
     if recorded then
-      local kept = {}
+      -- sends the windows may need stay in the window part; older named ones move to the tail while
+      -- idempotency needs them; anonymous ones are dropped there (nothing can be a duplicate of them)
+      local kept, moved = {}, {}
       if record then
-        for _, send in ipairs(record) do
-          if send[1] > profile.cutoff then kept[#kept + 1] = send[3] end
+        for _, send in ipairs(record.sends) do
+          if send[1] > profile.windowCutoff then
+            kept[#kept + 1] = send[3]
+          elseif send[1] > profile.cutoff then
+            local sendIdentity = identityOfNumber(send[2])
+            if sendIdentity and sub(sendIdentity, -1) ~= ':' then moved[#moved + 1] = send end
+          end
         end
       end
       kept[#kept + 1] = encodeSend(at, myIdentityNumber(true))
@@ -474,7 +664,7 @@ local function runRecordPage(spec, blockKey, hashIndex, pageBase, records, page,
         recordRetention[hashIndex] = 0
       end
       writes[#writes + 1] = userId
-      writes[#writes + 1] = concat(kept)
+      writes[#writes + 1] = encodeRecord(concat(kept), tailAfter(record and record.tail, profile.cutoff, moved))
       recordRetention[hashIndex] = math.max(recordRetention[hashIndex], profile.retention)
     end
     if withLog then logLines(n, times, labels, recorded) end
@@ -638,7 +828,7 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
       if recorded then
         local extra = {}
         if record then
-          for _, send in ipairs(record) do
+          for _, send in ipairs(allSends(record)) do
             local sendIdentity = identityOfNumber(send[2])
             if send[1] > profile.cutoff and sendIdentity then extra[#extra + 1] = addEvent(send[1], sendIdentity) end
           end

@@ -108,6 +108,7 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
     const variables: CommonVariables = {
       REDIS_NODES: redis.nodes.join(","),
       CONFIG_BUCKET: bucket,
+      CAMPAIGN_REDELIVERY_SECONDS: String(Number(visibility) * maxReceiveCount),
       AWS_REGION: region,
       AWS_ENDPOINT_URL: awsEndpoint,
     };

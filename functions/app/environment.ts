@@ -4,7 +4,7 @@
 import { z } from "zod";
 import { SQS_MAX_MESSAGE_BYTES } from "../adapters/sqs-sinks.ts";
 import { DEFAULT_DELIVERY_BATCH_SIZE } from "../core/capping/delivery.ts";
-import { DEFAULT_POLICY_KEY } from "../core/capping/policy.ts";
+import { DEFAULT_POLICY_KEY, DEFAULT_REDELIVERY_MS } from "../core/capping/policy.ts";
 import { DEFAULT_NAMESPACE, NAMESPACE_PATTERN, NAMESPACE_RULE } from "../core/shared/keys.ts";
 import { parseOrThrow } from "../core/shared/validation.ts";
 
@@ -57,6 +57,12 @@ const commonEnvironment = {
   /** A new bitmap that takes away more than this share of its segment is refused unless forced. */
   SEGMENT_MAX_SHRINK_PERCENT: integer(0, 100, 50),
   KEY_NAMESPACE: z.string().regex(NAMESPACE_PATTERN, NAMESPACE_RULE).default(DEFAULT_NAMESPACE),
+  /**
+   * How long a campaign message can come back by itself after a send was counted (the campaign queue's
+   * visibility timeout × maxReceiveCount): named sends are kept that long to recognise the redelivery.
+   * Up to 14 days (the longest SQS retention).
+   */
+  CAMPAIGN_REDELIVERY_SECONDS: integer(0, 14 * 86_400, DEFAULT_REDELIVERY_MS / 1000),
   AWS_REGION: z.string().min(1).default("us-east-1"),
   AWS_ENDPOINT_URL: httpUrl("expected an http(s) URL").optional(),
 };

@@ -78,6 +78,7 @@ export function wireCampaignConsumer(
     }),
     rules: (request) => rules.current(request),
     namespace: config.KEY_NAMESPACE,
+    redeliveryMs: config.CAMPAIGN_REDELIVERY_SECONDS * 1000,
   });
   const consumer = new CampaignConsumer({
     capper,
@@ -115,6 +116,7 @@ export function wireCheckApi(env: NodeJS.ProcessEnv) {
     store: new RedisCapStore(cluster, { deadlineMs: config.CHECK_TIMEOUT_MS, retryOn: "not-run" }),
     rules: (request) => rules.current(request),
     namespace: config.KEY_NAMESPACE,
+    redeliveryMs: config.CAMPAIGN_REDELIVERY_SECONDS * 1000,
   });
   const health = async (): Promise<HealthReport> => {
     const redis = await Promise.race([

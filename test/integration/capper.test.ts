@@ -311,7 +311,35 @@ describe("capping engine on the cluster", () => {
     );
   });
 
-  it("recognises a batch without `at` redelivered an hour later under 1-minute caps (sends kept at least one day)", async () => {
+  it("recognises a batch without `at` redelivered an hour later under 1-minute caps when the queue can redeliver for an hour, from the idempotency tail", async () => {
+    const clock = fixedClock(T0);
+    const rules = rulesOf(simplePolicy({ push: [{ window: "1m", max: 1 }] }));
+    const namespace = uniqueNamespace();
+    const capper = new Capper({
+      store: new RedisCapStore(cluster),
+      rules: () => rules,
+      clock,
+      namespace,
+      redeliveryMs: HOUR,
+    });
+    const message = { campaignId: "k1", channel: "push", userIds: [7, 4096, 2 ** 32 - 1] };
+    expect(kinds(await capper.capBatch(message))).toEqual(["allowed", "allowed", "allowed"]);
+    // 10 minutes on, past what a 1-minute window needs (1m backfill + 1m + 5m skew): writing user 7 again
+    // moves k1 out of its window part into the tail, kept for idempotency only
+    clock.advance(10 * 60_000);
+    expect(kinds(await capper.capBatch({ ...message, campaignId: "k2", userIds: [7] }))).toEqual(["allowed"]);
+    const record = decodeRecord(
+      (await cluster.hgetBuffer(capRecordKey(namespace, capTagOf(7), recordRangeOf(7)), "7"))!,
+    );
+    expect(record.map((send) => [send.at, send.part])).toEqual([
+      [T0 + 10 * 60_000, "window"],
+      [T0, "tail"],
+    ]);
+    clock.set(T0 + HOUR);
+    expect(kinds(await capper.capBatch(message))).toEqual(["duplicate", "duplicate", "duplicate"]);
+  });
+
+  it("keeps a named send for the redelivery bound and no longer: 1m backfill + the bound + 5m skew after its time", async () => {
     const clock = fixedClock(T0);
     const rules = rulesOf(simplePolicy({ push: [{ window: "1m", max: 1 }] }));
     const capper = new Capper({
@@ -319,14 +347,21 @@ describe("capping engine on the cluster", () => {
       rules: () => rules,
       clock,
       namespace: uniqueNamespace(),
+      redeliveryMs: HOUR,
     });
-    const message = { campaignId: "k1", channel: "push", userIds: [7, 4096, 2 ** 32 - 1] };
-    expect(kinds(await capper.capBatch(message))).toEqual(["allowed", "allowed", "allowed"]);
-    clock.advance(HOUR);
-    expect(kinds(await capper.capBatch(message))).toEqual(["duplicate", "duplicate", "duplicate"]);
+    const message = { campaignId: "k1", channel: "push", userIds: [7] };
+    const kept = 60_000 + HOUR + 5 * 60_000;
+    expect(kinds(await capper.capBatch(message))).toEqual(["allowed"]);
+    clock.set(T0 + 20 * 60_000);
+    expect(kinds(await capper.capBatch({ ...message, campaignId: "k2" }))).toEqual(["allowed"]);
+    clock.set(T0 + kept - 1);
+    expect(kinds(await capper.peek(message))).toEqual(["duplicate"]);
+    // past the promise: the message would be counted again (the delivery side still drops it by dedupe id)
+    clock.set(T0 + kept);
+    expect(kinds(await capper.peek(message))).toEqual(["allowed"]);
   });
 
-  it("recognises a dense redelivery (page block path) an hour later under 1-second caps", async () => {
+  it("recognises a dense redelivery (page block path) an hour later under 1-second caps when the queue can redeliver for an hour", async () => {
     const clock = fixedClock(T0);
     const rules = rulesOf(simplePolicy({}, { push: [{ window: "1s", max: 1 }] }));
     const capper = new Capper({
@@ -334,6 +369,7 @@ describe("capping engine on the cluster", () => {
       rules: () => rules,
       clock,
       namespace: uniqueNamespace(),
+      redeliveryMs: HOUR,
     });
     const message = { campaignId: "k1", channel: "push", userIds: Array.from({ length: 64 }, (_, i) => i) };
     expect(kinds(await capper.capBatch(message))).toEqual(Array(64).fill("allowed"));

@@ -10,6 +10,7 @@ import {
 } from "../../functions/core/capping/cap-sends-script.ts";
 import { Capper } from "../../functions/core/capping/capper.ts";
 import type { CapBatchResult } from "../../functions/core/capping/decisions.ts";
+import { DEFAULT_REDELIVERY_MS, keptHorizonMs } from "../../functions/core/capping/policy.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { ValidationError } from "../../functions/core/shared/errors.ts";
 import { capPageKey, capRecordKey, capTagOf, recordRangeOf } from "../../functions/core/shared/keys.ts";
@@ -41,7 +42,7 @@ describe("capping workloads", () => {
     const store = new RedisCapStore(cluster);
     const model = new CappingModel(rules.policy, () => rules.policy.defaultSegment);
     const users = Array.from({ length: 256 }, (_, i) => i);
-    const profiles = scriptProfiles(rules.policy, "push");
+    const profiles = scriptProfiles(rules.policy, "push", DEFAULT_REDELIVERY_MS);
     // 260 rounds a quarter second apart; each user's check is its own (15 users a call: user records)
     for (let round = 0; round < 260; round++) {
       const now = T0 + round * 250;
@@ -65,7 +66,7 @@ describe("capping workloads", () => {
             channel: "push",
             campaignId: "",
             forced: false,
-            horizonMs: rules.policy.horizonMs,
+            horizonMs: keptHorizonMs(rules.policy, DEFAULT_REDELIVERY_MS),
             profiles,
             sortedIds,
             segmentOf: new Uint8Array(sortedIds.length).fill(rules.policy.defaultSegment),
@@ -156,8 +157,8 @@ describe("capping workloads", () => {
       channel: "push",
       campaignId: "x",
       forced: false,
-      horizonMs: rules.policy.horizonMs,
-      profiles: scriptProfiles(rules.policy, "push"),
+      horizonMs: keptHorizonMs(rules.policy, DEFAULT_REDELIVERY_MS),
+      profiles: scriptProfiles(rules.policy, "push", DEFAULT_REDELIVERY_MS),
       sortedIds: Uint32Array.from([0, 1, 4, 5]),
       segmentOf: Uint8Array.from([0, 0, 1, 1]),
     });
@@ -196,21 +197,42 @@ describe("capping workloads", () => {
     expect(again.totals.unsegmented).toMatchObject({ allowed: 0, duplicate: 90_000 - (90_000 - distinct) });
   });
 
-  it("keeps a user sending at 1 per 1s for the one-day minimum retention (redeliveries recognised)", async () => {
+  it("keeps a user sending at 1 per 1s: what its window needs in full, older named sends in the tail for the redelivery bound only", async () => {
     const rules = rulesOf(simplePolicy({ push: [{ window: "1s", max: 1 }] }));
-    const { capper, clock, namespace } = capperAt(rules);
+    const clock = fixedClock(T0);
+    const namespace = uniqueNamespace();
+    // a queue that redelivers for 2 minutes: sends are kept 1s backfill + 2m + 5m skew
+    const redeliveryMs = 2 * 60_000;
+    const capper = new Capper({
+      store: new RedisCapStore(cluster),
+      rules: () => rules,
+      clock,
+      namespace,
+      redeliveryMs,
+    });
     const user = 77;
-    for (let i = 0; i < 400; i++) {
+    for (let i = 0; i < 600; i++) {
       clock.set(T0 + i * 1_000);
       const result = await capper.capBatch({ campaignId: `s${i}`, channel: "push", userIds: [user] });
       expect(result.decisions[0]!.decision).toBe("allowed");
     }
+    const now = T0 + 599_000;
     const record = decodeRecord(
       (await cluster.hgetBuffer(capRecordKey(namespace, capTagOf(user), recordRangeOf(user)), String(user)))!,
     );
-    // retention: at least one day (policy.ts MIN_RETENTION_MS), so all 400 sends of these 400 s stay
-    expect(record.length).toBe(400);
-    expect(record.at(-1)!.at).toBe(T0 + 399_000);
+    const windowPart = record.filter((send) => send.part === "window").map((send) => send.at);
+    const tail = record.filter((send) => send.part === "tail").map((send) => send.at);
+    // the window part: 1s backfill + 1s window + 5m skew = 302 s, as of the last write
+    expect(windowPart).toEqual(Array.from({ length: 302 }, (_, k) => now - 301_000 + k * 1000));
+    // the tail: older sends still inside 1s + 2m + 5m = 421 s
+    expect(tail).toEqual(Array.from({ length: 119 }, (_, k) => now - 420_000 + k * 1000));
+    clock.set(now + 1000);
+    // a redelivery of a send in the tail, and one in the window part, are recognised; s179 is still stored
+    // but 421 s old now: past the bound, it is not
+    const again = (i: number) => capper.peek({ campaignId: `s${i}`, channel: "push", userIds: [user] });
+    expect(kinds(await again(180))).toEqual(["duplicate"]);
+    expect(kinds(await again(599))).toEqual(["duplicate"]);
+    expect(kinds(await again(179))).toEqual(["allowed"]);
   });
 
   it("never rewrites a page block for a single-user call, and still counts the block's sends", async () => {

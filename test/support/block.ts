@@ -42,22 +42,53 @@ export function decodeBlock(value: Buffer): Block {
   };
 }
 
-/** A user record: its sends as (time, identity number). */
-export function decodeRecord(value: Buffer): { at: number; identityNumber: number }[] {
-  const sends: { at: number; identityNumber: number }[] = [];
+export interface RecordSend {
+  at: number;
+  identityNumber: number;
+  /** "window": kept for the user's windows; "tail": an older named send kept for idempotency only. */
+  part: "window" | "tail";
+}
+
+/** A user record (format 2, or the window-only format before it): its sends, window part then tail. */
+export function decodeRecord(value: Buffer): RecordSend[] {
+  const sends: RecordSend[] = [];
   let position = 0;
-  while (position < value.length) {
-    const at = value.readUIntBE(position, 6);
-    position += 6;
+  const varint = () => {
     let number = 0;
     let scale = 1;
     for (;;) {
       const b = value[position++] as number;
       number += (b % 128) * scale;
-      if (b < 128) break;
+      if (b < 128) return number;
       scale *= 128;
     }
-    sends.push({ at, identityNumber: number });
+  };
+  let stop = value.length;
+  let width = 0;
+  if (value[0] === 0) {
+    width = value[1] as number;
+    position = 2;
+    const length = varint();
+    stop = position + length;
+  }
+  while (position < stop) {
+    const at = value.readUIntBE(position, 6);
+    position += 6;
+    sends.push({ at, identityNumber: varint(), part: "window" });
+  }
+  if (width > 0) {
+    const count = varint();
+    let at = value.readUIntBE(position, 6);
+    position += 12;
+    const ids = position;
+    position += count * width;
+    for (let i = 0; i < count; i++) {
+      if (i > 0) {
+        const zigzag = varint();
+        at += zigzag % 2 === 0 ? zigzag / 2 : -(zigzag + 1) / 2;
+      }
+      sends.push({ at, identityNumber: value.readUIntBE(ids + i * width, width), part: "tail" });
+    }
   }
   return sends;
 }

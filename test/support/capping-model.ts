@@ -1,6 +1,6 @@
 // A reference model of lua/cap-sends.lua, written to be obviously right rather than fast: each user's
 // counted sends as a plain list, every window checked by brute force. Property tests compare the script to it.
-import type { Policy } from "../../functions/core/capping/policy.ts";
+import { DEFAULT_REDELIVERY_MS, keptMs, type Policy } from "../../functions/core/capping/policy.ts";
 
 export type ModelDecision = "allowed" | "duplicate" | "exempt" | { capped: number };
 
@@ -29,6 +29,8 @@ export class CappingModel {
   constructor(
     private readonly policy: Policy,
     private readonly segmentOf: (user: number) => number,
+    /** The Capper's redeliveryMs: named sends are kept at least this long after they were counted. */
+    private readonly redeliveryMs = DEFAULT_REDELIVERY_MS,
   ) {}
 
   /** The decision for each user of the call, in order; counts the allowed and exempt ones in "count" mode. */
@@ -58,8 +60,10 @@ export class CappingModel {
 
   private decide(user: number, call: ModelCall): ModelDecision {
     const segment = this.segmentOf(user);
-    // sends kept by the script: newer than now - retention
-    const live = this.sendsOf(user).filter((send) => send.at > call.now - this.policy.retentionMs(segment));
+    // sends kept by the script: newer than now - the longer of what windows and idempotency need (older
+    // sends are outside every window a valid `at` is decided in, so only idempotency can see them)
+    const kept = keptMs(this.policy, segment, this.redeliveryMs);
+    const live = this.sendsOf(user).filter((send) => send.at > call.now - kept);
     if (call.campaignId !== "" && live.some((s) => s.channel === call.channel && s.campaignId === call.campaignId)) {
       return "duplicate";
     }

@@ -30,6 +30,7 @@ describe("consumer environment", () => {
       DELIVERY_BATCH_SIZE: 100,
       REFRESH_SECONDS: 60,
       KEY_NAMESPACE: "tg",
+      CAMPAIGN_REDELIVERY_SECONDS: 1800,
       TIME_BUDGET_MARGIN_MS: 15000,
       AWS_REGION: "us-east-1",
     });
@@ -54,6 +55,7 @@ describe("consumer environment", () => {
       ["DELIVERY_BATCH_SIZE", "0"],
       ["DELIVERY_BATCH_SIZE", "1001"],
       ["REFRESH_SECONDS", "-1"],
+      ["CAMPAIGN_REDELIVERY_SECONDS", "1209601"],
       ["KEY_NAMESPACE", "{tg}"],
       ["TIME_BUDGET_MARGIN_MS", "1.5"],
       ["AWS_ENDPOINT_URL", "localhost:4566"],

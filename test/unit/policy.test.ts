@@ -1,5 +1,11 @@
 import { describe, expect, it } from "vitest";
-import { parsePolicy, parsePolicyText } from "../../functions/core/capping/policy.ts";
+import {
+  idempotencyMs,
+  keptHorizonMs,
+  keptMs,
+  parsePolicy,
+  parsePolicyText,
+} from "../../functions/core/capping/policy.ts";
 import { InvalidPolicyError } from "../../functions/core/shared/errors.ts";
 import { designPolicy } from "../support/rules.ts";
 
@@ -41,11 +47,17 @@ describe("policy", () => {
     expect(policy.backfillMs).toBe(7 * 86_400_000);
   });
 
-  it("keeps a segment's sends for the deepest backfill, its own longest window and the skew bound, at least a day", () => {
+  it("keeps a segment's sends for the deepest backfill, its own longest window and the skew bound, and named ones for the redelivery bound", () => {
     const document = valid();
     document.segments = [];
-    document.default.caps = { "*": [{ window: "10h", max: 2 }] };
-    expect(parsePolicy(document).retentionMs(0)).toBe(86_400_000); // 10h + 10h + 5m is under a day
+    document.default.caps = { "*": [{ window: "1m", max: 2 }] };
+    const short = parsePolicy(document);
+    expect(short.retentionMs(0)).toBe(2 * 60_000 + 5 * 60_000); // what the windows need
+    // idempotency: the backfill, then the redelivery bound from the send's counting, then the skew bound
+    expect(idempotencyMs(short, 30 * 60_000)).toBe(60_000 + 30 * 60_000 + 5 * 60_000);
+    expect(keptMs(short, 0, 30 * 60_000)).toBe(36 * 60_000);
+    expect(keptHorizonMs(short, 30 * 60_000)).toBe(36 * 60_000);
+    expect(keptMs(short, 0, 0)).toBe(7 * 60_000); // a bound shorter than the windows adds nothing
     document.default.caps = { "*": [{ window: "20h", max: 2 }] };
     const policy = parsePolicy(document);
     expect(policy.backfillMs).toBe(20 * 3_600_000);

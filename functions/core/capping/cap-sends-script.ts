@@ -11,7 +11,7 @@ import {
   USERS_PER_PAGE,
 } from "../shared/keys.ts";
 import type { DecisionKind } from "./decisions.ts";
-import type { Policy } from "./policy.ts";
+import { keptMs, type Policy } from "./policy.ts";
 
 /** What the capper needs from the counter store: run lua/cap-sends.lua with the keys and arguments planned here. */
 export interface CapStore {
@@ -85,16 +85,23 @@ export interface ScriptCap {
 /** A segment's caps for the call's channel, and how long its users' sends are kept. */
 export interface ScriptProfile {
   caps: readonly ScriptCap[];
+  /** Every send is dropped at this age: the longer of what windows and idempotency need (keptMs()). */
   retentionMs: number;
+  /** What the windows need (policy.retentionMs()): older named sends stay for idempotency only. */
+  windowRetentionMs: number;
 }
 
-/** Every segment's caps on `channel` and its retention, as the script takes them (one per segment number). */
-export function scriptProfiles(policy: Policy, channel: string): ScriptProfile[] {
+/**
+ * Every segment's caps on `channel` and its retentions, as the script takes them (one per segment number);
+ * `redeliveryMs`: how long a counted send's message can come back (policy.ts DEFAULT_REDELIVERY_MS).
+ */
+export function scriptProfiles(policy: Policy, channel: string, redeliveryMs: number): ScriptProfile[] {
   return policy.segments.map((_, segment) => ({
     caps: policy
       .capsFor(segment, channel)
       .map((cap) => ({ windowMs: cap.windowMs, max: cap.max, everyChannel: cap.channel !== channel })),
-    retentionMs: policy.retentionMs(segment),
+    retentionMs: keptMs(policy, segment, redeliveryMs),
+    windowRetentionMs: policy.retentionMs(segment),
   }));
 }
 
@@ -257,7 +264,7 @@ function buildCall(request: CapSendsRequest, tag: number, runs: PageRun[]): CapS
     profiles
       .map((profile) => profile.caps.map((cap) => `${cap.windowMs}:${cap.max}:${cap.everyChannel ? 1 : 0}`).join(","))
       .join("|"),
-    profiles.map((profile) => String(profile.retentionMs)).join(","),
+    profiles.map((profile) => `${profile.retentionMs}:${profile.windowRetentionMs}`).join(","),
     String(rangeIndex.size),
     ...pageSpecs,
   ];

@@ -17,7 +17,7 @@ import {
 } from "./cap-sends-script.ts";
 import type { CapBatchResult, CapDecision, DecisionKind, SegmentTotals } from "./decisions.ts";
 import { type FrequencyResult, frequencyReport, frequencyRequestSchema } from "./frequency.ts";
-import type { Policy } from "./policy.ts";
+import { DEFAULT_REDELIVERY_MS, keptHorizonMs, type Policy } from "./policy.ts";
 import type { Rules } from "./rules-source.ts";
 
 export interface CapperOptions {
@@ -29,6 +29,11 @@ export interface CapperOptions {
   rules: (request: { channel: string }) => Rules | Promise<Rules>;
   clock?: Clock;
   namespace?: string;
+  /**
+   * How long after a send was counted its message can be redelivered (the queue's visibility timeout ×
+   * maxReceiveCount): named sends are kept that long for idempotency even under short caps.
+   */
+  redeliveryMs?: number;
 }
 
 /**
@@ -57,6 +62,7 @@ export class Capper {
   private readonly rules: (request: { channel: string }) => Rules | Promise<Rules>;
   private readonly clock: Clock;
   private readonly namespace: string;
+  private readonly redeliveryMs: number;
   private readonly profileCache = new WeakMap<Policy, Map<string, ScriptProfile[]>>();
 
   constructor(options: CapperOptions) {
@@ -64,6 +70,7 @@ export class Capper {
     this.rules = options.rules;
     this.clock = options.clock ?? systemClock;
     this.namespace = checkNamespace(options.namespace ?? DEFAULT_NAMESPACE);
+    this.redeliveryMs = options.redeliveryMs ?? DEFAULT_REDELIVERY_MS;
   }
 
   /** Decides every send of the batch and counts the allowed ones. */
@@ -138,7 +145,7 @@ export class Capper {
             at,
             mode,
             withLog,
-            horizonMs: policy.horizonMs,
+            horizonMs: keptHorizonMs(policy, this.redeliveryMs),
             channel: batch.channel,
             campaignId: batch.campaignId,
             profiles: this.profiles(policy, batch.channel),
@@ -161,7 +168,7 @@ export class Capper {
     }
     let profiles = byChannel.get(channel);
     if (profiles === undefined) {
-      profiles = scriptProfiles(policy, channel);
+      profiles = scriptProfiles(policy, channel, this.redeliveryMs);
       byChannel.set(channel, profiles);
     }
     return profiles;

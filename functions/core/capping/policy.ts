@@ -16,8 +16,12 @@ export const MAX_CHANNELS = 250;
 /** How far back `at` may go when the policy has no cap at all. */
 export const DEFAULT_BACKFILL_MS = 30 * 86_400_000;
 export const ALL_CHANNELS = "*";
-/** Sends (and so the campaign IDs that recognise a redelivered batch) are kept at least this long, whatever the caps. */
-export const MIN_RETENTION_MS = 86_400_000;
+/**
+ * How long after a send was counted its message may still come back without an operator: the campaign
+ * queue's visibility timeout × maxReceiveCount (infra: 6 × the consumer's 60 s timeout × 5 receives).
+ * Deployments pass their own through CAMPAIGN_REDELIVERY_SECONDS (functions/app/environment.ts).
+ */
+export const DEFAULT_REDELIVERY_MS = 30 * 60_000;
 /** Where the policy lives in the bucket unless POLICY_KEY says otherwise. */
 export const DEFAULT_POLICY_KEY = "config/policy.json";
 
@@ -134,12 +138,13 @@ export interface Policy {
   /** How far behind the clock `at` may be: the policy's longest window (30 days without caps). */
   backfillMs: number;
   /**
-   * How long a user of the segment keeps a send, measured from the clock: the deepest backfill, plus the
-   * segment's longest window (a window that contains a backfilled send reaches that far back), plus the
-   * future bound (clock skew). Older sends can never be in a window a valid `at` is decided in.
+   * How long a user of the segment needs a send for its windows, measured from the clock: the deepest
+   * backfill, plus the segment's longest window (a window that contains a backfilled send reaches that far
+   * back), plus the future bound (clock skew). Older sends can never be in a window a valid `at` is decided
+   * in. Named sends are kept longer when idempotency needs it (keptMs()).
    */
   retentionMs(segment: number): number;
-  /** The longest retention of any segment. */
+  /** The longest window retention of any segment. */
   horizonMs: number;
   /** The caps that apply to a send on `channel` by a user of segment `segment`: the channel's own, then "*". */
   capsFor(segment: number, channel: string): readonly CapRule[];
@@ -185,9 +190,7 @@ function compilePolicy(document: PolicyDocument): Policy {
     return new Map(document.channels.map((channel) => [channel, [...rules(channel), ...shared]]));
   });
   const backfillMs = longestMs > 0 ? longestMs : DEFAULT_BACKFILL_MS;
-  const retention = longestBySegment.map((segmentMs) =>
-    Math.max(MIN_RETENTION_MS, backfillMs + segmentMs + MAX_FUTURE_MS),
-  );
+  const retention = longestBySegment.map((segmentMs) => backfillMs + segmentMs + MAX_FUTURE_MS);
   return {
     version: document.version,
     channels: document.channels,
@@ -201,4 +204,23 @@ function compilePolicy(document: PolicyDocument): Policy {
     },
     quotas: compileQuotaRules(document.version, document.quotas ?? []),
   };
+}
+
+/**
+ * How long a send is kept to recognise its redelivery, measured from the clock like every retention: a
+ * send counted at `now` has `at` no older than the backfill bound, its message can come back for
+ * `redeliveryMs`, and the consumer that receives it may read a clock up to the future bound ahead.
+ */
+export function idempotencyMs(policy: Pick<Policy, "backfillMs">, redeliveryMs: number): number {
+  return policy.backfillMs + redeliveryMs + MAX_FUTURE_MS;
+}
+
+/** How long a user of `segment` keeps a send it was counted with: for its windows, and for idempotency. */
+export function keptMs(policy: Policy, segment: number, redeliveryMs: number): number {
+  return Math.max(policy.retentionMs(segment), idempotencyMs(policy, redeliveryMs));
+}
+
+/** The longest time any user keeps a send (block compaction keeps that much). */
+export function keptHorizonMs(policy: Policy, redeliveryMs: number): number {
+  return Math.max(policy.horizonMs, idempotencyMs(policy, redeliveryMs));
 }
