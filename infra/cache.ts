@@ -1,16 +1,19 @@
 // The ElastiCache replication group: cluster mode, Multi-AZ with automatic failover when there are replicas,
 // TLS and encryption at rest, an AUTH token from Secrets Manager, a parameter group, slow and engine logs.
 import type { RemovalPolicy } from "aws-cdk-lib";
-import type * as ec2 from "aws-cdk-lib/aws-ec2";
+import * as ec2 from "aws-cdk-lib/aws-ec2";
 import * as elasticache from "aws-cdk-lib/aws-elasticache";
+import type * as iam from "aws-cdk-lib/aws-iam";
 import * as logs from "aws-cdk-lib/aws-logs";
 import * as secretsmanager from "aws-cdk-lib/aws-secretsmanager";
 import { Construct } from "constructs";
 import type { TollgateConfig } from "./config.ts";
 
-export class Cache extends Construct {
+export class Cache extends Construct implements ec2.IConnectable {
   readonly replicationGroup: elasticache.CfnReplicationGroup;
   readonly authToken: secretsmanager.Secret;
+  /** The cache's security group with the Redis port as default: `allowDefaultPortFrom(client)`. */
+  readonly connections: ec2.Connections;
 
   constructor(
     scope: Construct,
@@ -79,6 +82,26 @@ export class Cache extends Construct {
       logDeliveryConfigurations: [delivery(slowLog, "slow-log"), delivery(engineLog, "engine-log")],
     });
     this.replicationGroup.applyRemovalPolicy(props.removalPolicy);
+    this.connections = new ec2.Connections({
+      securityGroups: [props.securityGroup],
+      defaultPort: ec2.Port.tcp(config.redisPort),
+    });
+  }
+
+  /**
+   * What a client inside the VPC needs to call Redis itself (the Quotas SDK's redisTransport): ingress from
+   * the client's security groups to the cache's on the Redis port (and egress the other way when the
+   * client's groups restrict it), and read of the AUTH token's secret. Returns the secret grant.
+   */
+  grantClientAccess(
+    client: ec2.IConnectable,
+    grantee: iam.IGrantable,
+    description = "Quotas client to Redis",
+  ): iam.Grant {
+    // from the client's side: the cache's ingress rule then lives in the client's stack (a client stack
+    // that references the cache, never the other way round, so no dependency cycle)
+    client.connections.allowToDefaultPort(this, description);
+    return this.authToken.grantRead(grantee);
   }
 
   /** host:port of the configuration endpoint, for REDIS_NODES. */

@@ -84,6 +84,13 @@ const settingsSchema = z
     tracing: boolean,
     /** One EMF metrics document per check API request (decisions by algorithm on the dashboard). */
     checkApiMetrics: boolean,
+    /** The CloudWatch namespace Quotas clients publish the SDK's metrics in (emfMetrics): the dashboard's Quotas row. */
+    quotasMetricsNamespace: z
+      .string()
+      .regex(
+        /^(?!AWS\/)[A-Za-z0-9._#:/-]{1,255}$/,
+        "expected a CloudWatch namespace (1-255 of A-Z a-z 0-9 . - _ / # :, not AWS/)",
+      ),
     /** Alarm notifications: a new SNS topic with this email subscribed (confirm the email AWS sends). */
     alarmEmail: z.email("expected an email address").optional(),
     /** Alarm notifications to an existing SNS topic. */
@@ -133,6 +140,7 @@ const COMMON: Omit<
   accountConcurrencyQuota: 1_000,
   logRetentionDays: 30,
   checkApiMetrics: true,
+  quotasMetricsNamespace: "Tollgate",
 };
 
 /** The defaults of each profile; the README's "Deploy" section lists them and prices them. */

@@ -72,6 +72,8 @@ export class Functions extends Construct {
   readonly consumer: nodejs.NodejsFunction;
   readonly checkApi: nodejs.NodejsFunction;
   readonly checkApiUrl: lambda.FunctionUrl;
+  /** What the Function URL invokes: the `live` alias with provisioned concurrency, else the function. */
+  readonly checkApiTarget: lambda.IFunction;
 
   constructor(scope: Construct, id: string, props: FunctionsProps) {
     super(scope, id);
@@ -154,7 +156,7 @@ export class Functions extends Construct {
     });
     this.checkApi.addToRolePolicy(readRules(storage));
     cache.authToken.grantRead(this.checkApi);
-    const target =
+    const target: lambda.Function | lambda.Alias =
       config.checkApiProvisionedConcurrency > 0
         ? new lambda.Alias(this, "CheckApiLive", {
             aliasName: "live",
@@ -164,10 +166,17 @@ export class Functions extends Construct {
         : this.checkApi;
     // AWS_IAM: callers sign with SigV4 and need lambda:InvokeFunctionUrl and lambda:InvokeFunction (grantCheckApi)
     this.checkApiUrl = target.addFunctionUrl({ authType: lambda.FunctionUrlAuthType.AWS_IAM });
+    this.checkApiTarget = target;
   }
 
-  /** Lets a role or user call the check API's Function URL (both actions Function URLs now require). */
+  /**
+   * Lets a role or user call the check API's Function URL: `lambda:InvokeFunctionUrl` on the URL's target
+   * with the condition `lambda:FunctionUrlAuthType = AWS_IAM`, and `lambda:InvokeFunction` with
+   * `lambda:InvokedViaFunctionUrl = true` (both actions Function URLs now require). On the alias when the URL
+   * is the alias's: a grant on the unqualified function ARN does not cover an alias. IAM cannot scope a
+   * Function URL grant to a path: the grantee may call every route.
+   */
   grantCheckApi(grantee: iam.IGrantable): iam.Grant {
-    return this.checkApi.grantInvokeUrl(grantee);
+    return this.checkApiTarget.grantInvokeUrl(grantee);
   }
 }

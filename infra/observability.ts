@@ -1,5 +1,5 @@
 // A dashboard (decisions per segment and channel, check API latency and denials, DLQ depth, Redis CPU and
-// memory), the alarms an operator needs (DLQ not empty, consumer errors, Redis memory/CPU, queue age), and
+// memory, the Quotas clients and their sync route), the alarms an operator needs (DLQ not empty, consumer errors, Redis memory/CPU, queue age), and
 // optionally an SNS topic they notify.
 import { Duration, type RemovalPolicy } from "aws-cdk-lib";
 import * as cloudwatch from "aws-cdk-lib/aws-cloudwatch";
@@ -44,6 +44,22 @@ export class Observability extends Construct {
         metricName: metric,
         dimensionsMap: { ReplicationGroupId: cache.replicationGroup.ref },
         statistic: "Maximum",
+        period,
+      });
+    // The Quotas SDK's emfMetrics, published by each client service in its own Powertools Metrics (dimension
+    // `service` only) under config.quotasMetricsNamespace: one line per client service
+    const quotas = (metric: string, statistic: string, label: string) =>
+      new cloudwatch.MathExpression({
+        expression: `SEARCH('{${config.quotasMetricsNamespace},service} MetricName="${metric}"', '${statistic}', 300)`,
+        label,
+        period,
+      });
+    const checkApiMetric = (metric: string) =>
+      new cloudwatch.Metric({
+        namespace: "Tollgate",
+        metricName: metric,
+        dimensionsMap: { service: "check-api" },
+        statistic: "Sum",
         period,
       });
     const dlqDepth = (queue: Storage["campaignDeadLetters"]) =>
@@ -93,6 +109,32 @@ export class Observability extends Construct {
             title: "Redis memory %",
             left: [redis("DatabaseMemoryUsagePercentage")],
             width: 8,
+          }),
+        ],
+        // Quotas: what the clients decided, how fresh their allowances are, and the sync route they call
+        [
+          new cloudwatch.GraphWidget({
+            title: "Quotas: admitted and denied by service",
+            left: [quotas("QuotasAdmitted", "Sum", "admitted"), quotas("QuotasDenied", "Sum", "denied")],
+            width: 6,
+          }),
+          new cloudwatch.GraphWidget({
+            title: "Quotas: sync latency p99 and allowance age (ms)",
+            left: [quotas("QuotasSyncLatency", "p99", "sync latency p99")],
+            right: [quotas("QuotasAllowanceAge", "Maximum", "allowance age max")],
+            width: 6,
+          }),
+          new cloudwatch.GraphWidget({
+            title: "Quotas: time degraded (ms) and sync errors",
+            left: [quotas("QuotasDegraded", "Maximum", "degraded max")],
+            right: [quotas("QuotasSyncErrors", "Sum", "sync errors")],
+            width: 6,
+          }),
+          new cloudwatch.GraphWidget({
+            title: "Quotas sync route (POST /v1/quotas/sync)",
+            left: [checkApiMetric("quotaSyncs")],
+            right: [checkApiMetric("quotaSyncKeys")],
+            width: 6,
           }),
         ],
       ],

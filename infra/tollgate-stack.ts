@@ -1,6 +1,8 @@
 // The whole system in one stack: network, cache, storage, functions, observability, and the outputs a
 // user needs to push campaigns and call the check API.
 import { CfnOutput, Duration, RemovalPolicy, Stack, type StackProps } from "aws-cdk-lib";
+import type * as ec2 from "aws-cdk-lib/aws-ec2";
+import type * as iam from "aws-cdk-lib/aws-iam";
 import type { Construct } from "constructs";
 import { Cache } from "./cache.ts";
 import { readConfig, type TollgateConfig } from "./config.ts";
@@ -60,5 +62,25 @@ export class TollgateStack extends Stack {
     new CfnOutput(this, "DeadLetterQueueUrl", { value: storage.campaignDeadLetters.queueUrl });
     new CfnOutput(this, "ConfigBucket", { value: storage.bucket.bucketName });
     new CfnOutput(this, "RedisConfigurationEndpoint", { value: cache.configurationEndpoint });
+    new CfnOutput(this, "RedisAuthSecretArn", {
+      value: cache.authToken.secretArn,
+      description: "The Redis AUTH token (in-VPC Quotas clients read it)",
+    });
+  }
+
+  /**
+   * A Quotas client outside the VPC: its role may call `POST /v1/quotas/sync` on the check API's Function
+   * URL (IAM auth; IAM cannot narrow a Function URL grant to one route, so this is the check API grant).
+   */
+  grantQuotaSync(grantee: iam.IGrantable): iam.Grant {
+    return this.functions.grantCheckApi(grantee);
+  }
+
+  /**
+   * A Quotas client inside the VPC (run it in `network.vpc`'s private subnets): its security groups may
+   * reach the cache on the Redis port, and its role may read the AUTH token's secret.
+   */
+  grantCacheAccess(client: ec2.IConnectable, grantee: iam.IGrantable): iam.Grant {
+    return this.cache.grantClientAccess(client, grantee);
   }
 }

@@ -218,6 +218,7 @@ describe("template", () => {
       "DeliveryQueueUrl",
       "ConfigBucket",
       "RedisConfigurationEndpoint",
+      "RedisAuthSecretArn",
     ])
       template.hasOutput(output, {});
   });
