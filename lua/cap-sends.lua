@@ -88,10 +88,10 @@ do
     local retention, windowRetention = retentions[index + 1], windowRetentions[index + 1]
     if retention == nil then return redis.error_reply('ERR cap-sends: no retention for profile ' .. index) end
     -- least: the smallest max; a user with fewer sends than that is under every cap
-    local least = math.huge
-    for cap = 1, #maxima do least = math.min(least, maxima[cap]) end
+    local least, longest = math.huge, 0
+    for cap = 1, #maxima do least, longest = math.min(least, maxima[cap]), math.max(longest, windows[cap]) end
     profiles[index] = {
-      windows = windows, maxima = maxima, everyChannel = everyChannel, least = least,
+      windows = windows, maxima = maxima, everyChannel = everyChannel, least = least, longest = longest,
       retention = retention, cutoff = now - retention, windowCutoff = now - math.min(windowRetention, retention),
     }
     index = index + 1
@@ -179,25 +179,6 @@ local function identityOfNumber(number)
   end
   return known
 end
--- Reads the identities of the records' window sends not known yet, in one HMGET.
-local function prefetchIdentities(records)
-  local fields, numbers, asked = {}, {}, {}
-  for _, record in pairs(records) do
-    for _, send in ipairs(record.sends) do
-      local number = send[2]
-      if identityByNumber[number] == nil and not asked[number] then
-        asked[number] = true
-        numbers[#numbers + 1] = number
-        fields[#fields + 1] = 'n:' .. number
-      end
-    end
-  end
-  for first = 1, #fields, 4000 do
-    local last = math.min(first + 3999, #fields)
-    local found = redis.call('HMGET', identityTableKey, unpackList(fields, first, last))
-    for i = first, last do identityByNumber[numbers[i]] = found[i - first + 1] or false end
-  end
-end
 local function myIdentityNumber(create)
   if myNumber == nil then
     myNumber = tonumber(redis.call('HGET', identityTableKey, 'i:' .. identity) or nil) or false
@@ -210,13 +191,16 @@ local function myIdentityNumber(create)
   return myNumber
 end
 
--- A user record (format 2): "\0", the tail's number width (0: no tail), a varint byte length, the window
--- part, then the tail if any. The window part holds the sends the user's windows may need: 6-byte time +
--- varint identity number each. The tail holds named sends older than that, kept only to recognise a
--- redelivery: a varint count, the first and last time (6 bytes each), the identity numbers (fixed width,
--- so string.find locates one without decoding), then the times after the first as zigzag varint deltas.
--- A value not starting with "\0" is the format before the tail (window part only; a 6-byte time never
--- starts with 0 after 2004).
+-- A user record (format 2): a header byte 128 + 8 × (window number width - 1) + tail number width (0: no
+-- tail); with a tail, a varint count of window sends; the window part; then the tail if any.
+--   The window part holds the sends the user's windows may need, ascending by time: a 6-byte time and a
+--   fixed-width identity number each, so a call finds the sends near `at` by binary search and a duplicate
+--   by string.find, and decodes nothing else. Without a tail its count is its length / (6 + width).
+--   The tail holds named sends older than that, kept only to recognise a redelivery: a varint count, the
+--   first and last time (6 bytes each), the identity numbers (fixed width), then the times after the first
+--   as zigzag varint deltas, decoded only for a hit and for the expired prefix a write drops.
+-- A value whose first byte is under 128 is the format before (6-byte time + varint number each, in write
+-- order; a time before the year 6000 starts under 128): read into the same shape.
 local function readVarint(value, position)
   local number, scale = 0, 1
   while true do
@@ -228,6 +212,7 @@ local function readVarint(value, position)
   end
 end
 local function varint(number)
+  if number < 128 then return char(number) end
   local tail = {}
   repeat
     local low = number % 128
@@ -241,50 +226,90 @@ local function readTime(value, position)
   return ((((b1 * 256 + b2) * 256 + b3) * 256 + b4) * 256 + b5) * 256 + b6
 end
 local function timeBytes(t)
-  local bytes = {}
-  for k = 6, 1, -1 do
-    bytes[k] = t % 256
-    t = (t - bytes[k]) / 256
-  end
-  return char(unpackList(bytes))
+  local high, low = floor(t / 16777216), t % 16777216
+  return char(floor(high / 65536), floor(high / 256) % 256, high % 256, floor(low / 65536), floor(low / 256) % 256,
+    low % 256)
 end
 local function fixedNumber(number, width)
-  local bytes = {}
-  for k = width, 1, -1 do
-    bytes[k] = number % 256
-    number = (number - bytes[k]) / 256
-  end
-  return char(unpackList(bytes))
+  if width == 1 then return char(number) end
+  if width == 2 then return char(floor(number / 256), number % 256) end
+  if width == 3 then return char(floor(number / 65536), floor(number / 256) % 256, number % 256) end
+  return char(floor(number / 16777216), floor(number / 65536) % 256, floor(number / 256) % 256, number % 256)
+end
+local function readFixed(value, position, width)
+  local n = 0
+  for k = position, position + width - 1 do n = n * 256 + byte(value, k) end
+  return n
 end
 local function widthOf(number)
   if number < 256 then return 1 elseif number < 65536 then return 2 elseif number < 16777216 then return 3 end
   return 4
 end
-local function encodeSend(t, number) return timeBytes(t) .. varint(number) end
 
--- { sends = { { time, identity number, raw bytes } }, tail = { width, count, first, last, ids, deltas } }
+-- Window sends { time, number }, ascending, as window-part bytes of `width`-byte numbers.
+local function windowBytes(sends, width)
+  local parts = {}
+  for i, send in ipairs(sends) do parts[i] = timeBytes(send[1]) .. fixedNumber(send[2], width) end
+  return concat(parts)
+end
+
+local function parseTail(value, position, width)
+  local count, at = readVarint(value, position)
+  local idsAt = at + 12
+  return { width = width, count = count, first = readTime(value, at), last = readTime(value, at + 6),
+    ids = sub(value, idsAt, idsAt + count * width - 1), deltas = sub(value, idsAt + count * width) }
+end
+
+-- { value, width, stride, start, count, tail = { width, count, first, last, ids, deltas } or nil }: the
+-- window part is read in place (send i at start + (i - 1) * stride).
 local function readRecord(value)
-  local sends, position, stop = {}, 1, #value
-  local tail
-  if byte(value, 1) == 0 then
-    local width = byte(value, 2)
-    local length
-    length, position = readVarint(value, 3)
-    stop = position + length - 1
-    if width > 0 then
-      local count, at = readVarint(value, stop + 1)
-      local idsAt = at + 12
-      tail = { width = width, count = count, first = readTime(value, at), last = readTime(value, at + 6),
-        ids = sub(value, idsAt, idsAt + count * width - 1), deltas = sub(value, idsAt + count * width) }
+  local header = byte(value, 1)
+  if header < 128 then
+    local sends, position, width = {}, 1, 1
+    while position <= #value do
+      local t = readTime(value, position)
+      local number
+      number, position = readVarint(value, position + 6)
+      sends[#sends + 1] = { t, number }
+      width = math.max(width, widthOf(number))
     end
+    table.sort(sends, function(a, b) return a[1] < b[1] end)
+    return { value = windowBytes(sends, width), width = width, stride = 6 + width, start = 1, count = #sends }
   end
-  while position <= stop do
-    local t = readTime(value, position)
-    local number, cursor = readVarint(value, position + 6)
-    sends[#sends + 1] = { t, number, sub(value, position, cursor - 1) }
-    position = cursor
+  local width, tailWidth = floor((header - 128) / 8) + 1, header % 8
+  local stride = 6 + width
+  local count, start = (#value - 1) / stride, 2
+  if tailWidth > 0 then count, start = readVarint(value, 2) end
+  local record = { value = value, width = width, stride = stride, start = start, count = count }
+  if tailWidth > 0 then record.tail = parseTail(value, start + count * stride, tailWidth) end
+  return record
+end
+local function sendTime(record, i) return readTime(record.value, record.start + (i - 1) * record.stride) end
+local function sendNumber(record, i)
+  return readFixed(record.value, record.start + (i - 1) * record.stride + 6, record.width)
+end
+-- The first window send later than `t` (count + 1 when none is): a binary search.
+local function firstAfter(record, t)
+  local low, high = 1, record.count + 1
+  while low < high do
+    local middle = floor((low + high) / 2)
+    if sendTime(record, middle) > t then high = middle else low = middle + 1 end
   end
-  return { sends = sends, tail = tail }
+  return low
+end
+-- Whether the window part holds a send of identity `number` later than `cutoff` (string.find, then the
+-- hit's offset and time checked).
+local function windowHas(record, number, cutoff)
+  if widthOf(number) > record.width then return false end
+  local pattern, value, start, stride = fixedNumber(number, record.width), record.value, record.start, record.stride
+  local stop, from = start + record.count * stride - 1, start + 6
+  while true do
+    local found = string.find(value, pattern, from, true)
+    if not found or found > stop then return false end
+    local offset = found - start - 6
+    if offset % stride == 0 and sendTime(record, offset / stride + 1) > cutoff then return true end
+    from = found + 1
+  end
 end
 
 -- The tail's times in order, as far as entry `upTo` (all without it).
@@ -302,7 +327,7 @@ end
 -- Whether the tail holds a send of identity `number` newer than `cutoff`: string.find on the fixed-width
 -- numbers, and a time decoded only on a hit.
 local function tailHas(tail, number, cutoff)
-  if not tail or not number or widthOf(number) > tail.width then return false end
+  if not tail or widthOf(number) > tail.width then return false end
   local pattern, width, from = fixedNumber(number, tail.width), tail.width, 1
   while true do
     local found = string.find(tail.ids, pattern, from, true)
@@ -318,15 +343,11 @@ end
 -- Every send of a record, window part and tail, as { time, identity number } (a block absorbing it).
 local function allSends(record)
   local sends = {}
-  for i, send in ipairs(record.sends) do sends[i] = send end
+  for i = 1, record.count do sends[i] = { sendTime(record, i), sendNumber(record, i) } end
   local tail = record.tail
   if tail then
-    local times, width = tailTimes(tail), tail.width
-    for i = 1, tail.count do
-      local n = 0
-      for k = (i - 1) * width + 1, i * width do n = n * 256 + byte(tail.ids, k) end
-      sends[#sends + 1] = { times[i], n }
-    end
+    local times = tailTimes(tail)
+    for i = 1, tail.count do sends[#sends + 1] = { times[i], readFixed(tail.ids, (i - 1) * tail.width + 1, tail.width) } end
   end
   return sends
 end
@@ -354,17 +375,13 @@ local function tailAfter(tail, cutoff, moved)
       deltas = sub(tail.deltas, position)
     end
   end
-  local addedIds, addedDeltas = {}, {}
+  local added, addedDeltas = {}, {}
   for _, send in ipairs(moved) do
     local t, number = send[1], send[2]
     if widthOf(number) > width then
       -- a number wider than the tail's: widen the stored ones (added ones are encoded at the end)
       local wider, numbers = widthOf(number), {}
-      for q = 1, #ids, width do
-        local n = 0
-        for k = q, q + width - 1 do n = n * 256 + byte(ids, k) end
-        numbers[#numbers + 1] = fixedNumber(n, wider)
-      end
+      for q = 1, #ids, width do numbers[#numbers + 1] = fixedNumber(readFixed(ids, q, width), wider) end
       ids = concat(numbers)
       width = wider
     end
@@ -376,18 +393,50 @@ local function tailAfter(tail, cutoff, moved)
     end
     last = t
     count = count + 1
-    addedIds[#addedIds + 1] = number
+    added[#added + 1] = number
   end
   if count == 0 then return nil end
-  for i, number in ipairs(addedIds) do addedIds[i] = fixedNumber(number, width) end
-  return { width = width, count = count, first = first, last = last, ids = ids .. concat(addedIds),
+  for i, number in ipairs(added) do added[i] = fixedNumber(number, width) end
+  return { width = width, count = count, first = first, last = last, ids = ids .. concat(added),
     deltas = deltas .. concat(addedDeltas) }
 end
 
-local function encodeRecord(windowPart, tail)
-  if not tail then return '\0\0' .. varint(#windowPart) .. windowPart end
-  return '\0' .. char(tail.width) .. varint(#windowPart) .. windowPart .. varint(tail.count) ..
-    timeBytes(tail.first) .. timeBytes(tail.last) .. tail.ids .. tail.deltas
+-- The record after a send (t, number) is counted for a user of `profile`: window sends at or before the
+-- profile's window cutoff leave the window part (named ones into the tail, while the retention keeps them),
+-- and the send is inserted in time order.
+local function recordWith(record, profile, t, number)
+  local width, keptBytes, keptCount, moved = widthOf(number), '', 0, {}
+  local tail
+  if record then
+    local from = firstAfter(record, profile.windowCutoff)
+    for i = firstAfter(record, profile.cutoff), from - 1 do
+      local movedNumber = sendNumber(record, i)
+      local sendIdentity = identityOfNumber(movedNumber)
+      if sendIdentity and sub(sendIdentity, -1) ~= ':' then moved[#moved + 1] = { sendTime(record, i), movedNumber } end
+    end
+    keptCount = record.count - from + 1
+    keptBytes = sub(record.value, record.start + (from - 1) * record.stride, record.start + record.count * record.stride - 1)
+    if width > record.width then
+      local sends = {}
+      for i = from, record.count do sends[#sends + 1] = { sendTime(record, i), sendNumber(record, i) } end
+      keptBytes = windowBytes(sends, width)
+    else
+      width = record.width
+    end
+    tail = record.tail
+  end
+  -- kept sends at or before t stay in front of it (most sends arrive in time order: low ends at keptCount)
+  local stride = 6 + width
+  local low, high = 0, keptCount
+  while low < high do
+    local middle = floor((low + high + 1) / 2)
+    if readTime(keptBytes, (middle - 1) * stride + 1) <= t then low = middle else high = middle - 1 end
+  end
+  local window = sub(keptBytes, 1, low * stride) .. timeBytes(t) .. fixedNumber(number, width) ..
+    sub(keptBytes, low * stride + 1)
+  tail = tailAfter(tail, profile.cutoff, moved)
+  if not tail then return char(128 + 8 * (width - 1)) .. window end
+  return char(128 + 8 * (width - 1) + tail.width) .. varint(keptCount + 1) .. window .. varint(tail.count) .. timeBytes(tail.first) .. timeBytes(tail.last) .. tail.ids .. tail.deltas
 end
 
 -- Fixed-width event numbers inside a class string. string.byte and string.char do the bytes in C, in
@@ -572,8 +621,10 @@ local function readPageRecords(hashIndex, pageBase, specBytes)
 end
 
 -- A user's live sends as parallel arrays, from a block class (may be nil) and a record (may be nil).
+-- The arrays are the same tables at every call (only 1..n is meaningful): use them before the next call.
+local scratchTimes, scratchOnChannel, scratchIsMine, scratchLabels = {}, {}, {}, {}
 local function liveSends(profile, block, class, record)
-  local times, onChannel, isMine, labels, n = {}, {}, {}, {}, 0
+  local times, onChannel, isMine, labels, n = scratchTimes, scratchOnChannel, scratchIsMine, scratchLabels, 0
   if block and class > 0 then
     for _, e in ipairs(eventsOfClass(block.classes[class], block.width)) do
       local t = block.times[e]
@@ -586,19 +637,29 @@ local function liveSends(profile, block, class, record)
     end
   end
   if record then
-    for _, send in ipairs(record.sends) do
-      if send[1] > profile.cutoff then
-        local sendIdentity = identityOfNumber(send[2]) or ''
-        n = n + 1
-        times[n], onChannel[n], isMine[n], labels[n] = send[1], isOnCallChannel(sendIdentity),
-          sendIdentity == identity, sendIdentity
-      end
+    -- only the window sends some cap's window around `at` can hold (all of them for a log): a binary
+    -- search finds them, the rest is never decoded
+    local from, to
+    if withLog then
+      from, to = firstAfter(record, profile.cutoff), record.count
+    else
+      from = firstAfter(record, math.max(profile.cutoff, at - profile.longest))
+      to = firstAfter(record, at + profile.longest - 1) - 1
     end
-    -- the tail's sends are older than any window of the profile reaches: one of this identity is a
-    -- duplicate marker only (decide() checks identities before windows)
-    if not anonymous and tailHas(record.tail, myIdentityNumber(false), profile.cutoff) then
+    for i = from, to do
+      local sendIdentity = identityOfNumber(sendNumber(record, i)) or ''
       n = n + 1
-      times[n], onChannel[n], isMine[n], labels[n] = profile.windowCutoff, false, true, identity
+      times[n], onChannel[n], isMine[n], labels[n] = sendTime(record, i), isOnCallChannel(sendIdentity),
+        sendIdentity == identity, sendIdentity
+    end
+    -- a send of this identity anywhere in the record (window part or tail) makes it a duplicate: a marker at
+    -- the window cutoff, older than any window of the profile reaches (decide() checks identities first)
+    if not anonymous then
+      local mine = myIdentityNumber(false)
+      if mine and (windowHas(record, mine, profile.cutoff) or tailHas(record.tail, mine, profile.cutoff)) then
+        n = n + 1
+        times[n], onChannel[n], isMine[n], labels[n] = profile.windowCutoff, false, true, identity
+      end
     end
   end
   return n, times, onChannel, isMine, labels
@@ -624,39 +685,19 @@ local function runRecordPage(spec, blockKey, hashIndex, pageBase, records, page,
   if type(block) == 'table' and block.err then return block end
   if marked and block == nil and not peek then redis.call('HDEL', identityTableKey, 'p:' .. page) end
   local classOfUser = block and classesOfUsers(block.userClasses)
-  local pageRecords = {}
-  for index = 1, (#spec - 5) / 2 do
-    local userId = pageBase + byte(spec, 4 + 2 * index)
-    local value = records[userId]
-    if value then pageRecords[userId] = readRecord(value) end
-  end
-  prefetchIdentities(pageRecords)
   for index = 1, (#spec - 5) / 2 do
     local offset, profileNumber = byte(spec, 4 + 2 * index, 5 + 2 * index)
     local profile = profiles[profileNumber]
     if profile == nil then return redis.error_reply('ERR cap-sends: unknown profile ' .. profileNumber) end
     local userId = pageBase + offset
-    local record = pageRecords[userId]
+    local value = records[userId]
+    local record = value and readRecord(value) or nil
     local n, times, onChannel, isMine, labels = liveSends(profile, block, classOfUser and classOfUser[offset] or 0,
       record)
     local code = decide(profile, n, times, onChannel, isMine)
     reply[#reply + 1] = code
     local recorded = isRecorded(code)
     if recorded then
-      -- sends the windows may need stay in the window part; older named ones move to the tail while
-      -- idempotency needs them; anonymous ones are dropped there (nothing can be a duplicate of them)
-      local kept, moved = {}, {}
-      if record then
-        for _, send in ipairs(record.sends) do
-          if send[1] > profile.windowCutoff then
-            kept[#kept + 1] = send[3]
-          elseif send[1] > profile.cutoff then
-            local sendIdentity = identityOfNumber(send[2])
-            if sendIdentity and sub(sendIdentity, -1) ~= ':' then moved[#moved + 1] = send end
-          end
-        end
-      end
-      kept[#kept + 1] = encodeSend(at, myIdentityNumber(true))
       local writes = recordWrites[hashIndex]
       if writes == nil then
         writes = {}
@@ -664,7 +705,7 @@ local function runRecordPage(spec, blockKey, hashIndex, pageBase, records, page,
         recordRetention[hashIndex] = 0
       end
       writes[#writes + 1] = userId
-      writes[#writes + 1] = encodeRecord(concat(kept), tailAfter(record and record.tail, profile.cutoff, moved))
+      writes[#writes + 1] = recordWith(record, profile, at, myIdentityNumber(true))
       recordRetention[hashIndex] = math.max(recordRetention[hashIndex], profile.retention)
     end
     if withLog then logLines(n, times, labels, recorded) end

@@ -361,6 +361,38 @@ describe("capping engine on the cluster", () => {
     expect(kinds(await capper.peek(message))).toEqual(["allowed"]);
   });
 
+  it("reads a user record of the format before the idempotency tail (varint numbers in write order)", async () => {
+    const namespace = uniqueNamespace();
+    const capper = capperFor(rulesOf(simplePolicy({ push: [{ window: "1d", max: 2 }] })), namespace);
+    const user = 4242;
+    const key = capRecordKey(namespace, capTagOf(user), recordRangeOf(user));
+    await capper.capBatch({ campaignId: "k1", channel: "push", userIds: [user], at: at(0, 9) });
+    await capper.capBatch({ campaignId: "k2", channel: "push", userIds: [user], at: at(0, 8) });
+    const numbers = decodeRecord((await cluster.hgetBuffer(key, String(user)))!).map((send) => send.identityNumber);
+    // the same two sends as the old format stored them: 6-byte time + varint number, k1 first (write order)
+    const old = Buffer.alloc(14);
+    old.writeUIntBE(at(0, 9), 0, 6);
+    old[6] = numbers[1] as number;
+    old.writeUIntBE(at(0, 8), 7, 6);
+    old[13] = numbers[0] as number;
+    await cluster.hset(key, String(user), old);
+    expect(decodeRecord(old).map((send) => send.at)).toEqual([at(0, 9), at(0, 8)]);
+    expect(kinds(await capper.capBatch({ campaignId: "k1", channel: "push", userIds: [user], at: at(0, 9) }))).toEqual([
+      "duplicate",
+    ]);
+    expect(kinds(await capper.capBatch({ campaignId: "k3", channel: "push", userIds: [user], at: at(0, 10) }))).toEqual(
+      ["capped"],
+    );
+    // a write rewrites it in the new format, in time order
+    await capper.capBatch({ campaignId: "k4", channel: "push", userIds: [user], at: at(1, 10) });
+    const rewritten = decodeRecord((await cluster.hgetBuffer(key, String(user)))!);
+    expect(rewritten.map((send) => [send.at, send.part])).toEqual([
+      [at(0, 8), "window"],
+      [at(0, 9), "window"],
+      [at(1, 10), "window"],
+    ]);
+  });
+
   it("recognises a dense redelivery (page block path) an hour later under 1-second caps when the queue can redeliver for an hour", async () => {
     const clock = fixedClock(T0);
     const rules = rulesOf(simplePolicy({}, { push: [{ window: "1s", max: 1 }] }));

@@ -49,7 +49,7 @@ export interface RecordSend {
   part: "window" | "tail";
 }
 
-/** A user record (format 2, or the window-only format before it): its sends, window part then tail. */
+/** A user record (format 2, or the varint format before it): its sends, window part (by time) then tail. */
 export function decodeRecord(value: Buffer): RecordSend[] {
   const sends: RecordSend[] = [];
   let position = 0;
@@ -63,18 +63,27 @@ export function decodeRecord(value: Buffer): RecordSend[] {
       scale *= 128;
     }
   };
-  let stop = value.length;
-  let width = 0;
-  if (value[0] === 0) {
-    width = value[1] as number;
-    position = 2;
-    const length = varint();
-    stop = position + length;
+  const header = value[0] as number;
+  if (header < 128) {
+    // the format before: 6-byte time + varint number each, in write order
+    while (position < value.length) {
+      const at = value.readUIntBE(position, 6);
+      position += 6;
+      sends.push({ at, identityNumber: varint(), part: "window" });
+    }
+    return sends;
   }
-  while (position < stop) {
-    const at = value.readUIntBE(position, 6);
-    position += 6;
-    sends.push({ at, identityNumber: varint(), part: "window" });
+  const numberWidth = ((header - 128) >> 3) + 1;
+  const width = header % 8;
+  position = 1;
+  const windowCount = width > 0 ? varint() : (value.length - 1) / (6 + numberWidth);
+  for (let i = 0; i < windowCount; i++) {
+    sends.push({
+      at: value.readUIntBE(position, 6),
+      identityNumber: value.readUIntBE(position + 6, numberWidth),
+      part: "window",
+    });
+    position += 6 + numberWidth;
   }
   if (width > 0) {
     const count = varint();
