@@ -842,29 +842,33 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
     return classOfHistory(block.classes[class] .. tail)
   end
 
-  -- per (profile, class): the reply code, negated minus one when the send is recorded; and the class after
-  -- the append, for users without a record
-  local verdicts, successors = {}, {}
+  -- per (profile, class), for users without a record: the reply code when nothing is recorded, else minus one
+  -- minus the class after the append (a recorded send's code is the same for the whole call)
+  local recordedCode = exemptCounted and REPLY_EXEMPT or 0
+  local outcomes = {}
   local absorbed, written, longestRetention = {}, false, 0
+  local r = #reply
   for u = 1, #specBytes, 2 do
-    local offset, profileNumber = specBytes[u], specBytes[u + 1]
-    local o = 2 * offset + 1
+    local profileNumber = specBytes[u + 1]
+    local o = specBytes[u] * 2 + 1
     local class = users[o] * 256 + users[o + 1]
-    local byClass = verdicts[profileNumber]
-    local profile = profiles[profileNumber]
+    local byClass = outcomes[profileNumber]
     if byClass == nil then
-      if profile == nil then return redis.error_reply('ERR cap-sends: unknown profile ' .. profileNumber) end
+      if profiles[profileNumber] == nil then
+        return redis.error_reply('ERR cap-sends: unknown profile ' .. profileNumber)
+      end
       byClass = {}
-      verdicts[profileNumber] = byClass
-      successors[profileNumber] = {}
+      outcomes[profileNumber] = byClass
     end
+    r = r + 1
     local value = records and records[(u + 1) / 2]
     if value or withLog then
       -- a user with a record (or a logged call): decided over the block's class and the record together
+      local profile = profiles[profileNumber]
       local record = value and readRecord(value) or nil
       local n, liveTimes, onChannel, isMine, labels = liveSends(profile, block, class, record)
       local code = decide(profile, n, liveTimes, onChannel, isMine)
-      reply[#reply + 1] = code
+      reply[r] = code
       local recorded = not peek and (code == 0 or code == REPLY_EXEMPT)
       if recorded then
         local extra = {}
@@ -873,7 +877,7 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
             local sendIdentity = identityOfNumber(send[2])
             if send[1] > profile.cutoff and sendIdentity then extra[#extra + 1] = addEvent(send[1], sendIdentity) end
           end
-          absorbed[#absorbed + 1] = pageBase + offset
+          absorbed[#absorbed + 1] = pageBase + specBytes[u]
         end
         extra[#extra + 1] = callEvent()
         local nextClass = successorOf(profile, class, extra)
@@ -883,25 +887,24 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
       end
       if withLog then logLines(n, liveTimes, labels, recorded) end
     else
-      local verdict = byClass[class]
-      if verdict == nil then
-        verdict = decideClass(profile, class)
-        if not peek and (verdict == 0 or verdict == REPLY_EXEMPT) then verdict = -verdict - 1 end
-        byClass[class] = verdict
-      end
-      if verdict < 0 then
-        reply[#reply + 1] = -verdict - 1
-        local successor = successors[profileNumber]
-        local nextClass = successor[class]
-        if nextClass == nil then
-          nextClass = successorOf(profile, class, nil)
-          successor[class] = nextClass
+      local outcome = byClass[class]
+      if outcome == nil then
+        local profile = profiles[profileNumber]
+        outcome = decideClass(profile, class)
+        if not peek and (outcome == 0 or outcome == REPLY_EXEMPT) then
+          outcome = -1 - successorOf(profile, class, nil)
           written = true
           if profile.retention > longestRetention then longestRetention = profile.retention end
         end
-        users[o], users[o + 1] = floor(nextClass / 256), nextClass % 256
+        byClass[class] = outcome
+      end
+      if outcome < 0 then
+        reply[r] = recordedCode
+        local nextClass = -1 - outcome
+        local low = nextClass % 256
+        users[o], users[o + 1] = (nextClass - low) / 256, low
       else
-        reply[#reply + 1] = verdict
+        reply[r] = outcome
       end
     end
   end
