@@ -1,6 +1,7 @@
 // The wire protocol of lua/cap-sends.lua (its header is the contract): how a batch is split into script
 // calls (keys and arguments, one slot each), how many run at once, and what the reply bytes and the "+log"
 // text mean. The Capper never sees an argument position, a profile byte or a reply code.
+import { encode } from "@msgpack/msgpack";
 import {
   capIdentityKey,
   capPageKey,
@@ -261,9 +262,16 @@ function buildCall(request: CapSendsRequest, tag: number, runs: PageRun[]): CapS
     `${request.channel}:${request.campaignId}`,
     request.forced ? "1" : "0",
     String(request.horizonMs),
-    profiles
-      .map((profile) => profile.caps.map((cap) => `${cap.windowMs}:${cap.max}:${cap.everyChannel ? 1 : 0}`).join(","))
-      .join("|"),
+    // packed: the script unpacks it in C (text took 2 ms of Lua for 64 profiles × 32 caps)
+    Buffer.from(
+      encode(
+        profiles.map((profile) => [
+          profile.caps.map((cap) => cap.windowMs),
+          profile.caps.map((cap) => cap.max),
+          profile.caps.map((cap) => (cap.everyChannel ? 1 : 0)),
+        ]),
+      ),
+    ),
     profiles.map((profile) => `${profile.retentionMs}:${profile.windowRetentionMs}`).join(","),
     String(rangeIndex.size),
     ...pageSpecs,
