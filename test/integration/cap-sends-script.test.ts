@@ -210,7 +210,7 @@ describe("a page block over days (compactions, divergent histories, sends ageing
         async (policy, calls) => {
           const namespace = uniqueNamespace();
           const segmentOf = (user: number) => user % policy.segments.length;
-          const model = new CappingModel(policy, segmentOf);
+          const model = new CappingModel(policy, segmentOf, REDELIVERY_MS);
           let now = T0;
           for (const step of calls) {
             now += step.elapsed;
