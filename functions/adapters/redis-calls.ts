@@ -1,6 +1,8 @@
 // How every Tollgate command reaches Redis: only over a ready connection, within a deadline, retried with
 // jittered backoff while that is safe, behind a circuit breaker (one per cluster client) so that during an
 // outage calls fail at once instead of each waiting out its deadline, and recover by themselves.
+
+import type { Socket } from "node:net";
 import {
   BrokenCircuitError,
   CircuitState,
@@ -9,6 +11,7 @@ import {
   decorrelatedJitterGenerator,
   ExponentialBackoff,
   handleWhen,
+  type IBackoff,
   noJitterGenerator,
 } from "cockatiel";
 import type { Cluster } from "ioredis";
@@ -50,6 +53,8 @@ export class RedisCalls {
     maxDelay: 500,
   });
   private readiness?: Promise<boolean>;
+  /** Whether the primaries' sockets are held until the next tick (coalesceWrites). */
+  private corked = false;
 
   constructor(
     private readonly cluster: Cluster,
@@ -90,16 +95,18 @@ export class RedisCalls {
   async call<T>(what: string, keys: readonly string[], send: () => Promise<T>, options: CallOptions): Promise<T> {
     // ioredis refuses keys of several slots in a pipeline itself, with an error that says nothing of
     // whether Redis was reached: refuse it here, as the defect it is (never an outage)
-    const tag = hashTagOf(keys[0] ?? "");
-    const other = keys.find((key) => hashTagOf(key) !== tag);
-    if (other !== undefined) throw new CrossSlotError(what, [keys[0] as string, other]);
+    if (keys.length > 1) {
+      const tag = hashTagOf(keys[0] as string);
+      const other = keys.find((key) => hashTagOf(key) !== tag);
+      if (other !== undefined) throw new CrossSlotError(what, [keys[0] as string, other]);
+    }
     // a call made while the circuit is not closed may be the trial one: it gets the short deadline
     const deadlineMs =
       this.breaker.state === CircuitState.Closed
         ? options.deadlineMs
         : Math.min(options.deadlineMs, this.probeDeadlineMs);
     try {
-      return await this.breaker.execute(() => this.attempts(what, send, { ...options, deadlineMs }));
+      return await this.breaker.execute(() => this.attempts(what, send, options, deadlineMs));
     } catch (error) {
       if (error instanceof BrokenCircuitError) {
         throw new StoreUnavailableError(`${what}: not sent: the Redis circuit is open after calls that got no answer`, {
@@ -111,14 +118,21 @@ export class RedisCalls {
     }
   }
 
-  private async attempts<T>(what: string, send: () => Promise<T>, options: CallOptions): Promise<T> {
+  private async attempts<T>(
+    what: string,
+    send: () => Promise<T>,
+    options: CallOptions,
+    deadlineMs: number,
+  ): Promise<T> {
     // performance.now(), not Date.now(): the deadline must not move with the wall clock
-    const deadline = performance.now() + options.deadlineMs;
-    let backoff = this.backoff.next();
+    const deadline = performance.now() + deadlineMs;
+    let backoff: IBackoff<unknown> | undefined;
     for (;;) {
       let failure: Error;
-      if (await this.whenReady(deadline - performance.now())) {
+      // the usual case, a ready client, without a promise to wait on
+      if (this.cluster.status === "ready" || (await this.whenReady(deadline - performance.now()))) {
         try {
+          this.coalesceWrites();
           return await withDeadline(send(), deadline - performance.now());
         } catch (error) {
           failure = classifyRedisError(error, what);
@@ -132,14 +146,37 @@ export class RedisCalls {
       }
       const retryable =
         failure instanceof StoreUnavailableError && (options.retryOn === "no-answer" || !failure.mayHaveRun);
+      backoff = backoff ? backoff.next(undefined) : this.backoff.next();
       if (!retryable || performance.now() + backoff.duration >= deadline) throw failure;
       options.onRetry?.(failure as StoreUnavailableError);
       // ioredis does not re-send a pipelined command after MOVED or a dropped connection: the next
       // attempt goes out on a fresh slot map
       this.cluster.refreshSlotsCache();
       await sleep(backoff.duration);
-      backoff = backoff.next(undefined);
     }
+  }
+
+  /**
+   * Holds the primaries' sockets until the current tick's callbacks have run (cork, then uncork on the
+   * next tick), so the commands sent meanwhile by concurrent calls leave in one write per node rather
+   * than one system call each, which is what most of a call's CPU went to (docs/DECISIONS.md,
+   * "Rate-limit fast path"). A lone call waits for nothing: the uncork comes before any I/O.
+   */
+  private coalesceWrites(): void {
+    if (this.corked) return;
+    this.corked = true;
+    const streams: Socket[] = [];
+    for (const node of this.cluster.nodes("master")) {
+      const { stream } = node;
+      if (stream && node.status === "ready") {
+        stream.cork();
+        streams.push(stream);
+      }
+    }
+    process.nextTick(() => {
+      this.corked = false;
+      for (const stream of streams) stream.uncork();
+    });
   }
 
   /** Whether the cluster has a ready connection within `ms`, starting it again if it had given up. */

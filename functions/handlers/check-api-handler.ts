@@ -2,7 +2,7 @@
 // The decisions come from the core (Limiter, Capper); the HTTP mechanics from http.ts.
 import type { Logger } from "@aws-lambda-powertools/logger";
 import { injectLambdaContext } from "@aws-lambda-powertools/logger/middleware";
-import { type Metrics, MetricUnit } from "@aws-lambda-powertools/metrics";
+import { Metrics, MetricUnit } from "@aws-lambda-powertools/metrics";
 import { logMetrics } from "@aws-lambda-powertools/metrics/middleware";
 import middy from "@middy/core";
 import type { APIGatewayProxyEventV2, Context } from "aws-lambda";
@@ -55,32 +55,32 @@ function checkOnStoreError(body: Record<string, unknown>): void {
 export function makeCheckApiHandler(deps: CheckApiDeps) {
   const { limiter, negativeCache, logger, metrics } = deps;
 
-  // one EMF document per request (flushed by logMetrics), with the algorithm as a dimension
+  // One EMF document per request (flushed by logMetrics), with the algorithm as a dimension. With
+  // POWERTOOLS_METRICS_DISABLED (read once, at cold start, as Powertools does) nothing is counted and
+  // logMetrics is left out: metrics added without it to publish them would pile up in the store.
+  const metricsOn = !metricsDisabled(metrics);
+  const add = (name: string, value = 1) => {
+    if (metricsOn) metrics.addMetric(name, MetricUnit.Count, value);
+  };
   const count = (algorithm: string, result: { allowed: boolean; limit?: number; remaining?: number }) => {
+    if (!metricsOn) return;
     metrics.addDimension("algorithm", algorithm);
-    metrics.addMetric(result.allowed ? "allowed" : "denied", MetricUnit.Count, 1);
+    add(result.allowed ? "allowed" : "denied");
     const { limit = 0, remaining = 0 } = result;
-    if (result.allowed && limit > 0 && remaining <= limit * 0.2) metrics.addMetric("nearLimit", MetricUnit.Count, 1);
+    if (result.allowed && limit > 0 && remaining <= limit * 0.2) add("nearLimit");
   };
 
   const routes: Routes = {
     "/v1/limit": {
       POST: async (body) => {
-        const identity = negativeCache ? cacheIdentity(body) : undefined;
+        const request = limiter.validate(body);
+        const identity = negativeCache ? cacheIdentity(request) : undefined;
         const cached = identity ? negativeCache?.get(identity) : undefined;
-        if (cached) {
-          const { algorithm } = body as { algorithm: string };
-          count(algorithm, cached);
-          // the same reply as the fresh denial it repeats
-          return json(200, cached, rateLimitHeaders(cached, decidedAt(body), [body as LimitSpec]));
-        }
-        const result = await limiter.check(body);
-        const { algorithm, ...reply } = result;
-        // the reply, not the result: a cached answer has the fresh one's fields, no more
-        if (identity) negativeCache?.remember(identity, reply);
-        count(algorithm, result);
-        // the limiter validated the body: it is a LimitSpec
-        return json(200, reply, rateLimitHeaders(result, decidedAt(body), [body as LimitSpec]));
+        // a cached denial is the same reply as the fresh denial it repeats
+        const reply = cached ?? (await limiter.decide(request));
+        if (identity && !cached) negativeCache?.remember(identity, reply);
+        count(request.algorithm, reply);
+        return json(200, reply, rateLimitHeaders(reply, decidedAt(body), [request]));
       },
     },
     "/v1/limits": {
@@ -107,8 +107,8 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
           "/v1/quotas/sync": {
             POST: async (body: Record<string, unknown>) => {
               const reply = await deps.quotaSync!(body);
-              metrics.addMetric("quotaSyncs", MetricUnit.Count, 1);
-              metrics.addMetric("quotaSyncKeys", MetricUnit.Count, reply.entries.length);
+              add("quotaSyncs");
+              add("quotaSyncKeys", reply.entries.length);
               return json(200, reply);
             },
           },
@@ -123,7 +123,7 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
   };
 
   const handler = async (event: APIGatewayProxyEventV2, _context: Context): Promise<HttpResponse> => {
-    metrics.addMetric("requests", MetricUnit.Count, 1);
+    add("requests");
     let body: Record<string, unknown> = {};
     try {
       const action = actionFor(routes, event);
@@ -136,12 +136,12 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
       const refused = refusal(error);
       if (refused) return refused;
       if (error instanceof StoreUnavailableError) {
-        metrics.addMetric("storeErrors", MetricUnit.Count, 1);
+        add("storeErrors");
         logger.warn("store unavailable", { path: event.rawPath, error: error.message });
         // `maybeCounted`: the command reached Redis before the answer was given up, so it may have run
         const maybeCounted = error.mayHaveRun;
         if (body.onStoreError === "allow") {
-          metrics.addMetric("allowedOnStoreError", MetricUnit.Count, 1);
+          add("allowedOnStoreError");
           return json(200, { allowed: true, reason: "store_unavailable", maybeCounted });
         }
         return json(
@@ -157,7 +157,7 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
         );
       }
       if (error instanceof RulesUnavailableError) {
-        metrics.addMetric("rulesUnavailable", MetricUnit.Count, 1);
+        add("rulesUnavailable");
         logger.error("no valid rules loaded", { path: event.rawPath, error: error.message });
         return json(
           503,
@@ -166,7 +166,7 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
         );
       }
       // Redis answered with an error (StoreReplyError) or a bug: never fail-open, whatever onStoreError says
-      if (error instanceof StoreReplyError) metrics.addMetric("storeReplyErrors", MetricUnit.Count, 1);
+      if (error instanceof StoreReplyError) add("storeReplyErrors");
       logger.error("check failed", {
         path: event.rawPath,
         error: error as Error,
@@ -178,5 +178,14 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
 
   // No early-timeout timer per invocation: every Redis call has its own deadline (CHECK_TIMEOUT_MS),
   // far inside the function's timeout.
-  return middy(handler, { timeoutEarlyInMillis: 0 }).use(injectLambdaContext(logger)).use(logMetrics(metrics));
+  const middleware = middy(handler, { timeoutEarlyInMillis: 0 }).use(injectLambdaContext(logger));
+  return metricsOn ? middleware.use(logMetrics(metrics)) : middleware;
 }
+
+/** Powertools decides at construction whether metrics are off; its `isDisabled()` is protected. */
+class MetricsSwitch extends Metrics {
+  static isOff(metrics: Metrics): boolean {
+    return (metrics as MetricsSwitch).isDisabled();
+  }
+}
+const metricsDisabled = (metrics: Metrics) => MetricsSwitch.isOff(metrics);

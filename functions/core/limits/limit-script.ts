@@ -14,22 +14,20 @@ export interface LimitStore {
 /** Integers in one limit's reply: allowed, limit, remaining, resetAt, retryAfterMs. */
 export const REPLY_PER_LIMIT = 5;
 
-/** ARGV of lua/limit.lua: now, cost, p1..p4 (unused trailing ones left out: the script reads them as nil). */
+/** ARGV of lua/limit.lua: now, cost, then the algorithm's parameters (the script reads missing ones as nil). */
 export function limitArgs(now: number, spec: LimitSpec, cost: number): string[] {
-  const args = [String(now), String(cost), ...parameters(spec)];
-  while (args[args.length - 1] === "") args.pop();
-  return args;
+  return [String(now), String(cost), ...parameters(spec)];
 }
 
-/** p1..p4 of each algorithm, as its lua/<algorithm>.lua header names them. */
-export function parameters(spec: LimitSpec): [string, string, string, string] {
+/** The parameters p1..p4 of each algorithm, as its lua/<algorithm>.lua header names them; unused ones left out. */
+export function parameters(spec: LimitSpec): string[] {
   switch (spec.algorithm) {
     case "token-bucket":
       return [String(spec.max), String(spec.refillAmount), String(spec.refillEveryMs), spec.strict ? "1" : "0"];
     case "gcra":
-      return [String(spec.burst), String(spec.count), String(spec.periodMs), ""];
+      return [String(spec.burst), String(spec.count), String(spec.periodMs)];
     default:
-      return [String(spec.max), String(spec.windowMs), "", ""];
+      return [String(spec.max), String(spec.windowMs)];
   }
 }
 

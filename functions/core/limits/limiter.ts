@@ -8,13 +8,18 @@ import { decodeLimitReply, type LimitStore, limitArgs } from "./limit-script.ts"
 import {
   type Algorithm,
   capacity,
+  type LimitRequest,
   type LimitResult,
   type LimitSpec,
-  limitRequestSchema,
+  limitRequestSchemaFor,
   limitsRequestSchema,
   MAX_PAST_MS,
 } from "./limit-specs.ts";
 import { decodeLimitsReply, limitsArgs } from "./limits-script.ts";
+
+declare const validated: unique symbol;
+/** A POST /v1/limit request that passed `Limiter.validate` (only that makes one). */
+export type ValidLimitRequest = LimitRequest & { readonly [validated]: true };
 
 export interface LimiterOptions {
   store: LimitStore;
@@ -33,14 +38,31 @@ export class Limiter {
     this.namespace = checkNamespace(options.namespace ?? DEFAULT_NAMESPACE);
   }
 
-  /** One limit (POST /v1/limit). */
+  /** One limit (POST /v1/limit): validate, then decide. */
   async check(request: unknown): Promise<LimitResult & { algorithm: Algorithm }> {
-    const parsed = parseOrThrow(limitRequestSchema, request);
-    const cost = chargeOf(parsed, parsed.cost, "cost");
-    const now = decisionTime(parsed.at, this.clock, MAX_PAST_MS);
-    const key = limitKey(this.namespace, parsed.algorithm, parsed.key);
-    const result = decodeLimitReply(await this.store.runLimit(parsed.algorithm, key, limitArgs(now, parsed, cost)));
-    return { ...result, algorithm: parsed.algorithm };
+    const valid = this.validate(request);
+    const result = await this.decide(valid);
+    return { ...result, algorithm: valid.algorithm };
+  }
+
+  /**
+   * A POST /v1/limit request, validated strictly (ValidationError naming the field), with its cost in
+   * bounds and its `at` within the clock's range. What `decide` takes; apart so that a caller (the
+   * negative cache) can look at a valid request before it costs a Redis call.
+   */
+  validate(request: unknown): ValidLimitRequest {
+    const parsed = parseOrThrow(limitRequestSchemaFor(request), request);
+    chargeOf(parsed, parsed.cost, "cost");
+    return parsed as ValidLimitRequest;
+  }
+
+  /** Charges and decides one validated limit in its algorithm's script. */
+  async decide(request: ValidLimitRequest): Promise<LimitResult> {
+    const now = decisionTime(request.at, this.clock, MAX_PAST_MS);
+    const key = limitKey(this.namespace, request.algorithm, request.key);
+    return decodeLimitReply(
+      await this.store.runLimit(request.algorithm, key, limitArgs(now, request, request.cost ?? 1)),
+    );
   }
 
   /** Several limits, all charged or none (POST /v1/limits); the keys share the scope's hash slot. */

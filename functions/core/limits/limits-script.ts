@@ -5,7 +5,14 @@ import type { LimitResult, LimitSpec } from "./limit-specs.ts";
 
 /** ARGV: now, then per limit its algorithm, cost and four parameters (unused ones empty). */
 export function limitsArgs(now: number, specs: readonly LimitSpec[], costs: readonly number[]): string[] {
-  return [String(now), ...specs.flatMap((spec, i) => [spec.algorithm, String(costs[i]), ...parameters(spec)])];
+  return [String(now), ...specs.flatMap((spec, i) => [spec.algorithm, String(costs[i]), ...fourParameters(spec)])];
+}
+
+/** p1..p4 of one limit, the unused ones "" (limits.lua reads each limit's arguments at fixed offsets). */
+function fourParameters(spec: LimitSpec): string[] {
+  const values = parameters(spec);
+  while (values.length < 4) values.push("");
+  return values;
 }
 
 /** One result per limit, in argument order (after the leading "every limit allowed" flag). */

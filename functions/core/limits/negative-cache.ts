@@ -2,7 +2,8 @@
 // call, until it could pass (its retryAfter). Only exact repeats hit it (same limit, parameters and cost),
 // never peeks, client timestamps or strict token buckets (whose denials change state).
 import type { Clock } from "../shared/clock.ts";
-import type { LimitResult } from "./limit-specs.ts";
+import { parameters } from "./limit-script.ts";
+import type { LimitRequest, LimitResult } from "./limit-specs.ts";
 
 export class NegativeCache {
   private readonly entries = new Map<string, { until: number; result: LimitResult }>();
@@ -35,13 +36,14 @@ export class NegativeCache {
   }
 }
 
-/** Which requests may be answered from the cache, and under what identity. */
-export function cacheIdentity(request: Record<string, unknown>): string | undefined {
-  if (request.at !== undefined || request.cost === 0 || request.strict === true) return undefined;
-  const { onStoreError: _ignored, ...limit } = request;
-  return JSON.stringify(
-    Object.keys(limit)
-      .sort()
-      .map((key) => [key, limit[key]]),
-  );
+/**
+ * Which requests may be answered from the cache, and under what identity: the algorithm, cost and
+ * parameters as the script takes them, then the key (last, so no key text can imitate another identity).
+ * Built from the validated request, so two bodies that differ only in member order share an identity.
+ */
+export function cacheIdentity(request: LimitRequest): string | undefined {
+  if (request.at !== undefined || request.cost === 0 || (request.algorithm === "token-bucket" && request.strict)) {
+    return undefined;
+  }
+  return `${request.algorithm} ${request.cost ?? 1} ${parameters(request).join(" ")} ${request.key}`;
 }
