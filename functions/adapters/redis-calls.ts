@@ -55,6 +55,8 @@ export class RedisCalls {
   private readiness?: Promise<boolean>;
   /** Whether the primaries' sockets are held until the next tick (coalesceWrites). */
   private corked = false;
+  /** Commands sent and not yet answered or given up on. */
+  private inFlight = 0;
 
   constructor(
     private readonly cluster: Cluster,
@@ -132,10 +134,13 @@ export class RedisCalls {
       // the usual case, a ready client, without a promise to wait on
       if (this.cluster.status === "ready" || (await this.whenReady(deadline - performance.now()))) {
         try {
-          this.coalesceWrites();
+          if (this.inFlight > 0) this.coalesceWrites();
+          this.inFlight++;
           return await withDeadline(send(), deadline - performance.now());
         } catch (error) {
           failure = classifyRedisError(error, what);
+        } finally {
+          this.inFlight--;
         }
       } else {
         // Not handed to ioredis while it has no ready connection: its offline queue would send the
@@ -160,7 +165,8 @@ export class RedisCalls {
    * Holds the primaries' sockets until the current tick's callbacks have run (cork, then uncork on the
    * next tick), so the commands sent meanwhile by concurrent calls leave in one write per node rather
    * than one system call each, which is what most of a call's CPU went to (docs/DECISIONS.md,
-   * "Rate-limit fast path"). A lone call waits for nothing: the uncork comes before any I/O.
+   * "Rate-limit fast path"). Only while other calls are in flight: a lone call (a check API environment
+   * takes one invocation at a time) writes at once, with nothing to share its write with.
    */
   private coalesceWrites(): void {
     if (this.corked) return;

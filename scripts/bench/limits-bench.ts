@@ -1,9 +1,10 @@
 // The rate limiter's bench section: `Limiter.check` in process against rate-limiter-flexible's `consume`
 // on the same cluster in the same run (every algorithm, the same keys, the same concurrency), and the
 // sliding log's cost per call at 100,000 entries (Redis time from INFO commandstats, and round trips).
-import { Redis } from "ioredis";
+import { loadavg } from "node:os";
+import { Cluster, Redis } from "ioredis";
 import { RateLimiterRedis } from "rate-limiter-flexible";
-import { RedisLimitStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
+import { createRedisCluster, RedisLimitStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
 import { Limiter } from "../../functions/core/limits/limiter.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { limitKey } from "../../functions/core/shared/keys.ts";
@@ -13,27 +14,47 @@ const IN_FLIGHT = 32;
 const ROUND_MS = 2000;
 const ROUNDS = 3;
 
-/** Calls per second of `call(i)` with IN_FLIGHT in flight for `ms`. */
-async function rate(call: (i: number) => Promise<unknown>, ms: number): Promise<number> {
+interface Sample {
+  /** Calls per second. */
+  rate: number;
+  /** This process's CPU time per call, µs (user + system). */
+  cpuUs: number;
+}
+
+/** Calls per second of `call(i)` with IN_FLIGHT in flight for `ms`, and the CPU per call. */
+async function rate(call: (i: number) => Promise<unknown>, ms: number): Promise<Sample> {
   let calls = 0;
   const end = Date.now() + ms;
+  const cpu = process.cpuUsage();
   await Promise.all(
     Array.from({ length: IN_FLIGHT }, async () => {
       while (Date.now() < end) await call(calls++);
     }),
   );
-  return (calls * 1000) / ms;
+  const used = process.cpuUsage(cpu);
+  return { rate: (calls * 1000) / ms, cpuUs: (used.user + used.system) / calls };
 }
 
-/** Each contender's median over ROUNDS rounds, the contenders interleaved so drift hits all alike. */
-async function interleaved(contenders: Record<string, (i: number) => Promise<unknown>>): Promise<Map<string, number>> {
-  const samples = new Map<string, number[]>(Object.keys(contenders).map((name) => [name, []]));
+const median = (values: number[]) => values.sort((a, b) => a - b)[Math.floor(values.length / 2)] as number;
+
+/** Each contender's median rate and CPU over ROUNDS rounds, the contenders interleaved so drift hits all alike. */
+async function interleaved(
+  contenders: Record<string, (i: number) => Promise<unknown>>,
+): Promise<Map<string, Sample & { rates: number[] }>> {
+  const samples = new Map<string, Sample[]>(Object.keys(contenders).map((name) => [name, []]));
   for (const call of Object.values(contenders)) await rate(call, 300); // warm-up
   for (let round = 0; round < ROUNDS; round++) {
     for (const [name, call] of Object.entries(contenders)) samples.get(name)?.push(await rate(call, ROUND_MS));
   }
   return new Map(
-    [...samples].map(([name, values]) => [name, values.sort((a, b) => a - b)[Math.floor(values.length / 2)] as number]),
+    [...samples].map(([name, values]) => [
+      name,
+      {
+        rate: median(values.map((v) => v.rate)),
+        cpuUs: median(values.map((v) => v.cpuUs)),
+        rates: values.map((v) => v.rate),
+      },
+    ]),
   );
 }
 
@@ -43,11 +64,38 @@ export async function runLimitsBench(options: {
   cluster: TollgateCluster;
   primaries: { host: string; port: number }[];
 }): Promise<string[]> {
-  const { cluster } = options;
   const namespace = `bench-limits-${Date.now()}`;
-  const store = new RedisLimitStore(cluster, { deadlineMs: 5_000 });
+  // Limiter.check on the check API's own client (no autopipelining: one command per call)
+  const ours = createRedisCluster({ nodes: options.primaries, commandTimeoutMs: 30_000, autoPipelining: false });
+  // rate-limiter-flexible on plain ioredis clients of its own, as its users run it: the library's
+  // defaults, and with autopipelining; the faster of the two is the baseline
+  const plain = new Cluster(options.primaries);
+  const pipelined = new Cluster(options.primaries, { enableAutoPipelining: true });
+  try {
+    await Promise.all(
+      [ours, plain, pipelined].map((client) => Promise.all(client.nodes("master").map((node) => node.ping()))),
+    );
+    return await compare(namespace, ours, plain, pipelined, options);
+  } finally {
+    ours.disconnect();
+    plain.disconnect();
+    pipelined.disconnect();
+  }
+}
+
+async function compare(
+  namespace: string,
+  ours: TollgateCluster,
+  plain: Cluster,
+  pipelined: Cluster,
+  options: { cluster: TollgateCluster; primaries: { host: string; port: number }[] },
+): Promise<string[]> {
+  const store = new RedisLimitStore(ours, { deadlineMs: 5_000 });
   const limiter = new Limiter({ store, namespace });
-  const rlf = new RateLimiterRedis({ storeClient: cluster, keyPrefix: namespace, points: 1_000_000_000, duration: 60 });
+  const rlfOn = (client: Cluster) =>
+    new RateLimiterRedis({ storeClient: client, keyPrefix: namespace, points: 1_000_000_000, duration: 60 });
+  const rlfPlain = rlfOn(plain);
+  const rlfPipelined = rlfOn(pipelined);
   const specs = {
     "fixed-window": { algorithm: "fixed-window", max: 1_000_000_000, windowMs: 60_000 },
     "token-bucket": { algorithm: "token-bucket", max: 1_000_000_000, refillAmount: 1, refillEveryMs: 1000 },
@@ -56,24 +104,44 @@ export async function runLimitsBench(options: {
     gcra: { algorithm: "gcra", burst: 1_000_000, count: 1000, periodMs: 1000 },
   } as const;
   const contenders: Record<string, (i: number) => Promise<unknown>> = {
-    "rate-limiter-flexible": (i) => rlf.consume(`k${i % KEYS}`),
+    "rlf-plain": (i) => rlfPlain.consume(`k${i % KEYS}`),
+    "rlf-pipelined": (i) => rlfPipelined.consume(`k${i % KEYS}`),
   };
   for (const [name, spec] of Object.entries(specs)) {
     contenders[name] = (i) => limiter.check({ ...spec, key: `k${i % KEYS}` });
   }
-  const rates = await interleaved(contenders);
-  const peer = rates.get("rate-limiter-flexible") as number;
+  const results = await interleaved(contenders);
+  const get = (name: string) => results.get(name) as Sample & { rates: number[] };
+  const baselineName = get("rlf-plain").rate >= get("rlf-pipelined").rate ? "rlf-plain" : "rlf-pipelined";
+  const peer = get(baselineName);
   const log = await slidingLogCost(options);
+  const ratios = Object.keys(specs).map((name) => get(name).rate / peer.rate);
+  const cpuRatios = Object.keys(specs).map((name) => peer.cpuUs / get(name).cpuUs);
+  const range = (values: number[]) => `${Math.min(...values).toFixed(2)}–${Math.max(...values).toFixed(2)}×`;
+  const row = (label: string, name: string) => {
+    const { rate: value, cpuUs, rates } = get(name);
+    const span = `${n(Math.min(...rates))}–${n(Math.max(...rates))}`;
+    return `| ${label} | ${n(value)} (${span}) | ${cpuUs.toFixed(1)} µs | ${(value / peer.rate).toFixed(2)}× | ${(peer.cpuUs / cpuUs).toFixed(2)}× |`;
+  };
+  console.log(`limits: Limiter.check / rate-limiter-flexible ${range(ratios)} (by CPU per call ${range(cpuRatios)})`);
   return [
-    `Measured ${new Date().toISOString().slice(0, 10)} by \`npm run bench\` (BENCH_ONLY=limits for this section alone): ${IN_FLIGHT} calls in flight from one Node process over ${KEYS} keys, the contenders interleaved, ${ROUNDS} rounds of ${ROUND_MS / 1000} s each, the median shown; every call allowed.`,
+    `Measured ${new Date().toISOString().slice(0, 10)} by \`npm run bench\` (BENCH_ONLY=limits for this section alone), load average ${loadavg()[0]?.toFixed(1)} at the end: ${IN_FLIGHT} calls in flight from one Node process over ${KEYS} keys, the contenders interleaved, ${ROUNDS} rounds of ${ROUND_MS / 1000} s each, the median shown (the rounds' range in brackets); every call allowed. \`Limiter.check\` runs on the check API's client (createRedisCluster without autopipelining); rate-limiter-flexible on plain ioredis clients of its own, and the faster of its two is the baseline.`,
     "",
-    "| In process, same cluster, same run | Calls/s | vs `RateLimiterRedis.consume` |",
-    "|---|---|---|",
-    `| rate-limiter-flexible \`RateLimiterRedis.consume\` (its increment script) | ${n(peer)} | 1.00× |`,
-    ...Object.keys(specs).map((name) => {
-      const value = rates.get(name) as number;
-      return `| \`Limiter.check\` ${name} (validation, its script, result) | ${n(value)} | ${(value / peer).toFixed(2)}× |`;
-    }),
+    "| Target | This run |",
+    "|---|---|",
+    `| \`Limiter.check\` ≥ 1.0× rate-limiter-flexible \`consume\` (calls/s, same run) | ${range(ratios)} across the five algorithms (${ratios.every((r) => r >= 1) ? "met" : "not met"}); by CPU per call ${range(cpuRatios)} |`,
+    "",
+    "| In process, same cluster, same run | Calls/s | CPU per call | vs baseline (calls/s) | vs baseline (CPU) |",
+    "|---|---|---|---|---|",
+    row(
+      `rate-limiter-flexible \`RateLimiterRedis.consume\`, ioredis defaults${baselineName === "rlf-plain" ? " (baseline)" : ""}`,
+      "rlf-plain",
+    ),
+    row(
+      `rate-limiter-flexible \`RateLimiterRedis.consume\`, ioredis autopipelining${baselineName === "rlf-pipelined" ? " (baseline)" : ""}`,
+      "rlf-pipelined",
+    ),
+    ...Object.keys(specs).map((name) => row(`\`Limiter.check\` ${name} (validation, its script, result)`, name)),
     "",
     "The sliding log, one key (window 100 s, max 100,000), Redis time per call from `INFO commandstats` (EVALSHA on the key's primary) and the round trip of sequential calls:",
     "",
