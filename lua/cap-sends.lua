@@ -5,8 +5,8 @@ A user's sends live in one of two places, both under the call's hash tag (one sl
   - a page block: one key per page of 256 consecutive user IDs that a campaign reached densely; users of a
     page mostly share their histories, so a block stores each send (event) and each history (class) once;
   - a user record: one field per user, in a hash shared by the sparse users of a wide ID range, with the
-    user's own sends: those its windows need (6-byte time + identity number each), then older named sends
-    kept only to recognise a redelivery (readRecord() states the format). Single-user calls and sparse
+    user's own sends: those its windows need (6-byte time + identity number each), then older ones kept
+    to recognise a redelivery (readRecord() states the format). Single-user calls and sparse
     campaign users write here, so they never rewrite a page of 256 users.
 A user's sends are the union of both. A page written through its block absorbs (and deletes) the user
 records of the users it writes.
@@ -25,9 +25,9 @@ ARGV[6]  horizon ms: the longest retention of any profile of the policy; a block
 ARGV[7]  caps of the call's profiles, msgpack: an array with per profile [windows ms[], maxima[],
          everyChannel[]] (everyChannel 1: counts every channel's sends, 0: this channel's)
 ARGV[8]  retentions of each profile, ","-separated, each "<kept ms>:<window ms>": a user's sends at or
-         before now - kept are dropped whenever the user is written; in a user record, named sends at or
-         before now - window move to the idempotency tail (only a duplicate check reads them) and anonymous
-         ones are dropped (a bare "<kept ms>" means both are the same)
+         before now - kept are dropped whenever the user is written; in a user record, sends at or before
+         now - window move to the tail, which a call reads only for a duplicate or when a window around
+         `at` reaches it (after a policy change) (a bare "<kept ms>" means both are the same)
 ARGV[9]  S, the number of user-record hashes
 ARGV[9+p] page p: byte 1 the index (1..S) of its user-record hash, byte 2 the path (1: block, 0: user
          records), bytes 3-5 the page number (user ID / 256, big endian), then per user 2 bytes: offset in
@@ -196,9 +196,10 @@ end
 --   The window part holds the sends the user's windows may need, ascending by time: a 6-byte time and a
 --   fixed-width identity number each, so a call finds the sends near `at` by binary search and a duplicate
 --   by string.find, and decodes nothing else. Without a tail its count is its length / (6 + width).
---   The tail holds named sends older than that, kept only to recognise a redelivery: a varint count, the
---   first and last time (6 bytes each), the identity numbers (fixed width), then the times after the first
---   as zigzag varint deltas, decoded only for a hit and for the expired prefix a write drops.
+--   The tail holds the older sends the retention still keeps (for idempotency, and for windows that a
+--   policy change lengthened): a varint count, the first, last and newest time (6 bytes each), the identity
+--   numbers (fixed width), then the times after the first as zigzag varint deltas, decoded only for a hit,
+--   for the expired prefix a write drops, and when some window around `at` reaches the newest.
 -- A value whose first byte is under 128 is the format before (6-byte time + varint number each, in write
 -- order; a time before the year 6000 starts under 128): read into the same shape.
 local function readVarint(value, position)
@@ -255,9 +256,10 @@ end
 
 local function parseTail(value, position, width)
   local count, at = readVarint(value, position)
-  local idsAt = at + 12
+  local idsAt = at + 18
   return { width = width, count = count, first = readTime(value, at), last = readTime(value, at + 6),
-    ids = sub(value, idsAt, idsAt + count * width - 1), deltas = sub(value, idsAt + count * width) }
+    newest = readTime(value, at + 12), ids = sub(value, idsAt, idsAt + count * width - 1),
+    deltas = sub(value, idsAt + count * width) }
 end
 
 -- { value, width, stride, start, count, tail = { width, count, first, last, ids, deltas } or nil }: the
@@ -356,9 +358,9 @@ end
 -- time order; one left behind a newer one is dropped later, and tailHas() checks its time) and appending
 -- `moved` ({ time, number } each); nil when empty.
 local function tailAfter(tail, cutoff, moved)
-  local width, count, first, last, ids, deltas = 1, 0, nil, nil, '', ''
+  local width, count, first, last, newest, ids, deltas = 1, 0, nil, nil, 0, '', ''
   if tail then
-    width, count, last = tail.width, tail.count, tail.last
+    width, count, last, newest = tail.width, tail.count, tail.last, tail.newest
     local t, position, dropped = tail.first, 1, 0
     while dropped < count and t <= cutoff do
       dropped = dropped + 1
@@ -392,28 +394,25 @@ local function tailAfter(tail, cutoff, moved)
       addedDeltas[#addedDeltas + 1] = varint(delta >= 0 and 2 * delta or -2 * delta - 1)
     end
     last = t
+    if t > newest then newest = t end
     count = count + 1
     added[#added + 1] = number
   end
   if count == 0 then return nil end
   for i, number in ipairs(added) do added[i] = fixedNumber(number, width) end
-  return { width = width, count = count, first = first, last = last, ids = ids .. concat(added),
+  return { width = width, count = count, first = first, last = last, newest = newest, ids = ids .. concat(added),
     deltas = deltas .. concat(addedDeltas) }
 end
 
 -- The record after a send (t, number) is counted for a user of `profile`: window sends at or before the
--- profile's window cutoff leave the window part (named ones into the tail, while the retention keeps them),
--- and the send is inserted in time order.
+-- profile's window cutoff leave the window part for the tail (while the retention keeps them), and the send
+-- is inserted in time order.
 local function recordWith(record, profile, t, number)
   local width, keptBytes, keptCount, moved = widthOf(number), '', 0, {}
   local tail
   if record then
     local from = firstAfter(record, profile.windowCutoff)
-    for i = firstAfter(record, profile.cutoff), from - 1 do
-      local movedNumber = sendNumber(record, i)
-      local sendIdentity = identityOfNumber(movedNumber)
-      if sendIdentity and sub(sendIdentity, -1) ~= ':' then moved[#moved + 1] = { sendTime(record, i), movedNumber } end
-    end
+    for i = firstAfter(record, profile.cutoff), from - 1 do moved[#moved + 1] = { sendTime(record, i), sendNumber(record, i) } end
     keptCount = record.count - from + 1
     keptBytes = sub(record.value, record.start + (from - 1) * record.stride, record.start + record.count * record.stride - 1)
     if width > record.width then
@@ -436,7 +435,8 @@ local function recordWith(record, profile, t, number)
     sub(keptBytes, low * stride + 1)
   tail = tailAfter(tail, profile.cutoff, moved)
   if not tail then return char(128 + 8 * (width - 1)) .. window end
-  return char(128 + 8 * (width - 1) + tail.width) .. varint(keptCount + 1) .. window .. varint(tail.count) .. timeBytes(tail.first) .. timeBytes(tail.last) .. tail.ids .. tail.deltas
+  return char(128 + 8 * (width - 1) + tail.width) .. varint(keptCount + 1) .. window .. varint(tail.count) ..
+    timeBytes(tail.first) .. timeBytes(tail.last) .. timeBytes(tail.newest) .. tail.ids .. tail.deltas
 end
 
 -- Fixed-width event numbers inside a class string. string.byte and string.char do the bytes in C, in
@@ -651,6 +651,21 @@ local function liveSends(profile, block, class, record)
       n = n + 1
       times[n], onChannel[n], isMine[n], labels[n] = sendTime(record, i), isOnCallChannel(sendIdentity),
         sendIdentity == identity, sendIdentity
+    end
+    -- the tail only when some window around `at` reaches its newest send (a policy change lengthened one)
+    local tail = record.tail
+    local reach = math.max(profile.cutoff, at - profile.longest)
+    if tail and tail.newest > reach then
+      local tailTimesList = tailTimes(tail)
+      for i = 1, tail.count do
+        local t = tailTimesList[i]
+        if t > reach and t < at + profile.longest then
+          local sendIdentity = identityOfNumber(readFixed(tail.ids, (i - 1) * tail.width + 1, tail.width)) or ''
+          n = n + 1
+          times[n], onChannel[n], isMine[n], labels[n] = t, isOnCallChannel(sendIdentity), sendIdentity == identity,
+            sendIdentity
+        end
+      end
     end
     -- a send of this identity anywhere in the record (window part or tail) makes it a duplicate: a marker at
     -- the window cutoff, older than any window of the profile reaches (decide() checks identities first)

@@ -361,6 +361,33 @@ describe("capping engine on the cluster", () => {
     expect(kinds(await capper.peek(message))).toEqual(["allowed"]);
   });
 
+  it("counts a user's older sends in a lengthened window an hour after the change, on the record path as on the block path", async () => {
+    // 1 per 1s; k1 at T0 and k2 at T0+6m (the second write moves k1 to the record's tail); the policy becomes
+    // 2 per 1d; k3 an hour later must be capped: the day window holds k1 and k2 (20 dense users: block path)
+    const short = rulesOf(simplePolicy({ push: [{ window: "1s", max: 1 }] }));
+    const long = rulesOf(simplePolicy({ push: [{ window: "1d", max: 2 }] }));
+    let rules = short;
+    const clock = fixedClock(T0);
+    const capper = new Capper({
+      store: new RedisCapStore(cluster),
+      rules: () => rules,
+      clock,
+      namespace: uniqueNamespace(),
+    });
+    const dense = Array.from({ length: 20 }, (_, i) => 5_120 + i);
+    const send = async (campaignId: string) => {
+      const one = await capper.capBatch({ campaignId, channel: "push", userIds: [7] });
+      const block = await capper.capBatch({ campaignId, channel: "push", userIds: dense });
+      return { sparse: one.decisions[0]?.decision, dense: [...new Set(block.decisions.map((d) => d.decision))] };
+    };
+    expect(await send("k1")).toEqual({ sparse: "allowed", dense: ["allowed"] });
+    clock.advance(6 * 60_000);
+    expect(await send("k2")).toEqual({ sparse: "allowed", dense: ["allowed"] });
+    rules = long;
+    clock.advance(HOUR);
+    expect(await send("k3")).toEqual({ sparse: "capped", dense: ["capped"] });
+  });
+
   it("reads a user record of the format before the idempotency tail (varint numbers in write order)", async () => {
     const namespace = uniqueNamespace();
     const capper = capperFor(rulesOf(simplePolicy({ push: [{ window: "1d", max: 2 }] })), namespace);

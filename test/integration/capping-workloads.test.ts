@@ -198,7 +198,7 @@ describe("capping workloads", () => {
     expect(again.totals.unsegmented).toMatchObject({ allowed: 0, duplicate: 90_000 - (90_000 - distinct) });
   });
 
-  it("keeps a user sending at 1 per 1s: what its window needs in full, older named sends in the tail for the redelivery bound only", async () => {
+  it("keeps a user sending at 1 per 1s: what its window needs in full, older sends in the tail for the redelivery bound only", async () => {
     const rules = rulesOf(simplePolicy({ push: [{ window: "1s", max: 1 }] }));
     const clock = fixedClock(T0);
     const namespace = uniqueNamespace();

@@ -45,7 +45,7 @@ export function decodeBlock(value: Buffer): Block {
 export interface RecordSend {
   at: number;
   identityNumber: number;
-  /** "window": kept for the user's windows; "tail": an older named send kept for idempotency only. */
+  /** "window": kept for the user's windows; "tail": an older send kept for idempotency (read for windows only after a policy change). */
   part: "window" | "tail";
 }
 
@@ -88,7 +88,7 @@ export function decodeRecord(value: Buffer): RecordSend[] {
   if (width > 0) {
     const count = varint();
     let at = value.readUIntBE(position, 6);
-    position += 12;
+    position += 18; // first, last and newest time
     const ids = position;
     position += count * width;
     for (let i = 0; i < count; i++) {
