@@ -167,14 +167,22 @@ export class SqsDeadLetterSink implements DeadLetterSink {
         QueueUrl: this.queueUrl,
         MessageBody: body,
         MessageAttributes: {
-          reason: { DataType: "String", StringValue: reason.message.slice(0, 1024) },
+          reason: { DataType: "String", StringValue: sqsText(reason.message.slice(0, 1024)) },
           error: { DataType: "String", StringValue: reason.error },
-          ...(reason.path ? { path: { DataType: "String", StringValue: reason.path } } : {}),
+          ...(reason.path ? { path: { DataType: "String", StringValue: sqsText(reason.path) } } : {}),
           sourceMessageId: { DataType: "String", StringValue: reason.sourceMessageId },
         },
       }),
     );
   }
+}
+
+/**
+ * An attribute value SQS takes: the characters it refuses (controls, U+FFFE, U+FFFF, lone surrogates) become
+ * U+FFFD. A reason quotes the message's own values (an unknown channel); the dead letter must not fail on it.
+ */
+function sqsText(text: string): string {
+  return text.replace(/[^\t\n\r\u0020-\uD7FF\uE000-\uFFFD\u{10000}-\u{10FFFF}]/gu, "\uFFFD");
 }
 
 /** The campaign queue: bodies sent in order, SendMessageBatch by SendMessageBatch; any refusal throws. */

@@ -119,6 +119,17 @@ describe("campaign pipeline", () => {
     expect(new Set(dead.map((m) => m.Body))).toEqual(new Set(bodies.slice(0, 4)));
     expect((await drainDelivery(stack)).flatMap((m) => m.sends.map((s) => s.userId))).toEqual([7001, 7002]);
   });
+
+  it("dead-letters a message whose reason quotes a character SQS refuses in an attribute, with U+FFFD in its place", async () => {
+    const body = JSON.stringify({ campaignId: "p2", channel: "@", userIds: [1] }).replace("@", "x\\uffff");
+    await sendRaw(stack, body);
+    expect((await invoke(stack, await receive(stack, 1))).batchItemFailures).toEqual([]);
+    const dead = (await drainRaw(stack, stack.endpoints.deadLetterQueueUrl)).filter((m) => m.Body === body);
+    expect(dead).toHaveLength(1);
+    expect(dead[0]?.MessageAttributes?.reason?.StringValue).toBe(
+      'channel: unknown channel "x\ufffd" (policy has email, push)',
+    );
+  });
 });
 
 describe("a delivery queue with a 1 KiB MaximumMessageSize", () => {
@@ -202,22 +213,55 @@ describe("a delivery queue with a 1 KiB MaximumMessageSize", () => {
     expect((await drainDelivery(stack)).flatMap((m) => m.sends.map((s) => s.userId))).toEqual([302]);
   });
 
+  it("forwards a payload holding U+FFFF, which SQS refuses raw in a body, escaped", async () => {
+    // the campaign message carries it escaped (SQS takes that); JSON.parse turns it into the character,
+    // which JSON.stringify would leave raw
+    const body = JSON.stringify({ campaignId: "ffff", channel: "push", userIds: [400, 401], payload: "@" });
+    const id = await sendRaw(stack, body.replace("@", "a\\uffffb\\ufffe"));
+    const response = await invoke(stack, await receive(stack, 1));
+    expect(response.batchItemFailures).toEqual([]);
+    expect(id).toBeDefined();
+    const delivered = await drainRaw(stack, stack.endpoints.deliveryQueueUrl);
+    expect(delivered).toHaveLength(1);
+    const message = JSON.parse(delivered[0]?.Body as string) as DeliveryMessage;
+    expect(message.payload).toBe("a\uffffb\ufffe");
+    expect(message.sends.map((s) => s.userId)).toEqual([400, 401]);
+  });
+});
+
+describe("a delivery queue smaller than the consumer was told", () => {
+  let stack: LocalStack;
+  beforeAll(async () => {
+    // a misconfiguration: the queue takes 1 KiB, the consumer believes 2 KiB; SQS refuses (per entry,
+    // SenderFault) the messages between the two
+    stack = await testStack({
+      deliveryQueueAttributes: { MaximumMessageSize: "1024" },
+      environment: { DELIVERY_BATCH_SIZE: "5", DELIVERY_MAX_MESSAGE_BYTES: "2048" },
+    });
+    await uploadRules(stack, policy, { new: newUsers });
+  });
+  afterAll(async () => {
+    await stack.stop();
+  });
+
   it("fails exactly the records whose sends the queue refused, and loses nothing", async () => {
-    // U+FFFF is not a character SQS takes in a body, and JSON.stringify leaves it as it is: SenderFault
-    const okId = await sendRaw(stack, JSON.stringify({ campaignId: "ok", channel: "push", userIds: [400, 401] }));
-    // the campaign message carries it escaped (SQS takes that); JSON.parse turns it into the character
-    const badId = await sendRaw(
+    const small = Array.from({ length: 10 }, (_, i) => 8000 + i);
+    const large = Array.from({ length: 10 }, (_, i) => 9000 + i);
+    const okId = await sendRaw(stack, JSON.stringify({ campaignId: "ok", channel: "push", userIds: small }));
+    const bigId = await sendRaw(
       stack,
-      JSON.stringify({ campaignId: "bad", channel: "push", userIds: [402, 403], payload: "@" }).replace("@", "\\uffff"),
+      JSON.stringify({ campaignId: "big", channel: "push", userIds: large, payload: { html: "x".repeat(1200) } }),
     );
-    const response = await invoke(stack, await receive(stack, 2, undefined, 1));
-    expect(response.batchItemFailures).toEqual([{ itemIdentifier: badId }]);
-    expect(okId).not.toBe(badId);
-    expect((await drainDelivery(stack)).flatMap((m) => m.sends.map((s) => s.userId)).sort()).toEqual([400, 401]);
-    // the refused record is back on the queue for a retry, not dead-lettered
+    const messages = await receive(stack, 2, undefined, 1);
+    const response = await invoke(stack, messages);
+    expect(response.batchItemFailures).toEqual([{ itemIdentifier: bigId }]);
+    expect(okId).not.toBe(bigId);
+    // the accepted record's users were forwarded; the refused record is back on the queue for a retry
+    expect((await drainDelivery(stack)).flatMap((m) => m.sends.map((s) => s.userId)).sort()).toEqual(small);
     const [retried] = await receive(stack, 1);
-    expect(retried?.MessageId).toBe(badId);
+    expect(retried?.MessageId).toBe(bigId);
     expect(await drainRaw(stack, stack.endpoints.deadLetterQueueUrl)).toEqual([]);
+    expect(await drainRaw(stack, stack.endpoints.deliveryQueueUrl)).toEqual([]);
   });
 });
 

@@ -47,7 +47,16 @@ export function dedupeId(campaignId: string, channel: string, userId: number): s
 
 /** The body of a delivery message on the queue. The sizes below are this string's UTF-8 bytes, exactly. */
 export function deliveryBody(message: DeliveryMessage): string {
-  return JSON.stringify(message);
+  return toJson(message);
+}
+
+/**
+ * JSON.stringify, with U+FFFE and U+FFFF escaped: SQS refuses a body holding either, and JSON.stringify
+ * leaves them as they are (it escapes control characters and lone surrogates itself). Escaping is per
+ * character, so the size of a message is still the sum of the sizes of its parts.
+ */
+function toJson(value: unknown): string {
+  return JSON.stringify(value).replace(/[\uFFFE\uFFFF]/g, (char) => `\\u${char.charCodeAt(0).toString(16)}`);
 }
 
 const utf8Bytes = (text: string) => Buffer.byteLength(text, "utf8");
@@ -69,7 +78,7 @@ export class DeliverySizer {
     let template = this.templates.get(segment);
     if (template === undefined) {
       const { campaignId, channel } = this.batch;
-      template = utf8Bytes(JSON.stringify(deliverySend(campaignId, channel, 0, segment)));
+      template = utf8Bytes(toJson(deliverySend(campaignId, channel, 0, segment)));
       this.templates.set(segment, template);
     }
     return template - 2 + 2 * String(userId).length;
