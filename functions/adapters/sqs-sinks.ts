@@ -153,28 +153,59 @@ function entrySize(entry: { MessageBody?: string; MessageAttributes?: Record<str
 
 /**
  * Poison messages, and messages that failed on their last receive, go to the campaign queue's DLQ as they
- * came, with the reason as message attributes (reason, error, path, sourceMessageId).
+ * came, with the reason as message attributes (error, reason, sourceMessageId, path). The body is kept
+ * whole (it is what a redrive sends again); a body near the size limit keeps the attributes that still fit,
+ * in that order, the reason cut short if need be, rather than failing the send and cycling to a redrive
+ * with no reason at all.
  */
 export class SqsDeadLetterSink implements DeadLetterSink {
   constructor(
     private readonly sqs: SQSClient,
     private readonly queueUrl: string,
+    /** The DLQ's MaximumMessageSize (default SQS's 1 MiB). */
+    private readonly maxMessageBytes = SQS_MAX_MESSAGE_BYTES,
   ) {}
 
   async send(body: string, reason: DeadLetterReason): Promise<void> {
+    const wanted: [string, string][] = [
+      ["error", reason.error],
+      ["reason", sqsText(reason.message.slice(0, 1024))],
+      ["sourceMessageId", reason.sourceMessageId],
+      ...(reason.path ? [["path", sqsText(reason.path)] as [string, string]] : []),
+    ];
+    let room = this.maxMessageBytes - Buffer.byteLength(body);
+    const attributes: Record<string, MessageAttributeValue> = {};
+    for (const [name, value] of wanted) {
+      const overhead = Buffer.byteLength(name) + Buffer.byteLength("String");
+      const text = name === "reason" ? cutToBytes(value, room - overhead) : value;
+      const size = overhead + Buffer.byteLength(text);
+      if (text === "" || size > room) continue;
+      attributes[name] = { DataType: "String", StringValue: text };
+      room -= size;
+    }
     await this.sqs.send(
-      new SendMessageCommand({
-        QueueUrl: this.queueUrl,
-        MessageBody: body,
-        MessageAttributes: {
-          reason: { DataType: "String", StringValue: sqsText(reason.message.slice(0, 1024)) },
-          error: { DataType: "String", StringValue: reason.error },
-          ...(reason.path ? { path: { DataType: "String", StringValue: sqsText(reason.path) } } : {}),
-          sourceMessageId: { DataType: "String", StringValue: reason.sourceMessageId },
-        },
-      }),
+      new SendMessageCommand({ QueueUrl: this.queueUrl, MessageBody: body, MessageAttributes: attributes }),
     );
   }
+}
+
+/**
+ * `text` in at most `bytes` UTF-8 bytes, cut between characters and marked with "…" when cut; "" when fewer
+ * than 32 bytes of it would be left (a stub of a reason says nothing).
+ */
+function cutToBytes(text: string, bytes: number): string {
+  if (Buffer.byteLength(text) <= bytes) return text;
+  const room = bytes - Buffer.byteLength("…");
+  if (room < 32) return "";
+  let cut = "";
+  let used = 0;
+  for (const char of text) {
+    const size = Buffer.byteLength(char);
+    if (used + size > room) break;
+    cut += char;
+    used += size;
+  }
+  return cut === "" ? "" : `${cut}…`;
 }
 
 /**

@@ -130,6 +130,30 @@ describe("campaign pipeline", () => {
       'channel: unknown channel "x\ufffd" (policy has email, push)',
     );
   });
+
+  it("dead-letters a campaign message near 1 MiB whose delivery cannot fit: its whole body, and the attributes that fit", async () => {
+    const MiB = 1_048_576;
+    const sized = (campaignId: string, bytes: number) => {
+      const base = JSON.stringify({ campaignId, channel: "push", userIds: [1], payload: "" });
+      return JSON.stringify({ campaignId, channel: "push", userIds: [1], payload: "x".repeat(bytes - base.length) });
+    };
+    // 16 bytes left: no attribute fits; 90 left: the error, and the reason cut short (its delivery message,
+    // the body plus ~100 bytes of sends and attributes, still cannot fit)
+    const full = sized("near-full", MiB - 16);
+    const roomy = sized("near-roomy", MiB - 90);
+    expect(Buffer.byteLength(full)).toBe(MiB - 16);
+    await sendRaw(stack, full);
+    await sendRaw(stack, roomy);
+    expect((await invoke(stack, await receive(stack, 2))).batchItemFailures).toEqual([]);
+    const dead = await drainRaw(stack, stack.endpoints.deadLetterQueueUrl);
+    const fullDead = dead.find((m) => m.Body === full);
+    const roomyDead = dead.find((m) => m.Body === roomy);
+    expect(fullDead?.MessageAttributes ?? {}).toEqual({});
+    expect(roomyDead?.MessageAttributes?.error?.StringValue).toBe("ValidationError");
+    expect(roomyDead?.MessageAttributes?.reason?.StringValue).toMatch(/^payload: too large to deliver: .*…$/);
+    expect(sqsSize(roomyDead as Message)).toBeLessThanOrEqual(MiB);
+    expect(await drainDelivery(stack)).toEqual([]);
+  });
 });
 
 describe("a delivery queue with a 1 KiB MaximumMessageSize", () => {
