@@ -149,16 +149,26 @@ local function decideSends(profile, n, events, times, onChannel, isMine, anyMine
     if n >= max then
       local from, to, every = at - window, at + window, everyChannel[cap]
       if cutoff > from then from = cutoff end
-      local near, count = {}, 0
+      -- counted first: the sends are gathered (and sorted) only when they could fill a window
+      local count = 0
       for i = 1, n do
         local e = events and events[i] or i
         local t = times[e]
-        if t > from and t < to and (every or onChannel[e]) then
-          count = count + 1
-          near[count] = t
-        end
+        if t > from and t < to and (every or onChannel[e]) then count = count + 1 end
       end
-      if count >= max and fullWindow(near, count, window, max) then return REPLY_FIRST_CAP + cap - 1 end
+      if count >= max then
+        local near = {}
+        count = 0
+        for i = 1, n do
+          local e = events and events[i] or i
+          local t = times[e]
+          if t > from and t < to and (every or onChannel[e]) then
+            count = count + 1
+            near[count] = t
+          end
+        end
+        if fullWindow(near, count, window, max) then return REPLY_FIRST_CAP + cap - 1 end
+      end
     end
   end
   return 0
@@ -524,7 +534,7 @@ local function compact(block, users)
       users[o], users[o + 1] = floor(renumbered / 256), renumbered % 256
     end
     block.classes = classes
-    block.classLimit = math.max(MIN_CLASS_LIMIT, 2 * #classes)
+    block.classLimit = math.max(MIN_CLASS_LIMIT, #classes + floor(#classes / 2))
     return
   end
   local eventMap, identityMap, kept = {}, {}, { [0] = false }
@@ -585,7 +595,7 @@ local function compact(block, users)
   block.identities, block.times, block.eventIdentities, block.classes = identities, times, eventIdentities, classes
   block.width = width
   block.compactAt = math.min(math.max(MIN_COMPACT_AT, 2 * #times), WIDTH_LIMIT[width])
-  block.classLimit = math.max(MIN_CLASS_LIMIT, 2 * #classes)
+  block.classLimit = math.max(MIN_CLASS_LIMIT, #classes + floor(#classes / 2))
 end
 
 local function classesOfUsers(userClasses)
@@ -794,24 +804,78 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
     end
     return numbers
   end
-  local function decideClass(profile, class)
+  -- A profile whose users on this page have many different classes (histories that diverged) counts, per
+  -- cap, the sends of a class that some window of that cap containing `at` could hold with one
+  -- string.gsub over the class's bytes against the set of those events (1-byte event numbers): no table per
+  -- user. Only a class whose count reaches the cap's max is decoded and decided send by send. A profile
+  -- deciding few classes on the page (the dense case, or 64 segments × 32 caps) does not build the sets.
+  local SETS_AFTER = 8
+  local classesDecided, nearSets = {}, {}
+  local function nearSetOf(profileNumber, profile, cap)
+    local byCap = nearSets[profileNumber]
+    if byCap == nil then
+      byCap = {}
+      nearSets[profileNumber] = byCap
+    end
+    local set = byCap[cap]
+    if set == nil then
+      local window = profile.windows[cap]
+      local from, to, every = at - window, at + window, profile.everyChannel[cap]
+      if profile.cutoff > from then from = profile.cutoff end
+      local members = {}
+      for e = 1, #times do
+        local t = times[e]
+        if t > from and t < to and (every or eventOwn[e]) then
+          -- in a pattern set, a non-alphanumeric byte is escaped with % (event numbers are 1..255, never NUL)
+          local c = char(e)
+          members[#members + 1] = string.find(c, '%w') and c or '%' .. c
+        end
+      end
+      set = #members > 0 and '[' .. concat(members) .. ']' or false
+      byCap[cap] = set
+    end
+    return set
+  end
+  local function decideClass(profileNumber, profile, class)
     if eventOwn == nil then learnEvents() end
+    local decided = (classesDecided[profileNumber] or 0) + 1
+    classesDecided[profileNumber] = decided
+    if decided >= SETS_AFTER and class > 0 and block.width == 1 and not exemptCounted
+      and not (anyMine and not anonymous) then
+      local history = block.classes[class]
+      local n = #history
+      if n < profile.least then return 0 end
+      local windows, maxima, undecided = profile.windows, profile.maxima, false
+      for cap = 1, #windows do
+        local max = maxima[cap]
+        if max == 0 then return REPLY_FIRST_CAP + cap - 1 end
+        if n >= max then
+          local set = nearSetOf(profileNumber, profile, cap)
+          if set then
+            local _, count = string.gsub(history, set, '')
+            if count >= max then
+              undecided = true
+              break
+            end
+          end
+        end
+      end
+      if not undecided then return 0 end
+    end
     local numbers = eventsOf(class)
     return decideSends(profile, #numbers, numbers, times, eventOwn, eventMine, anyMine)
   end
 
-  local classIndex
-  -- the class number of a list of event numbers (a new class when no class has that history)
+  -- the class of a history made in this call: a new class, shared by the users that reach the same history.
+  -- Every such history holds an event added by this call, so it never equals a class the block already had:
+  -- only this call's classes are indexed (not the block's hundreds, when histories diverged)
+  local newClasses = {}
   local function classOfHistory(history)
-    if classIndex == nil then
-      classIndex = {}
-      for i = 1, #block.classes do classIndex[block.classes[i]] = i end
-    end
-    local class = classIndex[history]
+    local class = newClasses[history]
     if class == nil then
       block.classes[#block.classes + 1] = history
       class = #block.classes
-      classIndex[history] = class
+      newClasses[history] = class
     end
     return class
   end
@@ -826,7 +890,7 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
     end
     block.width = wider
     block.compactAt = math.min(block.compactAt, WIDTH_LIMIT[wider])
-    classIndex, callEventBytes = nil, nil
+    newClasses, callEventBytes = {}, nil
   end
   -- the class of `class`'s history for `profile` with `extra` event numbers appended (sends at or before the
   -- profile's cutoff dropped); the bytes are appended as they are when no event of the page is that old
@@ -905,7 +969,7 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
       local outcome = byClass[class]
       if outcome == nil then
         local profile = profiles[profileNumber]
-        outcome = decideClass(profile, class)
+        outcome = decideClass(profileNumber, profile, class)
         if not peek and (outcome == 0 or outcome == REPLY_EXEMPT) then
           outcome = -1 - successorOf(profile, class, nil)
           written = true
