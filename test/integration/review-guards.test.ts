@@ -1,0 +1,270 @@
+// Review guards: contracts attacked with hostile-but-valid inputs that hold on main. Capping: named sends are
+// recognised as duplicates for backfill + CAMPAIGN_REDELIVERY_SECONDS + 5 min after their time while windows
+// stay exact, when users move between the user-record path (sparse calls, /v1/frequency) and the page-block
+// path (16+ users of a page).
+import type { Message } from "@aws-sdk/client-sqs";
+import fc from "fast-check";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { RedisCapStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
+import { Capper } from "../../functions/core/capping/capper.ts";
+import type { DeliveryMessage } from "../../functions/core/capping/delivery.ts";
+import { keptMs } from "../../functions/core/capping/policy.ts";
+import { fixedClock } from "../../functions/core/shared/clock.ts";
+import type { LocalStack } from "../../scripts/local-stack.ts";
+import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
+import {
+  drainDelivery,
+  drainRaw,
+  invoke,
+  receive,
+  sendRaw,
+  sqsSize,
+  testStack,
+  uploadRules,
+} from "../support/pipeline.ts";
+import { rulesOf, T0 } from "../support/rules.ts";
+
+let cluster: TollgateCluster;
+let store: RedisCapStore;
+beforeAll(() => {
+  cluster = connectCluster();
+  store = new RedisCapStore(cluster);
+});
+afterAll(async () => {
+  await cluster.quit();
+});
+
+type Caps = Record<string, { window: string; max: number }[]>;
+const MS: Record<string, number> = { s: 1_000, m: 60_000 };
+const windowMs = (window: string) => Number(window.slice(0, -1)) * (MS[window.slice(-1)] as number);
+const MINUTE = 60_000;
+
+interface Counted {
+  t: number;
+  channel: string;
+  identity: string;
+}
+
+function fullestAround(times: number[], t: number, w: number): number {
+  const ends = [t, ...times.filter((s) => s > t && s < t + w)];
+  return Math.max(...ends.map((x) => times.filter((s) => s > x - w && s <= x).length));
+}
+
+const DENSE = Array.from({ length: 20 }, (_, i) => 768 + i);
+const SPARSE = [5, 770, 100_000];
+const SEGMENT = new Set([...DENSE.filter((u) => u % 3 === 0), 5]);
+
+const capArbitrary = fc.record({ window: fc.constantFrom("1s", "10s", "1m"), max: fc.integer({ min: 1, max: 3 }) });
+// every profile has a window and the redelivery bound is longer than it: a redelivery with no cap on its
+// channel, or a bound within the longest window, is review-defects.test.ts's (a send counted twice)
+const capsArbitrary: fc.Arbitrary<Caps> = fc.record(
+  { a: fc.array(capArbitrary, { maxLength: 2 }), "*": fc.array(capArbitrary, { minLength: 1, maxLength: 1 }) },
+  { requiredKeys: ["*"] },
+);
+const stepArbitrary = fc.record({
+  kind: fc.constantFrom("batch", "batch", "dense", "check", "redeliver", "redeliver", "exemptCounted"),
+  users: fc.subarray([...DENSE, ...SPARSE], { minLength: 1 }),
+  user: fc.constantFrom(...DENSE.slice(0, 4), ...SPARSE),
+  campaign: fc.constantFrom("k1", "k2", "k3", ""),
+  channel: fc.constantFrom("a", "b"),
+  offset: fc.integer({ min: -90_000, max: 300_000 }),
+  advance: fc.oneof(
+    { weight: 3, arbitrary: fc.integer({ min: 0, max: 5_000 }) },
+    { weight: 2, arbitrary: fc.integer({ min: 5 * MINUTE, max: 20 * MINUTE }) },
+  ),
+});
+
+describe("review: redelivery bound across the record and block paths", () => {
+  it("recognises a named send as duplicate exactly while now - kept < its time, and keeps every window within max, with users moving between record and block paths, /v1/frequency checks, exempt-but-counted sends and skewed at", async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        capsArbitrary,
+        capsArbitrary,
+        fc.constantFrom(2 * MINUTE, 10 * MINUTE),
+        fc.array(stepArbitrary, { minLength: 4, maxLength: 16 }),
+        async (segmentCaps, defaultCaps, redeliveryMs, steps) => {
+          const rules = rulesOf(
+            {
+              version: "v1",
+              channels: ["a", "b"],
+              segments: [{ name: "s", bitmap: "segments/s.roaring", caps: segmentCaps }],
+              default: { name: "rest", caps: defaultCaps },
+            },
+            { s: [...SEGMENT] },
+          );
+          const policy = rules.policy;
+          const clock = fixedClock(T0);
+          const capper = new Capper({ store, rules: () => rules, clock, namespace: uniqueNamespace(), redeliveryMs });
+          const ledger = new Map<number, Counted[]>();
+          const history: { campaignId: string; channel: string; userIds: number[]; at: number }[] = [];
+          const expectedFor = (
+            user: number,
+            send: { campaignId: string; channel: string; at: number; exemptCounted?: boolean },
+          ) => {
+            const segment = SEGMENT.has(user) ? 0 : 1;
+            const mine = ledger.get(user) ?? [];
+            const cutoff = clock.now() - keptMs(policy, segment, redeliveryMs);
+            const identity = `${send.campaignId}|${send.channel}`;
+            if (send.campaignId !== "" && mine.some((s) => s.identity === identity && s.t > cutoff)) return "duplicate";
+            if (send.exemptCounted) return "exempt";
+            const caps = segment === 0 ? segmentCaps : defaultCaps;
+            const applicable = [
+              ...(caps[send.channel] ?? []).map((c) => ({ ...c, every: false })),
+              ...(caps["*"] ?? []).map((c) => ({ ...c, every: true })),
+            ];
+            for (const cap of applicable) {
+              const times = mine.filter((s) => cap.every || s.channel === send.channel).map((s) => s.t);
+              if (fullestAround(times, send.at, windowMs(cap.window)) >= cap.max) return "capped";
+            }
+            return "allowed";
+          };
+          const count = (user: number, send: { campaignId: string; channel: string; at: number }) => {
+            const mine = ledger.get(user) ?? [];
+            mine.push({ t: send.at, channel: send.channel, identity: `${send.campaignId}|${send.channel}` });
+            ledger.set(user, mine);
+          };
+          for (const step of steps) {
+            clock.advance(step.advance);
+            const at = clock.now() + Math.max(step.offset, -policy.backfillMs);
+            const context = JSON.stringify({ step, now: clock.now() - T0 });
+            if (step.kind === "check") {
+              const send = { campaignId: step.campaign, channel: step.channel, at };
+              const expected = expectedFor(step.user, send);
+              const result = await capper.checkUser({
+                userId: step.user,
+                channel: step.channel,
+                at,
+                ...(step.campaign ? { campaignId: step.campaign } : {}),
+              });
+              expect(result.decision, context).toBe(expected);
+              if (expected === "allowed") count(step.user, send);
+              continue;
+            }
+            let batch: { campaignId: string; channel: string; userIds: number[]; at: number } = {
+              campaignId: step.campaign || "k0",
+              channel: step.channel,
+              userIds: step.kind === "dense" ? DENSE : [...new Set(step.users)],
+              at,
+            };
+            if (step.kind === "redeliver") {
+              const previous = history[step.advance % Math.max(history.length, 1)];
+              if (!previous || previous.at <= clock.now() - policy.backfillMs) continue;
+              batch = previous;
+            }
+            const exemptCounted = step.kind === "exemptCounted";
+            const expected = batch.userIds.map((user) => {
+              const decision = expectedFor(user, { ...batch, exemptCounted });
+              if (decision === "allowed" || decision === "exempt") count(user, batch);
+              return decision;
+            });
+            const result = await capper.capBatch({
+              ...batch,
+              ...(exemptCounted ? { exempt: true, countExempt: true } : {}),
+            });
+            expect(
+              result.decisions.map((d) => d.decision),
+              context,
+            ).toEqual(expected);
+            history.push(batch);
+          }
+        },
+      ),
+      { numRuns: Number(process.env.REVIEW_RUNS ?? 30) },
+    );
+  }, 240_000);
+});
+
+describe("review: delivery split by bytes and count (issue 9 item 7), multi-byte payloads and huge user IDs", () => {
+  const LIMIT = 1024;
+  const BATCH = 7;
+  // segment names of different lengths, so sends differ in size; the largest user IDs have 10 digits
+  const names = ["s", "segment-with-a-long-name", "mid"];
+  const members: Record<string, number[]> = {
+    s: [1, 2 ** 32 - 1, 40],
+    "segment-with-a-long-name": [2 ** 32 - 2, 3, 4_000_000_000],
+    mid: [5, 123_456_789],
+  };
+  let stack: LocalStack;
+  beforeAll(async () => {
+    stack = await testStack({
+      deliveryQueueAttributes: { MaximumMessageSize: String(LIMIT) },
+      environment: { DELIVERY_BATCH_SIZE: String(BATCH) },
+    });
+    await uploadRules(
+      stack,
+      {
+        version: "review.delivery.1",
+        channels: ["push"],
+        segments: names.map((name) => ({ name, bitmap: `segments/${name}.roaring`, caps: {} })),
+        default: { name: "rest", caps: { push: [{ window: "1d", max: 1 }] } },
+      },
+      members,
+    );
+  });
+  afterAll(async () => {
+    await stack.stop();
+  });
+  const run = async (body: unknown) => {
+    await sendRaw(stack, JSON.stringify(body));
+    return invoke(stack, await receive(stack, 1));
+  };
+
+  it("forwards every send once in messages within the limit, each closed only when full or when the next send would not fit", async () => {
+    // with 2- and 3-byte UTF-8 characters (sizes are bytes, not characters) the bytes close messages; with no
+    // payload the count does
+    // users of the default segment (push 1/1d) differ between the two campaigns
+    for (const [campaignId, payload, rest] of [
+      ["split-utf8", { text: "é中".repeat(100), note: "ü" }, [0, 7, 99, 2 ** 32 - 3, 1_000_000, 4_294_000_000]],
+      ["split-count", undefined, [6, 8, 98, 3_000_000_000, 1_000_001, 4_294_000_001]],
+    ] as const) {
+      const userIds = [...Object.values(members).flat(), ...rest];
+      const body = { campaignId, channel: "push", userIds, ...(payload ? { payload } : {}) };
+      expect((await run(body)).batchItemFailures).toEqual([]);
+      const delivered = await drainRaw(stack, stack.endpoints.deliveryQueueUrl);
+      // messages in the batch's order (the queue may hold them in any): each holds a run of consecutive sends
+      const position = (message: Message) =>
+        userIds.indexOf((JSON.parse(message.Body as string) as DeliveryMessage).sends[0]?.userId as number);
+      delivered.sort((a, b) => position(a) - position(b));
+      const bodies = delivered.map((m) => JSON.parse(m.Body as string) as DeliveryMessage);
+      expect(bodies.flatMap((b) => b.sends.map((s) => s.userId))).toEqual(userIds);
+      const sizes = delivered.map(sqsSize);
+      for (const [i, message] of bodies.entries()) {
+        expect(sizes[i]).toBeLessThanOrEqual(LIMIT);
+        expect(message.payload).toEqual(payload);
+        expect(message.sends.length).toBeLessThanOrEqual(BATCH);
+        // a message with fewer than BATCH sends was closed because the next send would not fit
+        const next = bodies[i + 1]?.sends[0];
+        if (message.sends.length < BATCH && next) {
+          expect((sizes[i] as number) + 1 + Buffer.byteLength(JSON.stringify(next))).toBeGreaterThan(LIMIT);
+        }
+      }
+      const short = bodies.filter((message) => message.sends.length < BATCH).length;
+      if (payload) expect(short).toBeGreaterThan(1);
+      else expect(bodies.map((message) => message.sends.length)).toEqual([BATCH, BATCH]);
+    }
+    expect(await drainRaw(stack, stack.endpoints.deadLetterQueueUrl)).toEqual([]);
+  });
+
+  it("delivers a one-send message of exactly the limit with a multi-byte payload, and refuses one a byte over before counting", async () => {
+    const probe = { campaignId: "edge-a", channel: "push", userIds: [4_294_967_290], payload: "" };
+    expect((await run(probe)).batchItemFailures).toEqual([]);
+    const [probed] = await drainRaw(stack, stack.endpoints.deliveryQueueUrl);
+    const room = LIMIT - sqsSize(probed as Message);
+    // room bytes of payload: 3-byte characters, then ASCII for the rest
+    const fill = (bytes: number) => "中".repeat(Math.floor(bytes / 3)) + "x".repeat(bytes % 3);
+    const atLimit = { ...probe, campaignId: "edge-b", userIds: [4_294_967_291], payload: fill(room) };
+    expect((await run(atLimit)).batchItemFailures).toEqual([]);
+    expect((await drainRaw(stack, stack.endpoints.deliveryQueueUrl)).map(sqsSize)).toEqual([LIMIT]);
+    // one byte more, ending in a 2-byte character; every user here is a 10-digit ID of the default segment
+    const overUser = 4_294_967_292;
+    const over = { ...probe, campaignId: "edge-c", userIds: [overUser], payload: `${fill(room - 1)}é` };
+    expect(Buffer.byteLength(over.payload)).toBe(room + 1);
+    expect((await run(over)).batchItemFailures).toEqual([]);
+    expect(await drainRaw(stack, stack.endpoints.deliveryQueueUrl)).toEqual([]);
+    const dead = await drainRaw(stack, stack.endpoints.deadLetterQueueUrl);
+    expect(dead.map((m) => m.MessageAttributes?.path?.StringValue)).toEqual(["payload"]);
+    // nothing was counted: under push 1/1d the user is still allowed
+    expect((await run({ campaignId: "edge-d", channel: "push", userIds: [overUser] })).batchItemFailures).toEqual([]);
+    expect((await drainDelivery(stack)).flatMap((m) => m.sends.map((s) => s.userId))).toEqual([overUser]);
+  });
+});
