@@ -94,30 +94,34 @@ export class RedisCalls {
    * StoreUnavailableError (no answer, circuit open), StoreReplyError (Redis answered with an error) or the
    * error of a bug in this process.
    */
-  async call<T>(what: string, keys: readonly string[], send: () => Promise<T>, options: CallOptions): Promise<T> {
+  call<T>(what: string, keys: readonly string[], send: () => Promise<T>, options: CallOptions): Promise<T> {
     // ioredis refuses keys of several slots in a pipeline itself, with an error that says nothing of
     // whether Redis was reached: refuse it here, as the defect it is (never an outage)
     if (keys.length > 1) {
       const tag = hashTagOf(keys[0] as string);
       const other = keys.find((key) => hashTagOf(key) !== tag);
-      if (other !== undefined) throw new CrossSlotError(what, [keys[0] as string, other]);
+      if (other !== undefined) return Promise.reject(new CrossSlotError(what, [keys[0] as string, other]));
     }
     // a call made while the circuit is not closed may be the trial one: it gets the short deadline
     const deadlineMs =
       this.breaker.state === CircuitState.Closed
         ? options.deadlineMs
         : Math.min(options.deadlineMs, this.probeDeadlineMs);
-    try {
-      return await this.breaker.execute(() => this.attempts(what, send, options, deadlineMs));
-    } catch (error) {
-      if (error instanceof BrokenCircuitError) {
-        throw new StoreUnavailableError(`${what}: not sent: the Redis circuit is open after calls that got no answer`, {
-          cause: error,
-          mayHaveRun: false,
-        });
-      }
-      throw error;
-    }
+    // not an async function: this wraps every call, and each async layer costs promises and ticks
+    return this.breaker
+      .execute(() => this.attempts(what, send, options, deadlineMs))
+      .catch((error: unknown) => {
+        if (error instanceof BrokenCircuitError) {
+          throw new StoreUnavailableError(
+            `${what}: not sent: the Redis circuit is open after calls that got no answer`,
+            {
+              cause: error,
+              mayHaveRun: false,
+            },
+          );
+        }
+        throw error;
+      });
   }
 
   private async attempts<T>(
