@@ -11,6 +11,7 @@ import type { DeliveryMessage } from "../../functions/core/capping/delivery.ts";
 import { keptMs } from "../../functions/core/capping/policy.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import type { LocalStack } from "../../scripts/local-stack.ts";
+import { type SyncReply, type SyncRequest, slotGroupOf } from "../../sdk/src/wire.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
 import {
   drainDelivery,
@@ -266,5 +267,72 @@ describe("review: delivery split by bytes and count (issue 9 item 7), multi-byte
     // nothing was counted: under push 1/1d the user is still allowed
     expect((await run({ campaignId: "edge-d", channel: "push", userIds: [overUser] })).batchItemFailures).toEqual([]);
     expect((await drainDelivery(stack)).flatMap((m) => m.sends.map((s) => s.userId))).toEqual([overUser]);
+  });
+});
+
+describe("review: POST /v1/quotas/sync, strict, replayed and reordered syncs (issue 12)", () => {
+  let stack: LocalStack;
+  beforeAll(async () => {
+    stack = await testStack({ environment: { REFRESH_SECONDS: "0" } });
+    await uploadRules(
+      stack,
+      {
+        version: "review.quotas.1",
+        channels: ["push"],
+        segments: [],
+        default: { name: "rest", caps: {} },
+        quotas: [{ name: "tight", mode: "strict", limits: [{ window: "1s", max: 10 }], leaseMs: 100, slotGroups: 2 }],
+      },
+      {},
+    );
+  });
+  afterAll(async () => {
+    await stack.stop();
+  });
+  const sync = async (body: SyncRequest): Promise<SyncReply> => {
+    const response = await fetch(`${stack.endpoints.functionUrl}/v1/quotas/sync`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify(body),
+    });
+    expect(response.status).toBe(200);
+    return (await response.json()) as SyncReply;
+  };
+
+  it("never grants more than max tokens in any window of W + lease, however syncs are replayed, reordered or concurrent", async () => {
+    const key = `fresh-${Date.now()}`;
+    const group = slotGroupOf(key, 2);
+    const want = (instanceId: string, seq: number): SyncRequest => ({
+      instanceId,
+      rule: "tight",
+      group,
+      seq,
+      configVersion: "",
+      entries: [{ key, usage: [], refunds: [], offered: 10, want: 10 }],
+    });
+    const instances = ["r2-a", "r2-b", "r2-c", "r2-d"].map((id) => `${id}-${Date.now()}`);
+    const replies: SyncReply[] = [];
+    // each instance: seq 1, seq 1 replayed twice at once, then seq 3 before seq 2; all instances concurrently
+    await Promise.all(
+      instances.map(async (id) => {
+        replies.push(await sync(want(id, 1)));
+        replies.push(...(await Promise.all([sync(want(id, 1)), sync(want(id, 1))])));
+        replies.push(await sync(want(id, 3)), await sync(want(id, 2)));
+      }),
+    );
+    const statuses = new Set(replies.map((reply) => reply.status));
+    expect(statuses.has("applied") && statuses.has("duplicate")).toBe(true);
+    const grants = replies.flatMap((reply) =>
+      reply.entries.map((entry) => ({ t: reply.serverTime, tokens: entry.mode === "strict" ? entry.tokens : 0 })),
+    );
+    for (const reply of replies)
+      if (reply.status === "duplicate")
+        expect(reply.entries.every((e) => e.mode === "strict" && e.tokens === 0)).toBe(true);
+    // the fresh key got its tokens, and no window of W + lease holds more than max granted
+    expect(grants.reduce((sum, g) => sum + g.tokens, 0)).toBeGreaterThan(0);
+    for (const { t } of grants) {
+      const inWindow = grants.filter((g) => g.t >= t && g.t < t + 1_100).reduce((sum, g) => sum + g.tokens, 0);
+      expect(inWindow).toBeLessThanOrEqual(10);
+    }
   });
 });
