@@ -131,3 +131,17 @@ export async function replicationBacklogs(nodes: Redis[]): Promise<number> {
   const infos = await Promise.all(nodes.map((node) => node.info("memory")));
   return infos.reduce((sum, info) => sum + field(info, "mem_replication_backlog"), 0);
 }
+
+/** Script calls (EVALSHA and EVAL) the primaries ran so far and the microseconds Redis spent in them (INFO commandstats). */
+export async function scriptTime(nodes: Redis[]): Promise<{ calls: number; micros: number }> {
+  const infos = await Promise.all(nodes.map((node) => node.info("commandstats")));
+  let calls = 0;
+  let micros = 0;
+  for (const info of infos) {
+    for (const match of info.matchAll(/^cmdstat_(?:evalsha|eval):calls=(\d+),usec=(\d+)/gm)) {
+      calls += Number(match[1]);
+      micros += Number(match[2]);
+    }
+  }
+  return { calls, micros };
+}
