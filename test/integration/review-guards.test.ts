@@ -9,6 +9,7 @@ import { RedisCapStore, type TollgateCluster } from "../../functions/adapters/re
 import { Capper } from "../../functions/core/capping/capper.ts";
 import type { DeliveryMessage } from "../../functions/core/capping/delivery.ts";
 import { keptMs } from "../../functions/core/capping/policy.ts";
+import type { Rules } from "../../functions/core/capping/rules-source.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import type { LocalStack } from "../../scripts/local-stack.ts";
 import { type SyncReply, type SyncRequest, slotGroupOf } from "../../sdk/src/wire.ts";
@@ -23,7 +24,7 @@ import {
   testStack,
   uploadRules,
 } from "../support/pipeline.ts";
-import { rulesOf, T0 } from "../support/rules.ts";
+import { HOUR, rulesOf, T0 } from "../support/rules.ts";
 
 let cluster: TollgateCluster;
 let store: RedisCapStore;
@@ -334,5 +335,101 @@ describe("review: POST /v1/quotas/sync, strict, replayed and reordered syncs (is
       const inWindow = grants.filter((g) => g.t >= t && g.t < t + 1_100).reduce((sum, g) => sum + g.tokens, 0);
       expect(inWindow).toBeLessThanOrEqual(10);
     }
+  });
+});
+
+const policyWith = (version: string, caps: Record<string, { window: string; max: number }[]>) =>
+  rulesOf({ version, channels: ["push"], segments: [], default: { name: "all", caps } });
+
+describe("review: capping after a policy change (docs/DECISIONS.md 'A policy change')", () => {
+  it("counts a user's older sends in a lengthened window an hour after the change, on the record path as on the block path", async () => {
+    // 1 per 1s; campaigns k1 at T0 and k2 at T0+6m (the second write moves k1 out of the record's window
+    // part); policy becomes 2 per 1d; k3 at T0+1h6m: the day window holds k1 and k2, so k3 must be capped.
+    // The 20 dense users (block path) get the same sends as the control.
+    const short = policyWith("v1", { push: [{ window: "1s", max: 1 }] });
+    const long = policyWith("v2", { push: [{ window: "1d", max: 2 }] });
+    let rules: Rules = short;
+    const clock = fixedClock(T0);
+    const capper = new Capper({ store, rules: () => rules, clock, namespace: uniqueNamespace() });
+    const sparse = 7;
+    const dense = Array.from({ length: 20 }, (_, i) => 5_120 + i);
+    const send = async (campaignId: string) => {
+      const one = await capper.capBatch({ campaignId, channel: "push", userIds: [sparse] });
+      const block = await capper.capBatch({ campaignId, channel: "push", userIds: dense });
+      return { sparse: one.decisions[0]?.decision, dense: [...new Set(block.decisions.map((d) => d.decision))] };
+    };
+    expect(await send("k1")).toEqual({ sparse: "allowed", dense: ["allowed"] });
+    clock.advance(6 * MINUTE);
+    expect(await send("k2")).toEqual({ sparse: "allowed", dense: ["allowed"] });
+    clock.advance(1_000);
+    rules = long;
+    clock.advance(HOUR);
+    expect(await send("k3")).toEqual({ sparse: "capped", dense: ["capped"] });
+  });
+});
+
+const pipelinePolicy = {
+  version: "review2.1",
+  channels: ["push"],
+  segments: [{ name: "new", bitmap: "segments/new.roaring", caps: { push: [{ window: "1d", max: 1 }] } }],
+  default: { name: "rest", caps: { push: [{ window: "1d", max: 1 }] } },
+};
+/** SQS's largest message, and the default MaximumMessageSize of every queue of the stack. */
+const SQS_MAX = 1_048_576;
+
+describe("review: nothing counted that is not forwarded (issue 9 item 7)", () => {
+  let stack: LocalStack;
+  beforeAll(async () => {
+    // maxReceiveCount 1: the first receive is the last, so a fault is dead-lettered by the consumer at once
+    stack = await testStack({ maxReceiveCount: 1 });
+    await uploadRules(stack, pipelinePolicy, { new: [1, 2, 3] });
+  });
+  afterAll(async () => {
+    await stack.stop();
+  });
+
+  it("dead-letters a campaign message near 1 MiB whose delivery message cannot fit, body unchanged, with the attributes that fit", async () => {
+    // a campaign body of 1 MiB - room bytes (it fits the campaign queue) whose payload makes the one-send
+    // delivery message over 1 MiB: refused before counting; docs/api.md: the body is never cut, and the
+    // attributes that fit are kept in the order error, reason (cut short), sourceMessageId, path. The delivery
+    // message is 87 bytes over the campaign body (sends, attributes), so room 80 cannot be delivered
+    const skeleton = JSON.stringify({ campaignId: "huge", channel: "push", userIds: [5], payload: "" });
+    const bodyWithRoom = (room: number) =>
+      JSON.stringify({
+        campaignId: "huge",
+        channel: "push",
+        userIds: [5],
+        payload: "x".repeat(SQS_MAX - room - Buffer.byteLength(skeleton)),
+      });
+    for (const room of [16, 80]) {
+      const body = bodyWithRoom(room);
+      expect(Buffer.byteLength(body)).toBe(SQS_MAX - room);
+      await sendRaw(stack, body);
+      expect((await invoke(stack, await receive(stack, 1))).batchItemFailures).toEqual([]);
+      const dead = await drainRaw(stack, stack.endpoints.deadLetterQueueUrl);
+      expect(dead.map((m) => m.Body === body)).toEqual([true]);
+      if (room === 80) {
+        expect(dead[0]?.MessageAttributes?.error?.StringValue).toBe("ValidationError");
+        expect(dead[0]?.MessageAttributes?.reason?.StringValue).toMatch(/^payload: too large to deliver/);
+      }
+    }
+    expect(await drainDelivery(stack)).toEqual([]);
+  });
+
+  it("counts a send exactly when it forwards it, for a payload holding U+FFFF (a character SQS refuses raw)", async () => {
+    // payload "\uffff" escaped in the campaign JSON (the campaign queue takes it); push 1/1d: each user is
+    // either forwarded by "bad" (and then capped by "next") or not counted by it (and forwarded by "next")
+    const bad = JSON.stringify({ campaignId: "bad", channel: "push", userIds: [1, 2, 3], payload: "@" }).replace(
+      "@",
+      "\\uffff",
+    );
+    await sendRaw(stack, bad);
+    await invoke(stack, await receive(stack, 1));
+    const first = (await drainDelivery(stack)).flatMap((m) => m.sends.map((s) => s.userId));
+    await drainRaw(stack, stack.endpoints.deadLetterQueueUrl);
+    await sendRaw(stack, JSON.stringify({ campaignId: "next", channel: "push", userIds: [1, 2, 3] }));
+    expect((await invoke(stack, await receive(stack, 1))).batchItemFailures).toEqual([]);
+    const second = (await drainDelivery(stack)).flatMap((m) => m.sends.map((s) => s.userId));
+    expect([...first, ...second].sort()).toEqual([1, 2, 3]);
   });
 });
