@@ -47,24 +47,26 @@ export async function resetSlowlog(nodes: Redis[]): Promise<void> {
 
 /**
  * The longest script call (EVALSHA/EVAL) Redis itself logged since resetSlowlog, in ms (0 when none
- * reached the threshold), and how many did. Logging stops and the log is emptied, so nothing logged later
- * (a baseline's run) counts in a memory figure.
+ * reached the threshold), how many did, and the 99th percentile of those logged (a single worst case on a
+ * shared machine measures its scheduling as much as the script). Logging stops and the log is emptied, so
+ * nothing logged later (a baseline's run) counts in a memory figure.
  */
-export async function slowestScript(nodes: Redis[]): Promise<{ ms: number; calls: number }> {
-  let slowest = 0;
-  let calls = 0;
+export async function slowestScript(nodes: Redis[]): Promise<{ ms: number; calls: number; p99: number }> {
+  const logged: number[] = [];
   for (const node of nodes) {
     const entries = (await node.call("SLOWLOG", "GET", "-1")) as [number, number, number, string[]][];
     for (const [, , micros, command] of entries) {
       const name = String(command[0]).toLowerCase();
       if (name !== "evalsha" && name !== "eval") continue;
-      calls++;
-      slowest = Math.max(slowest, micros);
+      logged.push(micros);
     }
     await node.config("SET", "slowlog-log-slower-than", "-1");
     await node.call("SLOWLOG", "RESET");
   }
-  return { ms: slowest / 1000, calls };
+  logged.sort((a, b) => a - b);
+  const p99 =
+    logged.length === 0 ? 0 : (logged[Math.min(logged.length - 1, Math.floor(0.99 * logged.length))] as number);
+  return { ms: (logged.at(-1) ?? 0) / 1000, calls: logged.length, p99: p99 / 1000 };
 }
 
 /** p50 and p99 of `runs` PINGs to each primary, one at a time, in ms. */
