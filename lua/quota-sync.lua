@@ -13,9 +13,13 @@ Reply      { 1, status ("applied"|"duplicate"|"stale"|"norule"), now, configVers
 
 Windows are rings of buckets with running sums, updated incrementally: a bucket is 50 ms for windows up
 to 5 s and W/100 beyond, so a sum is read, never recomputed; windows with the same bucket size share a
-ring. approximate sums usage over the last W/bucket buckets (error: at most one bucket). strict sums
-grants over every bucket that touches (now - W - lease, now], so grants in any W + lease stay <= max and
-used tokens in any W do too. ]]
+ring. approximate reserves each allowance when it grants it (key field g:<instance> = seq:at:amount)
+and settles it at that instance's next applied sync: the usage reported is charged to it (so counted
+from the grant), the unused rest goes back, usage beyond it (admitted under a fallback) counts at its
+epochs. So allowances handed out at different instants see each other; the windows sum reservations
+and usage over the last W/bucket + 1 buckets (the extra bucket covers usage spent up to a bucket after
+its grant; spent later, e.g. after a late reply, it leaves the window early: the approximate part).  strict sums grants over every bucket that touches (now - W - lease, now], so grants in
+any W + lease stay <= max and used tokens in any W do too. ]]
 local REORDER = 32
 local ACTIVE_MS = 5000
 local DEMAND_TAU_MS = 1000
@@ -42,7 +46,9 @@ local longest, slowest = 0, nil
 for w, m in string.gmatch(limitsText, '(%d+):(%d+)') do
   w, m = tonumber(w), tonumber(m)
   local q = w <= 5000 and 50 or w / 100
-  local span = strict and math.ceil((w + lease) / q) + 1 or w / q
+  -- approximate: one bucket more than W, so the ring never misses the part of (now - W, now] that
+  -- precedes its oldest bucket's start
+  local span = strict and math.ceil((w + lease) / q) + 1 or w / q + 1
   local ring = rings[q]
   if not ring then
     ring = { q = q, size = 0, windows = {} }
@@ -61,7 +67,8 @@ reply[6], reply[7] = mode, #windows
 -- a key's stored counts are kept across a change of max, dropped when the bucket layout changes
 local layout = mode
 for _, window in ipairs(windows) do layout = layout .. ',' .. window.w .. '/' .. window.span end
-local fields = { 'L', 'd', 'dt', 'd:' .. instance, 't:' .. instance, 'x' }
+local fields = { 'L', 'd', 'dt', 'd:' .. instance, 't:' .. instance, 'x', 'g:' .. instance }
+local GRANT = 7
 local CURSORS = #fields
 for _, ring in ipairs(ringList) do fields[#fields + 1] = 'c' .. ring.q end
 local SUMS = #fields
@@ -141,6 +148,7 @@ for _, ring in ipairs(ringList) do
   end
 end
 local write = { 'L', layout, 'd', 0, 'dt', 0, 'd:' .. instance, 0, 't:' .. instance, 0 }
+local GRANT_FIELD = 'g:' .. instance
 for _, ring in ipairs(ringList) do
   write[#write + 1] = 'c' .. ring.q
   write[#write + 1] = 0
@@ -184,6 +192,29 @@ local function add(at, count)
       end
     end
   end
+end
+
+-- reserves `amount` in the ring's current bucket, not now's: a caller whose clock is behind cannot age
+-- a grant early
+local function reserve(amount)
+  for _, ring in ipairs(ringList) do
+    local name = slotOf(ring, ring.cur)
+    if pending[name] ~= nil then
+      pending[name] = pending[name] + amount
+    else
+      redis.call('HINCRBY', key, name, amount)
+    end
+    for _, window in ipairs(ring.windows) do window.sum = window.sum + amount end
+  end
+end
+
+-- a time in the bucket every ring reserved in (the latest ring boundary, or now), for the refund
+local function grantTime()
+  local at = now
+  for _, ring in ipairs(ringList) do
+    if ring.cur * ring.q > at then at = ring.cur * ring.q end
+  end
+  return at
 end
 
 for i = 4, #KEYS do
@@ -237,8 +268,21 @@ for i = 4, #KEYS do
     ring.cur = c
   end
 
+  -- approximate: this instance's previous allowance was reserved when granted; the usage reported now
+  -- is charged to that reservation (it counts from the grant, the window's one extra bucket covering
+  -- the interval in which it was spent), what it did not use goes back, and usage beyond it (admitted
+  -- under a fallback) counts at its own epochs
+  local grantSeq, grantAt, credit = string.match(meta[GRANT] or '', '^(%d+):(%d+):(%d+)$')
+  credit = tonumber(credit) or 0
   if applied and not strict then
-    for at, count in string.gmatch(usage, '(%d+):(%d+)') do add(tonumber(at), tonumber(count)) end
+    local left = credit
+    for at, count in string.gmatch(usage, '(%d+):(%d+)') do
+      count = tonumber(count)
+      local take = math.min(left, count)
+      left = left - take
+      if count > take then add(tonumber(at), count - take) end
+    end
+    if left > 0 then add(tonumber(grantAt), -left) end
   end
   if applied and strict then
     for at, count in string.gmatch(refunds, '(%d+):(%d+)') do add(tonumber(at), -tonumber(count)) end
@@ -260,25 +304,25 @@ for i = 4, #KEYS do
     local left = window.max - window.sum
     if remaining == nil or left < remaining then tight, remaining = window, left end
   end
-  local amount, denyUntil = 0, 0
+  local amount, denyUntil, grant = 0, 0, nil
   if strict then
     if applied and want > 0 and remaining > 0 then
       amount = math.min(want, remaining, math.ceil(remaining * share))
-      -- in the ring's current bucket, not now's: a caller whose clock is behind cannot age a grant early
-      for _, ring in ipairs(ringList) do
-        local name = slotOf(ring, ring.cur)
-        if pending[name] ~= nil then
-          pending[name] = pending[name] + amount
-        else
-          redis.call('HINCRBY', key, name, amount)
-        end
-        for _, window in ipairs(ring.windows) do window.sum = window.sum + amount end
-      end
+      reserve(amount)
       remaining = remaining - amount
     end
-  elseif remaining > 0 then
-    amount = math.floor(remaining * share)
-    if amount == 0 and remaining >= instances then amount = 1 end
+  elseif applied then
+    if remaining > 0 then
+      amount = math.floor(remaining * share)
+      -- never more than about two intervals of what this instance was offered in its last one: a
+      -- reservation it would not spend is capacity the other instances cannot have until its next sync
+      if amount > 2 * offered + 1 then amount = 2 * offered + 1 end
+      if amount == 0 and remaining >= instances then amount = 1 end
+      reserve(amount) -- `remaining` stays as it was: denyUntil means nothing could be granted
+    end
+    grant = seq .. ':' .. grantTime() .. ':' .. amount
+  elseif tonumber(grantSeq) == seq then
+    amount = credit -- a retry of the sync that granted it: the same allowance again
   end
   if remaining <= 0 then denyUntil = (tight.ring.cur + 1) * tight.q end
 
@@ -286,6 +330,10 @@ for i = 4, #KEYS do
   for _, ring in ipairs(ringList) do write[ring.writeAt] = ring.cur end
   for _, window in ipairs(windows) do write[window.writeAt] = window.sum end
   local n = WRITE_FIXED
+  if grant then
+    write[n + 1], write[n + 2] = GRANT_FIELD, grant
+    n = n + 2
+  end
   local expiresMark = tonumber(meta[6])
   local refresh = not expiresMark or now - expiresMark >= 1000
   if refresh then

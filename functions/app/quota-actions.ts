@@ -41,7 +41,8 @@ export function publishQuotaRules(cluster: Cluster, namespace: string, policy: P
 
 /**
  * A key's windows as the sync script sees them, read with a sync that reports nothing (instance
- * `tollgate-cli`, which counts as an active instance of the slot group for 5 s).
+ * `tollgate-cli`, which counts as an active instance of the slot group for 5 s). `used` is what clients
+ * used or hold reserved (approximate allowances), without the allowance this read itself was given.
  */
 export async function quotaUsage(
   cluster: Cluster,
@@ -52,7 +53,7 @@ export async function quotaUsage(
 ): Promise<SyncReply> {
   const published = policy.quotas.get(rule);
   if (!published) throw new ValidationError("rule", `no quota rule "${rule}" in policy ${policy.version}`);
-  return quotaService(cluster, namespace, policy).sync({
+  const reply = await quotaService(cluster, namespace, policy).sync({
     instanceId: "tollgate-cli",
     rule,
     group: slotGroupOf(key, published.rule.slotGroups),
@@ -60,6 +61,10 @@ export async function quotaUsage(
     configVersion: published.version,
     entries: [{ key, usage: [], refunds: [], offered: 0, want: 0 }],
   });
+  for (const entry of reply.entries) {
+    if (entry.mode === "approximate") entry.used = entry.used.map((used) => used - entry.allowance);
+  }
+  return reply;
 }
 
 function quotaService(cluster: Cluster, namespace: string, policy: Policy): QuotaSyncService {

@@ -126,7 +126,9 @@ export function addQuotasCommands(program: Command): void {
     const rule = policy.quotas.get(ruleName)!.rule;
     const [entry] = reply.entries;
     rule.limits.forEach((limit, i) => {
-      console.log(`${ruleName} ${key}\t${limit.windowMs / 1000}s\tused ${entry?.used[i] ?? 0} of ${limit.max}`);
+      console.log(
+        `${ruleName} ${key}\t${limit.windowMs / 1000}s\tused or reserved ${entry?.used[i] ?? 0} of ${limit.max}`,
+      );
     });
     console.log(`active instances ${reply.instances}`);
   });

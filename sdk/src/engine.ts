@@ -154,6 +154,17 @@ export class QuotaEngine {
     handle.resetSeconds = Math.ceil((rule.definition?.limits[0]?.windowMs ?? 1_000) / 1_000);
   }
 
+  /**
+   * approximate: an allowance past its validity (the next reply is late) keeps at most the fallback of
+   * what was left: the store still holds it reserved, so a stale allowance never becomes a fresh budget
+   * (a late timer used to hand each instance another share of the limit).
+   */
+  private expire(handle: QuotaHandle): void {
+    const left = handle.left;
+    this.fallBack(handle);
+    handle.left = Math.min(left, handle.left);
+  }
+
   // ---- the sync side: called by the sync loop, never by `check` ----
 
   /**
@@ -304,7 +315,7 @@ export class QuotaEngine {
           if (handle.used !== 0 || handle.denied !== 0) handle.lastActive = now;
           if (strict) this.chargeGrants(handle, now);
           if (degradedFor >= 0) this.advanceDegraded(handle, now, degradedFor, strict);
-          else if (!strict && handle.source === Source.Assigned && now >= handle.validUntil) this.fallBack(handle);
+          else if (!strict && handle.source === Source.Assigned && now >= handle.validUntil) this.expire(handle);
         }
       }
     }

@@ -30,7 +30,10 @@
 //   twice only over-counts), but must drop its refunds (refunding twice could over-admit).
 // approximate: `allowance` = how many requests the instance may admit from the moment it SENT this
 //   request until the next reply replaces it (subtract what it admitted since sending). 0 with
-//   `denyUntil` > now: exhausted, deny locally until then.
+//   `denyUntil` > now: exhausted, deny locally until then. The store reserves the allowance (counts it
+//   in the windows) until the instance's next applied sync for the key, whose usage is what it covered:
+//   then the reservation goes back and the usage counts. A duplicate answers the same allowance. Past
+//   `validUntil` an instance keeps at most the fallback of what is left, never a fresh share.
 // strict: `tokens` are reserved for the instance until `leaseExpiresAt` (added to what it holds).
 //   Tokens left at expiry go back as `refunds` = [grantedAt, count] (grantedAt = that reply's
 //   serverTime). `want` = tokens asked for. Windows count grants over W + lease, so no window of W ever
@@ -110,7 +113,7 @@ interface AssignmentBase {
   denyUntil: number;
   /** When everything counted now has left the tightest window. */
   resetAt: number;
-  /** Per limit, in the rule's order: what the window holds now (strict: reserved tokens). */
+  /** Per limit, in the rule's order: what the window holds now (strict: reserved tokens; approximate: usage and reserved allowances). */
   used: number[];
 }
 export interface ApproximateAssignment extends AssignmentBase {

@@ -206,6 +206,17 @@ describe("sync side", () => {
     expect(h.left).toBe(25);
   });
 
+  it("approximate: a lapsed allowance is never replaced by a fresh share (the store still holds it reserved)", () => {
+    const e = engine();
+    const h = e.resolve("api", "k");
+    sync(e, 0, () => 10, { instances: 4, validForMs: 100 });
+    for (let i = 0; i < 6; i++) e.checkHandle(h);
+    e.advance(100);
+    // 4 of the 10 were left; the share (25) would have been a new budget on every late reply
+    expect(h.left).toBe(4);
+    expect(e.checkHandle(h).allowed).toBe(true);
+  });
+
   it("strict: tokens are added per grant, spent oldest first, never after their lease, and come back as refunds", () => {
     const e = engine();
     const h = e.resolve("pay", "k");

@@ -52,7 +52,7 @@ const strict = (limits: QuotaRule["limits"], leaseMs = 50): QuotaRule => ({
 const windowsArb = fc.uniqueArray(fc.constantFrom(1000, 2000, 5000, 10_000, 60_000), { minLength: 1, maxLength: 3 });
 
 describe("quota-sync.lua", () => {
-  it("never counts a replayed or reordered sync twice, and its window sums match a recomputing model", async () => {
+  it("never counts a replayed or reordered sync twice, and its window sums (usage and reservations) match a recomputing model", async () => {
     const syncArb = fc.record({
       instance: fc.integer({ min: 0, max: 2 }),
       gapMs: fc.oneof(fc.integer({ min: 0, max: 120 }), fc.integer({ min: 0, max: 7000 })),
@@ -97,10 +97,12 @@ describe("quota-sync.lua", () => {
             const reply = await store.sync(request, now);
             const status = model.status(request);
             expect(reply.status).toBe(status);
-            for (const e of request.entries) {
+            request.entries.forEach((e, i) => {
               model.touch(e.key, now);
-              if (status === "applied") model.addUsage(e.key, now, e.usage);
-            }
+              const assignment = reply.entries[i];
+              if (assignment?.mode !== "approximate") throw new Error("expected an approximate assignment");
+              if (status === "applied") model.settle(e.key, request.instanceId, now, e.usage, assignment.allowance);
+            });
             expect(reply.entries.map((e) => e.used)).toEqual(request.entries.map((e) => model.used(e.key)));
           }
         },
@@ -200,7 +202,9 @@ describe("quota-sync.lua", () => {
     expect((await store.sync(use(7), T0)).status).toBe("stale");
     expect((await store.sync(use(8), T0)).status).toBe("applied");
     expect((await store.sync(use(8), T0)).status).toBe("duplicate");
-    expect((await store.sync(use(41), T0)).entries[0]!.used).toEqual([3]);
+    // three usages counted, beside the allowance the last sync reserved
+    const last = (await store.sync(use(41), T0)).entries[0] as { used: number[]; allowance: number };
+    expect(last.used).toEqual([3 + last.allowance]);
   });
 
   it("grants no tokens to a retried strict sync: the first attempt's grant already counts", async () => {
@@ -237,9 +241,13 @@ describe("quota-sync.lua", () => {
     expect(reply.entries[0]).toMatchObject({ allowance: 0, denyUntil: T0 + 50, used: [12] });
   });
 
-  it("approximate: shares follow recent demand, and an idle lone instance gets all that remains", async () => {
+  it("approximate: shares follow recent demand, capped at about two intervals of the instance's own", async () => {
     const store = await storeWith(approximate([{ windowMs: 1000, max: 1000 }]));
-    expect((await store.sync(call("solo", 1, [entry("k")]), T0)).entries[0]).toMatchObject({ allowance: 1000 });
+    // alone: all that remains is its share, but it reserves only 2 × offered + 1
+    expect((await store.sync(call("solo", 1, [entry("k", { offered: 40 })]), T0)).entries[0]).toMatchObject({
+      allowance: 81,
+    });
+    expect((await store.sync(call("idle", 1, [entry("i")]), T0)).entries[0]).toMatchObject({ allowance: 1 });
     // busy is offered 9x what quiet is; every instance is also credited a small pseudo-demand, so
     // quiet's share ends up above a tenth but well below busy's
     for (let seq = 1; seq <= 20; seq++) {
@@ -251,7 +259,30 @@ describe("quota-sync.lua", () => {
     const [b, q] = [busy.entries[0], quiet.entries[0]] as Array<{ allowance: number }>;
     expect(b!.allowance + q!.allowance).toBeLessThanOrEqual(1000);
     expect(b!.allowance).toBeGreaterThan(5 * q!.allowance);
-    expect(quiet.instances).toBe(3);
+    expect(quiet.instances).toBe(4);
+  });
+
+  it("approximate: allowances handed out at different instants see each other until the next sync settles them", async () => {
+    const store = await storeWith(approximate([{ windowMs: 1000, max: 100 }]));
+    const a1 = (await store.sync(call("a", 1, [entry("k", { offered: 10 })]), T0)).entries[0] as { allowance: number };
+    const b1 = (await store.sync(call("b", 1, [entry("k", { offered: 10 })]), T0 + 20)).entries[0] as {
+      allowance: number;
+      used: number[];
+    };
+    // b's share comes out of what a's allowance left: together never more than the limit
+    expect(b1.used).toEqual([a1.allowance + b1.allowance]);
+    expect(a1.allowance + b1.allowance).toBeLessThanOrEqual(100);
+    // a reports 7 of its allowance used: its reservation goes back, the 7 count, a new one is reserved
+    const a2 = await store.sync(call("a", 2, [entry("k", { usage: [[T0 + 40, 7]], offered: 7 })]), T0 + 60);
+    const a2Entry = a2.entries[0] as { allowance: number; used: number[] };
+    expect(a2Entry.used).toEqual([b1.allowance + 7 + a2Entry.allowance]);
+    expect(b1.allowance + 7 + a2Entry.allowance).toBeLessThanOrEqual(100);
+    // a retry of that sync answers the same allowance and reserves nothing more
+    const retry = await store.sync(call("a", 2, [entry("k", { usage: [[T0 + 40, 7]], offered: 7 })]), T0 + 70);
+    expect(retry).toMatchObject({
+      status: "duplicate",
+      entries: [{ allowance: a2Entry.allowance, used: a2Entry.used }],
+    });
   });
 
   it("answers norule and counts nothing for a rule that is not configured", async () => {
@@ -273,10 +304,15 @@ describe("quota-sync.lua", () => {
     expect((await store.sync(call("i", 2, [entry("k")], "v1"), T0)).rule).toBeUndefined();
     const lower = { ...rule, limits: [{ windowMs: 1000, max: 40 }] };
     await store.publish("api", lower, "v2", 1, 2);
-    const changed = await store.sync(call("i", 3, [entry("k")], "v1"), T0 + 10);
-    expect(changed).toMatchObject({ configVersion: "v2", rule: lower, entries: [{ used: [30], allowance: 10 }] });
+    const changed = await store.sync(call("i", 3, [entry("k", { offered: 50 })], "v1"), T0 + 10);
+    // the 30 used stay; what is left of the lower max (10) is this instance's allowance, reserved
+    expect(changed).toMatchObject({ configVersion: "v2", rule: lower, entries: [{ used: [40], allowance: 10 }] });
     await store.publish("api", { ...rule, limits: [{ windowMs: 2000, max: 40 }] }, "v3", 1, 3);
-    expect((await store.sync(call("i", 4, [entry("k")], "v2"), T0 + 20)).entries[0]!.used).toEqual([0]);
+    // new windows: the 30 are gone, only the new allowance is counted
+    expect((await store.sync(call("i", 4, [entry("k", { offered: 50 })], "v2"), T0 + 20)).entries[0]).toMatchObject({
+      used: [40],
+      allowance: 40,
+    });
   });
 });
 
@@ -324,7 +360,7 @@ describe("rule configuration in Redis (lua/quota-rule.lua through QuotaSyncServi
     await cluster.del(slotGroupKeys(namespace, "api", 0).config);
     expect(await service.sync({ ...body("a"), seq: 2 })).toMatchObject({
       status: "applied",
-      entries: [{ allowance: 10 }],
+      rule: { limits: [{ max: 10 }] },
     });
   });
 });

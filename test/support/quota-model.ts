@@ -5,7 +5,7 @@ import type { QuotaRule, SyncRequest } from "../../sdk/src/wire.ts";
 /** The bucket size and the number of buckets a window sums, as the script's header defines them. */
 export function windowShape(rule: QuotaRule, windowMs: number): { bucketMs: number; span: number } {
   const bucketMs = windowMs <= 5000 ? 50 : windowMs / 100;
-  const span = rule.mode === "strict" ? Math.ceil((windowMs + rule.leaseMs) / bucketMs) + 1 : windowMs / bucketMs;
+  const span = rule.mode === "strict" ? Math.ceil((windowMs + rule.leaseMs) / bucketMs) + 1 : windowMs / bucketMs + 1;
   return { bucketMs, span };
 }
 
@@ -20,6 +20,8 @@ export class QuotaModel {
   private readonly log = new Map<string, Event[]>();
   /** The latest `now` of a call that touched the key: a key's buckets never move back. */
   private readonly latest = new Map<string, number>();
+  /** approximate: each (key, instance)'s allowance reserved at its last applied sync. */
+  private readonly reservations = new Map<string, { at: number; amount: number }>();
 
   constructor(private readonly rule: QuotaRule) {}
 
@@ -41,6 +43,28 @@ export class QuotaModel {
 
   touch(key: string, now: number): void {
     this.latest.set(key, Math.max(this.latest.get(key) ?? now, now));
+  }
+
+  /**
+   * approximate, an applied sync of `instance`: its usage is charged to its previous allowance's
+   * reservation (epochs in order), the unused rest goes back, usage beyond it counts at min(at, now),
+   * and the new allowance is reserved in the key's current bucket.
+   */
+  settle(key: string, instance: string, now: number, usage: Array<[number, number]>, allowance: number): void {
+    const id = `${key}/${instance}`;
+    const previous = this.reservations.get(id);
+    let credit = previous?.amount ?? 0;
+    const beyond: Array<[number, number]> = [];
+    for (const [at, count] of usage) {
+      const take = Math.min(credit, count);
+      credit -= take;
+      if (count > take) beyond.push([at, count - take]);
+    }
+    if (previous && credit > 0) this.events(key).push({ at: previous.at, count: -credit });
+    this.addUsage(key, now, beyond);
+    const at = this.latest.get(key)!;
+    this.events(key).push({ at, count: allowance });
+    this.reservations.set(id, { at, amount: allowance });
   }
 
   /** strict: a grant counts in the key's current bucket (by its latest time). */

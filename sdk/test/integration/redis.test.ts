@@ -135,8 +135,15 @@ describe("direct transport", () => {
     const transport = redisTransport({ redis: cluster, namespace });
     const first = await transport.sync(request(1, 7), T0);
     const again = await transport.sync(request(1, 7), T0 + 10);
-    expect(first).toMatchObject({ status: "applied", configVersion: "v1", rule, entries: [{ key: "k", used: [7] }] });
-    expect(again).toMatchObject({ status: "duplicate", entries: [{ key: "k", used: [7] }] });
+    // the window holds the 7 and the allowance reserved for this instance, once
+    const { allowance } = first.entries[0] as { allowance: number };
+    expect(first).toMatchObject({
+      status: "applied",
+      configVersion: "v1",
+      rule,
+      entries: [{ key: "k", used: [7 + allowance] }],
+    });
+    expect(again).toMatchObject({ status: "duplicate", entries: [{ key: "k", allowance, used: [7 + allowance] }] });
   });
 
   it("works after the script cache is emptied on every primary (NOSCRIPT: loaded again, by ioredis)", async () => {
@@ -145,7 +152,9 @@ describe("direct transport", () => {
     const transport = redisTransport({ redis: cluster, namespace });
     await transport.sync(request(1, 1), T0);
     await Promise.all(cluster.nodes("master").map((node) => node.script("FLUSH")));
-    expect(await transport.sync(request(2, 2), T0 + 50)).toMatchObject({ status: "applied", entries: [{ used: [3] }] });
+    const reply = await transport.sync(request(2, 2), T0 + 50);
+    const { allowance } = reply.entries[0] as { allowance: number };
+    expect(reply).toMatchObject({ status: "applied", entries: [{ used: [3 + allowance] }] });
   });
 
   it("an operator's change reaches an instance in its next sync", async () => {
@@ -193,7 +202,17 @@ describe("degraded mode with a stopped primary", () => {
     };
     await publish(namespace, "api", rule, "v1");
     const time = clock(T0);
-    const transport = redisTransport({ redis: cluster, namespace, timeoutMs: 200 });
+    // the allowance each instance's last answered sync reserved (still counted in the store's windows)
+    const reserved = new Map<string, number>();
+    const direct = redisTransport({ redis: cluster, namespace, timeoutMs: 200 });
+    const transport: typeof direct = {
+      async sync(request, now) {
+        const reply = await direct.sync(request, now);
+        const entry = reply.entries[0];
+        if (entry?.mode === "approximate") reserved.set(request.instanceId, entry.allowance);
+        return reply;
+      },
+    };
     // another instance has synced: the store counts 2 instances, so the safe share is 100 / 2
     const other = createQuotas({ transport, clock: time });
     other.resolve("api", "k");
@@ -201,7 +220,14 @@ describe("degraded mode with a stopped primary", () => {
     const quotas = createQuotas({ transport, clock: time, keepAllowanceMs: 1_000 });
     quotas.resolve("api", "k");
     await quotas.sync();
-    for (let i = 0; i < 5; i++) quotas.check("api", "k");
+    // without demand each instance holds an allowance of 1; this one is then offered 20 (1 admitted), so
+    // its next allowance is sized for that demand (2 × 20 + 1, within its share)
+    let admittedBefore = countAdmitted(other, 1);
+    await other.sync();
+    admittedBefore += countAdmitted(quotas, 20);
+    await quotas.sync();
+    admittedBefore += countAdmitted(quotas, 5);
+    expect(admittedBefore).toBe(7);
 
     const { pid } = await primaryOf(namespace);
     // SIGSTOP, not SIGKILL: the node is back in well under cluster-node-timeout, so no failover reshapes
@@ -238,8 +264,10 @@ describe("degraded mode with a stopped primary", () => {
       },
       T0 + 1_150,
     );
-    // the 5 admitted before the stop and everything admitted during it, counted once (in the 5 s window)
-    expect(peek.entries[0]?.used[1]).toBe(5 + admittedWhileDown);
+    // what was admitted before the stop and during it, counted once (in the 5 s window), beside the
+    // allowances the three instances' last syncs reserved
+    const held = [...reserved.values()].reduce((sum, n) => sum + n, 0);
+    expect(peek.entries[0]?.used[1]).toBe(admittedBefore + admittedWhileDown + held);
   });
 });
 
