@@ -2,7 +2,7 @@
 import { readFile, stat } from "node:fs/promises";
 import { join, resolve, sep } from "node:path";
 import { ObjectNotFoundError } from "../core/shared/errors.ts";
-import type { ObjectStore } from "../core/shared/object-store.ts";
+import type { ObjectHead, ObjectStore } from "../core/shared/object-store.ts";
 
 export class FileObjectStore implements ObjectStore {
   private readonly root: string;
@@ -15,10 +15,10 @@ export class FileObjectStore implements ObjectStore {
     return this.read(key, async (path) => new Uint8Array(await readFile(path)));
   }
 
-  etag(key: string): Promise<string> {
+  head(key: string): Promise<ObjectHead> {
     return this.read(key, async (path) => {
       const { mtimeMs, size } = await stat(path);
-      return `${mtimeMs}-${size}`;
+      return { etag: `${mtimeMs}-${size}`, modifiedAt: Math.floor(mtimeMs) };
     });
   }
 

@@ -9,7 +9,7 @@ import {
   type S3Client,
 } from "@aws-sdk/client-s3";
 import { ObjectNotFoundError } from "../core/shared/errors.ts";
-import type { ObjectStore, ObjectWriter } from "../core/shared/object-store.ts";
+import type { ObjectHead, ObjectStore, ObjectWriter } from "../core/shared/object-store.ts";
 
 export class S3ObjectStore implements ObjectStore, ObjectWriter {
   constructor(
@@ -31,10 +31,11 @@ export class S3ObjectStore implements ObjectStore, ObjectWriter {
     await this.s3.send(new PutObjectCommand({ Bucket: this.bucket, Key: key, Body: body }));
   }
 
-  async etag(key: string): Promise<string> {
+  async head(key: string): Promise<ObjectHead> {
     try {
       const head = await this.s3.send(new HeadObjectCommand({ Bucket: this.bucket, Key: key }));
-      return head.ETag ?? head.LastModified?.toISOString() ?? "";
+      const modifiedAt = head.LastModified?.getTime() ?? 0;
+      return { etag: head.ETag ?? String(modifiedAt), modifiedAt };
     } catch (error) {
       throw notFound(error, key);
     }

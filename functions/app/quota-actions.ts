@@ -8,7 +8,7 @@ import { RedisQuotaStore } from "../adapters/redis-quota-store.ts";
 import { S3ObjectStore } from "../adapters/s3-object-store.ts";
 import { DEFAULT_POLICY_KEY, type Policy, parsePolicyText } from "../core/capping/policy.ts";
 import { publishPolicy as publishPolicyTo } from "../core/capping/rules-publisher.ts";
-import { QuotaSyncService } from "../core/quotas/quota-sync-service.ts";
+import { QuotaSyncService, rulesStamp } from "../core/quotas/quota-sync-service.ts";
 import { systemClock } from "../core/shared/clock.ts";
 import { ValidationError } from "../core/shared/errors.ts";
 import type { QuotaRuleDocument } from "../core/shared/quota-rules.ts";
@@ -20,23 +20,33 @@ export async function readPolicy(s3: S3Client, bucket: string, key = DEFAULT_POL
 
 /**
  * Adds or replaces the rule `rule.name` in the policy and gives the policy a new version, then validates
- * and uploads it (nothing is uploaded when invalid).
+ * and uploads it (nothing is uploaded when invalid). Returns the policy and when S3 wrote it.
  */
-export async function setQuotaRule(s3: S3Client, bucket: string, rule: QuotaRuleDocument): Promise<Policy> {
+export async function setQuotaRule(
+  s3: S3Client,
+  bucket: string,
+  rule: QuotaRuleDocument,
+): Promise<{ policy: Policy; modifiedAt: number }> {
   const { text } = await readPolicy(s3, bucket);
   const document = JSON.parse(text) as { version: string; quotas?: QuotaRuleDocument[] };
   const others = (document.quotas ?? []).filter((existing) => existing.name !== rule.name);
   const version = `${document.version.split("+")[0]?.slice(0, 50)}+${Date.now().toString(36)}`;
   const next = { ...document, version, quotas: [...others, rule] };
-  return publishPolicyTo(new S3ObjectStore(s3, bucket), JSON.stringify(next, null, 2));
+  const store = new S3ObjectStore(s3, bucket);
+  const policy = await publishPolicyTo(store, JSON.stringify(next, null, 2));
+  return { policy, modifiedAt: (await store.head(DEFAULT_POLICY_KEY)).modifiedAt };
 }
 
 /**
  * Writes every quota rule of `policy` to Redis now (what the check API does on its next sync), stamped
- * with this moment: call it after the upload, so containers still on the previous policy cannot overwrite it.
+ * as a container reading the policy S3 wrote at `modifiedAt` would stamp it, so containers still on the
+ * previous policy cannot overwrite it.
  */
-export function publishQuotaRules(cluster: Cluster, namespace: string, policy: Policy): Promise<void> {
-  return quotaService(cluster, namespace, policy).publish({ quotas: policy.quotas, loadedAt: Date.now() });
+export function publishQuotaRules(cluster: Cluster, namespace: string, policy: Policy, modifiedAt: number) {
+  return quotaService(cluster, namespace, policy).publish({
+    quotas: policy.quotas,
+    stamp: rulesStamp(modifiedAt, Date.now()),
+  });
 }
 
 /**
@@ -70,7 +80,7 @@ export async function quotaUsage(
 function quotaService(cluster: Cluster, namespace: string, policy: Policy): QuotaSyncService {
   return new QuotaSyncService({
     store: new RedisQuotaStore(cluster, namespace),
-    rules: async () => ({ quotas: policy.quotas, loadedAt: Date.now() }),
+    rules: async () => ({ quotas: policy.quotas, stamp: 0 }),
     clock: systemClock,
   });
 }

@@ -18,7 +18,7 @@ import { Capper } from "../core/capping/capper.ts";
 import { RulesSource } from "../core/capping/rules-source.ts";
 import { Limiter } from "../core/limits/limiter.ts";
 import { NegativeCache } from "../core/limits/negative-cache.ts";
-import { QuotaSyncService } from "../core/quotas/quota-sync-service.ts";
+import { QuotaSyncService, rulesStamp } from "../core/quotas/quota-sync-service.ts";
 import { systemClock } from "../core/shared/clock.ts";
 import {
   type CampaignConsumerHandlerDeps,
@@ -145,8 +145,8 @@ export function wireCheckApi(env: NodeJS.ProcessEnv) {
   const quotas = new QuotaSyncService({
     store: new RedisQuotaStore(cluster, config.KEY_NAMESPACE, config.CHECK_TIMEOUT_MS),
     rules: async (quotaRule) => {
-      const { policy, loadedAt } = await rules.current(quotaRule === undefined ? {} : { quotaRule });
-      return { quotas: policy.quotas, loadedAt: loadedAt ?? 0 };
+      const { policy, policyModifiedAt, loadedAt } = await rules.current(quotaRule === undefined ? {} : { quotaRule });
+      return { quotas: policy.quotas, stamp: rulesStamp(policyModifiedAt ?? 0, loadedAt ?? 0) };
     },
     clock: systemClock,
   });

@@ -96,11 +96,11 @@ export function addQuotasCommands(program: Command): void {
         ...(options.fallback ? { fallback: options.fallback } : {}),
         ...(options.slotGroups ? { slotGroups: Number(options.slotGroups) } : {}),
       } as Parameters<typeof setQuotaRule>[2];
-      const policy = await setQuotaRule(s3, required(options.bucket, local?.bucket, "--bucket"), rule);
+      const { policy, modifiedAt } = await setQuotaRule(s3, required(options.bucket, local?.bucket, "--bucket"), rule);
       console.log(`uploaded policy ${policy.version}`);
       const nodes = options.redis ?? local?.redis;
       if (nodes) {
-        await withCluster(nodes, (cluster) => publishQuotaRules(cluster, options.namespace, policy));
+        await withCluster(nodes, (cluster) => publishQuotaRules(cluster, options.namespace, policy, modifiedAt));
         console.log("written to Redis: clients apply it with their next sync");
       } else {
         console.log("clients apply it once a check API container reloads the policy (REFRESH_SECONDS), then sync");

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
 import { RedisQuotaStore } from "../../functions/adapters/redis-quota-store.ts";
 import { parsePolicy } from "../../functions/core/capping/policy.ts";
-import { QuotaSyncService } from "../../functions/core/quotas/quota-sync-service.ts";
+import { QuotaSyncService, rulesStamp } from "../../functions/core/quotas/quota-sync-service.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { type QuotaRule, type SyncEntry, type SyncRequest, slotGroupKeys } from "../../sdk/src/wire.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
@@ -320,9 +320,9 @@ describe("rule configuration in Redis (lua/quota-rule.lua through QuotaSyncServi
   const policy = (version: string, quotas: unknown[]) =>
     parsePolicy({ version, channels: ["push"], segments: [], default: { name: "rest", caps: {} }, quotas });
   const api = (max: number) => ({ name: "api", mode: "approximate", limits: [{ window: "1s", max }] });
-  /** A check API container serving `quotas`, read from S3 at `loadedAt`. */
-  const container = (store: RedisQuotaStore, quotas: ReturnType<typeof policy>["quotas"], loadedAt: number) =>
-    new QuotaSyncService({ store, rules: async () => ({ quotas, loadedAt }), clock: fixedClock(T0) });
+  /** A check API container serving `quotas` from a policy as new as `stamp` (rulesStamp). */
+  const container = (store: RedisQuotaStore, quotas: ReturnType<typeof policy>["quotas"], stamp: number) =>
+    new QuotaSyncService({ store, rules: async () => ({ quotas, stamp }), clock: fixedClock(T0) });
   const body = (instanceId: string) => ({
     instanceId,
     rule: "api",
@@ -344,12 +344,26 @@ describe("rule configuration in Redis (lua/quota-rule.lua through QuotaSyncServi
 
     // removed by a newer policy: a container that read the rule earlier cannot write it back
     const removing = container(store, newer.quotas, 3_000);
-    await removing.publish({ quotas: newer.quotas, loadedAt: 3_000 });
-    await removing.publish({ quotas: policy("p.3", []).quotas, loadedAt: 3_000 });
+    await removing.publish({ quotas: newer.quotas, stamp: 3_000 });
+    await removing.publish({ quotas: policy("p.3", []).quotas, stamp: 3_000 });
     expect(await container(store, older.quotas, 1_000).sync(body("old-2"))).toMatchObject({ status: "norule" });
     // a policy read later that has the rule again writes it
     const back = await container(store, newer.quotas, 4_000).sync(body("later"));
     expect(back).toMatchObject({ status: "applied", rule: { limits: [{ max: 20 }] } });
+  });
+
+  it("keeps the newer policy's rule when a container whose clock runs 20 ms ahead read the older policy 5 ms before the upload", async () => {
+    // S3 wrote p.1 a minute before p.2 (uploaded at `upload`). B (clock right) reads p.2 5 ms after the
+    // upload; A read p.1 5 ms before it, but A's clock runs 20 ms ahead, so by the read times alone A's
+    // policy would look the newer one
+    const store = new RedisQuotaStore(cluster, uniqueNamespace());
+    const upload = Math.floor(T0 / 1000) * 1000;
+    const [older, newer] = [policy("p.1", [api(10)]), policy("p.2", [api(20)])];
+    const b = container(store, newer.quotas, rulesStamp(upload, upload + 5));
+    const a = container(store, older.quotas, rulesStamp(upload - 60_000, upload - 5 + 20));
+    expect(await b.sync(body("b"))).toMatchObject({ rule: { limits: [{ max: 20 }] } });
+    expect(await a.sync(body("a"))).toMatchObject({ rule: { limits: [{ max: 20 }] } });
+    expect(await b.sync({ ...body("b"), seq: 2 })).toMatchObject({ configVersion: newer.quotas.get("api")!.version });
   });
 
   it("writes the rule again when its slot group lost it (a failover before the write replicated)", async () => {

@@ -1,9 +1,11 @@
 // The policy's `quotas` section: validation naming the field, defaults, versions that follow the rule,
-// and QuotaSyncService publishing rules to its store only when they change (a fake store behind the port).
+// QuotaSyncService publishing rules to its store only when they change (a fake store behind the port), and
+// the stamp that orders those writes.
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { parsePolicy } from "../../functions/core/capping/policy.ts";
 import type { QuotaStore } from "../../functions/core/quotas/quota-store.ts";
-import { QuotaSyncService } from "../../functions/core/quotas/quota-sync-service.ts";
+import { QuotaSyncService, rulesStamp } from "../../functions/core/quotas/quota-sync-service.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { InvalidPolicyError } from "../../functions/core/shared/errors.ts";
 
@@ -60,20 +62,55 @@ describe("QuotaSyncService.publish", () => {
     };
     const service = new QuotaSyncService({
       store,
-      rules: async () => ({ quotas: new Map(), loadedAt: 0 }),
+      rules: async () => ({ quotas: new Map(), stamp: 0 }),
       clock: fixedClock(0),
     });
     const v1 = parsePolicy({ ...base, quotas: [api, { ...api, name: "other", slotGroups: 2 }] }).quotas;
-    await service.publish({ quotas: v1, loadedAt: 10 });
-    await service.publish({ quotas: v1, loadedAt: 20 });
+    await service.publish({ quotas: v1, stamp: 10 });
+    await service.publish({ quotas: v1, stamp: 20 });
     const v2 = parsePolicy({ ...base, version: "p.2", quotas: [api] }).quotas;
-    await service.publish({ quotas: v2, loadedAt: 30 });
-    // each write carries when the policy it comes from was read: the store's compare-and-set orders them
+    await service.publish({ quotas: v2, stamp: 30 });
+    // each write carries the stamp of the policy it comes from: the store's compare-and-set orders them
     expect(writes).toEqual([
       `api:${v1.get("api")!.version}:1@10`,
       `other:${v1.get("other")!.version}:2@10`,
       `api:${v2.get("api")!.version}:1@30`,
       "other:removed:2@30",
     ]);
+  });
+});
+
+describe("rulesStamp", () => {
+  const second = fc.integer({ min: 1_600_000_000, max: 2_000_000_000 }).map((s) => s * 1000);
+  // a container's read, by its own clock: up to a minute after the write, and up to 1 s off either way
+  const readAfter = (modifiedAt: number) => fc.integer({ min: -1000, max: 60_000 }).map((d) => modifiedAt + d);
+
+  it("orders policies S3 wrote in different seconds by that write, whatever the readers' clocks", () => {
+    fc.assert(
+      fc.property(
+        second,
+        fc.integer({ min: 1, max: 3600 }),
+        fc.integer({ min: -1000, max: 60_000 }),
+        fc.integer({ min: -1000, max: 60_000 }),
+        (older, gapSeconds, readOlder, readNewer) => {
+          const newer = older + gapSeconds * 1000;
+          expect(rulesStamp(newer, newer + readNewer)).toBeGreaterThan(rulesStamp(older, older + readOlder));
+        },
+      ),
+    );
+  });
+
+  it("orders two reads of the same object by the read times within its second", () => {
+    fc.assert(
+      fc.property(
+        second.chain((m) => fc.tuple(fc.constant(m), readAfter(m), readAfter(m))),
+        ([modifiedAt, a, b]) => {
+          const [sa, sb] = [rulesStamp(modifiedAt, a), rulesStamp(modifiedAt, b)];
+          expect(sa).toBeGreaterThanOrEqual(modifiedAt);
+          expect(sa).toBeLessThan(modifiedAt + 1000);
+          if (a <= b) expect(sa).toBeLessThanOrEqual(sb);
+        },
+      ),
+    );
   });
 });

@@ -28,7 +28,7 @@ export interface SegmentFile {
  * when it shrinks its segment by more than SEGMENT_MAX_SHRINK_PERCENT.
  */
 export async function publishSegments(
-  store: ObjectWriter & Partial<Pick<ObjectStore, "etag">>,
+  store: ObjectWriter & Partial<Pick<ObjectStore, "head">>,
   files: readonly SegmentFile[],
   options: { allowShrink?: boolean } = {},
 ): Promise<{ key: string; bytes: number }[]> {
@@ -38,8 +38,8 @@ export async function publishSegments(
     const key = `segments/${name}`;
     await store.put(key, bytes);
     if (options.allowShrink) {
-      if (!store.etag) throw new Error("--allow-shrink needs a store that tells an object's ETag");
-      await store.put(allowShrinkMarkerKey(key), JSON.stringify({ etag: await store.etag(key) }));
+      if (!store.head) throw new Error("--allow-shrink needs a store that tells an object's ETag");
+      await store.put(allowShrinkMarkerKey(key), JSON.stringify({ etag: (await store.head(key)).etag }));
     }
     published.push({ key, bytes: bytes.length });
   }

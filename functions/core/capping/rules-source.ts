@@ -30,10 +30,12 @@ export interface Rules {
   policy: Policy;
   segments: SegmentIndex;
   /**
-   * When this container started the read that brought this policy into service (its clock, ms). A policy
-   * read later is never older (S3 reads after an upload see it), so Quotas orders rule writes by it.
-   * Always set by RulesSource; rules built by hand (tests, benches) may leave it out.
+   * When the store last wrote the policy object (its clock: S3's, whole seconds) and when this container
+   * started the read that brought it into service (the container's clock, ms). Quotas orders its rule
+   * writes by both (`rulesStamp`). Always set by RulesSource; rules built by hand (tests, benches) may
+   * leave them out.
    */
+  policyModifiedAt?: number;
   loadedAt?: number;
 }
 
@@ -106,11 +108,13 @@ export class RulesSource {
     // the object being read, named in the refusal when it fails
     let key = policyKey;
     try {
-      const policyTag = await store.etag(policyKey);
+      const { etag: policyTag, modifiedAt } = await store.head(policyKey);
       const active = this.active;
       let policy: Policy;
+      let policyModifiedAt = modifiedAt;
       if (active && active.tags.get(policyKey) === policyTag) {
         policy = active.rules.policy;
+        policyModifiedAt = active.rules.policyModifiedAt ?? modifiedAt;
       } else {
         policy = parsePolicyText(Buffer.from(await store.get(policyKey)).toString("utf8"));
       }
@@ -120,7 +124,7 @@ export class RulesSource {
       for (const { name, bitmap } of policy.segments) {
         if (bitmap === undefined) continue;
         key = bitmap;
-        const tag = await store.etag(bitmap);
+        const { etag: tag } = await store.head(bitmap);
         tags.set(bitmap, tag);
         const known = active?.tags.get(bitmap) === tag ? active.bitmaps.get(bitmap) : undefined;
         if (known) {
@@ -140,7 +144,12 @@ export class RulesSource {
       const segments = new SegmentIndex(
         policy.segments.flatMap(({ bitmap }) => (bitmap === undefined ? [] : [bitmaps.get(bitmap) as Bitmap])),
       );
-      this.active = { rules: { policy, segments, loadedAt: startedAt }, tags, bitmaps, checkedAt: startedAt };
+      this.active = {
+        rules: { policy, segments, policyModifiedAt, loadedAt: startedAt },
+        tags,
+        bitmaps,
+        checkedAt: startedAt,
+      };
       this.options.onActivated?.(this.active.rules, Object.fromEntries(tags));
     } catch (error) {
       this.refusals = [{ key, reason: (error as Error).message, at: startedAt }];

@@ -41,10 +41,21 @@ export const syncRequestSchema = z.strictObject({
     .max(MAX_KEYS_PER_SYNC),
 });
 
-/** The policy's quota rules in service, and when this container read that policy (ms, its clock). */
+/** The policy's quota rules in service, and how new that policy is (`rulesStamp`). */
 export interface QuotaRulesInService {
   quotas: ReadonlyMap<string, PublishedQuotaRule>;
-  loadedAt: number;
+  stamp: number;
+}
+
+/**
+ * How new the rules of a policy object are, for the compare-and-set of rule writes: ordered first by when
+ * the store wrote the object (`modifiedAt`: one clock, S3's, whole seconds), so a container whose clock runs
+ * ahead can never make an older policy look newer; then, between two uploads in the same second, by when
+ * the container started its read (`loadedAt`, its own clock, at most 999 ms after the second).
+ */
+export function rulesStamp(modifiedAt: number, loadedAt: number): number {
+  const second = Math.floor(modifiedAt / 1000) * 1000;
+  return second + Math.min(Math.max(loadedAt - second, 0), 999);
 }
 
 export interface QuotaSyncServiceOptions {
@@ -92,16 +103,16 @@ export class QuotaSyncService {
    * Writes every rule that changed since this process last wrote it, and removes the rules it wrote that
    * the policy no longer has. Called before each sync, so an operator's change reaches Redis with the
    * first sync after the policy is reloaded, and every client with its next sync. Each write is a
-   * compare-and-set on `loadedAt`: a container still serving an older policy never overwrites the rule
-   * of a newer one.
+   * compare-and-set on `stamp`: a container still serving an older policy never overwrites the rule of a
+   * newer one.
    */
-  async publish({ quotas, loadedAt }: QuotaRulesInService): Promise<void> {
+  async publish({ quotas, stamp }: QuotaRulesInService): Promise<void> {
     const writes: Promise<void>[] = [];
     for (const [name, published] of quotas) {
       if (this.published.get(name)?.version === published.version) continue;
       writes.push(
         this.options.store
-          .publish(name, published.rule, published.version, published.rule.slotGroups, loadedAt)
+          .publish(name, published.rule, published.version, published.rule.slotGroups, stamp)
           .then(() => void this.published.set(name, published)),
       );
     }
@@ -109,7 +120,7 @@ export class QuotaSyncService {
       if (quotas.has(name)) continue;
       writes.push(
         this.options.store
-          .publish(name, null, "", old.rule.slotGroups, loadedAt)
+          .publish(name, null, "", old.rule.slotGroups, stamp)
           .then(() => void this.published.delete(name)),
       );
     }
