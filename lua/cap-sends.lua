@@ -630,8 +630,10 @@ local function readPageRecords(hashIndex, pageBase, specBytes)
   return redis.call('HMGET', key, unpackList(fields))
 end
 
--- A user's live sends as parallel arrays, from a block class (may be nil) and a record (may be nil).
--- The arrays are the same tables at every call (only 1..n is meaningful): use them before the next call.
+-- A user's live sends as parallel arrays, from a block class (may be nil) and a record (may be nil), and
+-- whether the record holds a send of this call's identity anywhere (window part or tail: a duplicate,
+-- whatever the caps of the user's segment reach). The arrays are the same tables at every call (only 1..n
+-- is meaningful): use them before the next call.
 local scratchTimes, scratchOnChannel, scratchIsMine, scratchLabels = {}, {}, {}, {}
 local function liveSends(profile, block, class, record)
   local times, onChannel, isMine, labels, n = scratchTimes, scratchOnChannel, scratchIsMine, scratchLabels, 0
@@ -677,17 +679,16 @@ local function liveSends(profile, block, class, record)
         end
       end
     end
-    -- a send of this identity anywhere in the record (window part or tail) makes it a duplicate: a marker at
-    -- the window cutoff, older than any window of the profile reaches (decide() checks identities first)
+    -- a send of this identity anywhere in the record (window part or tail) makes it a duplicate, even where
+    -- no cap's window around `at` reaches it (a channel the segment does not cap has no window at all)
     if not anonymous then
       local mine = myIdentityNumber(false)
       if mine and (windowHas(record, mine, profile.cutoff) or tailHas(record.tail, mine, profile.cutoff)) then
-        n = n + 1
-        times[n], onChannel[n], isMine[n], labels[n] = profile.windowCutoff, false, true, identity
+        return n, times, onChannel, isMine, labels, true
       end
     end
   end
-  return n, times, onChannel, isMine, labels
+  return n, times, onChannel, isMine, labels, false
 end
 
 local function logLines(n, times, labels, appended)
@@ -717,9 +718,9 @@ local function runRecordPage(spec, blockKey, hashIndex, pageBase, records, page,
     local userId = pageBase + offset
     local value = records[userId]
     local record = value and readRecord(value) or nil
-    local n, times, onChannel, isMine, labels = liveSends(profile, block, classOfUser and classOfUser[offset] or 0,
-      record)
-    local code = decide(profile, n, times, onChannel, isMine)
+    local n, times, onChannel, isMine, labels, duplicate =
+      liveSends(profile, block, classOfUser and classOfUser[offset] or 0, record)
+    local code = duplicate and REPLY_DUPLICATE or decide(profile, n, times, onChannel, isMine)
     reply[#reply + 1] = code
     local recorded = isRecorded(code)
     if recorded then
@@ -945,8 +946,8 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
       -- a user with a record (or a logged call): decided over the block's class and the record together
       local profile = profiles[profileNumber]
       local record = value and readRecord(value) or nil
-      local n, liveTimes, onChannel, isMine, labels = liveSends(profile, block, class, record)
-      local code = decide(profile, n, liveTimes, onChannel, isMine)
+      local n, liveTimes, onChannel, isMine, labels, duplicate = liveSends(profile, block, class, record)
+      local code = duplicate and REPLY_DUPLICATE or decide(profile, n, liveTimes, onChannel, isMine)
       reply[r] = code
       local recorded = not peek and (code == 0 or code == REPLY_EXEMPT)
       if recorded then

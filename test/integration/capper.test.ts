@@ -339,6 +339,27 @@ describe("capping engine on the cluster", () => {
     expect(kinds(await capper.capBatch(message))).toEqual(["duplicate", "duplicate", "duplicate"]);
   });
 
+  it("recognises a batch redelivered at once as duplicate on a channel its segment does not cap", async () => {
+    // no cap of the segment reaches push, so no window around `at` reads the user's sends: the duplicate
+    // must still be found in the record, on the record path as on the block path (a user with a record)
+    const rules = rulesOf({
+      version: "v1",
+      channels: ["email", "push"],
+      segments: [],
+      default: { name: "rest", caps: { email: [{ window: "1d", max: 1 }] } },
+    });
+    const capper = capperFor(rules);
+    const sparse = { campaignId: "k1", channel: "push", userIds: [5], at: at(0, 9) };
+    expect(kinds(await capper.capBatch(sparse))).toEqual(["allowed"]);
+    expect(kinds(await capper.capBatch(sparse))).toEqual(["duplicate"]);
+    // the same campaign reaching the whole page densely: user 5 (counted in its record) is a duplicate
+    const page = Array.from({ length: 32 }, (_, i) => i);
+    const dense = kinds(await capper.capBatch({ ...sparse, userIds: page }));
+    expect(dense[5]).toBe("duplicate");
+    expect(dense.filter((kind) => kind === "allowed")).toHaveLength(31);
+    expect(kinds(await capper.capBatch({ ...sparse, userIds: page }))).toEqual(Array(32).fill("duplicate"));
+  });
+
   it("keeps a named send for the redelivery bound and no longer: 1m backfill + the bound + 5m skew after its time", async () => {
     const clock = fixedClock(T0);
     const rules = rulesOf(simplePolicy({ push: [{ window: "1m", max: 1 }] }));
