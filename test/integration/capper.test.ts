@@ -5,6 +5,7 @@ import { RedisCapStore, type TollgateCluster } from "../../functions/adapters/re
 import type { CampaignBatchInput } from "../../functions/core/capping/campaign-batch.ts";
 import { Capper } from "../../functions/core/capping/capper.ts";
 import type { CapBatchResult } from "../../functions/core/capping/decisions.ts";
+import type { Rules } from "../../functions/core/capping/rules-source.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { ValidationError } from "../../functions/core/shared/errors.ts";
 import {
@@ -38,6 +39,20 @@ function capperFor(rules: ReturnType<typeof rulesOf>, namespace = uniqueNamespac
       return decide(input);
     };
   return { capBatch: atItsTime((input) => capper.capBatch(input)), peek: atItsTime((input) => capper.peek(input)) };
+}
+
+/** A capper on a fixed clock (at T0) that the test moves itself, reading its rules from `rules`. */
+function clockedCapper(rules: () => Rules, options: { namespace?: string; redeliveryMs?: number } = {}) {
+  const clock = fixedClock(T0);
+  const { namespace = uniqueNamespace(), redeliveryMs } = options;
+  const capper = new Capper({
+    store: new RedisCapStore(cluster),
+    rules,
+    clock,
+    namespace,
+    ...(redeliveryMs === undefined ? {} : { redeliveryMs }),
+  });
+  return { capper, clock };
 }
 
 const kinds = (result: CapBatchResult) => result.decisions.map((d) => d.decision);
@@ -312,16 +327,9 @@ describe("capping engine on the cluster", () => {
   });
 
   it("recognises a batch without `at` redelivered an hour later under 1-minute caps when the queue can redeliver for an hour, from the idempotency tail", async () => {
-    const clock = fixedClock(T0);
-    const rules = rulesOf(simplePolicy({ push: [{ window: "1m", max: 1 }] }));
     const namespace = uniqueNamespace();
-    const capper = new Capper({
-      store: new RedisCapStore(cluster),
-      rules: () => rules,
-      clock,
-      namespace,
-      redeliveryMs: HOUR,
-    });
+    const rules = rulesOf(simplePolicy({ push: [{ window: "1m", max: 1 }] }));
+    const { capper, clock } = clockedCapper(() => rules, { namespace, redeliveryMs: HOUR });
     const message = { campaignId: "k1", channel: "push", userIds: [7, 4096, 2 ** 32 - 1] };
     expect(kinds(await capper.capBatch(message))).toEqual(["allowed", "allowed", "allowed"]);
     // 10 minutes on, past what a 1-minute window needs (1m backfill + 1m + 5m skew): writing user 7 again
@@ -361,15 +369,8 @@ describe("capping engine on the cluster", () => {
   });
 
   it("keeps a named send for the redelivery bound and no longer: 1m backfill + the bound + 5m skew after its time", async () => {
-    const clock = fixedClock(T0);
     const rules = rulesOf(simplePolicy({ push: [{ window: "1m", max: 1 }] }));
-    const capper = new Capper({
-      store: new RedisCapStore(cluster),
-      rules: () => rules,
-      clock,
-      namespace: uniqueNamespace(),
-      redeliveryMs: HOUR,
-    });
+    const { capper, clock } = clockedCapper(() => rules, { redeliveryMs: HOUR });
     const message = { campaignId: "k1", channel: "push", userIds: [7] };
     const kept = 60_000 + HOUR + 5 * 60_000;
     expect(kinds(await capper.capBatch(message))).toEqual(["allowed"]);
@@ -388,13 +389,7 @@ describe("capping engine on the cluster", () => {
     const short = rulesOf(simplePolicy({ push: [{ window: "1s", max: 1 }] }));
     const long = rulesOf(simplePolicy({ push: [{ window: "1d", max: 2 }] }));
     let rules = short;
-    const clock = fixedClock(T0);
-    const capper = new Capper({
-      store: new RedisCapStore(cluster),
-      rules: () => rules,
-      clock,
-      namespace: uniqueNamespace(),
-    });
+    const { capper, clock } = clockedCapper(() => rules);
     const dense = Array.from({ length: 20 }, (_, i) => 5_120 + i);
     const send = async (campaignId: string) => {
       const one = await capper.capBatch({ campaignId, channel: "push", userIds: [7] });
@@ -442,15 +437,8 @@ describe("capping engine on the cluster", () => {
   });
 
   it("recognises a dense redelivery (page block path) an hour later under 1-second caps when the queue can redeliver for an hour", async () => {
-    const clock = fixedClock(T0);
     const rules = rulesOf(simplePolicy({}, { push: [{ window: "1s", max: 1 }] }));
-    const capper = new Capper({
-      store: new RedisCapStore(cluster),
-      rules: () => rules,
-      clock,
-      namespace: uniqueNamespace(),
-      redeliveryMs: HOUR,
-    });
+    const { capper, clock } = clockedCapper(() => rules, { redeliveryMs: HOUR });
     const message = { campaignId: "k1", channel: "push", userIds: Array.from({ length: 64 }, (_, i) => i) };
     expect(kinds(await capper.capBatch(message))).toEqual(Array(64).fill("allowed"));
     clock.advance(HOUR);
@@ -473,14 +461,8 @@ describe("capping engine on the cluster", () => {
   });
 
   it("says a capped check's retryAfterMs at the first time the same check has room (sends stamped ahead of now)", async () => {
-    const clock = fixedClock(T0);
     const rules = rulesOf(simplePolicy({ push: [{ window: "1m", max: 2 }] }));
-    const capper = new Capper({
-      store: new RedisCapStore(cluster),
-      rules: () => rules,
-      clock,
-      namespace: uniqueNamespace(),
-    });
+    const { capper, clock } = clockedCapper(() => rules);
     for (const [campaignId, offset] of [
       ["k1", -40_000],
       ["k2", 10_000],
