@@ -33,6 +33,25 @@ const BATCH = 10_000;
 
 export type GrabCall = (key: string, ...args: number[]) => Promise<number>;
 
+/** A CapStore that counts the script calls made through it and the most that were in flight at once. */
+export function countingCapStore(inner: CapStore): CapStore & { calls: number; mostInFlight: number } {
+  let inFlight = 0;
+  const counting = {
+    calls: 0,
+    mostInFlight: 0,
+    async capSends(keys: Parameters<CapStore["capSends"]>[0], args: Parameters<CapStore["capSends"]>[1]) {
+      counting.calls++;
+      counting.mostInFlight = Math.max(counting.mostInFlight, ++inFlight);
+      try {
+        return await inner.capSends(keys, args);
+      } finally {
+        inFlight--;
+      }
+    },
+  };
+  return counting;
+}
+
 interface Row {
   scenario: string;
   tollgate: string;
@@ -284,21 +303,7 @@ export async function runCappingWorkloads(
   // One message of 90,000 scattered IDs
   if (want("huge")) {
     const rules = onePolicy({ push: [{ window: "1d", max: 1 }] });
-    const inner = new RedisCapStore(cluster);
-    let inFlight = 0;
-    let mostInFlight = 0;
-    let calls = 0;
-    const counting: CapStore = {
-      async capSends(keys, args) {
-        calls++;
-        mostInFlight = Math.max(mostInFlight, ++inFlight);
-        try {
-          return await inner.capSends(keys, args);
-        } finally {
-          inFlight--;
-        }
-      },
-    };
+    const counting = countingCapStore(new RedisCapStore(cluster));
     const { capper } = capperWith(rules, "bench-huge-message", counting);
     const userIds = scatteredIds(90_000, 2 ** 32, 11);
     await resetSlowlog(primaries);
@@ -308,7 +313,7 @@ export async function runCappingWorkloads(
     const slowest = await slowestScript(primaries);
     rows.push({
       scenario: "One message of 90,000 scattered IDs (a 2 s command timeout, 6 s call deadline)",
-      tollgate: `decided in ${seconds.toFixed(2)} s: ${calls.toLocaleString("en-US")} calls, at most ${mostInFlight} in flight (bound ${MAX_CALLS_IN_FLIGHT}), ${slowestText(slowest)}, ${result.totals.everyone?.allowed} allowed`,
+      tollgate: `decided in ${seconds.toFixed(2)} s: ${counting.calls.toLocaleString("en-US")} calls, at most ${counting.mostInFlight} in flight (bound ${MAX_CALLS_IN_FLIGHT}), ${slowestText(slowest)}, ${result.totals.everyone?.allowed} allowed`,
       grab: "",
       target: "decided within the time budget, in-flight calls bounded",
       before: "fails on a busy machine",

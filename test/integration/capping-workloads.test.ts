@@ -15,6 +15,7 @@ import { DEFAULT_REDELIVERY_MS, keptHorizonMs } from "../../functions/core/cappi
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { ValidationError } from "../../functions/core/shared/errors.ts";
 import { capPageKey, capRecordKey, capTagOf, recordRangeOf } from "../../functions/core/shared/keys.ts";
+import { countingCapStore } from "../../scripts/bench/capping-workloads.ts";
 import { decodeBlock, decodeRecord } from "../support/block.ts";
 import { CappingModel } from "../support/capping-model.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
@@ -168,21 +169,7 @@ describe("capping workloads", () => {
 
   it("decides one message of 90,000 scattered IDs in few calls, never more than the bound in flight", async () => {
     const rules = rulesOf(simplePolicy({ push: [{ window: "1d", max: 1 }] }));
-    const inner = new RedisCapStore(cluster);
-    let inFlight = 0;
-    let mostInFlight = 0;
-    let calls = 0;
-    const counting: CapStore = {
-      async capSends(keys, args) {
-        calls++;
-        mostInFlight = Math.max(mostInFlight, ++inFlight);
-        try {
-          return await inner.capSends(keys, args);
-        } finally {
-          inFlight--;
-        }
-      },
-    };
+    const counting = countingCapStore(new RedisCapStore(cluster));
     const { capper } = capperAt(rules, counting);
     let seed = 12_345;
     const userIds = Array.from({ length: 90_000 }, () => {
@@ -192,8 +179,8 @@ describe("capping workloads", () => {
     const distinct = new Set(userIds).size;
     const first = await capper.capBatch({ campaignId: "sparse", channel: "push", userIds });
     expect(first.totals.unsegmented).toMatchObject({ allowed: distinct });
-    expect(mostInFlight).toBeLessThanOrEqual(MAX_CALLS_IN_FLIGHT);
-    expect(calls).toBeLessThan(90_000 / 20);
+    expect(counting.mostInFlight).toBeLessThanOrEqual(MAX_CALLS_IN_FLIGHT);
+    expect(counting.calls).toBeLessThan(90_000 / 20);
     const again = await capper.capBatch({ campaignId: "sparse", channel: "push", userIds });
     expect(again.totals.unsegmented).toMatchObject({ allowed: 0, duplicate: 90_000 - (90_000 - distinct) });
   });
