@@ -4,11 +4,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { CreateBucketCommand } from "@aws-sdk/client-s3";
 import { CreateQueueCommand } from "@aws-sdk/client-sqs";
-import { type FauxqsServer, startFauxqs } from "fauxqs";
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from "vitest";
-import { createAwsClients } from "../../functions/adapters/aws-clients.ts";
+import { afterEach, beforeAll, beforeEach, describe, expect, it, vi } from "vitest";
 import { parseBitmap } from "../../functions/core/capping/segment-index.ts";
 import { runCli } from "../../scripts/cli.ts";
+import { useAwsEmulator } from "../support/aws-emulator.ts";
 
 let dir: string;
 let out: string[];
@@ -89,20 +88,13 @@ describe("tollgate CLI", () => {
 });
 
 describe("tollgate CLI against S3 and SQS (fauxqs)", () => {
-  let server: FauxqsServer;
+  const emulator = useAwsEmulator();
   let aws: string[];
   let queueUrl: string;
   beforeAll(async () => {
-    process.env.AWS_ACCESS_KEY_ID ??= "local";
-    process.env.AWS_SECRET_ACCESS_KEY ??= "local";
-    server = await startFauxqs({ port: 0, host: "127.0.0.1", logger: false });
-    aws = ["--endpoint", `http://127.0.0.1:${server.port}`, "--region", "us-east-1"];
-    const { s3, sqs } = createAwsClients({ region: "us-east-1", endpoint: `http://127.0.0.1:${server.port}` });
-    await s3.send(new CreateBucketCommand({ Bucket: "cli" }));
-    queueUrl = (await sqs.send(new CreateQueueCommand({ QueueName: "cli-campaign" }))).QueueUrl as string;
-  });
-  afterAll(async () => {
-    await server.stop();
+    aws = ["--endpoint", emulator.endpoint, "--region", "us-east-1"];
+    await emulator.s3.send(new CreateBucketCommand({ Bucket: "cli" }));
+    queueUrl = (await emulator.sqs.send(new CreateQueueCommand({ QueueName: "cli-campaign" }))).QueueUrl as string;
   });
 
   it("uploads checked bitmaps and a valid policy, and refuses bad ones without uploading", async () => {

@@ -2,27 +2,20 @@
 // and truncated bitmaps refused like corrupt ones, a segment shrinking past the allowed share refused
 // unless forced, an unknown channel or quota rule looked up once more before it is judged.
 import { CreateBucketCommand, type S3Client } from "@aws-sdk/client-s3";
-import { type FauxqsServer, startFauxqs } from "fauxqs";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createAwsClients } from "../../functions/adapters/aws-clients.ts";
+import { beforeAll, describe, expect, it } from "vitest";
 import { S3ObjectStore } from "../../functions/adapters/s3-object-store.ts";
 import { publishSegments, uploadObject } from "../../functions/app/operator-actions.ts";
 import { RulesSource } from "../../functions/core/capping/rules-source.ts";
 import { buildSegments } from "../../functions/core/capping/segment-builder.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { CorruptBitmapError, RulesUnavailableError, SegmentShrinkError } from "../../functions/core/shared/errors.ts";
+import { useAwsEmulator } from "../support/aws-emulator.ts";
 import { T0 } from "../support/rules.ts";
 
-let server: FauxqsServer;
+const emulator = useAwsEmulator();
 let s3: S3Client;
-beforeAll(async () => {
-  process.env.AWS_ACCESS_KEY_ID ??= "local";
-  process.env.AWS_SECRET_ACCESS_KEY ??= "local";
-  server = await startFauxqs({ port: 0, host: "127.0.0.1", logger: false });
-  s3 = createAwsClients({ region: "us-east-1", endpoint: `http://127.0.0.1:${server.port}` }).s3;
-});
-afterAll(async () => {
-  await server.stop();
+beforeAll(() => {
+  s3 = emulator.s3;
 });
 
 const policy = (version: string, channels = ["push"]) => ({

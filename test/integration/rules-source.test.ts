@@ -1,8 +1,6 @@
 // Policy and segment hot swap through the real S3 adapter (fauxqs + @aws-sdk/client-s3), with a fixed clock.
 import { CreateBucketCommand, type S3Client } from "@aws-sdk/client-s3";
-import { type FauxqsServer, startFauxqs } from "fauxqs";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createAwsClients } from "../../functions/adapters/aws-clients.ts";
+import { beforeAll, describe, expect, it } from "vitest";
 import { S3ObjectStore } from "../../functions/adapters/s3-object-store.ts";
 import { uploadObject } from "../../functions/app/operator-actions.ts";
 import { RulesSource } from "../../functions/core/capping/rules-source.ts";
@@ -14,18 +12,13 @@ import {
   ObjectNotFoundError,
   RulesUnavailableError,
 } from "../../functions/core/shared/errors.ts";
+import { useAwsEmulator } from "../support/aws-emulator.ts";
 import { T0 } from "../support/rules.ts";
 
-let server: FauxqsServer;
+const emulator = useAwsEmulator();
 let s3: S3Client;
-beforeAll(async () => {
-  process.env.AWS_ACCESS_KEY_ID ??= "local";
-  process.env.AWS_SECRET_ACCESS_KEY ??= "local";
-  server = await startFauxqs({ port: 0, host: "127.0.0.1", logger: false });
-  s3 = createAwsClients({ region: "us-east-1", endpoint: `http://127.0.0.1:${server.port}` }).s3;
-});
-afterAll(async () => {
-  await server.stop();
+beforeAll(() => {
+  s3 = emulator.s3;
 });
 
 const policy = (version: string, bitmap = "segments/new.roaring") => ({
