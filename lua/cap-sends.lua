@@ -703,6 +703,29 @@ local recordWrites, recordRetention = {}, {}
 -- The TTL the identity table needs at least: its identities and page markers outlive what uses them.
 local identityTableTtl = 0
 
+-- The outcome for a user of profile `profileNumber` with record value `value` (false: none) and no block:
+-- { reply code, the record after the call or false }. Worked out once per (profile, value) per call: a
+-- sparse campaign's users mostly hold the same record bytes (the same sends of the same campaigns), so a
+-- call decides each distinct history once, as the block path does per class.
+local NO_RECORD = false
+local recordOutcomes = {}
+local function recordOutcome(profileNumber, profile, value)
+  local byValue = recordOutcomes[profileNumber]
+  if byValue == nil then
+    byValue = {}
+    recordOutcomes[profileNumber] = byValue
+  end
+  local outcome = byValue[value]
+  if outcome == nil then
+    local record = value and readRecord(value) or nil
+    local n, times, onChannel, isMine, _, duplicate = liveSends(profile, nil, 0, record)
+    local code = duplicate and REPLY_DUPLICATE or decide(profile, n, times, onChannel, isMine)
+    outcome = { code, isRecorded(code) and recordWith(record, profile, at, myIdentityNumber(true)) or false }
+    byValue[value] = outcome
+  end
+  return outcome
+end
+
 -- Users of a page written through user records (read beforehand into `records`, by user ID); the page's
 -- block, if any, is only read.
 local function runRecordPage(spec, blockKey, hashIndex, pageBase, records, page, marked)
@@ -711,30 +734,36 @@ local function runRecordPage(spec, blockKey, hashIndex, pageBase, records, page,
   if type(block) == 'table' and block.err then return block end
   if marked and block == nil and not peek then redis.call('HDEL', identityTableKey, 'p:' .. page) end
   local classOfUser = block and classesOfUsers(block.userClasses)
+  local writes = recordWrites[hashIndex]
   for index = 1, (#spec - 5) / 2 do
     local offset, profileNumber = byte(spec, 4 + 2 * index, 5 + 2 * index)
     local profile = profiles[profileNumber]
     if profile == nil then return redis.error_reply('ERR cap-sends: unknown profile ' .. profileNumber) end
     local userId = pageBase + offset
     local value = records[userId]
-    local record = value and readRecord(value) or nil
-    local n, times, onChannel, isMine, labels, duplicate =
-      liveSends(profile, block, classOfUser and classOfUser[offset] or 0, record)
-    local code = duplicate and REPLY_DUPLICATE or decide(profile, n, times, onChannel, isMine)
+    local code, written
+    if block or withLog then
+      local record = value and readRecord(value) or nil
+      local n, times, onChannel, isMine, labels, duplicate =
+        liveSends(profile, block, classOfUser and classOfUser[offset] or 0, record)
+      code = duplicate and REPLY_DUPLICATE or decide(profile, n, times, onChannel, isMine)
+      written = isRecorded(code) and recordWith(record, profile, at, myIdentityNumber(true))
+      if withLog then logLines(n, times, labels, written and true or false) end
+    else
+      local outcome = recordOutcome(profileNumber, profile, value or NO_RECORD)
+      code, written = outcome[1], outcome[2]
+    end
     reply[#reply + 1] = code
-    local recorded = isRecorded(code)
-    if recorded then
-      local writes = recordWrites[hashIndex]
+    if written then
       if writes == nil then
         writes = {}
         recordWrites[hashIndex] = writes
         recordRetention[hashIndex] = 0
       end
       writes[#writes + 1] = userId
-      writes[#writes + 1] = recordWith(record, profile, at, myIdentityNumber(true))
-      recordRetention[hashIndex] = math.max(recordRetention[hashIndex], profile.retention)
+      writes[#writes + 1] = written
+      if profile.retention > recordRetention[hashIndex] then recordRetention[hashIndex] = profile.retention end
     end
-    if withLog then logLines(n, times, labels, recorded) end
   end
 end
 

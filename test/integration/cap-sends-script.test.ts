@@ -31,9 +31,10 @@ const CHANNELS = ["a", "b"];
 /** How long a counted send's message may come back here: short, so a run sees sends expire from the tail. */
 const REDELIVERY_MS = 10 * 60_000;
 // 40 users of page 0 (a call with 16 or more of them goes through the page block), a user of another page
-// of the same tag, and sparse users, one of them sharing tag 0 with page 0
+// of the same tag, and sparse users: four more of tag 0 on pages of their own in one record hash (a call
+// decides each distinct record once and shares the outcome: their records must stay apart), and others
 const DENSE = Array.from({ length: 40 }, (_, i) => i);
-const SPARSE = [300, 262_144, 70_001, 2_000_000_000, 4_294_967_295];
+const SPARSE = [300, 262_144, 524_293, 786_441, 1_048_580, 70_001, 2_000_000_000, 4_294_967_295];
 
 const capArbitrary = fc.record({
   window: fc.constantFrom("1s", "2s", "5s", "30s", "1m"),
@@ -62,6 +63,7 @@ const callArbitrary = fc.record({
   users: fc.oneof(
     fc.subarray(DENSE, { minLength: 16 }),
     fc.subarray([...DENSE, ...SPARSE], { minLength: 1, maxLength: 4 }),
+    fc.subarray(SPARSE, { minLength: 2 }),
     fc.subarray([...DENSE.slice(0, 20), ...SPARSE], { minLength: 1 }),
   ),
   mode: fc.constantFrom("count", "count", "count", "peek"),
