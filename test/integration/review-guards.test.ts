@@ -6,13 +6,22 @@ import type { Message } from "@aws-sdk/client-sqs";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RedisCapStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
+import { RedisQuotaStore } from "../../functions/adapters/redis-quota-store.ts";
 import { Capper } from "../../functions/core/capping/capper.ts";
 import type { DeliveryMessage } from "../../functions/core/capping/delivery.ts";
 import { keptMs } from "../../functions/core/capping/policy.ts";
 import type { Rules } from "../../functions/core/capping/rules-source.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
+import { capIdentityKey, capTagOf } from "../../functions/core/shared/keys.ts";
 import type { LocalStack } from "../../scripts/local-stack.ts";
-import { type SyncReply, type SyncRequest, slotGroupOf } from "../../sdk/src/wire.ts";
+import {
+  type ApproximateAssignment,
+  type QuotaRule,
+  type SyncEntry,
+  type SyncReply,
+  type SyncRequest,
+  slotGroupOf,
+} from "../../sdk/src/wire.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
 import {
   drainDelivery,
@@ -271,21 +280,31 @@ describe("review: delivery split by bytes and count (issue 9 item 7), multi-byte
   });
 });
 
-describe("review: POST /v1/quotas/sync, strict, replayed and reordered syncs (issue 12)", () => {
+// "tight" (strict) and "wide" (approximate, 1 s and 5 s windows), the latter's max given
+const quotasPolicy = (version: string, wideMax: number) => ({
+  version,
+  channels: ["push"],
+  segments: [],
+  default: { name: "rest", caps: {} },
+  quotas: [
+    { name: "tight", mode: "strict", limits: [{ window: "1s", max: 10 }], leaseMs: 100, slotGroups: 2 },
+    {
+      name: "wide",
+      mode: "approximate",
+      limits: [
+        { window: "1s", max: wideMax },
+        { window: "5s", max: 2 * wideMax },
+      ],
+      slotGroups: 2,
+    },
+  ],
+});
+
+describe("review: POST /v1/quotas/sync, replayed, reordered and concurrent syncs (issue 12)", () => {
   let stack: LocalStack;
   beforeAll(async () => {
     stack = await testStack({ environment: { REFRESH_SECONDS: "0" } });
-    await uploadRules(
-      stack,
-      {
-        version: "review.quotas.1",
-        channels: ["push"],
-        segments: [],
-        default: { name: "rest", caps: {} },
-        quotas: [{ name: "tight", mode: "strict", limits: [{ window: "1s", max: 10 }], leaseMs: 100, slotGroups: 2 }],
-      },
-      {},
-    );
+    await uploadRules(stack, quotasPolicy("review.quotas.1", 60), {});
   });
   afterAll(async () => {
     await stack.stop();
@@ -335,6 +354,57 @@ describe("review: POST /v1/quotas/sync, strict, replayed and reordered syncs (is
       const inWindow = grants.filter((g) => g.t >= t && g.t < t + 1_100).reduce((sum, g) => sum + g.tokens, 0);
       expect(inWindow).toBeLessThanOrEqual(10);
     }
+  });
+
+  it("approximate: a replay or a concurrent copy of a seq answers the allowance its applied copy reserved, no allowance is granted over max, and a lowered max grants nothing while the key is over it", async () => {
+    const key = `wide-${Date.now()}`;
+    const group = slotGroupOf(key, 2);
+    const request = (instanceId: string, seq: number, usage: Array<[number, number]>): SyncRequest => ({
+      instanceId,
+      rule: "wide",
+      group,
+      seq,
+      configVersion: "",
+      entries: [{ key, usage, refunds: [], offered: 40, want: 0 }],
+    });
+    const instances = ["a", "b", "c", "d", "e", "f"].map((id) => `r3-${id}-${Date.now()}`);
+    const replies: Array<{ id: string; seq: number; reply: SyncReply }> = [];
+    const allowanceOf = (reply: SyncReply) => (reply.entries[0] as ApproximateAssignment).allowance;
+    // each instance: seq 1 three times at once; seq 3; then seq 2 (half of its first allowance used) twice at once
+    await Promise.all(
+      instances.map(async (id) => {
+        const first = await Promise.all([1, 2, 3].map(() => sync(request(id, 1, []))));
+        replies.push(...first.map((reply) => ({ id, seq: 1, reply })));
+        const spent = Math.floor(Math.max(...first.map(allowanceOf)) / 2);
+        replies.push({ id, seq: 3, reply: await sync(request(id, 3, [])) });
+        const second = request(id, 2, spent > 0 ? [[Date.now(), spent]] : []);
+        const again = await Promise.all([sync(second), sync(second)]);
+        replies.push(...again.map((reply) => ({ id, seq: 2, reply })));
+      }),
+    );
+    for (const { reply } of replies) {
+      const entry = reply.entries[0] as ApproximateAssignment;
+      if (reply.status === "applied" && entry.allowance > 0) {
+        expect(entry.used[0]).toBeLessThanOrEqual(60);
+        expect(entry.used[1]).toBeLessThanOrEqual(120);
+      }
+    }
+    for (const id of instances) {
+      for (const seq of [1, 2]) {
+        const copies = replies.filter((r) => r.id === id && r.seq === seq);
+        expect(copies.map((r) => r.reply.status).sort()).toEqual(
+          ["applied", ...Array(copies.length - 1).fill("duplicate")].sort(),
+        );
+        expect(new Set(copies.map((r) => allowanceOf(r.reply))).size).toBe(1);
+      }
+    }
+    // the operator lowers max while allowances are out: the next sync carries the rule and, over it, grants 0
+    await uploadRules(stack, quotasPolicy("review.quotas.2", 5), {});
+    const after = await sync(request(instances[0] as string, 10, []));
+    expect(after.rule?.limits.map((limit) => limit.max)).toEqual([5, 10]);
+    const entry = after.entries[0] as ApproximateAssignment;
+    if ((entry.used[0] as number) >= 5 || (entry.used[1] as number) >= 10) expect(entry.allowance).toBe(0);
+    else expect(entry.used[0]).toBeLessThanOrEqual(5);
   });
 });
 
@@ -432,4 +502,203 @@ describe("review: nothing counted that is not forwarded (issue 9 item 7)", () =>
     const second = (await drainDelivery(stack)).flatMap((m) => m.sends.map((s) => s.userId));
     expect([...first, ...second].sort()).toEqual([1, 2, 3]);
   });
+});
+
+describe("review: quota-sync.lua approximate, a fleet of honest instances (docs/quotas.md 'approximate')", () => {
+  it("every window the store answers holds each admission of its last W and the allowance, stays within max while it grants, and a lowered max grants nothing while over it; a retry answers the same allowance", async () => {
+    const stepArbitrary = fc.record({
+      instance: fc.integer({ min: 0, max: 3 }),
+      gap: fc.oneof(fc.integer({ min: 0, max: 60 }), fc.integer({ min: 0, max: 1500 })),
+      spend: fc.double({ min: 0, max: 1, noNaN: true }),
+      offered: fc.integer({ min: 0, max: 80 }),
+      retry: fc.boolean(),
+      operator: fc.integer({ min: 0, max: 12 }),
+    });
+    await fc.assert(
+      fc.asyncProperty(
+        fc.uniqueArray(fc.constantFrom(1000, 2000, 5000), { minLength: 1, maxLength: 2 }),
+        fc.integer({ min: 20, max: 200 }),
+        fc.array(stepArbitrary, { minLength: 5, maxLength: 40 }),
+        async (windows, firstMax, steps) => {
+          let limits = windows.map((windowMs) => ({ windowMs, max: firstMax }));
+          const ruleOf = (l: QuotaRule["limits"]): QuotaRule => ({
+            mode: "approximate",
+            leaseMs: 1000,
+            fallback: "share",
+            slotGroups: 1,
+            limits: l,
+          });
+          const store = new RedisQuotaStore(cluster, uniqueNamespace());
+          let version = 1;
+          await store.publish("api", ruleOf(limits), `v${version}`, 1, version);
+          let now = T0;
+          const seqs = [0, 0, 0, 0];
+          const held: Array<{ grantAt: number; allowance: number } | undefined> = [];
+          // every admission's time, as the instances made them
+          const admitted: number[] = [];
+          for (const step of steps) {
+            now += step.gap;
+            if (step.operator === 0) {
+              limits = limits.map((limit) => ({ ...limit, max: Math.max(1, Math.floor(limit.max * 0.4)) }));
+              version++;
+              await store.publish("api", ruleOf(limits), `v${version}`, 1, version);
+            }
+            const i = step.instance;
+            // an honest instance spends at most its allowance, within the bucket of its grant
+            const usage: Array<[number, number]> = [];
+            const mine = held[i];
+            const spent = mine ? Math.floor(mine.allowance * step.spend) : 0;
+            if (mine && spent > 0) {
+              const at = Math.min(Math.floor(mine.grantAt / 50) * 50 + 49, now);
+              usage.push([at, spent]);
+              for (let n = 0; n < spent; n++) admitted.push(at);
+            }
+            const entry: SyncEntry = { key: "k", usage, refunds: [], offered: step.offered, want: 0 };
+            const request: SyncRequest = {
+              instanceId: `i${i}`,
+              rule: "api",
+              group: 0,
+              seq: ++seqs[i]!,
+              configVersion: "",
+              entries: [entry],
+            };
+            const reply = await store.sync(request, now);
+            expect(reply.status).toBe("applied");
+            const got = reply.entries[0] as ApproximateAssignment;
+            const context = JSON.stringify({ now: now - T0, limits, got, admitted: admitted.map((t) => t - T0) });
+            got.used.forEach((used, w) => {
+              const limit = limits[w] as QuotaRule["limits"][number];
+              const inWindow = admitted.filter((t) => t > now - limit.windowMs && t <= now).length;
+              expect(used, context).toBeGreaterThanOrEqual(inWindow + got.allowance);
+              if (got.allowance > 0) expect(used, context).toBeLessThanOrEqual(limit.max);
+            });
+            held[i] = { grantAt: now, allowance: got.allowance };
+            if (step.retry) {
+              const again = await store.sync(request, now + 1);
+              expect(again.status).toBe("duplicate");
+              expect((again.entries[0] as ApproximateAssignment).allowance, context).toBe(got.allowance);
+            }
+          }
+        },
+      ),
+      { numRuns: Number(process.env.REVIEW_RUNS ?? 15) },
+    );
+  }, 120_000);
+});
+
+describe("review: /v1/frequency figures against a ledger (DESIGN.md 'Check API', docs/api.md)", () => {
+  it("decides, and reports used, remaining and retryAfterMs, as a ledger does, for users 0 and 2^31 - 1 on the record and block paths, with backfills and identity numbers past 255 and 65,535", async () => {
+    const MINUTE = 60_000;
+    const stepArbitrary = fc.record({
+      kind: fc.constantFrom("check", "check", "peek", "batch", "dense", "repeat", "jump"),
+      user: fc.constantFrom(0, 1, 2 ** 31 - 1),
+      channel: fc.constantFrom("a", "b"),
+      anonymous: fc.boolean(),
+      advance: fc.integer({ min: 0, max: 4 * MINUTE }),
+      back: fc.integer({ min: 0, max: 2 * MINUTE }),
+      pick: fc.nat(),
+    });
+    await fc.assert(
+      fc.asyncProperty(
+        fc.integer({ min: 2, max: 6 }),
+        fc.integer({ min: 3, max: 9 }),
+        fc.array(stepArbitrary, { minLength: 10, maxLength: 40 }),
+        async (maxA, maxEvery, steps) => {
+          const caps = { a: [{ window: "10m", max: maxA }], "*": [{ window: "30m", max: maxEvery }] };
+          const rules = rulesOf({ version: "v", channels: ["a", "b"], segments: [], default: { name: "rest", caps } });
+          const clock = fixedClock(T0);
+          const namespace = uniqueNamespace();
+          const capper = new Capper({ store, rules: () => rules, clock, namespace });
+          const ledger = new Map<number, Array<{ t: number; channel: string; identity: string }>>();
+          const campaigns: string[] = [];
+          let serial = 0;
+          // per cap that applies (the channel's own first, then "*"): the fullest window (x - w, x] containing at
+          const windowsFor = (user: number, channel: string, at: number) =>
+            [
+              ...(channel === "a" ? [{ scope: "a", w: 10 * MINUTE, max: maxA }] : []),
+              { scope: "*", w: 30 * MINUTE, max: maxEvery },
+            ].map((cap) => {
+              const times = (ledger.get(user) ?? [])
+                .filter((s) => cap.scope === "*" || s.channel === cap.scope)
+                .map((s) => s.t);
+              const ends = [at, ...times.filter((s) => s > at && s < at + cap.w)];
+              const fullest = Math.max(...ends.map((x) => times.filter((s) => s > x - cap.w && s <= x).length));
+              return { ...cap, fullest };
+            });
+          for (const step of steps) {
+            clock.advance(step.advance);
+            if (step.kind === "jump") {
+              // the tag's identity numbers as after 250, then 65,530 earlier identities (set directly)
+              const table = capIdentityKey(namespace, capTagOf(0));
+              const next = Number((await cluster.hget(table, "next")) ?? 0);
+              if (next < 65_530) await cluster.hset(table, "next", next < 250 ? 250 : 65_530);
+              continue;
+            }
+            const at = clock.now() - step.back;
+            const repeat = step.kind === "repeat" && campaigns.length > 0;
+            const named = step.kind === "batch" || step.kind === "dense" || !step.anonymous;
+            const campaignId = repeat
+              ? (campaigns[step.pick % campaigns.length] as string)
+              : named
+                ? `c${serial++}`
+                : "";
+            if (campaignId && !repeat) campaigns.push(campaignId);
+            const mine = ledger.get(step.user) ?? [];
+            const duplicate = campaignId !== "" && mine.some((s) => s.identity === `${step.channel}:${campaignId}`);
+            const windows = windowsFor(step.user, step.channel, at);
+            const expected = duplicate ? "duplicate" : windows.some((w) => w.fullest >= w.max) ? "capped" : "allowed";
+            const context = JSON.stringify({ step, at: at - T0, campaignId, ledger: mine.map((s) => s.t - T0) });
+            if (step.kind === "batch" || step.kind === "dense") {
+              // dense: with 20 neighbours of its page, so the page goes through its block
+              const neighbours =
+                step.kind === "dense"
+                  ? Array.from({ length: 20 }, (_, i) => (step.user < 256 ? 100 + i : step.user - 100 - i))
+                  : [];
+              const result = await capper.capBatch({
+                campaignId,
+                channel: step.channel,
+                userIds: [step.user, ...neighbours],
+                at,
+              });
+              expect(result.decisions[0]?.decision, context).toBe(expected);
+            } else {
+              const result = await capper.checkUser({
+                userId: step.user,
+                channel: step.channel,
+                at,
+                ...(campaignId ? { campaignId } : {}),
+                ...(step.kind === "peek" ? { consume: false } : {}),
+              });
+              expect(result.decision, context).toBe(expected);
+              if (!duplicate) {
+                const counted = expected === "allowed" && step.kind !== "peek" ? 1 : 0;
+                expect(
+                  result.windows.map((w) => ({ channel: w.channel, used: w.used, remaining: w.remaining })),
+                  context,
+                ).toEqual(
+                  windows.map((w) => ({
+                    channel: w.scope,
+                    used: w.fullest + counted,
+                    remaining: Math.max(0, w.max - w.fullest - counted),
+                  })),
+                );
+              }
+              if (expected === "capped") {
+                // the earliest time the same check has room in every window around it
+                const free = (t: number) => windowsFor(step.user, step.channel, t).every((w) => w.fullest < w.max);
+                const later = at + (result.retryAfterMs as number);
+                expect(result.retryAfterMs, context).toBeGreaterThanOrEqual(1);
+                expect([free(later - 1), free(later)], context).toEqual([false, true]);
+              }
+            }
+            if (expected === "allowed" && step.kind !== "peek") {
+              const identity = campaignId ? `${step.channel}:${campaignId}` : `anonymous-${serial++}`;
+              ledger.set(step.user, [...mine, { t: at, channel: step.channel, identity }]);
+            }
+          }
+        },
+      ),
+      { numRuns: Number(process.env.REVIEW_RUNS ?? 15) },
+    );
+  }, 120_000);
 });
