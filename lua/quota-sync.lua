@@ -4,7 +4,8 @@ answers each key's allowance (approximate) or reserved tokens (strict).
 KEYS[1]    <ns>:q:{<rule>.<group>}:cfg    hash { v = config version, r = encoded rule }
 KEYS[2]    <ns>:q:{<rule>.<group>}:seq    hash instance -> "highestSeq:mask" (mask: the 32 seqs below it)
 KEYS[3]    <ns>:q:{<rule>.<group>}:inst   sorted set instance -> last sync (ms)
-KEYS[3+i]  <ns>:q:{<rule>.<group>}:k:<key_i>   key i's rings, window sums and demand
+KEYS[3+i]  <ns>:q:{<rule>.<group>}:k:<key_i>   key i: hash { L = layout, b = rings, sums and demand
+           (packed), i:<instance> = that instance's demand and grant (packed) }
 ARGV[1..5] protocol (1), now (ms), instanceId, seq, configVersion seen
 ARGV[5+4*(i-1)+1 .. +4]  key i: usage "at:count,...", refunds "grantedAt:count,...", offered, want
 Reply      { 1, status ("applied"|"duplicate"|"stale"|"norule"), now, configVersion, rule (encoded, or ""
@@ -13,12 +14,12 @@ Reply      { 1, status ("applied"|"duplicate"|"stale"|"norule"), now, configVers
 
 Windows are rings of buckets with running sums, updated incrementally: a bucket is 50 ms for windows up
 to 5 s and W/100 beyond, so a sum is read, never recomputed; windows with the same bucket size share a
-ring. approximate reserves each allowance when it grants it (key field g:<instance> = seq:at:amount)
+ring. approximate reserves each allowance when it grants it (in the key's i:<instance> field)
 and settles it at that instance's next applied sync: the usage reported is charged to it (so counted
 from the grant), the unused rest goes back, usage beyond it (admitted under a fallback) counts at its
 epochs. So allowances handed out at different instants see each other; the windows sum reservations
 and usage over the last W/bucket + 1 buckets (the extra bucket covers usage spent up to a bucket after
-its grant; spent later, e.g. after a late reply, it leaves the window early: the approximate part).  strict sums grants over every bucket that touches (now - W - lease, now], so grants in
+its grant; spent later, e.g. after a late reply, it leaves the window early: the approximate part). strict sums grants over every bucket that touches (now - W - lease, now], so grants in
 any W + lease stay <= max and used tokens in any W do too. ]]
 local REORDER = 32
 local ACTIVE_MS = 5000
@@ -64,15 +65,10 @@ for w, m in string.gmatch(limitsText, '(%d+):(%d+)') do
 end
 reply[6], reply[7] = mode, #windows
 
--- a key's stored counts are kept across a change of max, dropped when the bucket layout changes
-local layout = mode
+-- a key's stored counts are kept across a change of max, dropped when the bucket layout changes (or the
+-- storage format: the leading tag)
+local layout = 'b2|' .. mode
 for _, window in ipairs(windows) do layout = layout .. ',' .. window.w .. '/' .. window.span end
-local fields = { 'L', 'd', 'dt', 'd:' .. instance, 't:' .. instance, 'x', 'g:' .. instance }
-local GRANT = 7
-local CURSORS = #fields
-for _, ring in ipairs(ringList) do fields[#fields + 1] = 'c' .. ring.q end
-local SUMS = #fields
-for _, window in ipairs(windows) do fields[#fields + 1] = 's' .. window.w end
 
 -- idempotency: highest seq applied, and a mask of which of the REORDER seqs below it were applied
 local status = 'applied'
@@ -128,66 +124,61 @@ local function decay(count, at)
   return count, at
 end
 
-local function slotOf(ring, bucket)
-  if bucket == ring.now then return ring.nowSlot end
-  return ring.q .. ':' .. (bucket % ring.size)
-end
-
--- Every key is read with one HMGET and written with one HSET in the usual case: the read also fetches
--- the current bucket and, per window, the bucket that leaves it when the ring moves on by one. Names
--- are built once per call, not per key (string building is most of a key's cost).
-local KEY_TTL = longest + 2000
-for _, ring in ipairs(ringList) do
+-- A key is one hash: 'L' its layout, 'b' a blob of little-endian doubles (the key's demand, its time, the
+-- expiry mark, each ring's cursor, each window's sum, then every ring's slots), and 'i:<instance>' per
+-- instance ("own demand:its time:grant seq:grant at:grant amount"). A sync reads it with one HMGET and
+-- writes it with one HSET: the blob is longer than hash-max-listpack-value, so the hash is a hashtable
+-- (no field is found by scanning), and a slot is read or written at its offset in the blob, O(1) per
+-- bucket touched.
+local RINGS = #ringList
+local HEADER = 3 + RINGS + #windows
+local HEADER_FORMAT = '<' .. string.rep('d', HEADER)
+-- a slot is an unsigned 32-bit count: a reservation only happens below max (at most 10^9) and is at most
+-- max, so it always fits; usage beyond reservations is capped at SLOT_MAX (far beyond any limit)
+local SLOT, SLOT_BYTES, SLOT_MAX = '<I4', 4, 4294967295
+local ZERO = struct.pack(SLOT, 0)
+local offset = HEADER * 8
+for r, ring in ipairs(ringList) do
+  ring.index = r
+  ring.base = offset
+  ring.zeros = string.rep(ZERO, ring.size)
+  ring.vals = {}
   ring.now = math.floor(now / ring.q)
-  ring.nowSlot = ring.q .. ':' .. (ring.now % ring.size)
-  fields[#fields + 1] = ring.nowSlot
-  ring.nowField = #fields
-  for _, window in ipairs(ring.windows) do
-    fields[#fields + 1] = slotOf(ring, ring.now - window.span)
-    window.leavingField = #fields
-  end
+  offset = offset + ring.size * SLOT_BYTES
 end
-local write = { 'L', layout, 'd', 0, 'dt', 0, 'd:' .. instance, 0, 't:' .. instance, 0 }
-local GRANT_FIELD = 'g:' .. instance
-for _, ring in ipairs(ringList) do
-  write[#write + 1] = 'c' .. ring.q
-  write[#write + 1] = 0
-  ring.writeAt = #write
-end
-for _, window in ipairs(windows) do
-  write[#write + 1] = 's' .. window.w
-  write[#write + 1] = 0
-  window.writeAt = #write
-end
-local WRITE_FIXED = #write
+local INSTANCE_FIELD = 'i:' .. instance
+-- own demand, its time, and the last approximate grant: its seq (0: none), time and amount
+local INSTANCE_FORMAT = '<ddddd'
+local KEY_TTL = longest + 2000
 
--- the key being updated: writes for its final HSET (slot -> value); a `direct` ring (caller's clock
--- behind the ring) takes its writes as HINCRBY instead
-local key, pending = nil, {}
+-- the key being updated: its stored blob, and per ring the slots changed (index -> value) and whether the
+-- stored slots count as 0 (a new key, or a ring that moved on by its whole size)
+local blob = nil
+
+local function read(ring, bucket)
+  local index = bucket % ring.size
+  local value = ring.vals[index]
+  if value ~= nil then return value end
+  if ring.zero then return 0 end
+  return (struct.unpack(SLOT, blob, ring.base + index * SLOT_BYTES + 1))
+end
 
 -- adds count (a refund: negative, never taking a bucket below 0) to the bucket holding `at` in every
 -- ring, and to the sums of the windows that bucket is in
 local function add(at, count)
   if at > now then at = now end
-  for _, ring in ipairs(ringList) do
+  for k = 1, #ringList do
+    local ring = ringList[k]
     local c = ring.cur
     local bucket = math.floor(at / ring.q)
     if bucket > c then bucket = c end
     if bucket > c - ring.size then
-      local name = slotOf(ring, bucket)
+      local value = read(ring, bucket)
       local delta = count
-      local value = pending[name]
-      if value ~= nil then
-        if value + delta < 0 then delta = -value end
-        pending[name] = value + delta
-      else
-        value = redis.call('HINCRBY', key, name, delta)
-        if value < 0 then
-          redis.call('HINCRBY', key, name, -value)
-          delta = delta - value
-        end
-      end
-      for _, window in ipairs(ring.windows) do
+      if value + delta < 0 then delta = -value elseif value + delta > SLOT_MAX then delta = SLOT_MAX - value end
+      ring.vals[bucket % ring.size] = value + delta
+      for w = 1, #ring.windows do
+        local window = ring.windows[w]
         if bucket > c - window.span then window.sum = window.sum + delta end
       end
     end
@@ -197,83 +188,96 @@ end
 -- reserves `amount` in the ring's current bucket, not now's: a caller whose clock is behind cannot age
 -- a grant early
 local function reserve(amount)
-  for _, ring in ipairs(ringList) do
-    local name = slotOf(ring, ring.cur)
-    if pending[name] ~= nil then
-      pending[name] = pending[name] + amount
-    else
-      redis.call('HINCRBY', key, name, amount)
+  for k = 1, #ringList do
+    local ring = ringList[k]
+    ring.vals[ring.cur % ring.size] = read(ring, ring.cur) + amount
+    for w = 1, #ring.windows do
+      local window = ring.windows[w]
+      window.sum = window.sum + amount
     end
-    for _, window in ipairs(ring.windows) do window.sum = window.sum + amount end
   end
 end
 
 -- a time in the bucket every ring reserved in (the latest ring boundary, or now), for the refund
 local function grantTime()
   local at = now
-  for _, ring in ipairs(ringList) do
+  for k = 1, #ringList do
+    local ring = ringList[k]
     if ring.cur * ring.q > at then at = ring.cur * ring.q end
   end
   return at
 end
 
+-- appends a ring's slots to `parts`: pieces of the stored blob, with the changed slots packed in between
+local function ringParts(ring, parts)
+  local changed = {}
+  for index in pairs(ring.vals) do changed[#changed + 1] = index end
+  if #changed > 1 then table.sort(changed) end
+  local source, start = blob, ring.base + 1
+  if ring.zero then source, start = ring.zeros, 1 end
+  local from, last = start, start + ring.size * SLOT_BYTES - 1
+  for c = 1, #changed do
+    local index = changed[c]
+    local at = start + index * SLOT_BYTES
+    if at > from then parts[#parts + 1] = string.sub(source, from, at - 1) end
+    parts[#parts + 1] = struct.pack(SLOT, ring.vals[index])
+    from = at + SLOT_BYTES
+  end
+  if from <= last then parts[#parts + 1] = string.sub(source, from, last) end
+end
+
+local head = {}
 for i = 4, #KEYS do
-  key = KEYS[i]
-  for name in pairs(pending) do pending[name] = nil end
+  local key = KEYS[i]
   local a = 5 + 4 * (i - 4)
   local usage, refunds, offered, want = ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
-  local meta = redis.call('HMGET', key, unpack(fields))
-  if meta[1] and meta[1] ~= layout then
+  local meta = redis.call('HMGET', key, 'L', 'b', INSTANCE_FIELD)
+  local writeLayout = meta[1] ~= layout
+  if meta[1] and writeLayout then
     redis.call('DEL', key)
     meta = {}
   end
-  for j, window in ipairs(windows) do window.sum = tonumber(meta[SUMS + j]) or 0 end
-  for r, ring in ipairs(ringList) do
+  blob = meta[2]
+  if blob and #blob ~= offset then blob = nil end
+  local stored = blob and { struct.unpack(HEADER_FORMAT, blob) } or nil
+  for j = 1, #windows do windows[j].sum = stored and stored[3 + RINGS + j] or 0 end
+  for r = 1, #ringList do
+    local ring = ringList[r]
+    ring.vals = {}
     local c = ring.now
-    local last = tonumber(meta[CURSORS + r])
-    if not last then
-      pending[ring.nowSlot] = 0
-    elseif last == c then
-      pending[ring.nowSlot] = tonumber(meta[ring.nowField]) or 0
+    local last = stored and stored[3 + r] or nil
+    ring.zero = not last
+    if not last or last == c then
+      -- a new key (every slot 0), or the ring is where it was
     elseif last > c then
       c = last -- a caller whose clock is behind never rewinds the ring; it writes to the ring's bucket
     elseif c - last >= ring.size then
-      local clear = {}
-      for s = 0, ring.size - 1 do clear[#clear + 1] = ring.q .. ':' .. s end
-      redis.call('HDEL', key, unpack(clear))
-      for _, window in ipairs(ring.windows) do window.sum = 0 end
-      pending[ring.nowSlot] = 0
-    elseif c - last == 1 then
-      for _, window in ipairs(ring.windows) do
-        window.sum = window.sum - (tonumber(meta[window.leavingField]) or 0)
-      end
-      pending[ring.nowSlot] = 0
+      ring.zero = true
+      for w = 1, #ring.windows do ring.windows[w].sum = 0 end
     else
-      -- moved on by several buckets: those leaving each window (newer than `last`: never written)
-      local names, owners = {}, {}
+      -- moved on by one bucket or several: those leaving each window (newer than `last`: never written)
+      -- are taken off its sum, and reused slots start again from 0
       for b = last + 1, c do
-        for _, window in ipairs(ring.windows) do
-          if b - window.span <= last then
-            names[#names + 1] = slotOf(ring, b - window.span)
-            owners[#owners + 1] = window
-          end
+        for w = 1, #ring.windows do
+          local window = ring.windows[w]
+          if b - window.span <= last then window.sum = window.sum - read(ring, b - window.span) end
         end
-        pending[slotOf(ring, b)] = 0 -- reused slots start again from 0
-      end
-      if #names > 0 then
-        local values = redis.call('HMGET', key, unpack(names))
-        for j, window in ipairs(owners) do window.sum = window.sum - (tonumber(values[j]) or 0) end
+        ring.vals[b % ring.size] = 0
       end
     end
     ring.cur = c
+  end
+
+  -- this instance's own demand and its last approximate grant
+  local ownStored, ownAtStored, grantSeq, grantAt, credit = nil, nil, 0, 0, 0
+  if meta[3] and #meta[3] == 40 then
+    ownStored, ownAtStored, grantSeq, grantAt, credit = struct.unpack(INSTANCE_FORMAT, meta[3])
   end
 
   -- approximate: this instance's previous allowance was reserved when granted; the usage reported now
   -- is charged to that reservation (it counts from the grant, the window's one extra bucket covering
   -- the interval in which it was spent), what it did not use goes back, and usage beyond it (admitted
   -- under a fallback) counts at its own epochs
-  local grantSeq, grantAt, credit = string.match(meta[GRANT] or '', '^(%d+):(%d+):(%d+)$')
-  credit = tonumber(credit) or 0
   if applied and not strict then
     local left = credit
     for at, count in string.gmatch(usage, '(%d+):(%d+)') do
@@ -282,7 +286,7 @@ for i = 4, #KEYS do
       left = left - take
       if count > take then add(tonumber(at), count - take) end
     end
-    if left > 0 then add(tonumber(grantAt), -left) end
+    if left > 0 then add(grantAt, -left) end
   end
   if applied and strict then
     for at, count in string.gmatch(refunds, '(%d+):(%d+)') do add(tonumber(at), -tonumber(count)) end
@@ -290,8 +294,8 @@ for i = 4, #KEYS do
 
   -- demand: the key's offered requests and this instance's, as counts decaying with DEMAND_TAU_MS;
   -- the instance's share is its part of the recent demand
-  local demand, demandAt = decay(tonumber(meta[2]), tonumber(meta[3]))
-  local own, ownAt = decay(tonumber(meta[4]), tonumber(meta[5]))
+  local demand, demandAt = decay(stored and stored[1], stored and stored[2])
+  local own, ownAt = decay(ownStored, ownAtStored)
   if applied then
     demand, own = demand + offered, own + offered
   end
@@ -300,11 +304,12 @@ for i = 4, #KEYS do
 
   -- the tightest window decides
   local tight, remaining = nil, nil
-  for _, window in ipairs(windows) do
+  for w = 1, #windows do
+    local window = windows[w]
     local left = window.max - window.sum
     if remaining == nil or left < remaining then tight, remaining = window, left end
   end
-  local amount, denyUntil, grant = 0, 0, nil
+  local amount, denyUntil = 0, 0
   if strict then
     if applied and want > 0 and remaining > 0 then
       amount = math.min(want, remaining, math.ceil(remaining * share))
@@ -320,37 +325,44 @@ for i = 4, #KEYS do
       if amount == 0 and remaining >= instances then amount = 1 end
       reserve(amount) -- `remaining` stays as it was: denyUntil means nothing could be granted
     end
-    grant = seq .. ':' .. grantTime() .. ':' .. amount
-  elseif tonumber(grantSeq) == seq then
+    grantSeq, grantAt, credit = seq, grantTime(), amount
+  elseif grantSeq == seq then
     amount = credit -- a retry of the sync that granted it: the same allowance again
   end
   if remaining <= 0 then denyUntil = (tight.ring.cur + 1) * tight.q end
 
-  write[4], write[6], write[8], write[10] = demand, demandAt, own, ownAt
-  for _, ring in ipairs(ringList) do write[ring.writeAt] = ring.cur end
-  for _, window in ipairs(windows) do write[window.writeAt] = window.sum end
-  local n = WRITE_FIXED
-  if grant then
-    write[n + 1], write[n + 2] = GRANT_FIELD, grant
-    n = n + 2
-  end
-  local expiresMark = tonumber(meta[6])
+  local expiresMark = stored and stored[3] or nil
   local refresh = not expiresMark or now - expiresMark >= 1000
-  if refresh then
-    write[n + 1], write[n + 2] = 'x', now
-    n = n + 2
+  head[1], head[2], head[3] = demand, demandAt, refresh and now or expiresMark
+  for r = 1, RINGS do head[3 + r] = ringList[r].cur end
+  for j = 1, #windows do head[3 + RINGS + j] = windows[j].sum end
+  local parts = { struct.pack(HEADER_FORMAT, unpack(head, 1, HEADER)) }
+  for r = 1, RINGS do ringParts(ringList[r], parts) end
+  local instanceValue = struct.pack(INSTANCE_FORMAT, own, ownAt, grantSeq, grantAt, credit)
+  local added
+  if writeLayout then
+    added = redis.call('HSET', key, 'b', table.concat(parts), INSTANCE_FIELD, instanceValue, 'L', layout) - 1
+  else
+    added = redis.call('HSET', key, 'b', table.concat(parts), INSTANCE_FIELD, instanceValue)
   end
-  for name, value in pairs(pending) do
-    write[n + 1], write[n + 2] = name, value
-    n = n + 2
-  end
-  redis.call('HSET', key, unpack(write, 1, n))
   if refresh then redis.call('PEXPIRE', key, KEY_TTL) end
+  -- an instance new to the key: when the key holds many more instances than sync the group lately, the
+  -- fields of those silent for longer than the seq records are kept go (their grants left every window)
+  if added > 0 and redis.call('HLEN', key) > 2 * instances + 10 then
+    local all = redis.call('HGETALL', key)
+    local gone = {}
+    for f = 1, #all, 2 do
+      if string.sub(all[f], 1, 2) == 'i:' and (struct.unpack('<d', all[f + 1], 9)) < now - retention then
+        gone[#gone + 1] = all[f]
+      end
+    end
+    if #gone > 0 then redis.call('HDEL', key, unpack(gone)) end
+  end
 
   reply[#reply + 1] = amount
   reply[#reply + 1] = now + lease
   reply[#reply + 1] = denyUntil
   reply[#reply + 1] = (tight.ring.cur + tight.span) * tight.q
-  for _, window in ipairs(windows) do reply[#reply + 1] = window.sum end
+  for j = 1, #windows do reply[#reply + 1] = windows[j].sum end
 end
 return reply

@@ -7,7 +7,14 @@ import { RedisQuotaStore } from "../../functions/adapters/redis-quota-store.ts";
 import { parsePolicy } from "../../functions/core/capping/policy.ts";
 import { QuotaSyncService, rulesStamp } from "../../functions/core/quotas/quota-sync-service.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
-import { type QuotaRule, type SyncEntry, type SyncRequest, slotGroupKeys } from "../../sdk/src/wire.ts";
+import {
+  type QuotaRule,
+  quotaKey,
+  type SyncEntry,
+  type SyncRequest,
+  slotGroupKeys,
+  slotGroupPrefix,
+} from "../../sdk/src/wire.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
 import { maxInAnyWindow, QuotaModel } from "../support/quota-model.ts";
 import { T0 } from "../support/rules.ts";
@@ -283,6 +290,28 @@ describe("quota-sync.lua", () => {
       status: "duplicate",
       entries: [{ allowance: a2Entry.allowance, used: a2Entry.used }],
     });
+  });
+
+  it("drops a key's fields of instances silent longer than the seq records live, keeping the recent ones", async () => {
+    const namespace = uniqueNamespace();
+    const store = new RedisQuotaStore(cluster, namespace);
+    await store.publish("api", approximate([{ windowMs: 1000, max: 1000 }]), "v1", 1, 1);
+    const stateKey = quotaKey(slotGroupPrefix(namespace, "api", 0), "k");
+    const use = (instance: string, at: number) =>
+      store.sync(call(instance, 1, [entry("k", { usage: [[at, 1]], offered: 1 })]), at);
+    for (let i = 0; i < 30; i++) await use(`gone-${i}`, T0);
+    for (let i = 0; i < 5; i++) await use(`recent-${i}`, T0 + 100_000);
+    // L, b and one field per instance so far
+    expect(await cluster.hlen(stateKey)).toBe(2 + 35);
+    // the seq records live max(W, 60 s) + 60 s: past that, the 30 first instances' fields go when a new
+    // instance arrives at a key holding far more instances than sync lately
+    const reply = await use("new", T0 + 120_001);
+    expect(reply.status).toBe("applied");
+    const fields = await cluster.hkeys(stateKey);
+    expect(fields.sort()).toEqual(["L", "b", "i:new", ...Array.from({ length: 5 }, (_, i) => `i:recent-${i}`)].sort());
+    // the key still counts: the window holds the new instance's usage (it had no reservation) and allowance
+    const fresh = reply.entries[0] as { used: number[]; allowance: number };
+    expect(fresh.used).toEqual([1 + fresh.allowance]);
   });
 
   it("answers norule and counts nothing for a rule that is not configured", async () => {
