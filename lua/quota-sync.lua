@@ -98,7 +98,8 @@ else
 end
 local applied = status == 'applied'
 reply[2] = status
-if applied then redis.call('HSET', KEYS[2], instance, high .. ':' .. mask) end
+-- %d, not tostring: a seq of 15 digits or more (the schema allows up to 2^53 - 1) would be written 1e+14
+if applied then redis.call('HSET', KEYS[2], instance, string.format('%d:%d', high, mask)) end
 
 -- the seq and instance records outlive the longest window, so a replay they no longer know about only
 -- carries usage too old to count; their expiry is pushed on for new members and every 16th seq

@@ -214,6 +214,18 @@ describe("quota-sync.lua", () => {
     expect(last.used).toEqual([3 + last.allowance]);
   });
 
+  it("answers a replay of a 15- or 16-digit seq as a duplicate (its record is written as digits, not 1e+14)", async () => {
+    for (const seq of [100_000_000_000_000, Number.MAX_SAFE_INTEGER - 1]) {
+      const store = await storeWith(approximate([{ windowMs: 1000, max: 100 }]));
+      const request = call("big-seq", seq, [entry("k", { usage: [[T0, 30]], offered: 30 })]);
+      const first = await store.sync(request, T0);
+      const again = await store.sync(request, T0 + 1);
+      expect([first.status, again.status]).toEqual(["applied", "duplicate"]);
+      expect(again.entries[0]?.used).toEqual(first.entries[0]?.used);
+      expect((await store.sync(call("big-seq", seq + 1, [entry("k")]), T0 + 2)).status).toBe("applied");
+    }
+  });
+
   it("grants no tokens to a retried strict sync: the first attempt's grant already counts", async () => {
     const store = await storeWith(strict([{ windowMs: 1000, max: 10 }]));
     const first = await store.sync(call("i", 1, [entry("k", { want: 6 })]), T0);
