@@ -64,14 +64,13 @@ local identityTableKey = KEYS[1]
 
 local FORMAT, PAGE_USERS, MIN_COMPACT_AT, MIN_CLASS_LIMIT = 4, 256, 32, 256
 local FUTURE_BOUND_MS = 300000
-local NO_SENDS = string.rep('\0', 2 * PAGE_USERS)
 local REPLY_DUPLICATE, REPLY_EXEMPT, REPLY_FIRST_CAP = 1, 2, 3
 -- the largest event count each width can number, and the compaction threshold kept under it
 local WIDTH_LIMIT = { 255, 65535, 16777215 }
 
 -- Profiles present in this call: caps, retention cutoff and retention. The caps come packed by cmsgpack (in C):
 -- parsing 64 profiles × 32 caps from text cost 2 ms of Lua string matching, unpacking them costs a seventh.
-local profiles = {}
+local profiles, profileCount = {}, 0
 do
   local retentions, windowRetentions = {}, {}
   for retention, windowRetention in string.gmatch(ARGV[8], '(%d+):?(%d*)') do
@@ -79,6 +78,7 @@ do
     windowRetentions[#retentions] = tonumber(windowRetention) or tonumber(retention)
   end
   local specs = cmsgpack.unpack(ARGV[7])
+  profileCount = #specs
   for index = 0, #specs - 1 do
     local spec = specs[index + 1]
     local windows, maxima, scopes = spec[1], spec[2], spec[3]
@@ -501,9 +501,20 @@ local function encodeClass(numbers, width)
   return charsOf(bytes)
 end
 
+-- `text` repeated `count` times, by doubling (string.rep adds one byte at a time: 2 µs for a page's class bytes)
+local function repeated(text, count)
+  local result = ''
+  while count > 0 do
+    if count % 2 == 1 then result = result .. text end
+    count = floor(count / 2)
+    if count > 0 then text = text .. text end
+  end
+  return result
+end
+
 local function emptyBlock()
   return { width = 1, compactAt = MIN_COMPACT_AT, classLimit = MIN_CLASS_LIMIT, identities = {}, times = {},
-    eventIdentities = {}, classes = {}, userClasses = NO_SENDS }
+    eventIdentities = {}, classes = {}, userClasses = repeated('\0\0', PAGE_USERS) }
 end
 local function readBlock(key)
   local blob = redis.call('GET', key)
@@ -612,12 +623,42 @@ local function extendTtl(key, ttl)
   if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
 end
 
-local reply, logs = {}, {}
+-- The reply: codes as numbers in `reply`, moved into `replyParts` as a string before a page adds a string of codes.
+local reply, replyParts, logs = {}, {}, {}
+local function flushReply()
+  -- string.char takes the codes in slices that stay within Lua's stack limit
+  for first = 1, #reply, 4000 do
+    replyParts[#replyParts + 1] = char(unpackList(reply, first, math.min(first + 3999, #reply)))
+  end
+  reply = {}
+end
+local function appendReply(codes)
+  if #reply > 0 then flushReply() end
+  replyParts[#replyParts + 1] = codes
+end
+-- whether a page argument's (offset, profile) pairs hold profile `number` (a byte at an even position)
+local function isProfileOf(pairsOfUsers, number)
+  local key, from = char(number), 2
+  while true do
+    local found = string.find(pairsOfUsers, key, from, true)
+    if found == nil then return false end
+    if found % 2 == 0 then return true end
+    from = found + 1
+  end
+end
+-- whether some user of a page has a record (`records`: readPageRecords())
+local function anyRecord(records)
+  if records == nil then return false end
+  for i = 1, #records do
+    if records[i] then return true end
+  end
+  return false
+end
 local recordHashExists = {}
 
--- The user records of a block-path page's users (spec bytes: offset, profile per user), by position, or nil
+-- The user records of a block-path page's users (its page argument: offset, profile per user), by position, or nil
 -- when the hash does not exist (one EXISTS per hash per call; no field list built then).
-local function readPageRecords(hashIndex, pageBase, specBytes)
+local function readPageRecords(hashIndex, pageBase, spec)
   local key = KEYS[1 + hashIndex]
   local exists = recordHashExists[hashIndex]
   if exists == nil then
@@ -626,7 +667,7 @@ local function readPageRecords(hashIndex, pageBase, specBytes)
   end
   if not exists then return nil end
   local fields = {}
-  for u = 1, #specBytes, 2 do fields[#fields + 1] = pageBase + specBytes[u] end
+  for u = 6, #spec, 2 do fields[#fields + 1] = pageBase + byte(spec, u) end
   return redis.call('HMGET', key, unpackList(fields))
 end
 
@@ -776,10 +817,7 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
   if type(block) == 'table' and block.err then return block end
   local existed = block ~= nil
   block = block or emptyBlock()
-  -- the page's class numbers, 2 bytes per user (offset o: users[2o + 1] * 256 + users[2o + 2])
-  local users = { byte(block.userClasses, 1, 2 * PAGE_USERS) }
-  local specBytes = { byte(spec, 6, #spec) }
-  local records = readPageRecords(hashIndex, pageBase, specBytes)
+  local records = readPageRecords(hashIndex, pageBase, spec)
   local times = block.times
 
   -- per event: whether it is on the call's channel and the call's own send, worked out once per page
@@ -954,8 +992,86 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
   -- per (profile, class), for users without a record: the reply code when nothing is recorded, else minus one
   -- minus the class after the append (a recorded send's code is the same for the whole call)
   local recordedCode = exemptCounted and REPLY_EXEMPT or 0
-  local outcomes = {}
   local absorbed, written, longestRetention = {}, false, 0
+
+  -- The block's value with the users' class bytes (a string, or a table of bytes), written once per page.
+  local function writeBlock(userClasses)
+    if #times >= block.compactAt or #block.classes >= block.classLimit then
+      local bytes = type(userClasses) == 'table' and userClasses or { byte(userClasses, 1, 2 * PAGE_USERS) }
+      compact(block, bytes)
+      userClasses = bytes
+    end
+    if type(userClasses) == 'table' then userClasses = char(unpackList(userClasses)) end
+    local ttl = ttlFor(longestRetention)
+    if existed then ttl = math.max(ttl, redis.call('PTTL', blockKey)) end
+    -- the marker that tells record-path calls to read this block lives at least as long as the block
+    if not existed then markedPagesToWrite[#markedPagesToWrite + 1] = pageNumber end
+    identityTableTtl = math.max(identityTableTtl, ttl)
+    redis.call('SET', blockKey, cmsgpack.pack(FORMAT, block.width, block.compactAt, block.classLimit,
+      block.identities, block.times, block.eventIdentities, block.classes, userClasses), 'PX', ttl)
+    if #absorbed > 0 then redis.call('HDEL', KEYS[1 + hashIndex], unpackList(absorbed)) end
+  end
+
+  -- A page whose users all share one history (every page of a dense campaign, until segments' caps tell
+  -- them apart) is decided once per segment present, with no Lua per user: the reply and the new class
+  -- bytes are string.rep() of one code and one class when every segment present decides alike, else the
+  -- call's (offset, profile) bytes with each pair replaced by its profile's code and class (string.gsub).
+  -- New class bytes are written this way only when the call holds the whole page (its users ascend, so the
+  -- pairs are offsets 0..255 in order). A user with a record, a logged call, or a part of a page with
+  -- something to write takes the per-user loop below.
+  -- (every user has the first user's class when the bytes equal themselves shifted by one user)
+  if not withLog and sub(block.userClasses, 1, -3) == sub(block.userClasses, 3) and not anyRecord(records) then
+    local classBytes = sub(block.userClasses, 1, 2)
+    local class = byte(classBytes, 1) * 256 + byte(classBytes, 2)
+    local pairsOfUsers = sub(spec, 6)
+    local userCount = #pairsOfUsers / 2
+    local codeOf, outcomeOf, firstCode, alike, anyRecorded = {}, {}, nil, true, false
+    for profileNumber = 0, profileCount - 1 do
+      if isProfileOf(pairsOfUsers, profileNumber) then
+        local key = char(profileNumber)
+        local outcome = decideClass(profileNumber, profiles[profileNumber], class)
+        local code = outcome
+        if not peek and (outcome == 0 or outcome == REPLY_EXEMPT) then
+          anyRecorded = true
+          code = recordedCode
+        end
+        outcomeOf[key], codeOf[key] = outcome, char(code)
+        if firstCode == nil then firstCode = code elseif code ~= firstCode then alike = false end
+      end
+    end
+    local wholePage = userCount == PAGE_USERS
+    if firstCode == nil then return redis.error_reply('ERR cap-sends: unknown profile in ' .. blockKey) end
+    if not anyRecorded or wholePage then
+      local codes
+      if alike then
+        codes = repeated(char(firstCode), userCount)
+      else
+        codes = string.gsub(pairsOfUsers, '.(.)', codeOf)
+        if #codes ~= userCount then return redis.error_reply('ERR cap-sends: unknown profile in ' .. blockKey) end
+      end
+      appendReply(codes)
+      if not anyRecorded then return end
+      local successorBytes, firstSuccessor, sameSuccessor = {}, nil, true
+      for key, outcome in pairs(outcomeOf) do
+        local bytes = classBytes
+        if outcome == 0 or outcome == REPLY_EXEMPT then
+          local profile = profiles[byte(key)]
+          local nextClass = successorOf(profile, class, nil)
+          bytes = char(floor(nextClass / 256), nextClass % 256)
+          if profile.retention > longestRetention then longestRetention = profile.retention end
+        end
+        successorBytes[key] = bytes
+        if firstSuccessor == nil then firstSuccessor = bytes elseif bytes ~= firstSuccessor then sameSuccessor = false end
+      end
+      if sameSuccessor then return writeBlock(repeated(firstSuccessor, PAGE_USERS)) end
+      return writeBlock((string.gsub(pairsOfUsers, '.(.)', successorBytes)))
+    end
+  end
+
+  -- the page's class numbers, 2 bytes per user (offset o: users[2o + 1] * 256 + users[2o + 2])
+  local users = { byte(block.userClasses, 1, 2 * PAGE_USERS) }
+  local specBytes = { byte(spec, 6, #spec) }
+  local outcomes = {}
   local r = #reply
   for u = 1, #specBytes, 2 do
     local profileNumber = specBytes[u + 1]
@@ -1018,17 +1134,7 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
     end
   end
 
-  if written then
-    if #times >= block.compactAt or #block.classes >= block.classLimit then compact(block, users) end
-    local ttl = ttlFor(longestRetention)
-    if existed then ttl = math.max(ttl, redis.call('PTTL', blockKey)) end
-    -- the marker that tells record-path calls to read this block lives at least as long as the block
-    if not existed then markedPagesToWrite[#markedPagesToWrite + 1] = pageNumber end
-    identityTableTtl = math.max(identityTableTtl, ttl)
-    redis.call('SET', blockKey, cmsgpack.pack(FORMAT, block.width, block.compactAt, block.classLimit,
-      block.identities, block.times, block.eventIdentities, block.classes, char(unpackList(users))), 'PX', ttl)
-    if #absorbed > 0 then redis.call('HDEL', KEYS[1 + hashIndex], unpackList(absorbed)) end
-  end
+  if written then return writeBlock(users) end
 end
 
 local pageCount = #KEYS - 1 - recordHashCount
@@ -1051,9 +1157,12 @@ do
       markerPages[#markerPages + 1] = pageNumber
     end
   end
-  local found = redis.call('HMGET', identityTableKey, unpackList(markerFields))
-  myNumber = tonumber(found[1] or nil) or false
-  for i, pageNumber in ipairs(markerPages) do markedPages[pageNumber] = found[i + 1] and true or false end
+  -- a call of block-path pages only reads its identity number when a user record needs it
+  if #markerPages > 0 then
+    local found = redis.call('HMGET', identityTableKey, unpackList(markerFields))
+    myNumber = tonumber(found[1] or nil) or false
+    for i, pageNumber in ipairs(markerPages) do markedPages[pageNumber] = found[i + 1] and true or false end
+  end
   for hashIndex, fields in pairs(fieldsByHash) do
     local values = redis.call('HMGET', KEYS[1 + hashIndex], unpackList(fields))
     for i, userId in ipairs(fields) do records[userId] = values[i] end
@@ -1092,9 +1201,6 @@ end
 if #markers > 0 then redis.call('HSET', identityTableKey, unpackList(markers)) end
 if identityTableTtl > 0 then extendTtl(identityTableKey, identityTableTtl) end
 
--- one byte per user; string.char takes the decisions in slices that stay within Lua's stack limit
-local out = {}
-for first = 1, #reply, 4000 do
-  out[#out + 1] = char(unpackList(reply, first, math.min(first + 3999, #reply)))
-end
-return concat(out) .. concat(logs)
+-- one byte per user
+flushReply()
+return concat(replyParts) .. concat(logs)

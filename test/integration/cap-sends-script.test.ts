@@ -236,3 +236,77 @@ describe("a page block over days (compactions, divergent histories, sends ageing
     );
   });
 });
+
+// Whole pages of 256 users in one call: while the page's users share one history, the script decides each
+// segment once and writes the page with string functions (no per-user work); segments with different caps
+// then split the page's history, and later calls take the per-user loop. Both must decide as the model does.
+const wholePageCapArbitrary = fc.record({
+  window: fc.constantFrom("1s", "5s", "1m"),
+  max: fc.integer({ min: 0, max: 3 }),
+});
+const wholePagePolicyArbitrary = fc
+  .record({
+    segments: fc.array(fc.record({ a: fc.array(wholePageCapArbitrary, { maxLength: 2 }) }), { maxLength: 3 }),
+    defaultCaps: fc.record({ a: fc.array(wholePageCapArbitrary, { maxLength: 2 }) }),
+  })
+  .map(({ segments, defaultCaps }) =>
+    parsePolicy({
+      version: "prop-whole",
+      channels: CHANNELS,
+      segments: segments.map((caps, i) => ({ name: `s${i}`, bitmap: `segments/s${i}.roaring`, caps })),
+      default: { name: "rest", caps: defaultCaps },
+    }),
+  );
+const wholePageCallArbitrary = fc.record({
+  // the whole page mostly; sometimes a part of it, or the whole page and a part of the next
+  users: fc.oneof(
+    { weight: 4, arbitrary: fc.constant(PAGE) },
+    { weight: 1, arbitrary: fc.integer({ min: 16, max: 255 }).map((count) => PAGE.slice(256 - count)) },
+    {
+      weight: 1,
+      arbitrary: fc
+        .integer({ min: 16, max: 256 })
+        .map((count) => [...PAGE, ...PAGE.map((u) => u + 256).slice(0, count)]),
+    },
+  ),
+  mode: fc.constantFrom("count", "count", "count", "peek"),
+  elapsed: fc.integer({ min: 0, max: 30_000 }),
+  skew: fc.double({ min: -1, max: 1, noNaN: true }),
+  channel: fc.constantFrom(...CHANNELS),
+  campaignId: fc.constantFrom("", "c1", "c2", "c3"),
+  exemptCounted: fc.constantFrom(false, false, false, true),
+});
+
+describe("whole pages decided per segment", () => {
+  it("decides as the model does whether the page's users share a history or not", async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        wholePagePolicyArbitrary,
+        fc.integer({ min: 1, max: 256 }),
+        fc.array(wholePageCallArbitrary, { minLength: 4, maxLength: 12 }),
+        async (policy, stride, calls) => {
+          const namespace = uniqueNamespace();
+          // runs of `stride` users per segment: a page holds one segment or several
+          const segmentOf = (user: number) => Math.floor(user / stride) % policy.segments.length;
+          const model = new CappingModel(policy, segmentOf, REDELIVERY_MS);
+          let now = T0;
+          for (const step of calls) {
+            now += step.elapsed;
+            const reach = step.skew < 0 ? policy.backfillMs : Math.min(300_000, 3 * policy.backfillMs);
+            const call: ModelCall = {
+              mode: step.mode as "count" | "peek",
+              now,
+              at: now + Math.round(step.skew * reach),
+              channel: step.channel,
+              campaignId: step.campaignId,
+              exemptCounted: step.exemptCounted,
+              users: step.users,
+            };
+            expect(await runScript(namespace, policy, segmentOf, call)).toEqual(model.apply(call));
+          }
+        },
+      ),
+      { numRuns: 15 },
+    );
+  });
+});
