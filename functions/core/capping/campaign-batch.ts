@@ -1,6 +1,6 @@
 // The campaign batch: the message a campaign tool puts on the campaign queue, and the capper's input.
 import { z } from "zod";
-import { campaignIdSchema, channelSchema, sendTimeSchema, userIdSchema } from "../shared/send-fields.ts";
+import { campaignIdSchema, channelSchema, sendTimeSchema, userIdsSchema } from "../shared/send-fields.ts";
 
 /** One script call's reply and the sort trick in the capper both bound a batch. */
 export const MAX_BATCH_USERS = 1_000_000;
@@ -9,9 +9,7 @@ export const MAX_BATCH_USERS = 1_000_000;
 export const campaignBatchSchema = z.strictObject({
   campaignId: campaignIdSchema,
   channel: channelSchema,
-  userIds: z
-    .array(userIdSchema, "expected an array of user IDs")
-    .max(MAX_BATCH_USERS, `at most ${MAX_BATCH_USERS} user IDs`),
+  userIds: userIdsSchema(MAX_BATCH_USERS),
   payload: z.unknown().optional(),
   at: sendTimeSchema.optional(),
   exempt: z.boolean("expected true or false").optional(),

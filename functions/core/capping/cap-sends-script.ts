@@ -141,8 +141,10 @@ export interface CapSendsCall {
 interface PageRun {
   page: number;
   range: number;
-  /** Indices into sortedIds (repeats skipped). */
-  members: number[];
+  /** Its users: indices first..last into sortedIds, repeats skipped (count: how many are left). */
+  first: number;
+  last: number;
+  count: number;
 }
 
 /**
@@ -186,21 +188,23 @@ export async function runCapSends(
 /** The script calls that decide every distinct user of the request: one slot each, bounded in keys and users. */
 export function planCapSends(request: CapSendsRequest): CapSendsCall[] {
   const { sortedIds } = request;
-  // pages by tag, in ascending page order (sortedIds is ascending)
+  // pages by tag, in ascending page order (sortedIds is ascending, so a page's users are consecutive)
   const runsByTag = new Map<number, PageRun[]>();
+  let run: PageRun | undefined;
   for (let i = 0; i < sortedIds.length; i++) {
     const id = sortedIds[i] as number;
     if (i > 0 && id === sortedIds[i - 1]) continue;
-    const tag = capTagOf(id);
-    let runs = runsByTag.get(tag);
-    if (!runs) {
-      runs = [];
-      runsByTag.set(tag, runs);
-    }
     const page = pageOf(id);
-    const last = runs[runs.length - 1];
-    if (last?.page === page) last.members.push(i);
-    else runs.push({ page, range: recordRangeOf(id), members: [i] });
+    if (run?.page === page) {
+      run.last = i;
+      run.count++;
+      continue;
+    }
+    run = { page, range: recordRangeOf(id), first: i, last: i, count: 1 };
+    const tag = capTagOf(id);
+    const runs = runsByTag.get(tag);
+    if (runs) runs.push(run);
+    else runsByTag.set(tag, [run]);
   }
   const calls: CapSendsCall[] = [];
   for (const [tag, runs] of runsByTag) {
@@ -210,46 +214,54 @@ export function planCapSends(request: CapSendsRequest): CapSendsCall[] {
     for (const run of runs) {
       const extraRange = ranges.has(run.range) ? 0 : 1;
       const keys = 1 + ranges.size + extraRange + batch.length + 1;
-      if (batch.length > 0 && (keys > MAX_KEYS_PER_CALL || users + run.members.length > MAX_USERS_PER_CALL)) {
-        calls.push(buildCall(request, tag, batch));
+      if (batch.length > 0 && (keys > MAX_KEYS_PER_CALL || users + run.count > MAX_USERS_PER_CALL)) {
+        calls.push(buildCall(request, tag, batch, users));
         batch = [];
         ranges = new Set();
         users = 0;
       }
       batch.push(run);
       ranges.add(run.range);
-      users += run.members.length;
+      users += run.count;
     }
-    if (batch.length > 0) calls.push(buildCall(request, tag, batch));
+    if (batch.length > 0) calls.push(buildCall(request, tag, batch, users));
   }
   return calls;
 }
 
-function buildCall(request: CapSendsRequest, tag: number, runs: PageRun[]): CapSendsCall {
+function buildCall(request: CapSendsRequest, tag: number, runs: PageRun[], users: number): CapSendsCall {
+  const { sortedIds, segmentOf } = request;
   const rangeIndex = new Map<number, number>();
   for (const run of runs) if (!rangeIndex.has(run.range)) rangeIndex.set(run.range, rangeIndex.size + 1);
   // only the profiles of this call's users travel, renumbered: the script's cost never depends on the policy's size
-  const localProfile = new Map<number, number>();
-  const members: number[] = [];
+  const localProfile = new Int16Array(256).fill(-1);
+  const callProfiles: number[] = [];
+  const members = new Array<number>(users);
+  let m = 0;
   const pageSpecs = runs.map((run) => {
-    const spec = Buffer.allocUnsafe(5 + 2 * run.members.length);
+    const spec = Buffer.allocUnsafe(5 + 2 * run.count);
     spec[0] = rangeIndex.get(run.range) as number;
-    spec[1] = run.members.length >= BLOCK_PATH_MIN_USERS ? 1 : 0;
+    spec[1] = run.count >= BLOCK_PATH_MIN_USERS ? 1 : 0;
     spec.writeUIntBE(run.page, 2, 3);
-    run.members.forEach((i, k) => {
-      const profile = request.segmentOf[i] as number;
-      let local = localProfile.get(profile);
-      if (local === undefined) {
-        local = localProfile.size;
-        localProfile.set(profile, local);
+    // users ascending: the script relies on it (a whole page's pairs are offsets 0..255 in order)
+    let k = 5;
+    for (let i = run.first; i <= run.last; i++) {
+      if (i > run.first && sortedIds[i] === sortedIds[i - 1]) continue;
+      const profile = segmentOf[i] as number;
+      let local = localProfile[profile] as number;
+      if (local < 0) {
+        local = callProfiles.length;
+        localProfile[profile] = local;
+        callProfiles.push(profile);
       }
-      spec[5 + 2 * k] = (request.sortedIds[i] as number) % USERS_PER_PAGE;
-      spec[6 + 2 * k] = local;
-      members.push(i);
-    });
+      spec[k] = (sortedIds[i] as number) % USERS_PER_PAGE;
+      spec[k + 1] = local;
+      k += 2;
+      members[m++] = i;
+    }
     return spec;
   });
-  const profiles = [...localProfile.keys()].map((p) => request.profiles[p] as ScriptProfile);
+  const profiles = callProfiles.map((p) => request.profiles[p] as ScriptProfile);
   const keys = [
     capIdentityKey(request.namespace, tag),
     ...[...rangeIndex.keys()].map((range) => capRecordKey(request.namespace, tag, range)),

@@ -230,6 +230,15 @@ export class Capper {
 
 /** Sorts user IDs ascending, remembering each one's input position. */
 function sortByUser(userIds: readonly number[]): { sortedIds: Uint32Array; positions: Uint32Array } {
+  // campaign tools mostly send IDs in order: one pass finds that, and the sort is skipped
+  let ascending = true;
+  for (let i = 1; i < userIds.length && ascending; i++)
+    ascending = (userIds[i - 1] as number) <= (userIds[i] as number);
+  if (ascending) {
+    const positions = new Uint32Array(userIds.length);
+    for (let i = 0; i < positions.length; i++) positions[i] = i;
+    return { sortedIds: Uint32Array.from(userIds), positions };
+  }
   const keys = new Float64Array(userIds.length);
   for (let i = 0; i < userIds.length; i++) keys[i] = (userIds[i] as number) * POSITION_SPAN + i;
   keys.sort();
