@@ -31,7 +31,7 @@ ARGV[8]  retentions of each profile, ","-separated, each "<kept ms>:<window ms>"
 ARGV[9]  S, the number of user-record hashes
 ARGV[9+p] page p: byte 1 the index (1..S) of its user-record hash, byte 2 the path (1: block, 0: user
          records), bytes 3-5 the page number (user ID / 256, big endian), then per user 2 bytes: offset in
-         the page (0..255) and profile number (0-based in ARGV[7]); no repeats
+         the page (0..255) and profile number (0-based in ARGV[7]); offsets ascending, no repeats
 Reply    one byte per user in argument order: 0 allowed (counted), 1 duplicate, 2 exempt (counted without
          checks), 3+i capped by cap i (0-based) of its profile. With "+log", then each user's live sends
          after the call, in argument order, as lines "<time ms> <identity>\n".
