@@ -17,7 +17,7 @@ KEYS[2..1+S]     the user-record hashes the call reads (field: decimal user ID)
 KEYS[2+S..]      one page block per page argument, in the same order
 ARGV[1]  now: the caller's clock (ms); retention and TTLs are measured from it, never from `at`
 ARGV[2]  at: the send time (ms) being decided; may be ahead of now (skew) or behind it (backfill)
-ARGV[3]  mode: "count" records allowed sends, "peek" writes nothing; "+log" appends each user's log
+ARGV[3]  mode: "count" records allowed sends, "peek" writes nothing; "+windows" appends each user's windows
 ARGV[4]  identity: "<channel>:<campaign ID>"; an empty campaign ID is anonymous (no idempotency)
 ARGV[5]  "1": exempt but counted (no cap is checked), "0": capped
 ARGV[6]  horizon ms: the longest retention of any profile of the policy; a block compaction drops sends
@@ -33,8 +33,10 @@ ARGV[9+p] page p: byte 1 the index (1..S) of its user-record hash, byte 2 the pa
          records), bytes 3-5 the page number (user ID / 256, big endian), then per user 2 bytes: offset in
          the page (0..255) and profile number (0-based in ARGV[7]); offsets ascending, no repeats
 Reply    one byte per user in argument order: 0 allowed (counted), 1 duplicate, 2 exempt (counted without
-         checks), 3+i capped by cap i (0-based) of its profile. With "+log", then each user's live sends
-         after the call, in argument order, as lines "<time ms> <identity>\n".
+         checks), 3+i capped by cap i (0-based) of its profile. With "+windows", then a line per user in
+         argument order, "<retry at> <used> <reset at> ...\n" with a pair per cap of its profile, as of the
+         user's sends after the call (windowsLine() states what each figure is); its size is the number of
+         caps, whatever the user's history.
 
 Exactness: a send at `at` is allowed only if, for each cap (window W, max m), every window (x - W, x] that
 contains `at` holds fewer than m counted sends, so sends stamped ahead of `at` count as well as sends
@@ -53,7 +55,7 @@ local byte, sub, char, floor, concat, unpackList = string.byte, string.sub, stri
 local now = tonumber(ARGV[1])
 local at = tonumber(ARGV[2])
 local peek = sub(ARGV[3], 1, 4) == 'peek'
-local withLog = sub(ARGV[3], -4) == '+log'
+local withWindows = sub(ARGV[3], -8) == '+windows'
 local identity = ARGV[4]
 local channel = string.match(identity, '^[^:]*')
 local anonymous = #identity == #channel + 1
@@ -110,9 +112,8 @@ local function isOnCallChannel(someIdentity)
 end
 
 -- Whether some window (x - window, x] containing `at` holds `max` of the sorted times near[1..count] (the
--- sends of one cap's channel(s) after max(at - window, cutoff) and before at + window).
--- The window rule lives twice: here, and in functions/core/capping/frequency.ts (fullestWindowAround(), which
--- explains decisions in /v1/frequency replies); test/integration/window-predicate.test.ts checks they agree.
+-- sends of one cap's channel(s) after max(at - window, cutoff) and before at + window). windowsLine() reports
+-- the same windows by fullestAround(); test/integration/frequency-windows.test.ts holds both to one reference.
 local function fullWindow(near, count, window, max)
   table.sort(near)
   -- the windows (x - W, x] containing `at` have x in [at, at + W); the count only rises at x = at and at a
@@ -624,7 +625,7 @@ local function extendTtl(key, ttl)
 end
 
 -- The reply: codes as numbers in `reply`, moved into `replyParts` as a string before a page adds a string of codes.
-local reply, replyParts, logs = {}, {}, {}
+local reply, replyParts, windowLines = {}, {}, {}
 local function flushReply()
   -- string.char takes the codes in slices that stay within Lua's stack limit
   for first = 1, #reply, 4000 do
@@ -673,50 +674,44 @@ end
 
 -- A user's live sends as parallel arrays, from a block class (may be nil) and a record (may be nil), and
 -- whether the record holds a send of this call's identity anywhere (window part or tail: a duplicate,
--- whatever the caps of the user's segment reach). The arrays are the same tables at every call (only 1..n
--- is meaningful): use them before the next call.
-local scratchTimes, scratchOnChannel, scratchIsMine, scratchLabels = {}, {}, {}, {}
-local function liveSends(profile, block, class, record)
-  local times, onChannel, isMine, labels, n = scratchTimes, scratchOnChannel, scratchIsMine, scratchLabels, 0
+-- whatever the caps of the user's segment reach). Of the record, only the sends some window around `at` can
+-- hold, or with `onward` every send after at - longest (a capped report's retry time may lie past every
+-- window around `at`). The arrays are the same tables at every call (only 1..n is meaningful): use them
+-- before the next call.
+local scratchTimes, scratchOnChannel, scratchIsMine = {}, {}, {}
+local function liveSends(profile, block, class, record, onward)
+  local times, onChannel, isMine, n = scratchTimes, scratchOnChannel, scratchIsMine, 0
   if block and class > 0 then
     for _, e in ipairs(eventsOfClass(block.classes[class], block.width)) do
       local t = block.times[e]
       if t > profile.cutoff then
         local eventIdentity = block.identities[block.eventIdentities[e]]
         n = n + 1
-        times[n], onChannel[n], isMine[n], labels[n] = t, isOnCallChannel(eventIdentity),
-          eventIdentity == identity, eventIdentity
+        times[n], onChannel[n], isMine[n] = t, isOnCallChannel(eventIdentity), eventIdentity == identity
       end
     end
   end
   if record then
-    -- only the window sends some cap's window around `at` can hold (all of them for a log): a binary
+    -- only the window sends some cap's window around `at` can hold (or every later one, `onward`): a binary
     -- search finds them, the rest is never decoded
-    local from, to
-    if withLog then
-      from, to = firstAfter(record, profile.cutoff), record.count
-    else
-      from = firstAfter(record, math.max(profile.cutoff, at - profile.longest))
-      to = firstAfter(record, at + profile.longest - 1) - 1
-    end
-    for i = from, to do
+    local reach = math.max(profile.cutoff, at - profile.longest)
+    local before = onward and math.huge or at + profile.longest
+    local to = onward and record.count or firstAfter(record, before - 1) - 1
+    for i = firstAfter(record, reach), to do
       local sendIdentity = identityOfNumber(sendNumber(record, i)) or ''
       n = n + 1
-      times[n], onChannel[n], isMine[n], labels[n] = sendTime(record, i), isOnCallChannel(sendIdentity),
-        sendIdentity == identity, sendIdentity
+      times[n], onChannel[n], isMine[n] = sendTime(record, i), isOnCallChannel(sendIdentity), sendIdentity == identity
     end
     -- the tail only when some window around `at` reaches its newest send (a policy change lengthened one)
     local tail = record.tail
-    local reach = math.max(profile.cutoff, at - profile.longest)
     if tail and tail.newest > reach then
       local tailTimesList = tailTimes(tail)
       for i = 1, tail.count do
         local t = tailTimesList[i]
-        if t > reach and t < at + profile.longest then
+        if t > reach and t < before then
           local sendIdentity = identityOfNumber(readFixed(tail.ids, (i - 1) * tail.width + 1, tail.width)) or ''
           n = n + 1
-          times[n], onChannel[n], isMine[n], labels[n] = t, isOnCallChannel(sendIdentity), sendIdentity == identity,
-            sendIdentity
+          times[n], onChannel[n], isMine[n] = t, isOnCallChannel(sendIdentity), sendIdentity == identity
         end
       end
     end
@@ -725,16 +720,121 @@ local function liveSends(profile, block, class, record)
     if not anonymous then
       local mine = myIdentityNumber(false)
       if mine and (windowHas(record, mine, profile.cutoff) or tailHas(record.tail, mine, profile.cutoff)) then
-        return n, times, onChannel, isMine, labels, true
+        return n, times, onChannel, isMine, true
       end
     end
   end
-  return n, times, onChannel, isMine, labels, false
+  return n, times, onChannel, isMine, false
 end
 
-local function logLines(n, times, labels, appended)
-  for e = 1, n do logs[#logs + 1] = string.format('%.0f %s\n', times[e], labels[e]) end
-  if appended then logs[#logs + 1] = string.format('%.0f %s\n', at, identity) end
+-- How many of list[1..count] (ascending) are at or before t: a binary search.
+local function countUpTo(list, count, t)
+  local low, high = 1, count + 1
+  while low < high do
+    local middle = floor((low + high) / 2)
+    if list[middle] > t then high = middle else low = middle + 1 end
+  end
+  return low - 1
+end
+
+-- The fullest window (y - window, y] containing x (y from x to x + window - 1) of the ascending times
+-- list[1..count]: how many it holds and the index of its oldest. The count only rises at y = x and at a
+-- send's time, so those are the right ends tried, each by two binary searches; of equally full windows the
+-- first wins (its oldest send ages out first). fullWindow() decides by the same rule.
+local function fullestAround(list, count, x, window)
+  local fullest, oldest, y, following = -1, 0, x, countUpTo(list, count, x) + 1
+  while true do
+    local first = countUpTo(list, count, y - window) + 1
+    local inside = countUpTo(list, count, y) - first + 1
+    if inside > fullest then fullest, oldest = inside, first end
+    if following > count or list[following] >= x + window then return fullest, oldest end
+    y = list[following]
+    following = following + 1
+  end
+end
+
+-- The "+windows" line of a user whose sends after the call are times[1..n] (onChannel in step), with the
+-- call's send at `at` when `appended`: "<retry at>", then per cap of its profile "<used> <reset at>":
+--   used: the sends in the cap's fullest window (x - W, x] containing `at` (decide()'s rule);
+--   reset at: when that window's oldest send ages out (its time + W), `at` when it holds none;
+--   retry at (0 unless capped, and then 0 when a cap of 0 means never): the earliest time after `at` at
+--   which every window around it has room. A window around x empties only as a send leaves it at t + W,
+--   so those times are the candidates, tried in order with fullestAround() itself.
+-- Cost: a sort of the sends gathered for the decision (two lists at most: the channel's, every channel's)
+-- and binary searches per cap; the reply holds numbers per cap only.
+local function windowsLine(profile, n, times, onChannel, appended, capped)
+  local listOf, countOf = {}, {}
+  local function listFor(every)
+    local key = every and 2 or 1
+    local list = listOf[key]
+    if list == nil then
+      list = {}
+      local count = 0
+      for i = 1, n do
+        if every or onChannel[i] then
+          count = count + 1
+          list[count] = times[i]
+        end
+      end
+      if appended then
+        count = count + 1
+        list[count] = at
+      end
+      table.sort(list)
+      listOf[key], countOf[key] = list, count
+    end
+    return list, countOf[key]
+  end
+  local windows, maxima, everyChannel = profile.windows, profile.maxima, profile.everyChannel
+  local line = {}
+  for cap = 1, #windows do
+    local window = windows[cap]
+    local list, count = listFor(everyChannel[cap])
+    local used, oldest = fullestAround(list, count, at, window)
+    line[cap + 1] = string.format('%d %.0f', used, used > 0 and list[oldest] + window or at)
+  end
+  local retryAt = 0
+  if capped then
+    local candidates, never = {}, false
+    for cap = 1, #windows do
+      if maxima[cap] == 0 then never = true end
+      local window = windows[cap]
+      local list, count = listFor(everyChannel[cap])
+      for i = countUpTo(list, count, at - window) + 1, count do candidates[#candidates + 1] = list[i] + window end
+    end
+    if not never then
+      table.sort(candidates)
+      retryAt = at + 1 -- not reached: after the last candidate every window is empty
+      local tried
+      for _, x in ipairs(candidates) do
+        if x ~= tried then
+          tried = x
+          local allowed = true
+          for cap = 1, #windows do
+            local list, count = listFor(everyChannel[cap])
+            if fullestAround(list, count, x, windows[cap]) >= maxima[cap] then
+              allowed = false
+              break
+            end
+          end
+          if allowed then
+            retryAt = x
+            break
+          end
+        end
+      end
+    end
+  end
+  line[1] = string.format('%.0f', retryAt)
+  return concat(line, ' ', 1, #windows + 1) .. '\n'
+end
+
+-- Appends the "+windows" line of a user just decided (`code`) from the sends gathered for the decision; a
+-- capped user's retry time can lie past every window around `at`, so its record is read onward for it.
+local function reportWindows(profile, block, class, record, n, times, onChannel, code, recorded)
+  local capped = code >= REPLY_FIRST_CAP
+  if capped and record then n, times, onChannel = liveSends(profile, block, class, record, true) end
+  windowLines[#windowLines + 1] = windowsLine(profile, n, times, onChannel, recorded, capped)
 end
 
 local function isRecorded(code) return not peek and (code == 0 or code == REPLY_EXEMPT) end
@@ -759,7 +859,7 @@ local function recordOutcome(profileNumber, profile, value)
   local outcome = byValue[value]
   if outcome == nil then
     local record = value and readRecord(value) or nil
-    local n, times, onChannel, isMine, _, duplicate = liveSends(profile, nil, 0, record)
+    local n, times, onChannel, isMine, duplicate = liveSends(profile, nil, 0, record)
     local code = duplicate and REPLY_DUPLICATE or decide(profile, n, times, onChannel, isMine)
     outcome = { code, isRecorded(code) and recordWith(record, profile, at, myIdentityNumber(true)) or false }
     byValue[value] = outcome
@@ -783,13 +883,15 @@ local function runRecordPage(spec, blockKey, hashIndex, pageBase, records, page,
     local userId = pageBase + offset
     local value = records[userId]
     local code, written
-    if block or withLog then
+    if block or withWindows then
       local record = value and readRecord(value) or nil
-      local n, times, onChannel, isMine, labels, duplicate =
-        liveSends(profile, block, classOfUser and classOfUser[offset] or 0, record)
+      local class = classOfUser and classOfUser[offset] or 0
+      local n, times, onChannel, isMine, duplicate = liveSends(profile, block, class, record)
       code = duplicate and REPLY_DUPLICATE or decide(profile, n, times, onChannel, isMine)
       written = isRecorded(code) and recordWith(record, profile, at, myIdentityNumber(true))
-      if withLog then logLines(n, times, labels, written and true or false) end
+      if withWindows then
+        reportWindows(profile, block, class, record, n, times, onChannel, code, written and true or false)
+      end
     else
       local outcome = recordOutcome(profileNumber, profile, value or NO_RECORD)
       code, written = outcome[1], outcome[2]
@@ -1017,10 +1119,10 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
   -- bytes are string.rep() of one code and one class when every segment present decides alike, else the
   -- call's (offset, profile) bytes with each pair replaced by its profile's code and class (string.gsub).
   -- New class bytes are written this way only when the call holds the whole page (its users ascend, so the
-  -- pairs are offsets 0..255 in order). A user with a record, a logged call, or a part of a page with
-  -- something to write takes the per-user loop below.
+  -- pairs are offsets 0..255 in order). A user with a record, a call reporting windows, or a part of a page
+  -- with something to write takes the per-user loop below.
   -- (every user has the first user's class when the bytes equal themselves shifted by one user)
-  if not withLog and sub(block.userClasses, 1, -3) == sub(block.userClasses, 3) and not anyRecord(records) then
+  if not withWindows and sub(block.userClasses, 1, -3) == sub(block.userClasses, 3) and not anyRecord(records) then
     local classBytes = sub(block.userClasses, 1, 2)
     local class = byte(classBytes, 1) * 256 + byte(classBytes, 2)
     local pairsOfUsers = sub(spec, 6)
@@ -1087,11 +1189,11 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
     end
     r = r + 1
     local value = records and records[(u + 1) / 2]
-    if value or withLog then
-      -- a user with a record (or a logged call): decided over the block's class and the record together
+    if value or withWindows then
+      -- a user with a record (or a call reporting windows): decided over the block's class and the record
       local profile = profiles[profileNumber]
       local record = value and readRecord(value) or nil
-      local n, liveTimes, onChannel, isMine, labels, duplicate = liveSends(profile, block, class, record)
+      local n, liveTimes, onChannel, isMine, duplicate = liveSends(profile, block, class, record)
       local code = duplicate and REPLY_DUPLICATE or decide(profile, n, liveTimes, onChannel, isMine)
       reply[r] = code
       local recorded = not peek and (code == 0 or code == REPLY_EXEMPT)
@@ -1110,7 +1212,9 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
         written = true
         if profile.retention > longestRetention then longestRetention = profile.retention end
       end
-      if withLog then logLines(n, liveTimes, labels, recorded) end
+      if withWindows then
+        reportWindows(profile, block, class, record, n, liveTimes, onChannel, code, recorded)
+      end
     else
       local outcome = byClass[class]
       if outcome == nil then
@@ -1203,4 +1307,4 @@ if identityTableTtl > 0 then extendTtl(identityTableKey, identityTableTtl) end
 
 -- one byte per user
 flushReply()
-return concat(replyParts) .. concat(logs)
+return concat(replyParts) .. concat(windowLines)

@@ -100,3 +100,52 @@ export function fullestWindow(times: readonly number[], windowMs: number): numbe
   }
   return fullest;
 }
+
+/** What POST /v1/frequency reports of one user (the shape of cap-sends-script.ts's UserWindows). */
+export interface ModelWindows {
+  caps: { used: number; resetAt: number }[];
+  retryAt?: number;
+}
+
+/**
+ * The windows of a frequency check at `at`, from the user's whole log after the call (every live send,
+ * whatever its age or channel), by brute force:
+ *   used: the most sends any window (y - W, y] containing `at` holds, trying every y from `at` to `at + W - 1`;
+ *   resetAt: the oldest send of the first such window that holds `used` plus W (`at` when used is 0);
+ *   retryAt (capped only; none when a cap's max is 0): the first millisecond after `at` at which every
+ *   cap's every window around it holds fewer than max (the decision's rule), tried one by one.
+ */
+export function modelWindows(
+  log: readonly ModelSend[],
+  caps: readonly { channel: string; windowMs: number; max: number }[],
+  at: number,
+  capped: boolean,
+): ModelWindows {
+  const timesOf = caps.map((cap) =>
+    log.filter((send) => cap.channel === "*" || send.channel === cap.channel).map((send) => send.at),
+  );
+  const inside = (times: number[], y: number, windowMs: number) => times.filter((t) => t > y - windowMs && t <= y);
+  const result: ModelWindows = {
+    caps: caps.map((cap, i) => {
+      const times = timesOf[i] as number[];
+      let fullest: number[] = [];
+      for (let y = at; y < at + cap.windowMs; y++) {
+        const held = inside(times, y, cap.windowMs);
+        if (held.length > fullest.length) fullest = held;
+      }
+      return { used: fullest.length, resetAt: fullest.length > 0 ? Math.min(...fullest) + cap.windowMs : at };
+    }),
+  };
+  if (!capped || caps.some((cap) => cap.max === 0)) return result;
+  // a window around x can only be fullest at y = x or at a send's time: the count rises only there
+  const fullestAround = (times: number[], x: number, windowMs: number) =>
+    Math.max(...[x, ...times.filter((t) => t > x && t < x + windowMs)].map((y) => inside(times, y, windowMs).length));
+  const last = Math.max(...log.map((send) => send.at)) + Math.max(...caps.map((cap) => cap.windowMs));
+  for (let x = at + 1; x <= last + 1; x++) {
+    if (caps.every((cap, i) => fullestAround(timesOf[i] as number[], x, cap.windowMs) < cap.max)) {
+      result.retryAt = x;
+      return result;
+    }
+  }
+  throw new Error("model: no time after the last send allowed the check");
+}

@@ -1,6 +1,6 @@
 // The wire protocol of lua/cap-sends.lua (its header is the contract): how a batch is split into script
-// calls (keys and arguments, one slot each), how many run at once, and what the reply bytes and the "+log"
-// text mean. The Capper never sees an argument position, a profile byte or a reply code.
+// calls (keys and arguments, one slot each), how many run at once, and what the reply bytes and the
+// "+windows" lines mean. The Capper never sees an argument position, a profile byte or a reply code.
 import { encode } from "@msgpack/msgpack";
 import {
   capIdentityKey,
@@ -25,10 +25,16 @@ export const REPLY_EXEMPT = 2;
 /** 3 + i: capped by cap i of the user's profile. */
 export const REPLY_FIRST_CAP = 3;
 
-/** One send in a user's log: when it was counted and its identity ("<channel>:<campaign ID>"). */
-export interface LoggedSend {
-  at: number;
-  identity: string;
+/**
+ * What POST /v1/frequency reports of one user, as lua/cap-sends.lua worked it out from the user's sends
+ * after the call ("+windows"; windowsLine() there states the rule).
+ */
+export interface UserWindows {
+  /** Per cap of the user's profile, in order: the sends of its fullest window around `at`, and when that
+   * window's oldest send ages out (`at` when it holds none). */
+  caps: { used: number; resetAt: number }[];
+  /** When capped: the earliest time after `at` at which the same check is allowed (absent: never, or not capped). */
+  retryAt?: number;
 }
 
 /**
@@ -113,8 +119,8 @@ export interface CapSendsRequest {
   /** The send time decided. */
   at: number;
   mode: "count" | "peek";
-  /** Also return each user's live sends (for one-user reports). */
-  withLog?: boolean;
+  /** Also return each user's windows (for one-user reports). */
+  withWindows?: boolean;
   channel: string;
   /** Empty: anonymous, every send counts. */
   campaignId: string;
@@ -154,11 +160,11 @@ interface PageRun {
 export async function runCapSends(
   store: CapStore,
   request: CapSendsRequest,
-): Promise<{ verdicts: Verdicts; log: LoggedSend[] }> {
+): Promise<{ verdicts: Verdicts; windows: Map<number, UserWindows> }> {
   const calls = planCapSends(request);
   // a repeated ID is sent once; its later occurrences keep 0 here and follow the first (Verdicts)
   const codes = new Uint8Array(request.sortedIds.length);
-  const logs: string[] = [];
+  const windows = new Map<number, UserWindows>();
   const failures: unknown[] = [];
   let next = 0;
   const worker = async () => {
@@ -167,14 +173,14 @@ export async function runCapSends(
       const call = calls[index] as CapSendsCall;
       try {
         const reply = await store.capSends(call.keys, call.args);
-        const { codes: callCodes, log } = readCapSendsReply(reply, call.members.length);
-        if (!request.withLog && log.length > 0) {
-          throw new Error(`cap-sends replied ${reply.length} bytes for ${call.members.length} users`);
+        const { codes: callCodes, lines } = readCapSendsReply(reply, call.members.length);
+        if (lines.length !== (request.withWindows ? call.members.length : 0)) {
+          throw new Error(`cap-sends replied ${lines.length} window lines for ${call.members.length} users`);
         }
         call.members.forEach((member, m) => {
           codes[member] = callCodes[m] as number;
+          if (request.withWindows) windows.set(member, parseWindowsLine(lines[m] as string));
         });
-        logs[index] = log;
       } catch (error) {
         failures.push(error);
       }
@@ -182,7 +188,7 @@ export async function runCapSends(
   };
   await Promise.all(Array.from({ length: Math.min(MAX_CALLS_IN_FLIGHT, calls.length) }, worker));
   if (failures.length > 0) throw failures[0];
-  return { verdicts: Verdicts.of(codes), log: parseLog(logs.join("")) };
+  return { verdicts: Verdicts.of(codes), windows };
 }
 
 /** The script calls that decide every distinct user of the request: one slot each, bounded in keys and users. */
@@ -270,7 +276,7 @@ function buildCall(request: CapSendsRequest, tag: number, runs: PageRun[], users
   const args: (string | Buffer)[] = [
     String(request.now),
     String(request.at),
-    request.withLog ? `${request.mode}+log` : request.mode,
+    request.withWindows ? `${request.mode}+windows` : request.mode,
     `${request.channel}:${request.campaignId}`,
     request.forced ? "1" : "0",
     String(request.horizonMs),
@@ -291,19 +297,20 @@ function buildCall(request: CapSendsRequest, tag: number, runs: PageRun[], users
   return { keys, args, members, tag };
 }
 
-/** Splits a reply into the decision byte of each member and the log text that follows. */
-export function readCapSendsReply(reply: Buffer, members: number): { codes: Buffer; log: string } {
+/** Splits a reply into the decision byte of each member and the "+windows" lines that follow (one per member). */
+export function readCapSendsReply(reply: Buffer, members: number): { codes: Buffer; lines: string[] } {
   if (reply.length < members) throw new Error(`cap-sends replied ${reply.length} bytes for ${members} users`);
-  return { codes: reply.subarray(0, members), log: reply.subarray(members).toString("latin1") };
+  const text = reply.subarray(members).toString("latin1");
+  return { codes: reply.subarray(0, members), lines: text === "" ? [] : text.slice(0, -1).split("\n") };
 }
 
-/** The "+log" text: a line "<time ms> <identity>\n" per live send. */
-function parseLog(log: string): LoggedSend[] {
-  return log
-    .split("\n")
-    .filter(Boolean)
-    .map((line) => {
-      const space = line.indexOf(" ");
-      return { at: Number(line.slice(0, space)), identity: line.slice(space + 1) };
-    });
+/** A "+windows" line: "<retry at> <used> <reset at> ..." (a pair per cap; retry at 0 for none). */
+function parseWindowsLine(line: string): UserWindows {
+  const [retryAt, ...pairs] = line.split(" ").map(Number);
+  if (retryAt === undefined || pairs.length % 2 !== 0 || pairs.some(Number.isNaN)) {
+    throw new Error(`cap-sends replied an unreadable windows line "${line}"`);
+  }
+  const caps = [];
+  for (let i = 0; i < pairs.length; i += 2) caps.push({ used: pairs[i] as number, resetAt: pairs[i + 1] as number });
+  return retryAt > 0 ? { caps, retryAt } : { caps };
 }

@@ -9,10 +9,10 @@ import { parseOrThrow } from "../shared/validation.ts";
 import { type CampaignBatch, type CampaignBatchInput, campaignBatchSchema } from "./campaign-batch.ts";
 import {
   type CapStore,
-  type LoggedSend,
   runCapSends,
   type ScriptProfile,
   scriptProfiles,
+  type UserWindows,
   Verdicts,
 } from "./cap-sends-script.ts";
 import type { CapBatchResult, CapDecision, DecisionKind, SegmentTotals } from "./decisions.ts";
@@ -92,8 +92,8 @@ export class Capper {
   async checkUser(input: unknown): Promise<FrequencyResult> {
     const request = parseOrThrow(frequencyRequestSchema, input);
     const rules = await this.rules({ channel: request.channel });
-    // one call: the decision and the user's log as the decision left it (atomic, one round trip)
-    const { result, log } = await this.run(
+    // one call: the decision and the user's windows as the decision left them (atomic, one round trip)
+    const { result, windows } = await this.run(
       { campaignId: request.campaignId ?? "", channel: request.channel, userIds: [request.userId], at: request.at },
       request.consume === false ? "peek" : "count",
       rules,
@@ -101,7 +101,9 @@ export class Capper {
     );
     const decision = result.decisions[0] as CapDecision;
     const segment = rules.policy.segments.findIndex((s) => s.name === decision.segment);
-    return frequencyReport(decision, rules.policy.capsFor(segment, request.channel), log, result.at);
+    const figures = windows.get(0);
+    if (!figures) throw new Error("cap-sends replied no windows for the user");
+    return frequencyReport(decision, rules.policy.capsFor(segment, request.channel), figures, result.at);
   }
 
   private async decide(
@@ -121,9 +123,9 @@ export class Capper {
     },
     mode: "count" | "peek",
     { policy, segments }: Rules,
-    withLog = false,
+    withWindows = false,
     beforeCount?: (sends: PlannedSends) => void,
-  ): Promise<{ result: CapBatchResult; log: LoggedSend[] }> {
+  ): Promise<{ result: CapBatchResult; windows: Map<number, UserWindows> }> {
     if (!policy.channels.includes(batch.channel)) {
       throw new ValidationError(
         "channel",
@@ -136,15 +138,15 @@ export class Capper {
     const { sortedIds, positions } = sortByUser(batch.userIds);
     const segmentOf = segments.resolveSorted(sortedIds);
     beforeCount?.({ userIds: sortedIds, segmentOf, segmentNames: policy.segments.map((segment) => segment.name) });
-    const { verdicts, log } =
+    const { verdicts, windows } =
       batch.exempt === true && batch.countExempt !== true
-        ? { verdicts: Verdicts.allExempt(sortedIds.length), log: [] }
+        ? { verdicts: Verdicts.allExempt(sortedIds.length), windows: new Map<number, UserWindows>() }
         : await runCapSends(this.store, {
             namespace: this.namespace,
             now,
             at,
             mode,
-            withLog,
+            withWindows,
             horizonMs: keptHorizonMs(policy, this.redeliveryMs),
             channel: batch.channel,
             campaignId: batch.campaignId,
@@ -155,7 +157,7 @@ export class Capper {
           });
     return {
       result: this.report({ policy, at, channel: batch.channel, sortedIds, positions, segmentOf, verdicts }),
-      log,
+      windows,
     };
   }
 
