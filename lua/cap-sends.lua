@@ -49,8 +49,8 @@ stable between compactions, which happen when the event count reaches compactAt 
 `width` can hold) or the class count reaches classLimit.
 ]=]
 
-local byte, sub, char, floor, concat, unpackList = string.byte, string.sub, string.char, math.floor,
-  table.concat, unpack
+local byte, sub, char, floor, concat, unpackList, format = string.byte, string.sub, string.char, math.floor,
+  table.concat, unpack, string.format
 
 local now = tonumber(ARGV[1])
 local at = tonumber(ARGV[2])
@@ -841,6 +841,9 @@ local function isRecorded(code) return not peek and (code == 0 or code == REPLY_
 
 -- Writes to user records, gathered per hash and made once per call: { fields and values }, retention.
 local recordWrites, recordRetention = {}, {}
+-- The field name of each record-path user (decimal user ID), formatted once: a number handed to redis.call,
+-- or concatenated, is formatted with '%.17g', the costliest step of a sparse call (callgrind).
+local fieldNames = {}
 -- The TTL the identity table needs at least: its identities and page markers outlive what uses them.
 local identityTableTtl = 0
 
@@ -903,7 +906,7 @@ local function runRecordPage(spec, blockKey, hashIndex, pageBase, records, page,
         recordWrites[hashIndex] = writes
         recordRetention[hashIndex] = 0
       end
-      writes[#writes + 1] = userId
+      writes[#writes + 1] = fieldNames[userId] or userId
       writes[#writes + 1] = written
       if profile.retention > recordRetention[hashIndex] then recordRetention[hashIndex] = profile.retention end
     end
@@ -1246,18 +1249,24 @@ local pageCount = #KEYS - 1 - recordHashCount
 -- the user records of every record-path page (one HMGET per hash), and in one HMGET of the identity table
 -- this call's identity number and which of those pages have a block
 local records, markedPages = {}, {}
+-- each page argument's header, parsed once: its record hash, its path, its page number
+local pageHashes, pagePaths, pageNumbers = {}, {}, {}
 do
   local fieldsByHash, markerFields, markerPages = {}, { 'i:' .. identity }, {}
   for page = 1, pageCount do
     local spec = ARGV[9 + page]
-    if byte(spec, 2) == 0 then
-      local hashIndex = byte(spec, 1)
-      local a, b, c = byte(spec, 3, 5)
-      local pageNumber = (a * 256 + b) * 256 + c
-      local fields = fieldsByHash[hashIndex] or {}
-      fieldsByHash[hashIndex] = fields
-      for u = 6, #spec, 2 do fields[#fields + 1] = pageNumber * PAGE_USERS + byte(spec, u) end
-      markerFields[#markerFields + 1] = 'p:' .. pageNumber
+    local hashIndex, path, a, b, c = byte(spec, 1, 5)
+    local pageNumber = (a * 256 + b) * 256 + c
+    pageHashes[page], pagePaths[page], pageNumbers[page] = hashIndex, path, pageNumber
+    if path == 0 then
+      local fields = fieldsByHash[hashIndex]
+      if fields == nil then
+        fields = {}
+        fieldsByHash[hashIndex] = fields
+      end
+      local pageBase = pageNumber * PAGE_USERS
+      for u = 6, #spec, 2 do fields[#fields + 1] = pageBase + byte(spec, u) end
+      markerFields[#markerFields + 1] = format('p:%d', pageNumber)
       markerPages[#markerPages + 1] = pageNumber
     end
   end
@@ -1265,23 +1274,25 @@ do
   if #markerPages > 0 then
     local found = redis.call('HMGET', identityTableKey, unpackList(markerFields))
     myNumber = tonumber(found[1] or nil) or false
-    for i, pageNumber in ipairs(markerPages) do markedPages[pageNumber] = found[i + 1] and true or false end
+    for i = 1, #markerPages do markedPages[markerPages[i]] = found[i + 1] and true or false end
   end
   for hashIndex, fields in pairs(fieldsByHash) do
-    local values = redis.call('HMGET', KEYS[1 + hashIndex], unpackList(fields))
-    for i, userId in ipairs(fields) do records[userId] = values[i] end
+    local names = {}
+    for i = 1, #fields do names[i] = format('%d', fields[i]) end
+    local values = redis.call('HMGET', KEYS[1 + hashIndex], unpackList(names))
+    for i = 1, #fields do
+      records[fields[i]] = values[i]
+      fieldNames[fields[i]] = names[i]
+    end
   end
 end
 
 for page = 1, pageCount do
-  local spec = ARGV[9 + page]
-  local hashIndex, path = byte(spec, 1, 2)
-  local a, b, c = byte(spec, 3, 5)
-  local pageNumber = (a * 256 + b) * 256 + c
+  local spec, hashIndex, pageNumber = ARGV[9 + page], pageHashes[page], pageNumbers[page]
   local pageBase = pageNumber * PAGE_USERS
   local blockKey = KEYS[1 + recordHashCount + page]
   local failure
-  if path == 1 then
+  if pagePaths[page] == 1 then
     failure = runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
   else
     failure = runRecordPage(spec, blockKey, hashIndex, pageBase, records, pageNumber, markedPages[pageNumber])
