@@ -637,6 +637,34 @@ local function appendReply(codes)
   if #reply > 0 then flushReply() end
   replyParts[#replyParts + 1] = codes
 end
+-- The inside of a Lua pattern set matching the bytes `numbers` (ascending, 1..255): runs of 3 or more as
+-- ranges (events numbered in time order make a window's events one range, matched by one comparison per
+-- byte), other bytes one by one, non-alphanumeric ones escaped with %. A range never starts or ends at a
+-- byte the set syntax gives a meaning to (% ] ^ -).
+local SET_SPECIAL = { [37] = true, [93] = true, [94] = true, [45] = true }
+local function patternSet(numbers)
+  local parts, i = {}, 1
+  while i <= #numbers do
+    local first = numbers[i]
+    local last, j = first, i
+    if not SET_SPECIAL[first] then
+      while j < #numbers and numbers[j + 1] == last + 1 and not SET_SPECIAL[last + 1] do
+        j = j + 1
+        last = numbers[j]
+      end
+    end
+    if last - first >= 2 then
+      parts[#parts + 1] = char(first) .. '-' .. char(last)
+      i = j + 1
+    else
+      local c = char(first)
+      parts[#parts + 1] = string.find(c, '%w') and c or '%' .. c
+      i = i + 1
+    end
+  end
+  return concat(parts)
+end
+
 -- whether a page argument's (offset, profile) pairs hold profile `number` (a byte at an even position)
 local function isProfileOf(pairsOfUsers, number)
   local key, from = char(number), 2
@@ -954,8 +982,10 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
     times[#times + 1] = t
     block.eventIdentities[#block.eventIdentities + 1] = identityIndex
     if eventOwn then
+      -- anyMine stays as the block had it: an event added now is only in classes made by this call, which
+      -- are never decided in it (each user is decided once, on the class it had), so the duplicate check
+      -- that anyMine turns on (a decode of every class decided) has nothing more to find
       eventOwn[#times], eventMine[#times] = isOnCallChannel(eventIdentity), eventIdentity == identity
-      if eventIdentity == identity then anyMine = true end
       if t < oldest then oldest = t end
     end
     return #times
@@ -998,13 +1028,15 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
       local members = {}
       for e = 1, #times do
         local t = times[e]
-        if t > from and t < to and (every or eventOwn[e]) then
-          -- in a pattern set, a non-alphanumeric byte is escaped with % (event numbers are 1..255, never NUL)
-          local c = char(e)
-          members[#members + 1] = string.find(c, '%w') and c or '%' .. c
-        end
+        if t > from and t < to and (every or eventOwn[e]) then members[#members + 1] = e end
       end
-      set = #members > 0 and '[' .. concat(members) .. ']' or false
+      set = false
+      if #members == #times then
+        -- every event of the page: a class's count is its length
+        set = true
+      elseif #members > 0 then
+        set = '[' .. patternSet(members) .. ']'
+      end
       byCap[cap] = set
     end
     return set
@@ -1025,7 +1057,8 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
         if n >= max then
           local set = nearSetOf(profileNumber, profile, cap)
           if set then
-            local _, count = string.gsub(history, set, '')
+            local count = n
+            if set ~= true then count = select(2, string.gsub(history, set, '')) end
             if count >= max then
               undecided = true
               break

@@ -4,6 +4,8 @@ import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RedisCapStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
 import {
+  type CallBounds,
+  MAX_USERS_PER_CALL,
   planCapSends,
   REPLY_ALLOWED,
   REPLY_DUPLICATE,
@@ -85,21 +87,25 @@ async function runScript(
   policy: Policy,
   segmentOf: (user: number) => number,
   call: ModelCall,
+  bounds?: CallBounds,
 ): Promise<ModelDecision[]> {
   const sortedIds = Uint32Array.from(call.users).sort();
-  const calls = planCapSends({
-    namespace,
-    now: call.now,
-    at: call.at,
-    mode: call.mode,
-    channel: call.channel,
-    campaignId: call.campaignId,
-    forced: call.exemptCounted,
-    horizonMs: keptHorizonMs(policy, REDELIVERY_MS),
-    profiles: scriptProfiles(policy, call.channel, REDELIVERY_MS),
-    sortedIds,
-    segmentOf: Uint8Array.from(sortedIds, segmentOf),
-  });
+  const calls = planCapSends(
+    {
+      namespace,
+      now: call.now,
+      at: call.at,
+      mode: call.mode,
+      channel: call.channel,
+      campaignId: call.campaignId,
+      forced: call.exemptCounted,
+      horizonMs: keptHorizonMs(policy, REDELIVERY_MS),
+      profiles: scriptProfiles(policy, call.channel, REDELIVERY_MS),
+      sortedIds,
+      segmentOf: Uint8Array.from(sortedIds, segmentOf),
+    },
+    bounds,
+  );
   const byUser = new Map<number, ModelDecision>();
   for (const planned of calls) {
     const { codes } = readCapSendsReply(await store.capSends(planned.keys, planned.args), planned.members.length);
@@ -308,5 +314,78 @@ describe("whole pages decided per segment", () => {
       ),
       { numRuns: 15 },
     );
+  });
+});
+
+// Parts of pages (random halves of two 1,024-user groups): the plan gives such pages calls of their own
+// (MAX_PARTIAL_PAGE_USERS_PER_CALL users of partial pages a call); the same traffic planned with up to 1,024
+// users a call must decide the same, user by user, and as the model does.
+const TWO_GROUPS = Array.from({ length: 2048 }, (_, i) => i);
+const splitCallArbitrary = fc.record({
+  seed: fc.integer({ min: 1, max: 2 ** 30 }),
+  whole: fc.constantFrom(false, false, false, true),
+  mode: fc.constantFrom("count", "count", "count", "peek"),
+  elapsed: fc.integer({ min: 0, max: 3 * HOUR }),
+  skew: fc.double({ min: -1, max: 1, noNaN: true }),
+  channel: fc.constantFrom(...CHANNELS),
+  campaignId: fc.constantFrom("", "c1", "c2", "c3", "c4", "c5", "c6"),
+});
+
+describe("calls split by page", () => {
+  it("decide as the unsplit calls and the model do", async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        longPolicyArbitrary,
+        fc.array(splitCallArbitrary, { minLength: 6, maxLength: 14 }),
+        async (policy, calls) => {
+          const split = uniqueNamespace();
+          const unsplit = uniqueNamespace();
+          const segmentOf = (user: number) => user % policy.segments.length;
+          const model = new CappingModel(policy, segmentOf, REDELIVERY_MS);
+          let now = T0;
+          for (const step of calls) {
+            now += step.elapsed;
+            const reach = step.skew < 0 ? policy.backfillMs : 300_000;
+            const call: ModelCall = {
+              mode: step.mode as "count" | "peek",
+              now,
+              at: now + Math.round(step.skew * reach),
+              channel: step.channel,
+              campaignId: step.campaignId,
+              exemptCounted: false,
+              users: step.whole ? TWO_GROUPS : TWO_GROUPS.filter((user) => halfOf(user, step.seed)),
+            };
+            const expected = model.apply(call);
+            expect(await runScript(split, policy, segmentOf, call)).toEqual(expected);
+            expect(await runScript(unsplit, policy, segmentOf, call, { partialPageUsers: MAX_USERS_PER_CALL })).toEqual(
+              expected,
+            );
+          }
+        },
+      ),
+      { numRuns: 4 },
+    );
+  });
+
+  it("puts at most one page's worth of a partial page's users in a call, and whole pages four to a call", () => {
+    const request = {
+      namespace: "plan",
+      now: T0,
+      at: T0,
+      mode: "count" as const,
+      channel: "a",
+      campaignId: "c",
+      forced: false,
+      horizonMs: 60_000,
+      profiles: [{ caps: [], retentionMs: 60_000, windowRetentionMs: 60_000 }],
+    };
+    const half = Uint32Array.from(TWO_GROUPS.filter((user) => halfOf(user, 7)));
+    const halves = planCapSends({ ...request, sortedIds: half, segmentOf: new Uint8Array(half.length) });
+    const pagesOf = (call: { keys: string[] }) => call.keys.filter((key) => key.includes(":p:")).length;
+    expect(halves.length).toBe(8);
+    expect(halves.every((call) => pagesOf(call) === 1)).toBe(true);
+    const whole = Uint32Array.from(TWO_GROUPS);
+    const wholes = planCapSends({ ...request, sortedIds: whole, segmentOf: new Uint8Array(whole.length) });
+    expect(wholes.map(pagesOf)).toEqual([4, 4]);
   });
 });

@@ -78,6 +78,13 @@ export const MAX_KEYS_PER_CALL = 64;
 /** Users of one call at most: bounds one script's run time. */
 export const MAX_USERS_PER_CALL = 1024;
 export const MIN_KEYS_PER_CALL = 3;
+/**
+ * Users of block-path pages that a call holds only in part, at most per call. A page reached by a part of a
+ * campaign (30 campaigns a week, each to a random half) is where histories diverge, and a diverged user
+ * costs its own decision and class; a whole page (a dense campaign) mostly shares one history. So a call of
+ * partial pages holds about one page's worth, where 4 whole pages share a call.
+ */
+export const MAX_PARTIAL_PAGE_USERS_PER_CALL = 128;
 /** Script calls of one batch in flight at once: a 90,000-user sparse message never floods a shard. */
 export const MAX_CALLS_IN_FLIGHT = 16;
 
@@ -191,8 +198,20 @@ export async function runCapSends(
   return { verdicts: Verdicts.of(codes), windows };
 }
 
-/** The script calls that decide every distinct user of the request: one slot each, bounded in keys and users. */
-export function planCapSends(request: CapSendsRequest): CapSendsCall[] {
+/** How planCapSends bounds a call (tests vary them to compare plans). */
+export interface CallBounds {
+  partialPageUsers: number;
+}
+
+/**
+ * The script calls that decide every distinct user of the request: one slot each, bounded in keys, users and
+ * users of partial block pages. How the users are split into calls never changes a decision: each user is
+ * decided on its own history, at the request's `at` and identity.
+ */
+export function planCapSends(
+  request: CapSendsRequest,
+  bounds: CallBounds = { partialPageUsers: MAX_PARTIAL_PAGE_USERS_PER_CALL },
+): CapSendsCall[] {
   const { sortedIds } = request;
   // pages by tag, in ascending page order (sortedIds is ascending, so a page's users are consecutive)
   const runsByTag = new Map<number, PageRun[]>();
@@ -217,18 +236,27 @@ export function planCapSends(request: CapSendsRequest): CapSendsCall[] {
     let batch: PageRun[] = [];
     let ranges = new Set<number>();
     let users = 0;
+    let partialUsers = 0;
     for (const run of runs) {
       const extraRange = ranges.has(run.range) ? 0 : 1;
       const keys = 1 + ranges.size + extraRange + batch.length + 1;
-      if (batch.length > 0 && (keys > MAX_KEYS_PER_CALL || users + run.count > MAX_USERS_PER_CALL)) {
+      const partial = run.count >= BLOCK_PATH_MIN_USERS && run.count < USERS_PER_PAGE ? run.count : 0;
+      if (
+        batch.length > 0 &&
+        (keys > MAX_KEYS_PER_CALL ||
+          users + run.count > MAX_USERS_PER_CALL ||
+          (partial > 0 && partialUsers + partial > bounds.partialPageUsers))
+      ) {
         calls.push(buildCall(request, tag, batch, users));
         batch = [];
         ranges = new Set();
         users = 0;
+        partialUsers = 0;
       }
       batch.push(run);
       ranges.add(run.range);
       users += run.count;
+      partialUsers += partial;
     }
     if (batch.length > 0) calls.push(buildCall(request, tag, batch, users));
   }
