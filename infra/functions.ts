@@ -52,12 +52,22 @@ function lambdaEnvironment(variables: Record<string, string | undefined>): Recor
   );
 }
 
-/** Read the policy and the bitmaps, nothing else in the bucket: GetObject (HEAD included) on two prefixes. */
-function readRules(storage: Storage): iam.PolicyStatement {
-  return new iam.PolicyStatement({
-    actions: ["s3:GetObject"],
-    resources: [storage.bucket.arnForObjects("config/*"), storage.bucket.arnForObjects("segments/*")],
-  });
+/**
+ * Read the policy and the bitmaps, nothing else in the bucket: GetObject (HEAD included) on three prefixes;
+ * write only the copies of accepted bitmaps (`accepted/`, which every container's shrink check compares with).
+ */
+function rulesAccess(storage: Storage): iam.PolicyStatement[] {
+  return [
+    new iam.PolicyStatement({
+      actions: ["s3:GetObject"],
+      resources: [
+        storage.bucket.arnForObjects("config/*"),
+        storage.bucket.arnForObjects("segments/*"),
+        storage.bucket.arnForObjects("accepted/*"),
+      ],
+    }),
+    new iam.PolicyStatement({ actions: ["s3:PutObject"], resources: [storage.bucket.arnForObjects("accepted/*")] }),
+  ];
 }
 
 export interface FunctionsProps {
@@ -134,7 +144,7 @@ export class Functions extends Construct {
         maxConcurrency: config.maxConcurrency,
       }),
     );
-    this.consumer.addToRolePolicy(readRules(storage));
+    for (const statement of rulesAccess(storage)) this.consumer.addToRolePolicy(statement);
     storage.deliveryQueue.grantSendMessages(this.consumer);
     storage.campaignDeadLetters.grantSendMessages(this.consumer);
     cache.authToken.grantRead(this.consumer);
@@ -154,7 +164,7 @@ export class Functions extends Construct {
         ...(config.checkApiMetrics ? {} : { POWERTOOLS_METRICS_DISABLED: "true" }),
       }),
     });
-    this.checkApi.addToRolePolicy(readRules(storage));
+    for (const statement of rulesAccess(storage)) this.checkApi.addToRolePolicy(statement);
     cache.authToken.grantRead(this.checkApi);
     const target: lambda.Function | lambda.Alias =
       config.checkApiProvisionedConcurrency > 0

@@ -59,6 +59,10 @@ function commonParts(
       single.addMetric("rulesRejected", MetricUnit.Count, 1);
     },
     onActivated: (active, tags) => logger.info("rules in service", { policyVersion: active.policy.version, tags }),
+    onCopyFailed: (error) =>
+      logger.warn("the accepted bitmap's copy was not written; containers started later compare with the one before", {
+        error,
+      }),
   });
   return { s3, sqs, cluster, rules };
 }

@@ -83,19 +83,31 @@ export function addQuotasCommands(program: Command): void {
         },
     ) => {
       const { s3, local } = aws(options);
+      // numbers are decimal integers as written (Number() would take "0x20", "1e2", "2.0" and "" as numbers);
+      // their ranges are the rule schema's, checked with the rest of the rule
+      const problems: string[] = [];
+      const integer = (option: string, text: string) => {
+        if (/^[0-9]{1,16}$/.test(text)) return Number(text);
+        problems.push(`${option}: expected a decimal integer, got "${text}"`);
+        return Number.NaN;
+      };
       const limits = options.limit.map((pair) => {
-        const [window, max] = pair.split("=");
-        if (!window || !max) throw new ValidationError("--limit", `expected window=max, got "${pair}"`);
-        return { window, max: Number(max) };
+        const [window, max, ...rest] = pair.split("=");
+        if (!window || max === undefined || rest.length > 0) {
+          problems.push(`--limit: expected window=max, got "${pair}"`);
+          return { window: window ?? "", max: Number.NaN };
+        }
+        return { window, max: integer("--limit", max) };
       });
       const rule = {
         name,
         mode: options.mode,
         limits,
-        ...(options.leaseMs ? { leaseMs: Number(options.leaseMs) } : {}),
-        ...(options.fallback ? { fallback: options.fallback } : {}),
-        ...(options.slotGroups ? { slotGroups: Number(options.slotGroups) } : {}),
+        ...(options.leaseMs === undefined ? {} : { leaseMs: integer("--lease-ms", options.leaseMs) }),
+        ...(options.fallback === undefined ? {} : { fallback: options.fallback }),
+        ...(options.slotGroups === undefined ? {} : { slotGroups: integer("--slot-groups", options.slotGroups) }),
       } as Parameters<typeof setQuotaRule>[2];
+      if (problems.length > 0) throw new ValidationError("", problems.join("; "));
       const { policy, modifiedAt } = await setQuotaRule(s3, required(options.bucket, local?.bucket, "--bucket"), rule);
       console.log(`uploaded policy ${policy.version}`);
       const nodes = options.redis ?? local?.redis;

@@ -64,4 +64,36 @@ describe("tollgate quotas", () => {
     expect(bad.code).toBe(1);
     expect(bad.text).toContain("quotas[0].limits[0].max");
   });
+
+  it("refuses numbers that are not decimal integers as written, naming each option, and uploads nothing", async () => {
+    const before = (await output(["quotas", "list", ...target.slice(0, 4)])).text;
+    const cases: [string[], string][] = [
+      [["--limit", "1s=50=7"], '--limit: expected window=max, got "1s=50=7"'],
+      [["--limit", "1s=0x20"], '--limit: expected a decimal integer, got "0x20"'],
+      [["--limit", "1s=10", "--lease-ms", "1e2"], '--lease-ms: expected a decimal integer, got "1e2"'],
+      [["--limit", "1s=10", "--lease-ms", ""], '--lease-ms: expected a decimal integer, got ""'],
+      [["--limit", "1s=10", "--slot-groups", "2.0"], '--slot-groups: expected a decimal integer, got "2.0"'],
+    ];
+    for (const [odd, message] of cases) {
+      const result = await output(["quotas", "set", "odd", "--mode", "strict", ...odd, ...target]);
+      expect(result, odd.join(" ")).toMatchObject({ code: 1 });
+      expect(result.text).toContain(message);
+    }
+    // every problem at once
+    const both = await output([
+      "quotas",
+      "set",
+      "odd",
+      "--mode",
+      "strict",
+      "--limit",
+      "1s=x",
+      "--lease-ms",
+      "5.0",
+      ...target,
+    ]);
+    expect(both.text).toContain("--limit: expected a decimal integer");
+    expect(both.text).toContain("--lease-ms: expected a decimal integer");
+    expect((await output(["quotas", "list", ...target.slice(0, 4)])).text).toBe(before);
+  });
 });

@@ -1,11 +1,11 @@
 // Configuration faults through the real S3 adapter (fauxqs + @aws-sdk/client-s3), with a fixed clock: empty
 // and truncated bitmaps refused like corrupt ones, a segment shrinking past the allowed share refused
-// unless forced, an unknown channel or quota rule looked up once more before it is judged.
+// unless forced (by containers started after the refusal too), an unknown channel or quota rule looked up once more before it is judged.
 import { CreateBucketCommand, type S3Client } from "@aws-sdk/client-s3";
 import { beforeAll, describe, expect, it } from "vitest";
 import { S3ObjectStore } from "../../functions/adapters/s3-object-store.ts";
 import { publishSegments, uploadObject } from "../../functions/app/operator-actions.ts";
-import { RulesSource } from "../../functions/core/capping/rules-source.ts";
+import { acceptedCopyKey, RulesSource } from "../../functions/core/capping/rules-source.ts";
 import { buildSegments } from "../../functions/core/capping/segment-builder.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { CorruptBitmapError, RulesUnavailableError, SegmentShrinkError } from "../../functions/core/shared/errors.ts";
@@ -110,6 +110,61 @@ describe("a segment that shrinks", () => {
     clock.advance(60_000);
     expect((await source.current()).segments.sizes()).toEqual([4_000]);
     expect(rejected.at(-1)).toBeInstanceOf(SegmentShrinkError);
+  });
+
+  it("by 99% is refused by a container started after the refusal too, which serves the last accepted copy", async () => {
+    const { bucket, clock, source } = await sourceWith(range(10_000));
+    await source.current();
+    await publishSegments(s3, bucket, [{ name: "new.roaring", bytes: bitmapOf(range(100)) }]);
+    clock.advance(60_000);
+    expect((await source.current()).segments.sizes()).toEqual([10_000]);
+    const rejected: Error[] = [];
+    const cold = new RulesSource({
+      store: new S3ObjectStore(s3, bucket),
+      refreshMs: 60_000,
+      clock,
+      onRejected: (error) => rejected.push(error),
+    });
+    const rules = await cold.current();
+    expect(rules.segments.sizes()).toEqual([10_000]);
+    expect(Array.from(rules.segments.resolveSorted(Uint32Array.from([5, 9_999])))).toEqual([0, 0]);
+    expect(rejected.at(-1)?.message).toContain("from 10000 to 100 users (-99%");
+    // refused at every refresh until an upload replaces it, and named in health meanwhile
+    clock.advance(60_000);
+    expect((await cold.current()).segments.sizes()).toEqual([10_000]);
+    expect(rejected).toHaveLength(2);
+    expect(cold.status().refused.map(({ key }) => key)).toEqual(["segments/new.roaring"]);
+  });
+
+  it("forced on one container is accepted by containers started later, and later shrinks compare with it", async () => {
+    const { bucket, clock, source } = await sourceWith(range(10_000));
+    await source.current();
+    await publishSegments(s3, bucket, [{ name: "new.roaring", bytes: bitmapOf(range(4_000)) }], { allowShrink: true });
+    clock.advance(60_000);
+    expect((await source.current()).segments.sizes()).toEqual([4_000]);
+    const cold = () => new RulesSource({ store: new S3ObjectStore(s3, bucket), refreshMs: 60_000, clock });
+    expect((await cold().current()).segments.sizes()).toEqual([4_000]);
+    // 4,000 -> 2,500 is within the 50% allowed from the last accepted bitmap, for old and new containers
+    await publishSegments(s3, bucket, [{ name: "new.roaring", bytes: bitmapOf(range(2_500)) }]);
+    clock.advance(60_000);
+    expect((await source.current()).segments.sizes()).toEqual([2_500]);
+    expect((await cold().current()).segments.sizes()).toEqual([2_500]);
+  });
+
+  it("refused on a cold start whose last accepted copy is gone: rules unavailable, never the shrunk segment", async () => {
+    const { bucket, clock, source } = await sourceWith(range(10_000));
+    await source.current();
+    await uploadObject(s3, bucket, acceptedCopyKey("segments/new.roaring"), new Uint8Array(0));
+    await publishSegments(s3, bucket, [{ name: "new.roaring", bytes: bitmapOf(range(100)) }]);
+    clock.advance(60_000);
+    const cold = new RulesSource({ store: new S3ObjectStore(s3, bucket), refreshMs: 60_000, clock });
+    const error = (await cold.current().catch((error: unknown) => error)) as RulesUnavailableError;
+    expect(error).toBeInstanceOf(RulesUnavailableError);
+    expect(error.refused[0]?.key).toBe("segments/new.roaring");
+    expect(error.refused[0]?.reason).toContain("from 10000 to 100 users");
+    expect(error.refused[0]?.reason).toContain(
+      `the last accepted copy cannot be served (${acceptedCopyKey("segments/new.roaring")}`,
+    );
   });
 
   it("by no more than the configured share is accepted", async () => {

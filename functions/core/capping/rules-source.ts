@@ -2,25 +2,33 @@
 // refresh interval, swapped atomically. A policy or bitmap that fails validation never replaces the last
 // good rules, and neither does a bitmap that shrinks its segment by more than the allowed share unless the
 // operator forced it; a container that has never loaded valid rules fails (RulesUnavailableError) instead
-// of guessing.
+// of guessing. The last accepted bitmap of each segment is kept in the store too, so a container that
+// starts after a refused upload refuses it as well and serves that copy.
 
 import type { Clock } from "../shared/clock.ts";
 import { systemClock } from "../shared/clock.ts";
-import { type RulesRefusal, RulesUnavailableError, SegmentShrinkError } from "../shared/errors.ts";
-import type { ObjectStore } from "../shared/object-store.ts";
+import { ObjectNotFoundError, type RulesRefusal, RulesUnavailableError, SegmentShrinkError } from "../shared/errors.ts";
+import type { ObjectStore, ObjectWriter } from "../shared/object-store.ts";
 import { DEFAULT_POLICY_KEY, type Policy, parsePolicyText } from "./policy.ts";
 import { parseBitmap, SegmentIndex } from "./segment-index.ts";
 
 export interface RulesSourceOptions {
-  store: ObjectStore;
+  /**
+   * Where the policy and bitmaps are read. A store that can also write keeps each segment's last accepted
+   * bitmap (`acceptedCopyKey`), which the shrink check of every container compares with; without one
+   * (local files) the check compares with what this container serves only.
+   */
+  store: ObjectStore & Partial<ObjectWriter>;
   policyKey?: string;
   /** How long loaded rules are served before the store is asked whether they changed. */
   refreshMs: number;
   clock?: Clock;
   /** The largest share of its users a segment may lose in one update without a force marker (default 0.5). */
   maxShrink?: number;
-  /** Told when a changed policy or bitmap was refused (the last good rules stay). */
+  /** Told when a changed policy or bitmap was refused (the last good rules stay), at each refresh that sees it. */
   onRejected?: (error: Error) => void;
+  /** Told when the copy of a newly accepted bitmap could not be written (the bitmap is served anyway). */
+  onCopyFailed?: (error: Error) => void;
   /** Told when new rules are in service. */
   onActivated?: (rules: Rules, tags: Record<string, string>) => void;
 }
@@ -47,15 +55,38 @@ type Bitmap = ReturnType<typeof parseBitmap>;
  */
 export const allowShrinkMarkerKey = (bitmapKey: string) => `${bitmapKey}.allow-shrink`;
 
+/**
+ * The copy of the last bitmap a container accepted for `bitmapKey`, and beside it (`.json`) which upload it
+ * is (`{"etag": ..., "users": n}`). Containers write them when they accept an upload, so the shrink check of
+ * a container that starts later compares with the fleet's last accepted bitmap, not with nothing.
+ */
+export const acceptedCopyKey = (bitmapKey: string) => `accepted/${bitmapKey}`;
+const acceptedRecordKey = (bitmapKey: string) => `${acceptedCopyKey(bitmapKey)}.json`;
+
+interface AcceptedRecord {
+  etag: string;
+  users: number;
+}
+
+/** A bitmap upload that was refused, and what is served in its place. */
+interface Refused {
+  tag: string;
+  error: Error;
+  served: Bitmap;
+}
+
 /** An unknown channel or quota rule forces a refresh, but not more often than this. */
 const UNKNOWN_NAME_REFRESH_MS = 1_000;
 
 export class RulesSource {
-  private readonly options: Required<Omit<RulesSourceOptions, "onRejected" | "onActivated">> & RulesSourceOptions;
+  private readonly options: Required<Omit<RulesSourceOptions, "onRejected" | "onActivated" | "onCopyFailed">> &
+    RulesSourceOptions;
   private active?: { rules: Rules; tags: Map<string, string>; bitmaps: Map<string, Bitmap>; checkedAt: number };
   private pending?: Promise<void>;
   /** What the last refresh refused (empty once a refresh succeeds). */
   private refusals: RulesRefusal[] = [];
+  /** Bitmap uploads refused for shrinking, by key, until the key's ETag changes. */
+  private readonly refused = new Map<string, Refused>();
   /** When an unknown quota rule last forced a refresh (ms). */
   private forcedAt = Number.NEGATIVE_INFINITY;
 
@@ -121,22 +152,30 @@ export class RulesSource {
       const tags = new Map([[policyKey, policyTag]]);
       const bitmaps = new Map<string, Bitmap>();
       let changed = !active || active.rules.policy !== policy;
+      const refusals: RulesRefusal[] = [];
       for (const { name, bitmap } of policy.segments) {
         if (bitmap === undefined) continue;
         key = bitmap;
         const { etag: tag } = await store.head(bitmap);
         tags.set(bitmap, tag);
         const known = active?.tags.get(bitmap) === tag ? active.bitmaps.get(bitmap) : undefined;
-        if (known) {
+        const refused = this.refused.get(bitmap);
+        if (refused?.tag === tag) {
+          // refused before and not uploaded again: the same bitmap stays in its place, the refusal is told again
+          bitmaps.set(bitmap, refused.served);
+          refusals.push({ key: bitmap, reason: refused.error.message, at: startedAt });
+          this.options.onRejected?.(refused.error);
+        } else if (known) {
           bitmaps.set(bitmap, known);
         } else {
-          const parsed = parseBitmap(await store.get(bitmap), bitmap);
-          await this.checkShrink({ segment: name, key: bitmap, tag, bitmap: parsed });
-          bitmaps.set(bitmap, parsed);
-          changed = true;
+          const served = await this.admit({ segment: name, key: bitmap, tag });
+          const refusal = this.refused.get(bitmap);
+          if (refusal) refusals.push({ key: bitmap, reason: refusal.error.message, at: startedAt });
+          if (served !== active?.bitmaps.get(bitmap)) changed = true;
+          bitmaps.set(bitmap, served);
         }
       }
-      this.refusals = [];
+      this.refusals = refusals;
       if (!changed && active) {
         active.checkedAt = startedAt;
         return;
@@ -164,21 +203,80 @@ export class RulesSource {
   }
 
   /**
-   * Refuses a bitmap that would take away more than `maxShrink` of its segment's users (compared with the
-   * same segment in service), unless its force marker names this very upload.
+   * The bitmap to serve for an upload not seen before: the upload itself, unless it would take away more
+   * than `maxShrink` of its segment's users and its force marker does not name it. Compared with the last
+   * accepted bitmap of the fleet (its record in the store) or, without one, with what this container
+   * serves. A refused upload is told (onRejected, health) and the last accepted bitmap is served in its
+   * place: this container's own, or the stored copy on a cold start; with neither, the refresh fails.
    */
-  private async checkShrink(update: { segment: string; key: string; tag: string; bitmap: Bitmap }): Promise<void> {
-    const active = this.active;
-    if (!active) return;
-    const { policy, segments } = active.rules;
-    // the index's bitmaps are those of the listed segments, in policy order
-    const index = policy.segments.filter((s) => s.bitmap !== undefined).findIndex((s) => s.name === update.segment);
-    const before = index < 0 ? 0 : (segments.sizes()[index] ?? 0);
-    const after = update.bitmap.size;
-    if (before === 0 || after >= before * (1 - this.options.maxShrink)) return;
-    const forcedTag = await this.markerTag(update.key);
-    if (forcedTag === update.tag) return;
-    throw new SegmentShrinkError({ ...update, before, after, maxShrink: this.options.maxShrink });
+  private async admit(upload: { segment: string; key: string; tag: string }): Promise<Bitmap> {
+    const { store, maxShrink } = this.options;
+    const { key, tag } = upload;
+    const record = await this.acceptedRecord(key);
+    const bytes = await store.get(key);
+    const bitmap = parseBitmap(bytes, key);
+    const inService = this.active?.bitmaps.get(key);
+    this.refused.delete(key);
+    if (record?.etag === tag) return bitmap;
+    const before = record?.users ?? inService?.size ?? 0;
+    const after = bitmap.size;
+    if (before > 0 && after < before * (1 - maxShrink) && (await this.markerTag(key)) !== tag) {
+      const error = new SegmentShrinkError({ ...upload, before, after, maxShrink });
+      // with nothing to serve in its place, the refresh fails (and says why)
+      const served = inService ?? (record ? await this.acceptedCopy(key, record, error) : undefined);
+      if (!served) throw error;
+      this.refused.set(key, { tag, error, served });
+      this.options.onRejected?.(error);
+      return served;
+    }
+    await this.keepAcceptedCopy(key, bytes, { etag: tag, users: after });
+    return bitmap;
+  }
+
+  /** The fleet's last accepted upload of `bitmapKey`; undefined when none was recorded (or no store keeps it). */
+  private async acceptedRecord(bitmapKey: string): Promise<AcceptedRecord | undefined> {
+    if (!this.options.store.put) return undefined;
+    let text: string;
+    try {
+      text = Buffer.from(await this.options.store.get(acceptedRecordKey(bitmapKey))).toString("utf8");
+    } catch (error) {
+      if (error instanceof ObjectNotFoundError) return undefined;
+      throw error;
+    }
+    const record = JSON.parse(text);
+    if (typeof record?.etag !== "string" || !Number.isSafeInteger(record?.users)) {
+      throw new Error(`${acceptedRecordKey(bitmapKey)}: not a record of an accepted bitmap`);
+    }
+    return record;
+  }
+
+  /** The stored copy of the last accepted bitmap, checked against its record, to serve in place of `refusal`. */
+  private async acceptedCopy(bitmapKey: string, record: AcceptedRecord, refusal: Error): Promise<Bitmap> {
+    const copyKey = acceptedCopyKey(bitmapKey);
+    try {
+      const copy = parseBitmap(await this.options.store.get(copyKey), copyKey);
+      if (copy.size !== record.users) throw new Error(`holds ${copy.size} users where its record says ${record.users}`);
+      return copy;
+    } catch (error) {
+      throw new Error(
+        `${refusal.message}; the last accepted copy cannot be served (${copyKey}: ${(error as Error).message})`,
+        {
+          cause: error,
+        },
+      );
+    }
+  }
+
+  /** Copies an accepted upload (bytes first, then its record); a failure is told, and the upload served anyway. */
+  private async keepAcceptedCopy(bitmapKey: string, bytes: Uint8Array, record: AcceptedRecord): Promise<void> {
+    const { store } = this.options;
+    if (!store.put) return;
+    try {
+      await store.put(acceptedCopyKey(bitmapKey), bytes);
+      await store.put(acceptedRecordKey(bitmapKey), JSON.stringify(record));
+    } catch (error) {
+      this.options.onCopyFailed?.(error as Error);
+    }
   }
 
   private async markerTag(bitmapKey: string): Promise<string | undefined> {
