@@ -84,11 +84,35 @@ describe("POST /v1/quotas/sync", () => {
     const key = "tenant-7";
     const group = slotGroupOf(key, 4);
     const entries = [{ key, usage: [], refunds: [], offered: 4, want: 4 }];
-    const granted = await (await sync(request({ rule: "search", group, entries }))).json();
+    const granted = (await (await sync(request({ rule: "search", group, entries }))).json()) as {
+      configVersion: string;
+    };
     expect(granted).toMatchObject({ status: "applied", entries: [{ mode: "strict", tokens: 4, used: [4] }] });
-    const wrong = await sync(request({ rule: "search", group: (group + 1) % 4, entries }));
+    // a client that holds the current definition and still sends a key to another group is refused
+    const { configVersion } = granted;
+    const wrong = await sync(request({ rule: "search", group: (group + 1) % 4, configVersion, entries, seq: 2 }));
     expect(wrong.status).toBe(400);
     expect(await wrong.json()).toMatchObject({ error: { code: "invalid_request", path: "entries[0].key" } });
+  });
+
+  it("answers stale with the rule to a client that grouped its keys by an older definition, and counts nothing", async () => {
+    // a client that does not know the rule yet puts every key in group 0; the rule has 4 groups
+    const keys = Array.from({ length: 8 }, (_, i) => `tenant-${100 + i}`);
+    const entries = keys.map((key) => ({ key, usage: [], refunds: [], offered: 1, want: 1 }));
+    const body = request({ rule: "search", group: 0, configVersion: "quotas.0.old", entries });
+    const reply = await sync(body);
+    expect(reply.status).toBe(200);
+    expect(await reply.json()).toMatchObject({ status: "stale", rule: { slotGroups: 4 }, entries: [] });
+    // nothing was granted: each key's own group grants it its full want from an empty window
+    for (const key of keys.filter((key) => slotGroupOf(key, 4) !== 0)) {
+      const own = request({
+        rule: "search",
+        group: slotGroupOf(key, 4),
+        seq: 1,
+        entries: [{ key, usage: [], refunds: [], offered: 1, want: 1 }],
+      });
+      expect(await (await sync(own)).json()).toMatchObject({ status: "applied", entries: [{ tokens: 1, used: [1] }] });
+    }
   });
 
   it("refuses an unknown field and a malformed entry, naming the field", async () => {

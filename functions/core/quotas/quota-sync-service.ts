@@ -82,6 +82,23 @@ export class QuotaSyncService {
     const published = inService.quotas.get(request.rule);
     if (!published) return { status: "norule", serverTime: now, configVersion: "", instances: 0, entries: [] };
     const { slotGroups } = published.rule;
+    const grouped = (entry: { key: string }) => slotGroupOf(entry.key, slotGroups) === request.group;
+    if (
+      request.configVersion !== published.version &&
+      !(request.group < slotGroups && request.entries.every(grouped))
+    ) {
+      // The instance grouped its keys by a definition it held before the operator changed slotGroups. Nothing
+      // is counted; the reply brings the definition, and the SDK sends the same usage again, regrouped (a
+      // refusal would bring none, and the instance would never learn the change).
+      return {
+        status: "stale",
+        serverTime: now,
+        configVersion: published.version,
+        rule: published.rule,
+        instances: 0,
+        entries: [],
+      };
+    }
     if (request.group >= slotGroups) {
       throw new ValidationError("group", `rule "${request.rule}" has ${slotGroups} slot group(s)`);
     }
