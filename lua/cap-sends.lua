@@ -12,7 +12,11 @@ A user's sends are the union of both. A page written through its block absorbs (
 records of the users it writes.
 
 KEYS[1]          the tag's identity table (hash): "i:<identity>" -> number, "n:<number>" -> identity,
-                 "next" -> last number given; user records name identities by number
+                 "t:<number>" -> when a call last wrote a send of it (now), "next" -> last number given,
+                 "sweep"/"floor" -> where the pruning looks next / below which every number is dropped; user
+                 records name identities by number.
+                 Numbers are never reused; an identity unused for horizon + IDENTITY_MARGIN_MS is dropped
+                 (no kept send can name it), a few numbers looked at whenever a number is given
 KEYS[2..1+S]     the user-record hashes the call reads (field: decimal user ID)
 KEYS[2+S..]      one page block per page argument, in the same order
 ARGV[1]  now: the caller's clock (ms); retention and TTLs are measured from it, never from `at`
@@ -190,6 +194,51 @@ local function identityOfNumber(number)
   end
   return known
 end
+-- An identity is dropped once no kept send can name it: unused (no send of it written) for the horizon, plus
+-- the 5 minutes a send may be stamped ahead of the clock that wrote it, plus 1 for the clocks of callers.
+local IDENTITY_MARGIN_MS = 6 * 60000
+-- numbers looked at per number given: the sweep moves faster than numbers are given, so it keeps coming round
+local IDENTITY_SWEEP = 3
+-- Looks at the next IDENTITY_SWEEP numbers of the sweep and drops those unused for long enough. The sweep
+-- goes round the numbers from "floor" (below it every number is dropped) to the newest, so a round costs
+-- what the live identities cost, not every number ever given. A number with no "t:" (written before
+-- last-use times were kept) gets one now, so it waits a whole horizon too.
+local function sweepIdentities(newest)
+  local state = redis.call('HMGET', identityTableKey, 'sweep', 'floor')
+  local floor = tonumber(state[2] or nil) or 1
+  local from = math.max(tonumber(state[1] or nil) or 1, floor)
+  if from >= newest then from = floor end
+  local fields = {}
+  for number = from, from + IDENTITY_SWEEP - 1 do
+    fields[#fields + 1] = 'n:' .. number
+    fields[#fields + 1] = 't:' .. number
+  end
+  local found = redis.call('HMGET', identityTableKey, unpackList(fields))
+  local stale, writes = {}, {}
+  for i = 1, IDENTITY_SWEEP do
+    local number, name, used = from + i - 1, found[2 * i - 1], tonumber(found[2 * i] or nil)
+    local gone = not name and number < newest
+    if name and used == nil then
+      writes[#writes + 1] = 't:' .. number
+      writes[#writes + 1] = now
+    elseif name and used + horizon + IDENTITY_MARGIN_MS < now then
+      stale[#stale + 1] = 'i:' .. name
+      stale[#stale + 1] = 'n:' .. number
+      stale[#stale + 1] = 't:' .. number
+      gone = true
+    end
+    if gone and number == floor then floor = number + 1 end
+  end
+  if #stale > 0 then redis.call('HDEL', identityTableKey, unpackList(stale)) end
+  writes[#writes + 1] = 'sweep'
+  writes[#writes + 1] = from + IDENTITY_SWEEP
+  writes[#writes + 1] = 'floor'
+  writes[#writes + 1] = floor
+  redis.call('HSET', identityTableKey, unpackList(writes))
+end
+
+-- whether this call wrote a send of its identity into a user record (its "t:" is then set once, at the end)
+local myNumberWritten = false
 local function myIdentityNumber(create)
   if myNumber == nil then
     myNumber = tonumber(redis.call('HGET', identityTableKey, 'i:' .. identity) or nil) or false
@@ -198,7 +247,9 @@ local function myIdentityNumber(create)
     myNumber = redis.call('HINCRBY', identityTableKey, 'next', 1)
     redis.call('HSET', identityTableKey, 'i:' .. identity, myNumber, 'n:' .. myNumber, identity)
     identityByNumber[myNumber] = identity
+    sweepIdentities(myNumber)
   end
+  if create then myNumberWritten = true end
   return myNumber
 end
 
@@ -1345,6 +1396,10 @@ local markers = {}
 for _, pageNumber in ipairs(markedPagesToWrite) do
   markers[#markers + 1] = 'p:' .. pageNumber
   markers[#markers + 1] = 1
+end
+if myNumberWritten and myNumber then
+  markers[#markers + 1] = 't:' .. myNumber
+  markers[#markers + 1] = now
 end
 if #markers > 0 then redis.call('HSET', identityTableKey, unpackList(markers)) end
 if identityTableTtl > 0 then extendTtl(identityTableKey, identityTableTtl) end

@@ -9,6 +9,7 @@ import type { Rules } from "../../functions/core/capping/rules-source.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { ValidationError } from "../../functions/core/shared/errors.ts";
 import {
+  capIdentityKey,
   capPageKey,
   capRecordKey,
   capTagOf,
@@ -367,6 +368,39 @@ describe("capping engine on the cluster", () => {
     expect(dense.filter((kind) => kind === "allowed")).toHaveLength(31);
     expect(kinds(await capper.capBatch({ ...sparse, userIds: page }))).toEqual(Array(32).fill("duplicate"));
   });
+
+  it("drops a campaign ID from the tag's identity table once no kept send can name it, a new ID per check for 2.8 hours", async () => {
+    const rules = rulesOf(simplePolicy({ push: [{ window: "1m", max: 5 }] }));
+    const namespace = uniqueNamespace();
+    const redeliveryMs = 10 * 60_000;
+    const { capper, clock } = clockedCapper(() => rules, { namespace, redeliveryMs });
+    // 20 users of one tag, one check every 10 s, each with a campaign ID of its own
+    const checks = 1_000;
+    for (let i = 0; i < checks; i++) {
+      clock.advance(10_000);
+      const check = await capper.checkUser({ userId: 1_000 + (i % 20), channel: "push", campaignId: `msg-${i}` });
+      expect(check.decision).toBe("allowed");
+    }
+    // the last check's ID is still a duplicate; the first one's sends are kept by nothing (2.8 hours ago)
+    expect(
+      (
+        await capper.checkUser({
+          userId: 1_000 + ((checks - 1) % 20),
+          channel: "push",
+          campaignId: `msg-${checks - 1}`,
+        })
+      ).decision,
+    ).toBe("duplicate");
+    const table = capIdentityKey(namespace, capTagOf(1_000));
+    expect(await cluster.hexists(table, "i:push:msg-0")).toBe(0);
+    expect(await cluster.hexists(table, `i:push:msg-${checks - 1}`)).toBe(1);
+    // an identity lives while a kept send may name it (1m backfill + the bound + 5m skew, plus the 6-minute
+    // margin), and the sweep comes round within about half the live numbers: 3 fields each, and a few more
+    const lives = (60_000 + redeliveryMs + 5 * 60_000 + 6 * 60_000) / 10_000;
+    const fields = await cluster.hlen(table);
+    expect(fields).toBeLessThanOrEqual(3 * Math.ceil(1.6 * lives) + 8);
+    expect(fields).toBeGreaterThanOrEqual(3 * (lives - 1));
+  }, 60_000);
 
   it("keeps a named send for the redelivery bound and no longer: 1m backfill + the bound + 5m skew after its time", async () => {
     const rules = rulesOf(simplePolicy({ push: [{ window: "1m", max: 1 }] }));
