@@ -260,8 +260,8 @@ export async function runCappingWorkloads(
     const slowest = await slowestScript(primaries);
     const key = capRecordKey(namespace, capTagOf(user), recordRangeOf(user));
     const size = Number(await cluster.call("MEMORY", "USAGE", key));
-    // the tag's identity table holds every campaign ID the user was sent (two fields each): printed beside
-    // the record, since a campaign ID per send makes it the larger key
+    // the tag's identity table holds the campaign IDs of the user's kept sends: printed beside the record,
+    // since a campaign ID per send makes it the larger key
     const identities = Number(await cluster.call("MEMORY", "USAGE", capIdentityKey(namespace, capTagOf(user))));
     rows.push({
       scenario: "1 user × 8,000 sends at 1 per 1s: the user's key, slowest script",
