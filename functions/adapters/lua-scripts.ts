@@ -1,8 +1,10 @@
-// The Lua scripts in lua/, read once per process. ioredis sends each by SHA and falls back to EVAL on
-// NOSCRIPT (after SCRIPT FLUSH, a restart or a failover), per connection.
+// The Lua scripts in lua/, read once per process. The engine's are defined on the client (ioredis sends
+// each by SHA and falls back to EVAL on NOSCRIPT, per connection); the rate-limit scripts are sent by
+// RedisLimitStore itself (EVALSHA by the SHA computed here, EVAL on NOSCRIPT).
+import { createHash } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
 import { MAX_KEYS_PER_CALL, MIN_KEYS_PER_CALL } from "../core/capping/cap-sends-script.ts";
-import { ALGORITHMS, type Algorithm, MAX_LIMITS } from "../core/limits/limit-specs.ts";
+import { ALGORITHMS, type Algorithm } from "../core/limits/limit-specs.ts";
 
 /**
  * In the repository the scripts are at ../../lua/ from this file; in a Lambda bundle (one file), the
@@ -20,16 +22,29 @@ export function load(name: string): string {
 
 const capSendsLua = load("cap-sends");
 
+/** A script's text and the SHA1 that EVALSHA names it by. */
+export interface LuaScript {
+  readonly lua: string;
+  readonly sha: string;
+}
+
+const script = (lua: string): LuaScript => ({ lua, sha: createHash("sha1").update(lua).digest("hex") });
+
 /** The rate-limit scripts: limit-common.lua, then the algorithms they run, then their driver. */
 const common = load("limit-common");
-const limitsLua = [common, ...ALGORITHMS.map(load), load("limits")].join("\n");
 
-/** The command that runs one limit of `algorithm` (POST /v1/limit): only that algorithm is defined. */
-export const limitCommand = (algorithm: Algorithm) => `limit:${algorithm}` as const;
+/** The script of POST /v1/limit per algorithm: only that algorithm is defined in it. */
+export const limitScripts = Object.fromEntries(
+  ALGORITHMS.map((algorithm) => [algorithm, script([common, load(algorithm), load("limit")].join("\n"))]),
+) as Record<Algorithm, LuaScript>;
+
+/** The script of POST /v1/limits: every algorithm, any number of keys (1 .. MAX_LIMITS) of one hash tag. */
+export const limitsScript = script([common, ...ALGORITHMS.map(load), load("limits")].join("\n"));
 
 /**
- * Each script takes a fixed number of keys: ioredis routes an autopipelined custom command by its first
- * key only when it knows where the keys are.
+ * The scripts defined on the client as commands. Each takes a fixed number of keys: ioredis routes an
+ * autopipelined custom command by its first key only when it knows where the keys are. ioredis' `Pipeline`
+ * copies every defined script into each autopipelined batch, so only the engine's are here.
  */
 export const luaScripts: Record<string, { lua: string; numberOfKeys: number }> = {
   // capSends3 .. capSends64: cap-sends once per key count (identity table, record hashes, page blocks)
@@ -38,15 +53,5 @@ export const luaScripts: Record<string, { lua: string; numberOfKeys: number }> =
       `capSends${i + MIN_KEYS_PER_CALL}`,
       { lua: capSendsLua, numberOfKeys: i + MIN_KEYS_PER_CALL },
     ]),
-  ),
-  ...Object.fromEntries(
-    ALGORITHMS.map((algorithm) => [
-      limitCommand(algorithm),
-      { lua: [common, load(algorithm), load("limit")].join("\n"), numberOfKeys: 1 },
-    ]),
-  ),
-  // limits1 .. limits16: the same script once per key count
-  ...Object.fromEntries(
-    Array.from({ length: MAX_LIMITS }, (_, i) => [`limits${i + 1}`, { lua: limitsLua, numberOfKeys: i + 1 }]),
   ),
 };

@@ -53,7 +53,7 @@ export class RedisCalls {
     maxDelay: 500,
   });
   private readiness?: Promise<boolean>;
-  /** Whether the primaries' sockets are held until the next tick (coalesceWrites). */
+  /** Whether the primaries' sockets are held until the event loop's check phase (coalesceWrites). */
   private corked = false;
   /** Commands sent and not yet answered or given up on. */
   private inFlight = 0;
@@ -166,11 +166,13 @@ export class RedisCalls {
   }
 
   /**
-   * Holds the primaries' sockets until the current tick's callbacks have run (cork, then uncork on the
-   * next tick), so the commands sent meanwhile by concurrent calls leave in one write per node rather
-   * than one system call each, which is what most of a call's CPU went to (docs/DECISIONS.md,
-   * "Rate-limit fast path"). Only while other calls are in flight: a lone call (a check API environment
-   * takes one invocation at a time) writes at once, with nothing to share its write with.
+   * Holds the primaries' sockets until the I/O callbacks of this turn of the event loop have run (cork,
+   * then uncork in setImmediate, as ioredis' autopipelining waits), so the commands that the replies read
+   * from every socket in this turn set off leave in one write per node rather than one system call each,
+   * which is what most of a call's CPU went to (docs/DECISIONS.md, "Rate-limit fast path"). Uncorking on
+   * the next tick instead shared a write only among the replies of one socket read: under load, twice the
+   * writes per call. Only while other calls are in flight: a lone call (a check API environment takes one
+   * invocation at a time) writes at once, with nothing to share its write with.
    */
   private coalesceWrites(): void {
     if (this.corked) return;
@@ -183,7 +185,7 @@ export class RedisCalls {
         streams.push(stream);
       }
     }
-    process.nextTick(() => {
+    setImmediate(() => {
       this.corked = false;
       for (const stream of streams) stream.uncork();
     });

@@ -1,12 +1,13 @@
 // The Redis Cluster adapter: an ioredis Cluster configured so it never waits forever and never re-sends a
 // command on its own, and the stores over it, whose calls go through RedisCalls (readiness, deadline,
 // jittered retries, circuit breaker, errors classified once).
-import { Cluster, type ClusterNode } from "ioredis";
+import { Cluster, type ClusterNode, ReplyError } from "ioredis";
 import type { CapStore } from "../core/capping/cap-sends-script.ts";
 import type { LimitStore } from "../core/limits/limit-script.ts";
 import type { Algorithm } from "../core/limits/limit-specs.ts";
-import { limitCommand, luaScripts } from "./lua-scripts.ts";
+import { type LuaScript, limitScripts, limitsScript, luaScripts } from "./lua-scripts.ts";
 import { type CallOptions, RedisCalls, type RedisCircuitOptions } from "./redis-calls.ts";
+import { replyCode } from "./redis-errors.ts";
 
 export interface RedisClusterConfig {
   /** Startup nodes: the configuration endpoint on ElastiCache, any nodes locally. */
@@ -29,10 +30,7 @@ export interface RedisClusterConfig {
 }
 
 type CapSendsCommand = (...keysAndArgs: (string | Buffer)[]) => Promise<Buffer>;
-type LimitsCommand = (...keysAndArgs: string[]) => Promise<number[]>;
-export type TollgateCluster = Cluster &
-  Record<`capSends${number}Buffer`, CapSendsCommand> &
-  Record<`limits${number}` | `limit:${string}`, LimitsCommand>;
+export type TollgateCluster = Cluster & Record<`capSends${number}Buffer`, CapSendsCommand>;
 
 /** One RedisCalls (one circuit) per client: every store over the same connections shares its state. */
 const callsByCluster = new WeakMap<Cluster, RedisCalls>();
@@ -132,35 +130,61 @@ export class RedisCapStore implements CapStore {
  * Runs the rate-limit scripts. Charging is not idempotent, so only failures that prove the call did not run
  * (never sent, MOVED, ASK, TRYAGAIN, CLUSTERDOWN, ...) are retried; a timeout or a dropped connection
  * fails the request with `mayHaveRun`.
+ *
+ * The scripts are sent as plain EVALSHA commands by the SHA computed at load (ioredis routes them by their
+ * first key and follows MOVED and ASK as for any command), not as scripts defined on the client: ioredis'
+ * script command costs a subclass instance, a closure and a promise more per call, and every defined
+ * script is copied into each autopipelined batch (docs/DECISIONS.md, "Rate-limit fast path").
  */
 export class RedisLimitStore implements LimitStore {
+  private readonly callOptions: CallOptions;
+
   constructor(
-    private readonly cluster: TollgateCluster,
-    private readonly options: { deadlineMs: number; onRetry?: (error: Error) => void },
-  ) {}
+    private readonly cluster: Cluster,
+    options: { deadlineMs: number; onRetry?: (error: Error) => void },
+  ) {
+    this.callOptions = {
+      deadlineMs: options.deadlineMs,
+      retryOn: "not-run",
+      ...(options.onRetry ? { onRetry: options.onRetry } : {}),
+    };
+  }
 
   runLimit(algorithm: Algorithm, key: string, args: readonly string[]): Promise<number[]> {
-    const command = this.cluster[limitCommand(algorithm)];
-    if (!command) throw new Error(`no limit script for ${algorithm}`);
-    return redisCallsOf(this.cluster).call(`limit on ${key}`, [key], () => command.call(this.cluster, key, ...args), {
-      deadlineMs: this.options.deadlineMs,
-      retryOn: "not-run",
-      ...(this.options.onRetry ? { onRetry: this.options.onRetry } : {}),
-    });
+    const script = limitScripts[algorithm];
+    if (!script) throw new Error(`no limit script for ${algorithm}`);
+    return redisCallsOf(this.cluster).call(
+      `limit on ${key}`,
+      [key],
+      () => evalScript(this.cluster, script, [key], args),
+      this.callOptions,
+    );
   }
 
   runLimits(keys: readonly string[], args: readonly string[]): Promise<number[]> {
-    const command = this.cluster[`limits${keys.length}`];
-    if (!command) throw new Error(`no limits script for ${keys.length} keys`);
     return redisCallsOf(this.cluster).call(
       `limits on ${keys[0]}`,
       keys,
-      () => command.call(this.cluster, ...keys, ...args),
-      {
-        deadlineMs: this.options.deadlineMs,
-        retryOn: "not-run",
-        ...(this.options.onRetry ? { onRetry: this.options.onRetry } : {}),
-      },
+      () => evalScript(this.cluster, limitsScript, keys, args),
+      this.callOptions,
     );
   }
+}
+
+/**
+ * EVALSHA of `script`; on NOSCRIPT (the node's script cache was flushed, or it is a promoted replica or a
+ * restarted node that never ran it) the same call once as EVAL, which also loads it there. NOSCRIPT means
+ * the script did not run, so the charge lands once. Any other reply error, and no reply, reject as they
+ * came (RedisCalls classifies them).
+ */
+export function evalScript<T = number[]>(
+  cluster: Cluster,
+  script: LuaScript,
+  keys: readonly string[],
+  args: readonly string[],
+): Promise<T> {
+  return (cluster.evalsha(script.sha, keys.length, ...keys, ...args) as Promise<T>).catch((error: unknown) => {
+    if (!(error instanceof (ReplyError as unknown as typeof Error)) || replyCode(error) !== "NOSCRIPT") throw error;
+    return cluster.eval(script.lua, keys.length, ...keys, ...args) as Promise<T>;
+  });
 }

@@ -1,5 +1,5 @@
-// RedisCalls holds the primaries' sockets until the end of the tick so that concurrent calls leave in one
-// write per node: on the real cluster, every caller still gets its own reply, and no socket stays held.
+// RedisCalls holds the primaries' sockets until the event loop's check phase so that concurrent calls leave
+// in one write per node: on the real cluster, every caller still gets its own reply, and no socket stays held.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRedisCluster, RedisLimitStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
 import { Limiter } from "../../functions/core/limits/limiter.ts";
@@ -21,7 +21,7 @@ afterAll(async () => {
 const MAX = 1_000_000;
 const limit = { algorithm: "fixed-window", max: MAX, windowMs: 3_600_000 } as const;
 
-describe("writes coalesced per tick", () => {
+describe("writes coalesced per turn of the event loop", () => {
   it("answers each of 600 concurrent checks on 50 keys with its own count", async () => {
     const limiter = new Limiter({
       store: new RedisLimitStore(cluster, { deadlineMs: 10_000 }),
@@ -40,7 +40,7 @@ describe("writes coalesced per tick", () => {
     }
   });
 
-  it("holds no socket once the tick is over, and answers a lone call after a burst", async () => {
+  it("holds no socket once the burst is answered, and answers a lone call after a burst", async () => {
     const limiter = new Limiter({
       store: new RedisLimitStore(cluster, { deadlineMs: 10_000 }),
       namespace: uniqueNamespace(),

@@ -20,6 +20,8 @@ const MAX_GCRA_TOLERANCE_MS = 10 * 365 * 86_400_000;
 const positive = (max: number) =>
   z.int("expected a positive integer").min(1, "expected a positive integer").max(max, `at most ${max}`);
 const name = z.string("expected a string").min(1, "must not be empty").max(256, "at most 256 characters");
+/** A limit's `key` (and a scope's name). */
+export const limitNameSchema = name;
 const cost = z
   .int("expected an integer from 0")
   .min(0, "expected an integer from 0")
@@ -81,6 +83,8 @@ function limitShape<E extends z.core.$ZodLooseShape>(extra: E) {
 /** What the caller wants when Redis does not answer (the HTTP layer acts on it). */
 const onStoreError = z.enum(["allow", "deny"], 'expected "allow" or "deny"').optional();
 const at = sendTimeSchema.optional();
+/** A request's `at`. */
+export const requestTimeSchema = at;
 const requestExtra = { cost, at, onStoreError };
 
 /** POST /v1/limit: one limit with its cost (default 1; 0 peeks) and time. */

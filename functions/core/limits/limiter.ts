@@ -16,6 +16,7 @@ import {
   MAX_PAST_MS,
 } from "./limit-specs.ts";
 import { decodeLimitsReply, limitsArgs } from "./limits-script.ts";
+import { ValidSpecs } from "./valid-specs.ts";
 
 declare const validated: unique symbol;
 /** A POST /v1/limit request that passed `Limiter.validate` (only that makes one). */
@@ -31,6 +32,7 @@ export class Limiter {
   private readonly store: LimitStore;
   private readonly clock: Clock;
   private readonly namespace: string;
+  private readonly validSpecs = new ValidSpecs();
 
   constructor(options: LimiterOptions) {
     this.store = options.store;
@@ -39,30 +41,48 @@ export class Limiter {
   }
 
   /** One limit (POST /v1/limit): validate, then decide. */
-  async check(request: unknown): Promise<LimitResult & { algorithm: Algorithm }> {
-    const valid = this.validate(request);
-    const result = await this.decide(valid);
-    return { ...result, algorithm: valid.algorithm };
+  check(request: unknown): Promise<LimitResult & { algorithm: Algorithm }> {
+    // not async, no spread: the promise layer and the copy cost more than the limiter's own work
+    let valid: ValidLimitRequest;
+    try {
+      valid = this.validate(request);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return this.decide(valid).then((result) => {
+      const named = result as LimitResult & { algorithm: Algorithm };
+      named.algorithm = valid.algorithm;
+      return named;
+    });
   }
 
   /**
    * A POST /v1/limit request, validated strictly (ValidationError naming the field), with its cost in
    * bounds and its `at` within the clock's range. What `decide` takes; apart so that a caller (the
-   * negative cache) can look at a valid request before it costs a Redis call.
+   * negative cache) can look at a valid request before it costs a Redis call. A request whose fields other
+   * than `key` and `at` were validated before is checked for those two only (valid-specs.ts).
    */
   validate(request: unknown): ValidLimitRequest {
+    const known = this.validSpecs.lookup(request);
+    if (known) return known as ValidLimitRequest;
     const parsed = parseOrThrow(limitRequestSchemaFor(request), request);
     chargeOf(parsed, parsed.cost, "cost");
+    this.validSpecs.remember(request, parsed);
     return parsed as ValidLimitRequest;
   }
 
   /** Charges and decides one validated limit in its algorithm's script. */
-  async decide(request: ValidLimitRequest): Promise<LimitResult> {
-    const now = decisionTime(request.at, this.clock, MAX_PAST_MS);
+  decide(request: ValidLimitRequest): Promise<LimitResult> {
+    let now: number;
+    try {
+      now = decisionTime(request.at, this.clock, MAX_PAST_MS);
+    } catch (error) {
+      return Promise.reject(error);
+    }
     const key = limitKey(this.namespace, request.algorithm, request.key);
-    return decodeLimitReply(
-      await this.store.runLimit(request.algorithm, key, limitArgs(now, request, request.cost ?? 1)),
-    );
+    return this.store
+      .runLimit(request.algorithm, key, limitArgs(now, request, request.cost ?? 1))
+      .then(decodeLimitReply);
   }
 
   /** Several limits, all charged or none (POST /v1/limits); the keys share the scope's hash slot. */

@@ -1,0 +1,179 @@
+// RedisLimitStore sends the rate-limit scripts itself (EVALSHA by a SHA computed at load, EVAL on
+// NOSCRIPT): on the real cluster, through an emptied script cache, a slot migration (ASK, then MOVED to a
+// node that never ran the script) and a caller that gave up, each charge lands once, and an error reply is
+// told apart from no reply.
+import calculateSlot from "cluster-key-slot";
+import { Redis } from "ioredis";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { limitScripts } from "../../functions/adapters/lua-scripts.ts";
+import { createRedisCluster, RedisLimitStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
+import { Limiter } from "../../functions/core/limits/limiter.ts";
+import { StoreReplyError, StoreUnavailableError } from "../../functions/core/shared/errors.ts";
+import { limitKey } from "../../functions/core/shared/keys.ts";
+import { waitForCluster } from "../../scripts/redis-cluster.ts";
+import { basePort, clusterPorts, uniqueNamespace } from "../support/cluster.ts";
+
+let cluster: TollgateCluster;
+const nodes: Redis[] = [];
+beforeAll(async () => {
+  // the check API's client: no autopipelining
+  cluster = createRedisCluster({
+    nodes: clusterPorts.slice(0, 3).map((port) => ({ host: "127.0.0.1", port })),
+    autoPipelining: false,
+  });
+  for (const port of clusterPorts) nodes.push(new Redis({ host: "127.0.0.1", port }));
+});
+afterAll(async () => {
+  await cluster.quit();
+  for (const node of nodes) node.disconnect();
+});
+
+const MAX = 1_000;
+const limit = { algorithm: "fixed-window", max: MAX, windowMs: 3_600_000 } as const;
+const limiterOf = (namespace: string, deadlineMs = 10_000) =>
+  new Limiter({ store: new RedisLimitStore(cluster, { deadlineMs }), namespace });
+/** How many charges the key holds (a peek: cost 0 changes nothing). */
+const charged = async (limiter: Limiter, key: string) =>
+  MAX - (await limiter.check({ ...limit, key, cost: 0 })).remaining;
+
+async function rejectionOf(promise: Promise<unknown>): Promise<Error> {
+  try {
+    await promise;
+  } catch (error) {
+    return error as Error;
+  }
+  throw new Error("expected a rejection");
+}
+
+/** The primaries, each with its node ID and the slot ranges it serves. */
+async function primaries() {
+  const found: { node: Redis; id: string; slots: [number, number][] }[] = [];
+  for (const node of nodes) {
+    if ((await node.role())[0] !== "master") continue;
+    const id = (await node.call("CLUSTER", "MYID")) as string;
+    const shards = (await node.call("CLUSTER", "SLOTS")) as [number, number, [string, number, string]][];
+    const slots = shards.filter(([, , owner]) => owner[2] === id).map(([from, to]) => [from, to] as [number, number]);
+    found.push({ node, id, slots });
+  }
+  return found;
+}
+
+/** Moves `slot` and its keys from `source` to `target`, as redis-cli's resharding does. */
+async function moveSlot(slot: number, source: { node: Redis; id: string }, target: { node: Redis; id: string }) {
+  await target.node.call("CLUSTER", "SETSLOT", String(slot), "IMPORTING", source.id);
+  await source.node.call("CLUSTER", "SETSLOT", String(slot), "MIGRATING", target.id);
+  await endMove(slot, source, target);
+}
+
+/** The end of a slot's move: its remaining keys to `target`, which owns it from then on. */
+async function endMove(slot: number, source: { node: Redis; id: string }, target: { node: Redis; id: string }) {
+  await migrateKeys(slot, source.node, target.node);
+  await target.node.call("CLUSTER", "SETSLOT", String(slot), "NODE", target.id);
+  await source.node.call("CLUSTER", "SETSLOT", String(slot), "NODE", target.id);
+}
+
+async function migrateKeys(slot: number, source: Redis, target: Redis) {
+  for (;;) {
+    const keys = (await source.call("CLUSTER", "GETKEYSINSLOT", String(slot), "100")) as string[];
+    if (keys.length === 0) return;
+    await source.migrate("127.0.0.1", target.options.port as number, "", 0, 5_000, "KEYS", ...keys);
+  }
+}
+
+describe("rate-limit scripts sent by SHA", () => {
+  it("runs after SCRIPT FLUSH on every node (NOSCRIPT, then EVAL), charging each call once", async () => {
+    const limiter = limiterOf(uniqueNamespace());
+    expect(await limiter.check({ ...limit, key: "k" })).toMatchObject({ allowed: true, remaining: MAX - 1 });
+    await Promise.all(nodes.map((node) => node.script("FLUSH")));
+    expect(await limiter.check({ ...limit, key: "k" })).toMatchObject({ allowed: true, remaining: MAX - 2 });
+    // loaded again by that EVAL: the next call is an EVALSHA that finds it
+    expect(await limiter.check({ ...limit, key: "k" })).toMatchObject({ allowed: true, remaining: MAX - 3 });
+    expect(await charged(limiter, "k")).toBe(3);
+    // /v1/limits' script too
+    await Promise.all(nodes.map((node) => node.script("FLUSH")));
+    const all = await limiter.checkAll({ scope: "s", limits: [{ ...limit, key: "a" }] });
+    expect(all.results[0]).toMatchObject({ allowed: true, remaining: MAX - 1 });
+  });
+
+  it("follows ASK while its slot migrates and MOVED after, to a node without the script, charging once each", async () => {
+    const namespace = uniqueNamespace();
+    const limiter = limiterOf(namespace);
+    const key = `m-${namespace}`;
+    const slot = calculateSlot(limitKey(namespace, limit.algorithm, key));
+    const found = await primaries();
+    const source = found.find((p) => p.slots.some(([from, to]) => slot >= from && slot <= to));
+    const target = found.find((p) => p !== source);
+    if (!source || !target) throw new Error(`no owner of slot ${slot}`);
+    let moved = false;
+    try {
+      await target.node.script("FLUSH");
+      await target.node.call("CLUSTER", "SETSLOT", String(slot), "IMPORTING", source.id);
+      await source.node.call("CLUSTER", "SETSLOT", String(slot), "MIGRATING", target.id);
+      // the key is not on the source: it answers ASK, and the call runs on the target (NOSCRIPT, then EVAL)
+      expect(await limiter.check({ ...limit, key })).toMatchObject({ allowed: true, remaining: MAX - 1 });
+      expect(await target.node.call("CLUSTER", "GETKEYSINSLOT", String(slot), "100")).toContain(
+        limitKey(namespace, limit.algorithm, key),
+      );
+      expect(await limiter.check({ ...limit, key })).toMatchObject({ allowed: true, remaining: MAX - 2 });
+      // the migration ends; the client's slot map still names the source, which now answers MOVED
+      await endMove(slot, source, target);
+      moved = true;
+      await target.node.script("FLUSH");
+      expect(await limiter.check({ ...limit, key })).toMatchObject({ allowed: true, remaining: MAX - 3 });
+      expect(await charged(limiter, key)).toBe(3);
+    } finally {
+      // the slot goes back to its owner, and the cluster is whole again for the next test
+      if (!moved) await endMove(slot, source, target);
+      await moveSlot(slot, target, source);
+      await waitForCluster({ basePort });
+    }
+    expect(await charged(limiter, key)).toBe(3);
+  });
+
+  it("is not sent again when it may have run: a check whose caller gave up lands once, also after a reconnect", async () => {
+    const namespace = uniqueNamespace();
+    const key = "busy";
+    const stateKey = limitKey(namespace, limit.algorithm, key);
+    // a script that keeps the key's node busy for 300 ms: the check behind it waits in the socket
+    const busy = cluster.eval(
+      "local s = redis.call('TIME') repeat local n = redis.call('TIME') until (n[1] - s[1]) * 1000000 + (n[2] - s[2]) > 300000 return 1",
+      1,
+      stateKey,
+    );
+    await new Promise((resolve) => setImmediate(resolve));
+    const error = await rejectionOf(limiterOf(namespace, 100).check({ ...limit, key }));
+    expect(error).toBeInstanceOf(StoreUnavailableError);
+    expect((error as StoreUnavailableError).mayHaveRun).toBe(true);
+    // the connection is dropped and opened again: the unanswered check is failed, never written again
+    for (const node of cluster.nodes("master")) node.disconnect(true);
+    await busy.catch(() => {});
+    await waitForCluster({ basePort });
+    const limiter = limiterOf(namespace);
+    // the check that timed out reached Redis before the drop (it ran) or not: at most once
+    const before = await charged(limiter, key);
+    expect(before).toBeLessThanOrEqual(1);
+    await limiter.check({ ...limit, key });
+    expect(await charged(limiter, key)).toBe(before + 1);
+  });
+
+  it("tells an error reply (StoreReplyError, sent once, no EVAL) from no reply", async () => {
+    const namespace = uniqueNamespace();
+    const limiter = limiterOf(namespace);
+    // a state of the wrong type: the script's GET answers WRONGTYPE
+    const stateKey = limitKey(namespace, limit.algorithm, "wrong");
+    await cluster.hset(stateKey, "field", "1");
+    const ownerPort = Number(cluster.slots[calculateSlot(stateKey)]?.[0]?.split(":")[1]);
+    const owner = nodes.find((node) => node.options.port === ownerPort);
+    if (!owner) throw new Error(`no node at ${ownerPort}`);
+    // loaded there, so the one call is an EVALSHA that runs and fails
+    await owner.script("LOAD", limitScripts[limit.algorithm].lua);
+    await owner.config("RESETSTAT");
+    const error = await rejectionOf(limiter.check({ ...limit, key: "wrong" }));
+    expect(error).toBeInstanceOf(StoreReplyError);
+    expect(error.message).toContain("WRONGTYPE");
+    const stats = await owner.info("commandstats");
+    expect(stats).toMatch(/cmdstat_evalsha:calls=1,/);
+    expect(stats).not.toMatch(/cmdstat_eval:/);
+    expect(await cluster.hget(stateKey, "field")).toBe("1");
+  });
+});
