@@ -7,7 +7,8 @@ KEYS[3]    <ns>:q:{<rule>.<group>}:inst   sorted set instance -> last sync (ms)
 KEYS[3+i]  <ns>:q:{<rule>.<group>}:k:<key_i>   key i: hash { L = layout, b = rings, sums and demand
            (packed), i:<instance> = that instance's demand and grant (packed) }
 ARGV[1..5] protocol (1), now (ms), instanceId, seq, configVersion seen
-ARGV[5+4*(i-1)+1 .. +4]  key i: usage "at:count,...", refunds "grantedAt:count,...", offered, want
+ARGV[5+4*(i-1)+1 .. +4]  key i: usage "at:count,..." (strict: "grantedAt:count,...", spent tokens),
+           refunds "grantedAt:count,...", offered, want
 Reply      { 1, status ("applied"|"duplicate"|"stale"|"norule"), now, configVersion, rule (encoded, or ""
            when the request saw this version), mode, windows, instances, then per key: amount
            (allowance | tokens), expiresAt (validUntil | leaseExpiresAt), denyUntil, resetAt, used per window }
@@ -19,8 +20,10 @@ and settles it at that instance's next applied sync: the usage reported is charg
 from the grant), the unused rest goes back, usage beyond it (admitted under a fallback) counts at its
 epochs. So allowances handed out at different instants see each other; the windows sum reservations
 and usage over the last W/bucket + 1 buckets (the extra bucket covers usage spent up to a bucket after
-its grant; spent later, e.g. after a late reply, it leaves the window early: the approximate part). strict sums grants over every bucket that touches (now - W - lease, now], so grants in
-any W + lease stay <= max and used tokens in any W do too. ]]
+its grant; spent later, e.g. after a late reply, it leaves the window early: the approximate part).
+strict sums the grants not reported spent over every bucket that touches (now - W - lease, now] and the
+tokens reported spent (usage: grantedAt:count) over W from the report, so used tokens in any W stay
+<= max (docs/DECISIONS.md has the argument). ]]
 local REORDER = 32
 local ACTIVE_MS = 5000
 local DEMAND_TAU_MS = 1000
@@ -42,33 +45,50 @@ local reply = { 1, 'applied', now, version, version == seen and '' or ruleText }
 local mode, lease, limitsText = string.match(ruleText, '^(%a+)|(%d+)|%a+|%d+|(.+)$')
 lease = tonumber(lease)
 local strict = mode == 'strict'
-local windows, rings, ringList = {}, {}, {}
+-- A limit's window sum is the sum of its parts, each a running sum over the last `span` buckets of a
+-- ring (rings are per bucket size and kind, shared by the limits that have them):
+--   approximate: one part 'a' of W/bucket + 1 buckets (reservations and usage; the extra bucket so the
+--     ring never misses the part of (now - W, now] that precedes its oldest bucket's start);
+--   strict: 'g', grants not yet reported spent, over every bucket that touches (now - W - lease, now]
+--     (a token may be spent until its lease ends), and 's', tokens reported spent, counted at the report
+--     over W/bucket + 1 buckets (each was spent before the report that says so).
+local limits, windows, rings, ringList = {}, {}, {}, {}
 local longest, slowest = 0, nil
-for w, m in string.gmatch(limitsText, '(%d+):(%d+)') do
-  w, m = tonumber(w), tonumber(m)
-  local q = w <= 5000 and 50 or w / 100
-  -- approximate: one bucket more than W, so the ring never misses the part of (now - W, now] that
-  -- precedes its oldest bucket's start
-  local span = strict and math.ceil((w + lease) / q) + 1 or w / q + 1
-  local ring = rings[q]
+local function addPart(limit, kind, span)
+  -- strict's spent tokens have a ring per limit: what a report moves there depends on the limit
+  local name = limit.q .. kind .. (kind == 's' and limit.w or '')
+  local ring = rings[name]
   if not ring then
-    ring = { q = q, size = 0, windows = {} }
-    rings[q] = ring
+    ring = { q = limit.q, kind = kind, size = 0, windows = {} }
+    rings[name] = ring
     ringList[#ringList + 1] = ring
   end
-  local window = { w = w, max = m, q = q, span = span, ring = ring }
-  windows[#windows + 1] = window
-  ring.windows[#ring.windows + 1] = window
+  local part = { w = limit.w, kind = kind, span = span, ring = ring }
+  windows[#windows + 1] = part
+  limit.parts[#limit.parts + 1] = part
+  ring.windows[#ring.windows + 1] = part
   if span > ring.size then ring.size = span end
-  if span * q > longest then longest = span * q end
+  if span * limit.q > longest then longest = span * limit.q end
+end
+for w, m in string.gmatch(limitsText, '(%d+):(%d+)') do
+  w, m = tonumber(w), tonumber(m)
+  local limit = { w = w, max = m, q = w <= 5000 and 50 or w / 100, parts = {} }
+  limits[#limits + 1] = limit
+  if strict then
+    addPart(limit, 'g', math.ceil((w + lease) / limit.q) + 1)
+    addPart(limit, 's', math.ceil(w / limit.q) + 1)
+  else
+    addPart(limit, 'a', w / limit.q + 1)
+  end
+  limit.first = limit.parts[1]
   if slowest == nil or m / w < slowest then slowest = m / w end
 end
-reply[6], reply[7] = mode, #windows
+reply[6], reply[7] = mode, #limits
 
 -- a key's stored counts are kept across a change of max, dropped when the bucket layout changes (or the
 -- storage format: the leading tag)
-local layout = 'b2|' .. mode
-for _, window in ipairs(windows) do layout = layout .. ',' .. window.w .. '/' .. window.span end
+local layout = 'b3|' .. mode
+for _, part in ipairs(windows) do layout = layout .. ',' .. part.kind .. part.w .. '/' .. part.span end
 
 -- idempotency: highest seq applied, and a mask of which of the REORDER seqs below it were applied
 local status = 'applied'
@@ -165,36 +185,41 @@ local function read(ring, bucket)
 end
 
 -- adds count (a refund: negative, never taking a bucket below 0) to the bucket holding `at` in every
--- ring, and to the sums of the windows that bucket is in
-local function add(at, count)
+-- ring of that kind, and to the sums of the windows that bucket is in
+local function addTo(ring, at, count)
   if at > now then at = now end
-  for k = 1, #ringList do
-    local ring = ringList[k]
-    local c = ring.cur
-    local bucket = math.floor(at / ring.q)
-    if bucket > c then bucket = c end
-    if bucket > c - ring.size then
-      local value = read(ring, bucket)
-      local delta = count
-      if value + delta < 0 then delta = -value elseif value + delta > SLOT_MAX then delta = SLOT_MAX - value end
-      ring.vals[bucket % ring.size] = value + delta
-      for w = 1, #ring.windows do
-        local window = ring.windows[w]
-        if bucket > c - window.span then window.sum = window.sum + delta end
-      end
+  local c = ring.cur
+  local bucket = math.floor(at / ring.q)
+  if bucket > c then bucket = c end
+  if bucket > c - ring.size then
+    local value = read(ring, bucket)
+    local delta = count
+    if value + delta < 0 then delta = -value elseif value + delta > SLOT_MAX then delta = SLOT_MAX - value end
+    ring.vals[bucket % ring.size] = value + delta
+    for w = 1, #ring.windows do
+      local window = ring.windows[w]
+      if bucket > c - window.span then window.sum = window.sum + delta end
     end
   end
 end
 
+local function add(kind, at, count)
+  for k = 1, #ringList do
+    if ringList[k].kind == kind then addTo(ringList[k], at, count) end
+  end
+end
+
 -- reserves `amount` in the ring's current bucket, not now's: a caller whose clock is behind cannot age
--- a grant early
+-- a grant early (strict: in the grants' rings)
 local function reserve(amount)
   for k = 1, #ringList do
     local ring = ringList[k]
-    ring.vals[ring.cur % ring.size] = read(ring, ring.cur) + amount
-    for w = 1, #ring.windows do
-      local window = ring.windows[w]
-      window.sum = window.sum + amount
+    if ring.kind ~= 's' then
+      ring.vals[ring.cur % ring.size] = read(ring, ring.cur) + amount
+      for w = 1, #ring.windows do
+        local window = ring.windows[w]
+        window.sum = window.sum + amount
+      end
     end
   end
 end
@@ -207,6 +232,13 @@ local function grantTime()
     if ring.cur * ring.q > at then at = ring.cur * ring.q end
   end
   return at
+end
+
+-- what a limit's window holds: the sum of its parts
+local function limitSum(limit)
+  local sum = 0
+  for k = 1, #limit.parts do sum = sum + limit.parts[k].sum end
+  return sum
 end
 
 -- appends a ring's slots to `parts`: pieces of the stored blob, with the changed slots packed in between
@@ -285,12 +317,24 @@ for i = 4, #KEYS do
       count = tonumber(count)
       local take = math.min(left, count)
       left = left - take
-      if count > take then add(tonumber(at), count - take) end
+      if count > take then add('a', tonumber(at), count - take) end
     end
-    if left > 0 then add(grantAt, -left) end
+    if left > 0 then add('a', grantAt, -left) end
   end
+  -- strict: refunds leave the grant's bucket; tokens reported spent ([grantedAt, count] in `usage`) too,
+  -- and count from now over W instead (spent before now, they are in no window that starts after now - W)
   if applied and strict then
-    for at, count in string.gmatch(refunds, '(%d+):(%d+)') do add(tonumber(at), -tonumber(count)) end
+    for at, count in string.gmatch(refunds, '(%d+):(%d+)') do add('g', tonumber(at), -tonumber(count)) end
+    for at, count in string.gmatch(usage, '(%d+):(%d+)') do
+      at, count = math.min(tonumber(at), now), tonumber(count)
+      -- a limit whose window no longer counts the grant has no use for its tokens either
+      for j = 1, #limits do
+        local grants, spent = limits[j].parts[1], limits[j].parts[2]
+        local bucket = math.min(math.floor(at / grants.ring.q), grants.ring.cur)
+        if bucket > grants.ring.cur - grants.span then addTo(spent.ring, now, count) end
+      end
+      add('g', at, -count)
+    end
   end
 
   -- demand: the key's offered requests and this instance's, as counts decaying with DEMAND_TAU_MS;
@@ -305,10 +349,10 @@ for i = 4, #KEYS do
 
   -- the tightest window decides
   local tight, remaining = nil, nil
-  for w = 1, #windows do
-    local window = windows[w]
-    local left = window.max - window.sum
-    if remaining == nil or left < remaining then tight, remaining = window, left end
+  for j = 1, #limits do
+    local limit = limits[j]
+    local left = limit.max - limitSum(limit)
+    if remaining == nil or left < remaining then tight, remaining = limit, left end
   end
   local amount, denyUntil = 0, 0
   if strict then
@@ -330,7 +374,7 @@ for i = 4, #KEYS do
   elseif grantSeq == seq then
     amount = credit -- a retry of the sync that granted it: the same allowance again
   end
-  if remaining <= 0 then denyUntil = (tight.ring.cur + 1) * tight.q end
+  if remaining <= 0 then denyUntil = (tight.first.ring.cur + 1) * tight.q end
 
   local expiresMark = stored and stored[3] or nil
   local refresh = not expiresMark or now - expiresMark >= 1000
@@ -363,7 +407,7 @@ for i = 4, #KEYS do
   reply[#reply + 1] = amount
   reply[#reply + 1] = now + lease
   reply[#reply + 1] = denyUntil
-  reply[#reply + 1] = (tight.ring.cur + tight.span) * tight.q
-  for j = 1, #windows do reply[#reply + 1] = windows[j].sum end
+  reply[#reply + 1] = (tight.first.ring.cur + tight.first.span) * tight.q
+  for j = 1, #limits do reply[#reply + 1] = limitSum(limits[j]) end
 end
 return reply

@@ -6,6 +6,8 @@
 //
 //   npm run bench -- quotas (or tsx scripts/bench/quotas.ts)   BENCH_BASE_PORT (7200)
 //   BENCH_QUOTAS_QUICK=1 (a smaller grid)  BENCH_QUOTAS_SECONDS (4 per run)  BENCH_QUOTAS_DESIGNS (strict,approximate,grab)
+//   BENCH_QUOTAS_LOADS, _SIZES, _SPLITS (comma lists: a grid of your own)  BENCH_QUOTAS_GRID_ONLY=1 (the grid's
+//   lines only: no table, no other section; for iterating on one figure)
 import { readFileSync, writeFileSync } from "node:fs";
 import { loadavg } from "node:os";
 import { join, resolve } from "node:path";
@@ -29,6 +31,8 @@ const W = 1_000;
 const L = 1_000;
 const DURATION_MS = Number(process.env.BENCH_QUOTAS_SECONDS ?? 4) * 1_000;
 const MAX_THREADS = 4;
+const GRID_ONLY = process.env.BENCH_QUOTAS_GRID_ONLY === "1";
+const listEnv = (name: string): string[] | undefined => process.env[name]?.split(",");
 
 type Design = "strict" | "approximate" | "grab";
 interface Scenario {
@@ -301,6 +305,30 @@ async function checkOverhead(): Promise<{ resolvedNs: number; stringNs: number; 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, Math.max(0, ms)));
 const pct = (x: number) => `${x >= 0 ? "+" : ""}${(100 * x).toFixed(1)} %`;
 
+/** Every design × N × split × load of the grid, one line each as it ends. */
+async function runGrid(ports: number[], primaries: Redis[]): Promise<Result[]> {
+  const loads = listEnv("BENCH_QUOTAS_LOADS")?.map(Number) ?? (QUICK ? [2, 10] : [1.2, 2, 10]);
+  const sizes = listEnv("BENCH_QUOTAS_SIZES")?.map(Number) ?? (QUICK ? [4, 16] : [4, 16, 64]);
+  const splits = (listEnv("BENCH_QUOTAS_SPLITS") ?? (QUICK ? ["even"] : ["even", "skewed"])) as Scenario["split"][];
+  const designs = (listEnv("BENCH_QUOTAS_DESIGNS") ?? ["strict", "approximate", "grab"]) as Design[];
+  const results: Result[] = [];
+  for (const design of designs) {
+    for (const instances of sizes) {
+      for (const split of splits) {
+        for (const load of loads) {
+          const result = await runScenario(ports, primaries, { design, instances, load, split });
+          results.push(result);
+          console.log(
+            `${design} N=${instances} ${split} ${load}×: over ${pct(result.over)}, util ${(100 * result.util).toFixed(0)} %,` +
+              ` onset ${result.onsetDelayMs?.toFixed(0)} ms, ${result.callsPer1k.toFixed(1)} calls per 1k req/s`,
+          );
+        }
+      }
+    }
+  }
+  return results;
+}
+
 export async function runQuotasBench(): Promise<string[]> {
   const local = await startCluster({ basePort: BASE_PORT });
   const ports = local.ports;
@@ -314,6 +342,10 @@ export async function runQuotasBench(): Promise<string[]> {
     await probe.quit();
 
     const loadAtStart = loadavg()[0] as number;
+    if (GRID_ONLY) {
+      await runGrid(ports, primaries);
+      return lines;
+    }
     const overhead = await checkOverhead();
     console.log("check overhead", overhead);
 
@@ -324,25 +356,7 @@ export async function runQuotasBench(): Promise<string[]> {
     await cpuCluster.quit();
     console.log(cpu.lines.join("\n"));
 
-    const loads = QUICK ? [2, 10] : [1.2, 2, 10];
-    const sizes = QUICK ? [4, 16] : [4, 16, 64];
-    const splits: ("even" | "skewed")[] = QUICK ? ["even"] : ["even", "skewed"];
-    const results: Result[] = [];
-    const designs = (process.env.BENCH_QUOTAS_DESIGNS?.split(",") ?? ["strict", "approximate", "grab"]) as Design[];
-    for (const design of designs) {
-      for (const instances of sizes) {
-        for (const split of splits) {
-          for (const load of loads) {
-            const result = await runScenario(ports, primaries, { design, instances, load, split });
-            results.push(result);
-            console.log(
-              `${design} N=${instances} ${split} ${load}×: over ${pct(result.over)}, util ${(100 * result.util).toFixed(0)} %,` +
-                ` onset ${result.onsetDelayMs?.toFixed(0)} ms, ${result.callsPer1k.toFixed(1)} calls per 1k req/s`,
-            );
-          }
-        }
-      }
-    }
+    const results = await runGrid(ports, primaries);
 
     // Redis calls per 1,000 req/s at a high rate (calls do not grow with traffic in approximate mode)
     const high = await runScenario(ports, primaries, {
@@ -510,6 +524,7 @@ function table(
 
 /** Replaces the text between `<!-- bench:quotas -->` and `<!-- /bench:quotas -->` in docs/quotas.md. */
 export function publishQuotas(lines: string[]): void {
+  if (GRID_ONLY) return; // no table: the docs keep theirs
   const path = "docs/quotas.md";
   const text = readFileSync(path, "utf8");
   const start = "<!-- bench:quotas -->";

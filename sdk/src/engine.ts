@@ -185,7 +185,12 @@ export class QuotaEngine {
       const offered = handle.used + handle.denied;
       if (elapsedMs > 0) handle.rate = 0.5 * handle.rate + (0.5 * offered) / elapsedMs;
       const want = strict && now >= handle.denyUntil ? this.tokensWanted(handle, offered, leaseMs) : 0;
-      const quiet = offered === 0 && handle.epochs.length === 0 && handle.refunds.length === 0 && want === 0;
+      const quiet =
+        offered === 0 &&
+        handle.epochs.length === 0 &&
+        handle.refunds.length === 0 &&
+        handle.spent.length === 0 &&
+        want === 0;
       // a key never assigned asks for its first allowance even before it has traffic (resolve + sync warms it)
       if (quiet && !(handle.source === Source.None && handle.assignedAt < 0)) continue;
       const entry: SyncEntry = { key: handle.key, usage: [], refunds: [], offered, want };
@@ -193,11 +198,16 @@ export class QuotaEngine {
         for (let i = 0; i < handle.epochs.length; i += 2)
           entry.usage.push([handle.epochs[i] as number, handle.epochs[i + 1] as number]);
         if (handle.used > 0) entry.usage.push([now, handle.used]);
+      } else {
+        // strict: tokens spent since the last report, per grant: the store counts them from now over W
+        for (let i = 0; i < handle.spent.length; i += 2)
+          entry.usage.push([handle.spent[i] as number, handle.spent[i + 1] as number]);
       }
       for (let i = 0; i < handle.refunds.length; i += 2)
         entry.refunds.push([handle.refunds[i] as number, handle.refunds[i + 1] as number]);
       handle.epochs = [];
       handle.refunds = [];
+      handle.spent = [];
       handle.used = 0;
       handle.denied = 0;
       entries.push(entry);
@@ -217,9 +227,14 @@ export class QuotaEngine {
     return request;
   }
 
-  /** Strict: enough tokens for the key's recent rate over one lease, less what it holds; 1 when it has demand. */
+  /**
+   * Strict: enough tokens for the key's recent rate over two intervals (one lease and an interval when
+   * the lease is shorter), less what it holds; 1 when it has demand. Tokens held unspent count in the
+   * store's windows from their grant, so an instance holds little more than it will spend before the
+   * next sync reports it.
+   */
   private tokensWanted(handle: QuotaHandle, offered: number, leaseMs: number): number {
-    const target = Math.ceil(handle.rate * (leaseMs + this.syncIntervalMs));
+    const target = Math.ceil(handle.rate * Math.min(2 * this.syncIntervalMs, leaseMs + this.syncIntervalMs));
     const want = target - Math.max(0, handle.left);
     return want > 0 ? want : offered > 0 && handle.left < 1 ? 1 : 0;
   }
@@ -279,10 +294,12 @@ export class QuotaEngine {
 
   /** Gives a request's usage back to its keys, to go out again under a new sequence number. */
   private restore(request: SyncRequest, handles: readonly QuotaHandle[]): void {
+    const strict = this.rules.get(request.rule)?.definition?.mode === "strict";
     request.entries.forEach((entry, i) => {
       const handle = handles[i];
       if (!handle) return;
-      handle.epochs = [...entry.usage.flat(), ...handle.epochs].slice(-2 * MAX_EPOCHS_PER_KEY);
+      if (strict) handle.spent = [...entry.usage.flat(), ...handle.spent];
+      else handle.epochs = [...entry.usage.flat(), ...handle.epochs].slice(-2 * MAX_EPOCHS_PER_KEY);
       handle.refunds = [...entry.refunds.flat(), ...handle.refunds];
     });
   }
@@ -333,6 +350,7 @@ export class QuotaEngine {
     // Tokens admitted under the fallback (no grant) were never reserved: there is nothing to charge them to.
     for (let i = 2; i < grants.length && spend > 0; i += 3) {
       const take = Math.min(spend, grants[i] as number);
+      if (take > 0) recordSpent(handle.spent, grants[i - 2] as number, take);
       grants[i] = (grants[i] as number) - take;
       spend -= take;
     }
@@ -378,7 +396,8 @@ export class QuotaEngine {
       for (const handle of rule.handles.values()) {
         if (this.keyCount <= this.maxKeys) return;
         if (handle.pinned || handle.used !== 0 || handle.denied !== 0 || handle.epochs.length !== 0) continue;
-        if (handle.refunds.length !== 0 || handle.grants.length !== 0 || handle.group.pending) continue;
+        if (handle.refunds.length !== 0 || handle.spent.length !== 0 || handle.grants.length !== 0) continue;
+        if (handle.group.pending) continue;
         if (now - handle.lastActive < idleMs || handle.group.unreachableSince >= 0) continue;
         handle.group.handles.delete(handle);
         rule.handles.delete(handle.key);
@@ -386,6 +405,17 @@ export class QuotaEngine {
       }
     }
   }
+}
+
+/** Adds `count` spent from the grant made at `grantedAt` to a [grantedAt, count, ...] list (one pair per grant). */
+function recordSpent(spent: number[], grantedAt: number, count: number): void {
+  for (let i = 0; i < spent.length; i += 2) {
+    if (spent[i] === grantedAt) {
+      spent[i + 1] = (spent[i + 1] as number) + count;
+      return;
+    }
+  }
+  spent.push(grantedAt, count);
 }
 
 /** The limit with the least left in its window (ties: the first), for the headers. */

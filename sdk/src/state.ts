@@ -156,6 +156,8 @@ export class QuotaHandle {
   charged = 0;
   /** Expired, unused tokens not yet reported: [grantedAt, count, ...]. */
   refunds: number[] = [];
+  /** Tokens spent and not yet reported, per grant: [grantedAt, count, ...] (sent as the entry's usage). */
+  spent: number[] = [];
   /** Recent offered cost per ms (EWMA), for how many tokens to ask. */
   rate = 0;
 

@@ -21,14 +21,16 @@
 //   its own clock from the moment it SENT the request (sentAt + (expiry - serverTime)), which is never
 //   later than the true expiry.
 // Usage (approximate mode): `usage` = [at, count] per epoch (at: ms, clamped to now; epochs older than
-//   the longest window are dropped). Strict mode ignores usage: its windows count reservations.
+//   the longest window are dropped). Strict mode: `usage` = [grantedAt, count] per grant, the tokens of
+//   that grant spent since the last report (all spent before this request was sent).
 // Demand: `offered` = requests the instance saw for the key since its previous sync (admitted and
 //   denied). The server keeps the key's and the instance's offered counts decaying over 1 s; a share is
 //   the instance's part of that recent demand (plus a small even pseudo-demand, so an idle instance
 //   still gets something).
 // Retries. A sync whose reply never came is retried with the same seq and entries until it is
-//   answered. An instance that gives up on one may send its usage again under a new seq (counting it
-//   twice only over-counts), but must drop its refunds (refunding twice could over-admit).
+//   answered. An instance that gives up on one may send its approximate usage again under a new seq
+//   (counting it twice only over-counts), but must drop its refunds and strict spent tokens (taking them
+//   off their grant twice could over-admit).
 // approximate: `allowance` = how many requests the instance may admit from the moment it SENT this
 //   request until the next reply replaces it (subtract what it admitted since sending). 0 with
 //   `denyUntil` > now: exhausted, deny locally until then. The store reserves the allowance (counts it
@@ -37,9 +39,10 @@
 //   `validUntil` an instance keeps at most the fallback of what is left, never a fresh share.
 // strict: `tokens` are reserved for the instance until `leaseExpiresAt` (added to what it holds).
 //   Tokens left at expiry go back as `refunds` = [grantedAt, count] (grantedAt = that reply's
-//   serverTime). `want` = tokens asked for. Windows count grants over W + lease, so no window of W ever
-//   holds more than `max` used tokens, whatever the instances do with timing (given callers' clocks
-//   that agree within a bucket: 50 ms for windows up to 5 s). `denyUntil` > now: nothing is left to
+//   serverTime). `want` = tokens asked for. Windows count grants over W + lease and tokens reported spent
+//   over W from the report, so no window of W ever holds more than `max` used tokens, whatever the
+//   instances do with timing (given callers' clocks that agree within a bucket: 50 ms for windows up to
+//   5 s). `denyUntil` > now: nothing is left to
 //   grant before then; use what you hold and ask for no tokens until then.
 // Config. The reply carries the rule's `configVersion`; when it differs from the version the request
 //   saw, the reply also carries the rule itself, so an operator's change reaches a client in one sync.
@@ -114,7 +117,7 @@ interface AssignmentBase {
   denyUntil: number;
   /** When everything counted now has left the tightest window. */
   resetAt: number;
-  /** Per limit, in the rule's order: what the window holds now (strict: reserved tokens; approximate: usage and reserved allowances). */
+  /** Per limit, in the rule's order: what the window holds now (strict: tokens granted and not reported spent, and spent ones; approximate: usage and reserved allowances). */
   used: number[];
 }
 export interface ApproximateAssignment extends AssignmentBase {

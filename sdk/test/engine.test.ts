@@ -246,6 +246,51 @@ describe("sync side", () => {
     expect(e.takeRequest(g, 150)?.entries[0]?.refunds).toEqual([[10_000, 2]]);
   });
 
+  it("strict: spent tokens are reported per grant in the next request's usage, once; a refused request gives them back", () => {
+    const e = engine();
+    const h = e.resolve("pay", "k");
+    e.checkHandle(h);
+    const g = group(e, "pay");
+    const first = e.takeRequest(g, 0)!;
+    e.applyReply(
+      g,
+      reply(first, 10_000, () => 5, { mode: "strict", validForMs: 300 }),
+      0,
+      2,
+    );
+    e.checkHandle(h, 2);
+    e.advance(50);
+    const second = e.takeRequest(g, 50)!;
+    e.applyReply(
+      g,
+      reply(second, 10_050, () => 4, { mode: "strict", validForMs: 300 }),
+      50,
+      52,
+    );
+    // 3 more: the first grant's last 3 tokens, oldest first
+    e.checkHandle(h, 3);
+    e.advance(100);
+    e.checkHandle(h, 1); // not charged yet: spent after this tick, reported with the next
+    const third = e.takeRequest(g, 100)!;
+    expect(third.entries[0]?.usage).toEqual([[10_000, 3]]);
+    e.rejected(g);
+    e.advance(150);
+    const again = e.takeRequest(g, 150)!;
+    expect(again.seq).toBe(third.seq + 1);
+    expect(again.entries[0]?.usage).toEqual([
+      [10_000, 3],
+      [10_050, 1],
+    ]);
+    e.applyReply(
+      g,
+      reply(again, 10_150, () => 0, { mode: "strict", validForMs: 300 }),
+      150,
+      152,
+    );
+    e.advance(200);
+    expect(e.takeRequest(g, 200)?.entries[0]?.usage ?? []).toEqual([]);
+  });
+
   it("an operator's change (a new definition in a reply) reaches resolved handles at once", () => {
     const e = engine({ instancesHint: 2 });
     const h = e.resolve("api", "k");

@@ -2,16 +2,22 @@
 // counted event and window sums recomputed from it. Property tests compare the script to it.
 import type { QuotaRule, SyncRequest } from "../../sdk/src/wire.ts";
 
-/** The bucket size and the number of buckets a window sums, as the script's header defines them. */
-export function windowShape(rule: QuotaRule, windowMs: number): { bucketMs: number; span: number } {
+/**
+ * The bucket size and the number of buckets a window sums, as the script's header defines them: `span`
+ * for reservations and usage (strict: grants not reported spent), `spentSpan` for strict tokens
+ * reported spent (counted at the report).
+ */
+export function windowShape(rule: QuotaRule, windowMs: number): { bucketMs: number; span: number; spentSpan: number } {
   const bucketMs = windowMs <= 5000 ? 50 : windowMs / 100;
   const span = rule.mode === "strict" ? Math.ceil((windowMs + rule.leaseMs) / bucketMs) + 1 : windowMs / bucketMs + 1;
-  return { bucketMs, span };
+  return { bucketMs, span, spentSpan: Math.ceil(windowMs / bucketMs) + 1 };
 }
 
 interface Event {
   at: number;
   count: number;
+  /** strict: tokens reported spent, counted over `spentSpan` in the limits (by index) that still counted their grant. */
+  spentFor?: boolean[];
 }
 
 export class QuotaModel {
@@ -72,14 +78,27 @@ export class QuotaModel {
     this.events(key).push({ at: this.latest.get(key)!, count });
   }
 
+  /** strict: tokens of the grant made at `grantedAt` reported spent at `now`: out of the grant, counted from now. */
+  addSpent(key: string, now: number, grantedAt: number, count: number): void {
+    const latest = this.latest.get(key)!;
+    const at = Math.min(grantedAt, now);
+    const spentFor = this.rule.limits.map((limit) => {
+      const { bucketMs, span } = windowShape(this.rule, limit.windowMs);
+      return Math.floor(at / bucketMs) > Math.floor(latest / bucketMs) - span;
+    });
+    this.events(key).push({ at, count: -count });
+    this.events(key).push({ at: latest, count, spentFor });
+  }
+
   /** What each window of the key holds now, summed from the log. */
   used(key: string): number[] {
     const latest = this.latest.get(key)!;
-    return this.rule.limits.map((limit) => {
-      const { bucketMs, span } = windowShape(this.rule, limit.windowMs);
+    return this.rule.limits.map((limit, i) => {
+      const { bucketMs, span, spentSpan } = windowShape(this.rule, limit.windowMs);
       const current = Math.floor(latest / bucketMs);
       return this.events(key)
-        .filter((event) => Math.floor(event.at / bucketMs) > current - span)
+        .filter((event) => !event.spentFor || event.spentFor[i])
+        .filter((event) => Math.floor(event.at / bucketMs) > current - (event.spentFor ? spentSpan : span))
         .reduce((sum, event) => sum + event.count, 0);
     });
   }
