@@ -751,6 +751,40 @@ local function readPageRecords(hashIndex, pageBase, spec)
   return redis.call('HMGET', key, unpackList(fields))
 end
 
+-- Window sends from..to of a record appended to the parallel arrays after position n; returns the new n.
+-- The bytes come out of the record with one string.byte per slice (a send costs a few multiplications, not
+-- a function call per field), and the identities this call has not met yet come in one HMGET.
+local function appendWindowSends(record, from, to, n, times, onChannel, isMine)
+  if to < from then return n end
+  local stride = record.stride
+  local bytes = bytesOf(sub(record.value, record.start + (from - 1) * stride, record.start + to * stride - 1))
+  local numbers, unknown, fields, first, q = {}, {}, {}, n, 0
+  for i = 1, to - from + 1 do
+    n = n + 1
+    times[n] = ((((bytes[q + 1] * 256 + bytes[q + 2]) * 256 + bytes[q + 3]) * 256 + bytes[q + 4]) * 256 +
+      bytes[q + 5]) * 256 + bytes[q + 6]
+    local number = 0
+    for k = q + 7, q + stride do number = number * 256 + bytes[k] end
+    numbers[i] = number
+    if identityByNumber[number] == nil and not unknown[number] then
+      unknown[number] = true
+      fields[#fields + 1] = number
+    end
+    q = q + stride
+  end
+  if #fields > 0 then
+    local names = {}
+    for i, number in ipairs(fields) do names[i] = string.format('n:%d', number) end
+    local found = redis.call('HMGET', identityTableKey, unpackList(names))
+    for i, number in ipairs(fields) do identityByNumber[number] = found[i] or false end
+  end
+  for i = 1, n - first do
+    local sendIdentity = identityByNumber[numbers[i]] or ''
+    onChannel[first + i], isMine[first + i] = isOnCallChannel(sendIdentity), sendIdentity == identity
+  end
+  return n
+end
+
 -- A user's live sends as parallel arrays, from a block class (may be nil) and a record (may be nil), and
 -- whether the record holds a send of this call's identity anywhere (window part or tail: a duplicate,
 -- whatever the caps of the user's segment reach). Of the record, only the sends some window around `at` can
@@ -776,11 +810,7 @@ local function liveSends(profile, block, class, record, onward)
     local reach = math.max(profile.cutoff, at - profile.longest)
     local before = onward and math.huge or at + profile.longest
     local to = onward and record.count or firstAfter(record, before - 1) - 1
-    for i = firstAfter(record, reach), to do
-      local sendIdentity = identityOfNumber(sendNumber(record, i)) or ''
-      n = n + 1
-      times[n], onChannel[n], isMine[n] = sendTime(record, i), isOnCallChannel(sendIdentity), sendIdentity == identity
-    end
+    n = appendWindowSends(record, firstAfter(record, reach), to, n, times, onChannel, isMine)
     -- the tail only when some window around `at` reaches its newest send (a policy change lengthened one)
     local tail = record.tail
     if tail and tail.newest > reach then
