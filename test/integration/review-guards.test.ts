@@ -22,6 +22,7 @@ import type { LocalStack } from "../../scripts/local-stack.ts";
 import {
   type ApproximateAssignment,
   type QuotaRule,
+  type StrictAssignment,
   type SyncEntry,
   type SyncReply,
   type SyncRequest,
@@ -817,4 +818,104 @@ describe("review: quota-sync.lua, large seqs and instance churn (review3 defects
       expect(await cluster.hlen(`${slotGroupPrefix(namespace, "api", 0)}:k:k`)).toBeLessThanOrEqual(40 + 3 * retained);
     }, 60_000);
   }
+});
+
+describe("review: quota-sync.lua strict, a fleet of honest instances (DESIGN.md: strict never exceeds the limit)", () => {
+  it("honest instances spending granted tokens within their lease, reporting what they spent and refunding the rest: no window of W holds more than max spent tokens", async () => {
+    const stepArbitrary = fc.record({
+      instance: fc.integer({ min: 0, max: 3 }),
+      gap: fc.oneof(
+        fc.integer({ min: 0, max: 60 }),
+        fc.integer({ min: 0, max: 700 }),
+        fc.integer({ min: 1000, max: 6000 }),
+      ),
+      spend: fc.double({ min: 0, max: 1, noNaN: true }),
+      early: fc.double({ min: 0, max: 1, noNaN: true }),
+      want: fc.integer({ min: 0, max: 30 }),
+      retry: fc.boolean(),
+    });
+    await fc.assert(
+      fc.asyncProperty(
+        fc.uniqueArray(fc.constantFrom(1000, 2000, 5000), { minLength: 1, maxLength: 2 }),
+        fc.integer({ min: 5, max: 60 }),
+        fc.constantFrom(50, 100, 200),
+        fc.array(stepArbitrary, { minLength: 5, maxLength: 50 }),
+        async (windows, max, leaseMs, steps) => {
+          const rule: QuotaRule = {
+            mode: "strict",
+            leaseMs,
+            fallback: "deny",
+            slotGroups: 1,
+            limits: windows.map((windowMs) => ({ windowMs, max })),
+          };
+          const store = new RedisQuotaStore(cluster, uniqueNamespace());
+          await store.publish("api", rule, "v1", 1, 1);
+          let now = T0;
+          const seqs = [0, 0, 0, 0];
+          const lastSync = [T0, T0, T0, T0];
+          // per instance, the grants it holds: tokens left and tokens spent since its last report
+          type Grant = { grantedAt: number; expires: number; left: number; spentUnreported: number };
+          const grants = Array.from({ length: 4 }, (): Grant[] => []);
+          // the time of every token spent, by any instance
+          const spent: number[] = [];
+          for (const step of steps) {
+            now += step.gap;
+            const i = step.instance;
+            // spend: tokens of live grants, at a time between the last sync and now, before the lease ends
+            const t = Math.floor(lastSync[i]! + (now - lastSync[i]!) * step.early);
+            for (const g of grants[i]!) {
+              if (t >= g.expires || t < g.grantedAt) continue;
+              const k = Math.floor(g.left * step.spend);
+              g.left -= k;
+              g.spentUnreported += k;
+              for (let n = 0; n < k; n++) spent.push(t);
+            }
+            const usage: Array<[number, number]> = [];
+            const refunds: Array<[number, number]> = [];
+            for (const g of grants[i]!) {
+              if (g.spentUnreported > 0) usage.push([g.grantedAt, g.spentUnreported]);
+              g.spentUnreported = 0;
+              if (now >= g.expires && g.left > 0) {
+                refunds.push([g.grantedAt, g.left]);
+                g.left = 0;
+              }
+            }
+            grants[i] = grants[i]!.filter((g) => g.left > 0);
+            // reports what it spent per grant and refunds what expired unused; a retry (same seq) changes nothing
+            const request: SyncRequest = {
+              instanceId: `s${i}`,
+              rule: "api",
+              group: 0,
+              seq: ++seqs[i]!,
+              configVersion: "v1",
+              entries: [{ key: "k", usage, refunds, offered: step.want, want: step.want }],
+            };
+            const reply = await store.sync(request, now);
+            if (step.retry) await store.sync(request, now + 1);
+            lastSync[i] = now;
+            const e = reply.entries[0] as StrictAssignment;
+            if (e.tokens > 0)
+              grants[i]!.push({
+                grantedAt: reply.serverTime,
+                expires: e.leaseExpiresAt,
+                left: e.tokens,
+                spentUnreported: 0,
+              });
+          }
+          for (const w of windows) {
+            const sorted = [...spent].sort((a, b) => a - b);
+            let worst = 0;
+            for (let a = 0, b = 0; b < sorted.length; b++) {
+              while (sorted[a]! <= sorted[b]! - w) a++;
+              worst = Math.max(worst, b - a + 1);
+            }
+            expect(worst, JSON.stringify({ w, max, leaseMs, spent: sorted.map((x) => x - T0) })).toBeLessThanOrEqual(
+              max,
+            );
+          }
+        },
+      ),
+      { numRuns: Number(process.env.REVIEW_RUNS ?? 10) },
+    );
+  }, 300_000);
 });
