@@ -6,7 +6,9 @@ KEYS[2]    <ns>:q:{<rule>.<group>}:seq    hash instance -> "highestSeq:mask" (ma
 KEYS[3]    <ns>:q:{<rule>.<group>}:inst   sorted set instance -> last sync (ms)
 KEYS[3+i]  <ns>:q:{<rule>.<group>}:k:<key_i>   key i: hash { L = layout, b = rings, sums and demand
            (packed), i:<instance> = that instance's demand and grant (packed) }
-ARGV[1..5] protocol (1), now (ms), instanceId, seq, configVersion seen
+ARGV[1..5] protocol (1), now (ms), instanceId, seq, configVersion seen; instanceId "" (no client's: the
+           protocol refuses it) is a read (`tollgate quotas usage`): nothing is applied, granted or written,
+           and the reader is not counted as an instance
 ARGV[5+4*(i-1)+1 .. +4]  key i: usage "at:count,..." (strict: "grantedAt:count,...", spent tokens),
            refunds "grantedAt:count,...", offered, want
 Reply      { 1, status ("applied"|"duplicate"|"stale"|"norule"), now, configVersion, rule (encoded, or ""
@@ -34,6 +36,7 @@ local PSEUDO_DEMAND = 1 / 8
 
 local now = tonumber(ARGV[2])
 local instance, seq, seen = ARGV[3], tonumber(ARGV[4]), ARGV[5]
+local reading = instance == ''
 
 local cfg = redis.call('HMGET', KEYS[1], 'v', 'r')
 local version, ruleText = cfg[1], cfg[2]
@@ -116,7 +119,7 @@ else
   local flag = bit.lshift(1, high - seq - 1)
   if bit.band(mask, flag) ~= 0 then status = 'duplicate' else mask = bit.bor(mask, flag) end
 end
-local applied = status == 'applied'
+local applied = status == 'applied' and not reading
 reply[2] = status
 -- %d, not tostring: a seq of 15 digits or more (the schema allows up to 2^53 - 1) would be written 1e+14
 if applied then redis.call('HSET', KEYS[2], instance, string.format('%d:%d', high, mask)) end
@@ -124,8 +127,8 @@ if applied then redis.call('HSET', KEYS[2], instance, string.format('%d:%d', hig
 -- the seq and instance records outlive the longest window, so a replay they no longer know about only
 -- carries usage too old to count; their expiry is pushed on for new members and every 16th seq
 local retention = math.max(longest, 60000) + 60000
-local newInstance = redis.call('ZADD', KEYS[3], now, instance) == 1
-if newInstance or seq % 16 == 0 then
+local newInstance = not reading and redis.call('ZADD', KEYS[3], now, instance) == 1
+if newInstance or (not reading and seq % 16 == 0) then
   local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now - retention, 'LIMIT', 0, 32)
   if #gone > 0 then
     redis.call('ZREM', KEYS[3], unpack(gone))
@@ -137,7 +140,7 @@ end
 local instances = redis.call('ZCOUNT', KEYS[3], now - ACTIVE_MS, '+inf')
 reply[8] = instances
 -- in requests over one DEMAND_TAU_MS
-local pseudo = slowest * DEMAND_TAU_MS * PSEUDO_DEMAND / instances
+local pseudo = slowest * DEMAND_TAU_MS * PSEUDO_DEMAND / math.max(instances, 1)
 
 local function decay(count, at)
   if not count then return 0, now end
@@ -267,7 +270,7 @@ for i = 4, #KEYS do
   local meta = redis.call('HMGET', key, 'L', 'b', INSTANCE_FIELD)
   local writeLayout = meta[1] ~= layout
   if meta[1] and writeLayout then
-    redis.call('DEL', key)
+    if not reading then redis.call('DEL', key) end
     meta = {}
   end
   blob = meta[2]
@@ -384,13 +387,15 @@ for i = 4, #KEYS do
   local parts = { struct.pack(HEADER_FORMAT, unpack(head, 1, HEADER)) }
   for r = 1, RINGS do ringParts(ringList[r], parts) end
   local instanceValue = struct.pack(INSTANCE_FORMAT, own, ownAt, grantSeq, grantAt, credit)
-  local added
-  if writeLayout then
+  local added = 0
+  if reading then
+    -- a read writes nothing: the sums above are what the windows hold now
+  elseif writeLayout then
     added = redis.call('HSET', key, 'b', table.concat(parts), INSTANCE_FIELD, instanceValue, 'L', layout) - 1
   else
     added = redis.call('HSET', key, 'b', table.concat(parts), INSTANCE_FIELD, instanceValue)
   end
-  if refresh then redis.call('PEXPIRE', key, KEY_TTL) end
+  if refresh and not reading then redis.call('PEXPIRE', key, KEY_TTL) end
   -- an instance new to the key: when the key holds many more instances than sync the group lately, the
   -- fields of those silent for longer than the seq records are kept go (their grants left every window)
   if added > 0 and redis.call('HLEN', key) > 2 * instances + 10 then

@@ -46,7 +46,19 @@ export class RedisQuotaStore implements QuotaStore {
    * deadline, and a call that may have run before its connection failed is answered `duplicate`.
    */
   async sync(request: SyncRequest, now: number): Promise<SyncReply> {
-    const { keys, args } = encodeSync(this.namespace, request, now);
+    return this.run(request, now, false);
+  }
+
+  /**
+   * What the windows of the request's keys hold now, by the same script as a sync: nothing is applied,
+   * granted or written, and the reader is not counted as an instance (`instanceId` and `seq` are unused).
+   */
+  async read(request: SyncRequest, now: number): Promise<SyncReply> {
+    return this.run(request, now, true);
+  }
+
+  private async run(request: SyncRequest, now: number, read: boolean): Promise<SyncReply> {
+    const { keys, args } = encodeSync(this.namespace, request, now, { read });
     const reply = await redisCallsOf(this.cluster).call(
       `quota-sync on ${keys[0]}`,
       keys,

@@ -63,18 +63,18 @@ export async function quotaUsage(
 ): Promise<SyncReply> {
   const published = policy.quotas.get(rule);
   if (!published) throw new ValidationError("rule", `no quota rule "${rule}" in policy ${policy.version}`);
-  const reply = await quotaService(cluster, namespace, policy).sync({
-    instanceId: "tollgate-cli",
-    rule,
-    group: slotGroupOf(key, published.rule.slotGroups),
-    seq: Date.now(),
-    configVersion: published.version,
-    entries: [{ key, usage: [], refunds: [], offered: 0, want: 0 }],
-  });
-  for (const entry of reply.entries) {
-    if (entry.mode === "approximate") entry.used = entry.used.map((used) => used - entry.allowance);
-  }
-  return reply;
+  // a read: the operator is not one more instance, and nothing is reserved for it
+  return new RedisQuotaStore(cluster, namespace).read(
+    {
+      instanceId: "",
+      rule,
+      group: slotGroupOf(key, published.rule.slotGroups),
+      seq: 0,
+      configVersion: published.version,
+      entries: [{ key, usage: [], refunds: [], offered: 0, want: 0 }],
+    },
+    Date.now(),
+  );
 }
 
 function quotaService(cluster: Cluster, namespace: string, policy: Policy): QuotaSyncService {

@@ -239,15 +239,20 @@ export function encodeSync(
   namespace: string,
   request: SyncRequest,
   now: number,
+  options: { read?: boolean } = {},
 ): { keys: string[]; args: Array<string | number> } {
-  checkName("instanceId", request.instanceId);
+  // a read (`options.read`, the operator's `quotas usage`) goes out as instance "", which no client can be:
+  // the script then applies, grants and writes nothing, and does not count the reader as an instance
+  if (!options.read) checkName("instanceId", request.instanceId);
   if (request.entries.length === 0 || request.entries.length > MAX_KEYS_PER_SYNC) {
     throw new WireError("entries", `expected 1-${MAX_KEYS_PER_SYNC} entries`);
   }
   const group = slotGroupKeys(namespace, request.rule, request.group);
   const prefix = slotGroupPrefix(namespace, request.rule, request.group);
   const keys = [group.config, group.sequences, group.instances];
-  const args: Array<string | number> = [PROTOCOL, now, request.instanceId, request.seq, request.configVersion];
+  const args: Array<string | number> = options.read
+    ? [PROTOCOL, now, "", 0, request.configVersion]
+    : [PROTOCOL, now, request.instanceId, request.seq, request.configVersion];
   for (const entry of request.entries) {
     if (entry.usage.length > MAX_EPOCHS_PER_KEY || entry.refunds.length > MAX_EPOCHS_PER_KEY) {
       throw new WireError("entries.usage", `at most ${MAX_EPOCHS_PER_KEY} epochs per key`);

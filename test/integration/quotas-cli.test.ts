@@ -59,6 +59,21 @@ describe("tollgate quotas", () => {
     const usage = await output(["quotas", "usage", "api", "t", ...target]);
     // the 20 reported, and the 30 left that the client's sync reserved as its allowance
     expect(usage.text).toContain("api t\t1s\tused or reserved 50 of 50");
+    // a read: the operator is not an instance, for the figure it prints nor for what clients are told
+    expect(usage.text).toContain("active instances 1");
+    const next = await fetch(`${stack.endpoints.functionUrl}/v1/quotas/sync`, {
+      method: "POST",
+      body: JSON.stringify({
+        instanceId: "c1",
+        rule: "api",
+        group: 0,
+        seq: 2,
+        configVersion: "",
+        entries: [{ key: "t", usage: [], refunds: [], offered: 0, want: 0 }],
+      }),
+    });
+    expect(await next.json()).toMatchObject({ status: "applied", instances: 1 });
+    expect((await output(["quotas", "usage", "api", "t", ...target])).text).toContain("active instances 1");
 
     const bad = await output(["quotas", "set", "api", "--mode", "strict", "--limit", "1s=0", ...target]);
     expect(bad.code).toBe(1);
