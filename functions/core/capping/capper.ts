@@ -17,7 +17,7 @@ import {
 } from "./cap-sends-script.ts";
 import type { CapBatchResult, CapDecision, DecisionKind, SegmentTotals } from "./decisions.ts";
 import { type FrequencyResult, frequencyReport, frequencyRequestSchema } from "./frequency.ts";
-import { DEFAULT_REDELIVERY_MS, keptHorizonMs, type Policy } from "./policy.ts";
+import { type CapRule, DEFAULT_REDELIVERY_MS, keptHorizonMs, type Policy } from "./policy.ts";
 import type { Rules } from "./rules-source.ts";
 
 export interface CapperOptions {
@@ -188,9 +188,12 @@ export class Capper {
     const { policy, at, channel, sortedIds, positions, segmentOf, verdicts } = state;
     const decisions = new Array<CapDecision>(sortedIds.length);
     const totals: Record<string, SegmentTotals> = {};
+    const names = policy.segments.map((segment) => segment.name);
     const segmentTotals = policy.segments.map(
       (): SegmentTotals => ({ allowed: 0, capped: 0, duplicate: 0, exempt: 0, cappedBy: {} }),
     );
+    // per segment, each cap of the channel and its label, looked up once per batch
+    const capsOf = policy.segments.map(() => undefined as { cap: CapRule; label: string }[] | undefined);
     let previous: DecisionKind = "allowed";
     let previousCap = 0;
     for (let j = 0; j < sortedIds.length; j++) {
@@ -207,16 +210,20 @@ export class Capper {
       const counts = segmentTotals[segment] as SegmentTotals;
       const decision: CapDecision = {
         userId: sortedIds[j] as number,
-        segment: (policy.segments[segment] as { name: string }).name,
+        segment: names[segment] as string,
         decision: kind,
       };
       if (kind === "capped") {
-        const cap = policy.capsFor(segment, channel)[capIndex];
-        if (!cap) throw new Error(`cap-sends named cap ${capIndex}, which the policy does not have`);
-        decision.cap = cap;
+        let caps = capsOf[segment];
+        if (caps === undefined) {
+          caps = policy.capsFor(segment, channel).map((cap) => ({ cap, label: `${cap.channel}:${cap.window}` }));
+          capsOf[segment] = caps;
+        }
+        const named = caps[capIndex];
+        if (!named) throw new Error(`cap-sends named cap ${capIndex}, which the policy does not have`);
+        decision.cap = named.cap;
         counts.capped++;
-        const label = `${cap.channel}:${cap.window}`;
-        counts.cappedBy[label] = (counts.cappedBy[label] ?? 0) + 1;
+        counts.cappedBy[named.label] = (counts.cappedBy[named.label] ?? 0) + 1;
       } else {
         counts[kind]++;
       }
