@@ -12,13 +12,15 @@ import { S3ObjectStore } from "../../functions/adapters/s3-object-store.ts";
 import { publishSegments, uploadObject } from "../../functions/app/operator-actions.ts";
 import { Capper } from "../../functions/core/capping/capper.ts";
 import type { DeliveryMessage } from "../../functions/core/capping/delivery.ts";
-import { keptMs } from "../../functions/core/capping/policy.ts";
+import { DEFAULT_REDELIVERY_MS, keptMs } from "../../functions/core/capping/policy.ts";
 import { type Rules, RulesSource } from "../../functions/core/capping/rules-source.ts";
 import { buildSegments } from "../../functions/core/capping/segment-builder.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { capIdentityKey, capTagOf } from "../../functions/core/shared/keys.ts";
 import { runCli } from "../../scripts/cli.ts";
 import type { LocalStack } from "../../scripts/local-stack.ts";
+import { createQuotas } from "../../sdk/src/quotas.ts";
+import { httpTransport } from "../../sdk/src/transports/http.ts";
 import {
   type ApproximateAssignment,
   type QuotaRule,
@@ -309,10 +311,12 @@ const quotasPolicy = (version: string, wideMax: number) => ({
   ],
 });
 
+const quotasNamespace = uniqueNamespace();
+
 describe("review: POST /v1/quotas/sync, replayed, reordered and concurrent syncs (issue 12)", () => {
   let stack: LocalStack;
   beforeAll(async () => {
-    stack = await testStack({ environment: { REFRESH_SECONDS: "0" } });
+    stack = await testStack({ environment: { REFRESH_SECONDS: "0", KEY_NAMESPACE: quotasNamespace } });
     await uploadRules(stack, quotasPolicy("review.quotas.1", 60), {});
   });
   afterAll(async () => {
@@ -441,6 +445,59 @@ describe("review: POST /v1/quotas/sync, replayed, reordered and concurrent syncs
     const entry = after.entries[0] as ApproximateAssignment;
     if ((entry.used[0] as number) >= 5 || (entry.used[1] as number) >= 10) expect(entry.allowance).toBe(0);
     else expect(entry.used[0]).toBeLessThanOrEqual(5);
+  });
+
+  it("an SDK instance syncing over HTTP learns that the operator changed slotGroups from 1 to 4, and its syncs keep being answered (review3 defect, fixed)", async () => {
+    const withGroups = (version: string, slotGroups: number) => {
+      const base = quotasPolicy(version, 60);
+      const grp = { name: "grp", mode: "approximate", limits: [{ window: "1s", max: 1000 }], slotGroups };
+      return { ...base, quotas: [...base.quotas, grp] };
+    };
+    await uploadRules(stack, withGroups("review.groups.1", 1), {});
+    const errors: Error[] = [];
+    const quotas = createQuotas({
+      transport: httpTransport({ url: stack.endpoints.functionUrl }),
+      onError: (error) => errors.push(error),
+    });
+    const keys = Array.from({ length: 16 }, (_, i) => `tenant-${i}`);
+    for (const key of keys) await quotas.checkFresh("grp", key, 1);
+    expect(errors).toEqual([]);
+    await uploadRules(stack, withGroups("review.groups.2", 4), {});
+    for (let round = 0; round < 5; round++) {
+      for (const key of keys) quotas.check("grp", key, 1);
+      errors.length = 0;
+      await quotas.sync();
+    }
+    expect(quotas.resolve("grp", "tenant-0").rule.definition?.slotGroups).toBe(4);
+    expect(errors.map((error) => error.message)).toEqual([]);
+    await quotas.stop();
+  });
+
+  it("tollgate quotas usage reports the clients' instance count, and reading it does not change what clients are told (review3 defect, fixed)", async () => {
+    const key = `usage-${Date.now()}`;
+    const ask = async (seq: number) =>
+      (
+        await sync({
+          instanceId: `r3-only-${key}`,
+          rule: "wide",
+          group: slotGroupOf(key, 2),
+          seq,
+          configVersion: "",
+          entries: [{ key, usage: [], refunds: [], offered: 5, want: 0 }],
+        })
+      ).instances;
+    expect(await ask(1)).toBe(1);
+    const target = ["--endpoint", stack.endpoints.awsEndpoint, "--bucket", stack.endpoints.bucket];
+    const redis = ["--redis", ...stack.endpoints.redis.slice(0, 1), "--namespace", quotasNamespace];
+    const lines: string[] = [];
+    const log = vi.spyOn(console, "log").mockImplementation((line: string) => void lines.push(line));
+    try {
+      expect(await runCli(["quotas", "usage", "wide", key, ...target, ...redis])).toBe(0);
+    } finally {
+      log.mockRestore();
+    }
+    expect(lines.join("\n")).toContain("active instances 1");
+    expect(await ask(2)).toBe(1);
   });
 });
 
@@ -918,4 +975,33 @@ describe("review: quota-sync.lua strict, a fleet of honest instances (DESIGN.md:
       { numRuns: Number(process.env.REVIEW_RUNS ?? 10) },
     );
   }, 300_000);
+});
+
+describe("review: the tag's identity table under a new campaign ID per check (review3 defect, fixed)", () => {
+  it("stops growing once campaign IDs leave the kept time, and drops those that did", async () => {
+    const rules = rulesOf({
+      version: "v",
+      channels: ["a"],
+      segments: [],
+      default: { name: "rest", caps: { a: [{ window: "1m", max: 5 }] } },
+    });
+    // what the default caps keep is under an hour, so the second half of the run sees no more live identities
+    expect(keptMs(rules.policy, 0, DEFAULT_REDELIVERY_MS)).toBeLessThan(60 * 60_000);
+    const clock = fixedClock(T0);
+    const namespace = uniqueNamespace();
+    const capper = new Capper({ store, rules: () => rules, clock, namespace });
+    const table = capIdentityKey(namespace, capTagOf(1_000));
+    // 20 users of one tag, one check every 24 s for 192 minutes, each with its own campaign ID
+    const sizes: number[] = [];
+    for (let i = 0; i < 480; i++) {
+      clock.advance(24_000);
+      const check = await capper.checkUser({ userId: 1_000 + (i % 20), channel: "a", campaignId: `msg-${i}` });
+      expect(check.decision).toBe("allowed");
+      if (i % 60 === 59) sizes.push(await cluster.hlen(table));
+    }
+    expect(await cluster.hexists(table, "i:a:msg-0")).toBe(0);
+    // a table that kept every identity would double from the first half to the second
+    const half = sizes.length / 2;
+    expect(Math.max(...sizes.slice(half))).toBeLessThanOrEqual(1.5 * Math.max(...sizes.slice(0, half)));
+  }, 60_000);
 });
