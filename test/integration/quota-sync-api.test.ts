@@ -124,6 +124,28 @@ describe("POST /v1/quotas/sync", () => {
     expect(((await bad.json()) as Refusal).error.path).toBe("entries[0].usage[0][1]");
   });
 
+  it("refuses a key listed twice in one sync, naming the second entry, and counts nothing", async () => {
+    const entry = {
+      key: "tenant-twice",
+      usage: [[Date.now(), 5]] as [number, number][],
+      refunds: [],
+      offered: 5,
+      want: 0,
+    };
+    const twice = await sync(request({ entries: [entry, { ...entry, usage: [[Date.now(), 7]] }] }));
+    expect(twice.status).toBe(400);
+    expect(await twice.json()).toMatchObject({
+      error: { path: "entries[1].key", message: expect.stringContaining("already listed as entries[0]") },
+    });
+    // the refused sync counted nothing: the key's windows hold only the allowance this sync reserves
+    const once = (await (
+      await sync(request({ instanceId: "i-once", entries: [{ ...entry, usage: [] as [number, number][] }] }))
+    ).json()) as { status: string; entries: { allowance: number; used: number[] }[] };
+    expect(once.status).toBe("applied");
+    const [assigned] = once.entries;
+    expect(assigned?.used).toEqual([assigned?.allowance, assigned?.allowance]);
+  });
+
   it("answers norule for a rule the policy does not have", async () => {
     const reply = await (await sync(request({ rule: "nope" }))).json();
     expect(reply).toMatchObject({ status: "norule", entries: [] });

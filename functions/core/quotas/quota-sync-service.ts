@@ -38,7 +38,16 @@ export const syncRequestSchema = z.strictObject({
       }),
     )
     .min(1)
-    .max(MAX_KEYS_PER_SYNC),
+    .max(MAX_KEYS_PER_SYNC)
+    // a key listed twice would be handed two allowances with one reserved: one entry per key
+    .superRefine((entries, ctx) => {
+      const seen = new Map<string, number>();
+      entries.forEach((entry, i) => {
+        const first = seen.get(entry.key);
+        if (first === undefined) seen.set(entry.key, i);
+        else ctx.addIssue({ code: "custom", path: [i, "key"], message: `already listed as entries[${first}]` });
+      });
+    }),
 });
 
 /** The policy's quota rules in service, and how new that policy is (`rulesStamp`). */
