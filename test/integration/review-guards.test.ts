@@ -474,13 +474,17 @@ describe("review: POST /v1/quotas/sync, replayed, reordered and concurrent syncs
   });
 
   it("tollgate quotas usage reports the clients' instance count, and reading it does not change what clients are told (review3 defect, fixed)", async () => {
+    // a rule of its own: the other tests' instances sync "wide" and would count for 5 s after their last sync
+    const base = quotasPolicy("review.usage.1", 60);
+    const solo = { name: "solo", mode: "approximate", limits: [{ window: "1s", max: 100 }] };
+    await uploadRules(stack, { ...base, quotas: [...base.quotas, solo] }, {});
     const key = `usage-${Date.now()}`;
     const ask = async (seq: number) =>
       (
         await sync({
           instanceId: `r3-only-${key}`,
-          rule: "wide",
-          group: slotGroupOf(key, 2),
+          rule: "solo",
+          group: 0,
           seq,
           configVersion: "",
           entries: [{ key, usage: [], refunds: [], offered: 5, want: 0 }],
@@ -492,7 +496,7 @@ describe("review: POST /v1/quotas/sync, replayed, reordered and concurrent syncs
     const lines: string[] = [];
     const log = vi.spyOn(console, "log").mockImplementation((line: string) => void lines.push(line));
     try {
-      expect(await runCli(["quotas", "usage", "wide", key, ...target, ...redis])).toBe(0);
+      expect(await runCli(["quotas", "usage", "solo", key, ...target, ...redis])).toBe(0);
     } finally {
       log.mockRestore();
     }
