@@ -16,9 +16,10 @@ export async function testStack(options: LocalStackOptions = {}): Promise<LocalS
     writeEndpoints: false,
     queuePrefix: uniqueNamespace(),
     ...options,
-    // CHECK_TIMEOUT_MS: the deployed 50 ms deadline measures the machine when the suite loads both cores
-    // (a slow script became a 503 in an example test); tests about the deadline set their own.
-    environment: { KEY_NAMESPACE: uniqueNamespace(), CHECK_TIMEOUT_MS: "1000", ...options.environment },
+    environment: { KEY_NAMESPACE: uniqueNamespace(), ...options.environment },
+    // the deployed 50 ms deadline measures the machine when the suite loads both cores (a slow script
+    // became a 503 in an example test); tests about the deadline set their own
+    checkApiEnvironment: { CHECK_TIMEOUT_MS: "1000", ...options.checkApiEnvironment },
   });
 }
 
