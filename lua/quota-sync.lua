@@ -357,19 +357,25 @@ for i = 4, #KEYS do
     local left = limit.max - limitSum(limit)
     if remaining == nil or left < remaining then tight, remaining = limit, left end
   end
+  -- the instance's part of what is left, or of twice what a bucket frees at the limit's rate when less
+  -- is left: a part of what is left alone shrinks with it, and syncs that each take a part of a small
+  -- remainder leave about a third of what a bucket frees ungranted ((1 - 1/N)^N), idle capacity
+  local fair = share * math.max(remaining, 2 * tight.max * tight.q / tight.w)
   local amount, denyUntil = 0, 0
   if strict then
     if applied and want > 0 and remaining > 0 then
-      amount = math.min(want, remaining, math.ceil(remaining * share))
+      amount = math.min(want, remaining, math.ceil(fair))
       reserve(amount)
       remaining = remaining - amount
     end
   elseif applied then
     if remaining > 0 then
-      amount = math.floor(remaining * share)
-      -- never more than about two intervals of what this instance was offered in its last one: a
-      -- reservation it would not spend is capacity the other instances cannot have until its next sync
-      if amount > 2 * offered + 1 then amount = 2 * offered + 1 end
+      amount = math.min(math.floor(fair), remaining)
+      -- never more than about an interval and a quarter of what this instance was offered in its last
+      -- one (its next reply comes within 1.2 intervals): a reservation it would not spend is capacity the
+      -- other instances cannot have until its next sync, and what it spends late is the decision delay
+      local cap = math.ceil(1.25 * offered) + 1
+      if amount > cap then amount = cap end
       if amount == 0 and remaining >= instances then amount = 1 end
       reserve(amount) -- `remaining` stays as it was: denyUntil means nothing could be granted
     end

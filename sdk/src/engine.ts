@@ -30,6 +30,13 @@ export interface EngineOptions {
   maxKeys?: number;
 }
 
+/**
+ * Strict: how many sync intervals of its recent rate an instance asks tokens for. Held tokens count in
+ * the store from their grant, so each interval asked ahead costs the fleet about F / W of the limit
+ * (two intervals held about 7 % of L idle); the next reply comes within 1.2 F (the jitter) and a round trip.
+ */
+const WANT_INTERVALS = 1.25;
+
 /** How long a rule the store does not know is left alone before asking again. */
 const NORULE_RETRY_MS = 1_000;
 
@@ -228,13 +235,14 @@ export class QuotaEngine {
   }
 
   /**
-   * Strict: enough tokens for the key's recent rate over two intervals (one lease and an interval when
-   * the lease is shorter), less what it holds; 1 when it has demand. Tokens held unspent count in the
-   * store's windows from their grant, so an instance holds little more than it will spend before the
-   * next sync reports it.
+   * Strict: enough tokens for the key's recent rate until the next reply (WANT_INTERVALS intervals, the
+   * longest jittered interval and a little; one lease and an interval when the lease is shorter), less
+   * what it holds; 1 when it has demand. Tokens held unspent count in the store's windows from their
+   * grant, so an instance holds little more than it will spend before the next sync reports it.
    */
   private tokensWanted(handle: QuotaHandle, offered: number, leaseMs: number): number {
-    const target = Math.ceil(handle.rate * Math.min(2 * this.syncIntervalMs, leaseMs + this.syncIntervalMs));
+    const horizon = Math.min(WANT_INTERVALS * this.syncIntervalMs, leaseMs + this.syncIntervalMs);
+    const target = Math.ceil(handle.rate * horizon);
     const want = target - Math.max(0, handle.left);
     return want > 0 ? want : offered > 0 && handle.left < 1 ? 1 : 0;
   }

@@ -246,6 +246,27 @@ describe("sync side", () => {
     expect(e.takeRequest(g, 150)?.entries[0]?.refunds).toEqual([[10_000, 2]]);
   });
 
+  it("strict: asks for about 1.25 intervals of the key's recent rate, less what it holds (held tokens count from their grant)", () => {
+    const e = engine();
+    const h = e.resolve("pay", "k");
+    const g = group(e, "pay");
+    let want = 0;
+    // 20 requests offered per 50 ms interval, none granted: the rate settles near 0.4 per ms
+    for (let round = 0; round <= 8; round++) {
+      for (let i = 0; i < 20; i++) e.checkHandle(h);
+      const request = e.takeRequest(g, round * F)!;
+      want = request.entries[0]!.want;
+      e.applyReply(
+        g,
+        reply(request, 10_000 + round * F, () => 0, { mode: "strict" }),
+        round * F,
+        round * F,
+      );
+    }
+    expect(want).toBeGreaterThanOrEqual(20); // at least one interval's worth
+    expect(want).toBeLessThanOrEqual(26); // 1.25 intervals and a token, not two intervals (40)
+  });
+
   it("strict: spent tokens are reported per grant in the next request's usage, once; a refused request gives them back", () => {
     const e = engine();
     const h = e.resolve("pay", "k");

@@ -276,17 +276,36 @@ describe("quota-sync.lua", () => {
     expect(refunded.entries[0]).toMatchObject({ tokens: 0, denyUntil: 0, used: [6] });
   });
 
+  it("strict: once little is left, the next syncs hand all of it out (a part of twice what a bucket frees, not a part of the remainder)", async () => {
+    const store = await storeWith(strict([{ windowMs: 1000, max: 1000 }], 200));
+    // alone, a takes what it asks: 950 of 1000
+    const a = await store.sync(call("a", 1, [entry("k", { want: 950, offered: 10 })]), T0);
+    expect(a.entries[0]).toMatchObject({ tokens: 950 });
+    // four more instances ask 30 each: each may take its part of 2 × 1000 × 50 / 1000 = 100 (here more
+    // than 30), so the 50 left go out in the first two syncs; a part of the remainder each (26, 9, 4, 3)
+    // left 8 of the 50 ungranted after all four: idle capacity under overload
+    const granted: number[] = [];
+    for (const [i, name] of ["b", "c", "d", "e"].entries()) {
+      const reply = await store.sync(call(name, 1, [entry("k", { want: 30, offered: 10 })]), T0 + 5 + i);
+      const e = reply.entries[0]!;
+      if (e.mode !== "strict") throw new Error("expected a strict assignment");
+      granted.push(e.tokens);
+      expect(e.used).toEqual([950 + granted.reduce((x, y) => x + y, 0)]);
+    }
+    expect(granted).toEqual([30, 20, 0, 0]);
+  });
+
   it("approximate: an exhausted key answers allowance 0 and deny-until the next bucket boundary", async () => {
     const store = await storeWith(approximate([{ windowMs: 1000, max: 10 }]));
     const reply = await store.sync(call("i", 1, [entry("k", { usage: [[T0 + 20, 12]], offered: 12 })]), T0 + 20);
     expect(reply.entries[0]).toMatchObject({ allowance: 0, denyUntil: T0 + 50, used: [12] });
   });
 
-  it("approximate: shares follow recent demand, capped at about two intervals of the instance's own", async () => {
+  it("approximate: shares follow recent demand, capped at about an interval and a quarter of the instance's own", async () => {
     const store = await storeWith(approximate([{ windowMs: 1000, max: 1000 }]));
-    // alone: all that remains is its share, but it reserves only 2 × offered + 1
+    // alone: all that remains is its share, but it reserves only ⌈1.25 × offered⌉ + 1
     expect((await store.sync(call("solo", 1, [entry("k", { offered: 40 })]), T0)).entries[0]).toMatchObject({
-      allowance: 81,
+      allowance: 51,
     });
     expect((await store.sync(call("idle", 1, [entry("i")]), T0)).entries[0]).toMatchObject({ allowance: 1 });
     // busy is offered 9x what quiet is; every instance is also credited a small pseudo-demand, so
