@@ -52,14 +52,18 @@ export class RuleState {
   /** Local ms until which the store said the rule is not configured (no syncs meanwhile). */
   missingUntil = 0;
   readonly handles = new Map<string, QuotaHandle>();
+  /** The slot groups in use: the first `slotGroups` of `everyGroup`. */
   groups: GroupState[] = [];
+  /** Every slot group this instance ever had for the rule, kept across a change of `slotGroups`. */
+  private readonly everyGroup: GroupState[] = [];
 
   constructor(
     readonly name: string,
     /** Instances assumed before the store reports a count. */
     private readonly instancesHint: number,
   ) {
-    this.groups = [this.newGroup(0)];
+    this.everyGroup.push(this.newGroup(0));
+    this.groups = [...this.everyGroup];
   }
 
   get known(): boolean {
@@ -74,9 +78,11 @@ export class RuleState {
     this.policy = policyHeader(rule);
     const count = Math.max(1, rule.slotGroups);
     if (count !== this.groups.length) {
-      const old = this.groups;
-      this.groups = Array.from({ length: count }, (_, i) => old[i] ?? this.newGroup(i));
-      for (const group of old) group.handles.clear();
+      for (const group of this.groups) group.handles.clear();
+      // a group dropped by a smaller count comes back with its sequence numbers: the store remembers the
+      // seqs this instance used in it, so starting again from 1 would have new syncs answered duplicate
+      for (let i = this.everyGroup.length; i < count; i++) this.everyGroup.push(this.newGroup(i));
+      this.groups = this.everyGroup.slice(0, count);
       for (const handle of this.handles.values()) this.place(handle);
     }
   }

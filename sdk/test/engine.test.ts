@@ -329,6 +329,31 @@ describe("sync side", () => {
     expect(sizes.reduce((a, b) => a + b, 0)).toBe(20);
   });
 
+  it("a slot group dropped when slotGroups goes from 4 to 1 comes back at 4 with its sequence numbers (the store remembers them)", () => {
+    const e = engine();
+    const rule = e.rule("api")!;
+    rule.define({ ...api, slotGroups: 4 }, "v2");
+    const key = Array.from({ length: 50 }, (_, i) => `k${i}`).find((k) => rule.groupFor(k).index === 2)!;
+    e.check("api", key);
+    const g2 = rule.groupFor(key);
+    for (let i = 0; i < 40; i++) {
+      e.check("api", key);
+      const request = e.takeRequest(g2, i * F)!;
+      e.applyReply(
+        g2,
+        reply(request, 10_000 + i * F, () => 5),
+        i * F,
+        i * F,
+      );
+    }
+    expect(g2.seq).toBe(40);
+    rule.define({ ...api, slotGroups: 1 }, "v3");
+    rule.define({ ...api, slotGroups: 4 }, "v4");
+    e.check("api", key);
+    expect(rule.groupFor(key).index).toBe(2);
+    expect(e.takeRequest(rule.groupFor(key), 41 * F)!.seq).toBe(41);
+  });
+
   it("idle keys beyond maxKeys are dropped; resolved ones and keys with unreported usage stay", () => {
     const e = engine({ maxKeys: 2, instancesHint: 1 });
     const pinned = e.resolve("api", "pinned");

@@ -448,6 +448,25 @@ describe("rule configuration in Redis (lua/quota-rule.lua through QuotaSyncServi
     expect(await b.sync({ ...body("b"), seq: 2 })).toMatchObject({ configVersion: newer.quotas.get("api")!.version });
   });
 
+  it("an instance syncing directly in slot group 2 learns that a policy read by a fresh container cut slotGroups from 4 to 1 and max to 10", async () => {
+    const namespace = uniqueNamespace();
+    const store = new RedisQuotaStore(cluster, namespace);
+    const before = policy("p.1", [{ ...api(1000), slotGroups: 4 }]);
+    await container(store, before.quotas, 1_000).publish({ quotas: before.quotas, stamp: 1_000 });
+    const direct = { ...body("sdk"), group: 2, configVersion: before.quotas.get("api")!.version };
+    expect(await store.sync(direct, T0)).toMatchObject({
+      status: "applied",
+      configVersion: before.quotas.get("api")!.version,
+    });
+    // another container, which never wrote the 4-group rule, publishes the 1-group one
+    const after = policy("p.2", [api(10)]);
+    await container(store, after.quotas, 2_000).publish({ quotas: after.quotas, stamp: 2_000 });
+    expect(await store.sync({ ...direct, seq: 2 }, T0 + 10)).toMatchObject({
+      configVersion: after.quotas.get("api")!.version,
+      rule: { slotGroups: 1, limits: [{ max: 10 }] },
+    });
+  });
+
   it("writes the rule again when its slot group lost it (a failover before the write replicated)", async () => {
     const namespace = uniqueNamespace();
     const store = new RedisQuotaStore(cluster, namespace);

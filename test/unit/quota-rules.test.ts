@@ -8,6 +8,7 @@ import type { QuotaStore } from "../../functions/core/quotas/quota-store.ts";
 import { QuotaSyncService, rulesStamp } from "../../functions/core/quotas/quota-sync-service.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { InvalidPolicyError } from "../../functions/core/shared/errors.ts";
+import { MAX_SLOT_GROUPS } from "../../sdk/src/wire.ts";
 
 const base = { version: "p.1", channels: ["push"], segments: [], default: { name: "rest", caps: {} } };
 const api = { name: "api", mode: "strict", limits: [{ window: "1s", max: 100 }] };
@@ -70,12 +71,13 @@ describe("QuotaSyncService.publish", () => {
     await service.publish({ quotas: v1, stamp: 20 });
     const v2 = parsePolicy({ ...base, version: "p.2", quotas: [api] }).quotas;
     await service.publish({ quotas: v2, stamp: 30 });
-    // each write carries the stamp of the policy it comes from: the store's compare-and-set orders them
+    // each write carries the stamp of the policy it comes from: the store's compare-and-set orders them;
+    // every slot group gets it (an instance on an earlier, larger slotGroups learns the change there)
     expect(writes).toEqual([
-      `api:${v1.get("api")!.version}:1@10`,
-      `other:${v1.get("other")!.version}:2@10`,
-      `api:${v2.get("api")!.version}:1@30`,
-      "other:removed:2@30",
+      `api:${v1.get("api")!.version}:${MAX_SLOT_GROUPS}@10`,
+      `other:${v1.get("other")!.version}:${MAX_SLOT_GROUPS}@10`,
+      `api:${v2.get("api")!.version}:${MAX_SLOT_GROUPS}@30`,
+      `other:removed:${MAX_SLOT_GROUPS}@30`,
     ]);
   });
 });

@@ -6,6 +6,7 @@ import {
   MAX_EPOCHS_PER_KEY,
   MAX_KEY_LENGTH,
   MAX_KEYS_PER_SYNC,
+  MAX_SLOT_GROUPS,
   NAME_PATTERN,
   type SyncReply,
   type SyncRequest,
@@ -130,7 +131,9 @@ export class QuotaSyncService {
    * the policy no longer has. Called before each sync, so an operator's change reaches Redis with the
    * first sync after the policy is reloaded, and every client with its next sync. Each write is a
    * compare-and-set on `stamp`: a container still serving an older policy never overwrites the rule of a
-   * newer one.
+   * newer one. A rule is written to every possible slot group, not only its own: an instance still on an
+   * earlier, larger `slotGroups` syncs its keys in a group the rule no longer has, and must learn there
+   * that the rule changed (it would otherwise keep counting in that group under the old limit).
    */
   async publish({ quotas, stamp }: QuotaRulesInService): Promise<void> {
     const writes: Promise<void>[] = [];
@@ -138,16 +141,14 @@ export class QuotaSyncService {
       if (this.published.get(name)?.version === published.version) continue;
       writes.push(
         this.options.store
-          .publish(name, published.rule, published.version, published.rule.slotGroups, stamp)
+          .publish(name, published.rule, published.version, MAX_SLOT_GROUPS, stamp)
           .then(() => void this.published.set(name, published)),
       );
     }
     for (const [name, old] of this.published) {
       if (quotas.has(name)) continue;
       writes.push(
-        this.options.store
-          .publish(name, null, "", old.rule.slotGroups, stamp)
-          .then(() => void this.published.delete(name)),
+        this.options.store.publish(name, null, "", MAX_SLOT_GROUPS, stamp).then(() => void this.published.delete(name)),
       );
     }
     await Promise.all(writes);
