@@ -145,7 +145,7 @@ export class QuotaSyncService {
           .then(() => void this.published.set(name, published)),
       );
     }
-    for (const [name, old] of this.published) {
+    for (const name of this.published.keys()) {
       if (quotas.has(name)) continue;
       writes.push(
         this.options.store.publish(name, null, "", MAX_SLOT_GROUPS, stamp).then(() => void this.published.delete(name)),
