@@ -131,6 +131,14 @@ describe("policy", () => {
     expect(issuesOf(document)).toEqual(["segments[0].bitmap: expected a relative object key"]);
   });
 
+  it("refuses a bitmap under accepted/, where containers keep their copies of accepted bitmaps", () => {
+    const document = valid();
+    (document.segments[1] as Record<string, unknown>).bitmap = "accepted/segments/new.roaring";
+    expect(issuesOf(document)).toEqual([
+      "segments[1].bitmap: expected a key outside accepted/ (where containers keep copies)",
+    ]);
+  });
+
   it("reports a file that is not JSON", () => {
     expect(() => parsePolicyText("{ version: 1 ")).toThrow(/invalid policy: not valid JSON/);
   });

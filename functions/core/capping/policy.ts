@@ -47,7 +47,9 @@ const objectKey = z
   .string()
   .min(1)
   .max(1024)
-  .refine((key) => !key.startsWith("/") && !key.split("/").includes(".."), "expected a relative object key");
+  .refine((key) => !key.startsWith("/") && !key.split("/").includes(".."), "expected a relative object key")
+  // containers keep their copies of accepted bitmaps there (rules-source.ts)
+  .refine((key) => !key.startsWith("accepted/"), "expected a key outside accepted/ (where containers keep copies)");
 
 const segmentSchema = z.strictObject({ name: name("segment"), bitmap: objectKey, caps: capsSchema });
 

@@ -16,7 +16,7 @@ export interface RulesSourceOptions {
   /**
    * Where the policy and bitmaps are read. A store that can also write keeps each segment's last accepted
    * bitmap (`acceptedCopyKey`), which the shrink check of every container compares with; without one
-   * (local files) the check compares with what this container serves only.
+   * (local files) the check compares with what this container serves for the segment only.
    */
   store: ObjectStore & Partial<ObjectWriter>;
   policyKey?: string;
@@ -56,20 +56,25 @@ type Bitmap = ReturnType<typeof parseBitmap>;
 export const allowShrinkMarkerKey = (bitmapKey: string) => `${bitmapKey}.allow-shrink`;
 
 /**
- * The copy of the last bitmap a container accepted for `bitmapKey`, and beside it (`.json`) which upload it
- * is (`{"etag": ..., "users": n}`). Containers write them when they accept an upload, so the shrink check of
- * a container that starts later compares with the fleet's last accepted bitmap, not with nothing.
+ * The copy of the last bitmap a container accepted for the segment `segment`, and beside it (`.json`) which
+ * upload it is (`{"bitmap": key, "etag": ..., "users": n}`). Containers write them when they accept an
+ * upload, so the shrink check of a container that starts later compares with the fleet's last accepted
+ * bitmap of the segment, not with nothing. Kept by segment name, not by bitmap key: a policy that points a
+ * segment at a new object is checked against what the segment held. Policies may not name objects under
+ * `accepted/` (policy.ts).
  */
-export const acceptedCopyKey = (bitmapKey: string) => `accepted/${bitmapKey}`;
-const acceptedRecordKey = (bitmapKey: string) => `${acceptedCopyKey(bitmapKey)}.json`;
+export const acceptedCopyKey = (segment: string) => `accepted/segments/${segment}.roaring`;
+const acceptedRecordKey = (segment: string) => `accepted/segments/${segment}.json`;
 
 interface AcceptedRecord {
+  bitmap: string;
   etag: string;
   users: number;
 }
 
-/** A bitmap upload that was refused, and what is served in its place. */
+/** A segment's bitmap upload that was refused, and what is served in its place. */
 interface Refused {
+  key: string;
   tag: string;
   error: Error;
   served: Bitmap;
@@ -85,7 +90,7 @@ export class RulesSource {
   private pending?: Promise<void>;
   /** What the last refresh refused (empty once a refresh succeeds). */
   private refusals: RulesRefusal[] = [];
-  /** Bitmap uploads refused for shrinking, by key, until the key's ETag changes. */
+  /** Bitmap uploads refused for shrinking, by segment, until the upload changes or its force marker appears. */
   private readonly refused = new Map<string, Refused>();
   /** When an unknown quota rule last forced a refresh (ms). */
   private forcedAt = Number.NEGATIVE_INFINITY;
@@ -159,17 +164,19 @@ export class RulesSource {
         const { etag: tag } = await store.head(bitmap);
         tags.set(bitmap, tag);
         const known = active?.tags.get(bitmap) === tag ? active.bitmaps.get(bitmap) : undefined;
-        const refused = this.refused.get(bitmap);
-        if (refused?.tag === tag) {
+        const refused = this.refused.get(name);
+        // a refused upload is looked at again when it changes or its force marker appears (the CLI puts the
+        // bitmap, then the marker: a refresh may fall between them)
+        if (refused?.key === bitmap && refused.tag === tag && (await this.markerTag(bitmap)) !== tag) {
           // refused before and not uploaded again: the same bitmap stays in its place, the refusal is told again
           bitmaps.set(bitmap, refused.served);
           refusals.push({ key: bitmap, reason: refused.error.message, at: startedAt });
           this.options.onRejected?.(refused.error);
-        } else if (known) {
+        } else if (known && !refused) {
           bitmaps.set(bitmap, known);
         } else {
           const served = await this.admit({ segment: name, key: bitmap, tag });
-          const refusal = this.refused.get(bitmap);
+          const refusal = this.refused.get(name);
           if (refusal) refusals.push({ key: bitmap, reason: refusal.error.message, at: startedAt });
           if (served !== active?.bitmaps.get(bitmap)) changed = true;
           bitmaps.set(bitmap, served);
@@ -204,55 +211,67 @@ export class RulesSource {
 
   /**
    * The bitmap to serve for an upload not seen before: the upload itself, unless it would take away more
-   * than `maxShrink` of its segment's users and its force marker does not name it. Compared with the last
-   * accepted bitmap of the fleet (its record in the store) or, without one, with what this container
-   * serves. A refused upload is told (onRejected, health) and the last accepted bitmap is served in its
-   * place: this container's own, or the stored copy on a cold start; with neither, the refresh fails.
+   * than `maxShrink` of its segment's users and its force marker does not name it. Compared with the
+   * segment's last accepted bitmap in the fleet (its record in the store) or, without one, with what this
+   * container serves for the segment, whatever object held it. A refused upload is told (onRejected,
+   * health) and the last accepted bitmap is served in its place: this container's own, or the stored copy
+   * on a cold start; with neither, the refresh fails.
    */
   private async admit(upload: { segment: string; key: string; tag: string }): Promise<Bitmap> {
     const { store, maxShrink } = this.options;
-    const { key, tag } = upload;
-    const record = await this.acceptedRecord(key);
+    const { segment, key, tag } = upload;
+    const record = await this.acceptedRecord(segment);
     const bytes = await store.get(key);
     const bitmap = parseBitmap(bytes, key);
-    const inService = this.active?.bitmaps.get(key);
-    this.refused.delete(key);
-    if (record?.etag === tag) return bitmap;
+    const inService = this.servedFor(segment);
+    this.refused.delete(segment);
+    if (record?.bitmap === key && record.etag === tag) return bitmap;
     const before = record?.users ?? inService?.size ?? 0;
     const after = bitmap.size;
     if (before > 0 && after < before * (1 - maxShrink) && (await this.markerTag(key)) !== tag) {
       const error = new SegmentShrinkError({ ...upload, before, after, maxShrink });
       // with nothing to serve in its place, the refresh fails (and says why)
-      const served = inService ?? (record ? await this.acceptedCopy(key, record, error) : undefined);
+      const served = inService ?? (record ? await this.acceptedCopy(segment, record, error) : undefined);
       if (!served) throw error;
-      this.refused.set(key, { tag, error, served });
+      this.refused.set(segment, { key, tag, error, served });
       this.options.onRejected?.(error);
       return served;
     }
-    await this.keepAcceptedCopy(key, bytes, { etag: tag, users: after });
+    await this.keepAcceptedCopy(segment, bytes, { bitmap: key, etag: tag, users: after });
     return bitmap;
   }
 
-  /** The fleet's last accepted upload of `bitmapKey`; undefined when none was recorded (or no store keeps it). */
-  private async acceptedRecord(bitmapKey: string): Promise<AcceptedRecord | undefined> {
+  /** The bitmap this container serves for the segment named `segment`, if any. */
+  private servedFor(segment: string): Bitmap | undefined {
+    const active = this.active;
+    const bitmap = active?.rules.policy.segments.find(({ name }) => name === segment)?.bitmap;
+    return bitmap === undefined ? undefined : active?.bitmaps.get(bitmap);
+  }
+
+  /** The fleet's last accepted upload for `segment`; undefined when none was recorded (or no store keeps it). */
+  private async acceptedRecord(segment: string): Promise<AcceptedRecord | undefined> {
     if (!this.options.store.put) return undefined;
     let text: string;
     try {
-      text = Buffer.from(await this.options.store.get(acceptedRecordKey(bitmapKey))).toString("utf8");
+      text = Buffer.from(await this.options.store.get(acceptedRecordKey(segment))).toString("utf8");
     } catch (error) {
       if (error instanceof ObjectNotFoundError) return undefined;
       throw error;
     }
     const record = JSON.parse(text);
-    if (typeof record?.etag !== "string" || !Number.isSafeInteger(record?.users)) {
-      throw new Error(`${acceptedRecordKey(bitmapKey)}: not a record of an accepted bitmap`);
+    if (
+      typeof record?.bitmap !== "string" ||
+      typeof record?.etag !== "string" ||
+      !Number.isSafeInteger(record?.users)
+    ) {
+      throw new Error(`${acceptedRecordKey(segment)}: not a record of an accepted bitmap`);
     }
     return record;
   }
 
-  /** The stored copy of the last accepted bitmap, checked against its record, to serve in place of `refusal`. */
-  private async acceptedCopy(bitmapKey: string, record: AcceptedRecord, refusal: Error): Promise<Bitmap> {
-    const copyKey = acceptedCopyKey(bitmapKey);
+  /** The stored copy of the segment's last accepted bitmap, checked against its record, to serve in place of `refusal`. */
+  private async acceptedCopy(segment: string, record: AcceptedRecord, refusal: Error): Promise<Bitmap> {
+    const copyKey = acceptedCopyKey(segment);
     try {
       const copy = parseBitmap(await this.options.store.get(copyKey), copyKey);
       if (copy.size !== record.users) throw new Error(`holds ${copy.size} users where its record says ${record.users}`);
@@ -268,12 +287,12 @@ export class RulesSource {
   }
 
   /** Copies an accepted upload (bytes first, then its record); a failure is told, and the upload served anyway. */
-  private async keepAcceptedCopy(bitmapKey: string, bytes: Uint8Array, record: AcceptedRecord): Promise<void> {
+  private async keepAcceptedCopy(segment: string, bytes: Uint8Array, record: AcceptedRecord): Promise<void> {
     const { store } = this.options;
     if (!store.put) return;
     try {
-      await store.put(acceptedCopyKey(bitmapKey), bytes);
-      await store.put(acceptedRecordKey(bitmapKey), JSON.stringify(record));
+      await store.put(acceptedCopyKey(segment), bytes);
+      await store.put(acceptedRecordKey(segment), JSON.stringify(record));
     } catch (error) {
       this.options.onCopyFailed?.(error as Error);
     }
