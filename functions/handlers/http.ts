@@ -4,6 +4,7 @@ import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2 } from "
 import { ValidationError } from "../core/shared/errors.ts";
 import { duplicateMember } from "./json-members.ts";
 
+/** Every route's body limit; quota syncs are sized by the SDK against the same figure (MAX_SYNC_BODY_BYTES). */
 export const MAX_BODY_BYTES = 64 * 1024;
 
 export type HttpResponse = APIGatewayProxyStructuredResultV2;

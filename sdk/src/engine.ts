@@ -7,6 +7,7 @@ import { type GroupState, QuotaHandle, RuleState, Source } from "./state.ts";
 import {
   MAX_EPOCHS_PER_KEY,
   MAX_KEYS_PER_SYNC,
+  MAX_SYNC_BODY_BYTES,
   type QuotaRule,
   type SyncEntry,
   type SyncReply,
@@ -187,10 +188,23 @@ export class QuotaEngine {
     const strict = rule.definition?.mode === "strict";
     const leaseMs = rule.definition?.leaseMs ?? 0;
     const elapsedMs = group.lastSentAt < 0 ? 0 : now - group.lastSentAt;
+    const seq = group.seq + 1;
+    // the body's size as the HTTP transport sends it (JSON, UTF-8): the envelope, then each entry and a comma
+    let bytes = utf8Length(
+      JSON.stringify({
+        instanceId: this.instanceId,
+        rule: rule.name,
+        group: group.index,
+        seq,
+        configVersion: rule.configVersion,
+        entries: [],
+      }),
+    );
     for (const handle of group.handles) {
       if (entries.length === MAX_KEYS_PER_SYNC) break;
       const offered = handle.used + handle.denied;
-      if (elapsedMs > 0) handle.rate = 0.5 * handle.rate + (0.5 * offered) / elapsedMs;
+      const rate = handle.rate;
+      if (elapsedMs > 0) handle.rate = 0.5 * rate + (0.5 * offered) / elapsedMs;
       const want = strict && now >= handle.denyUntil ? this.tokensWanted(handle, offered, leaseMs) : 0;
       const quiet =
         offered === 0 &&
@@ -212,6 +226,14 @@ export class QuotaEngine {
       }
       for (let i = 0; i < handle.refunds.length; i += 2)
         entry.refunds.push([handle.refunds[i] as number, handle.refunds[i + 1] as number]);
+      // a key that would take the body past the route's limit waits for the next request (the keys sent
+      // go to the back of the group, so every key gets its turn)
+      const size = utf8Length(JSON.stringify(entry)) + 1;
+      if (entries.length > 0 && bytes + size > MAX_SYNC_BODY_BYTES) {
+        handle.rate = rate; // its offered count keeps growing until it is sent: measured then
+        break;
+      }
+      bytes += size;
       handle.epochs = [];
       handle.refunds = [];
       handle.spent = [];
@@ -221,11 +243,16 @@ export class QuotaEngine {
       handles.push(handle);
     }
     if (entries.length === 0) return undefined;
+    for (const handle of handles) {
+      group.handles.delete(handle);
+      group.handles.add(handle);
+    }
+    group.seq = seq;
     const request: SyncRequest = {
       instanceId: this.instanceId,
       rule: rule.name,
       group: group.index,
-      seq: ++group.seq,
+      seq,
       configVersion: rule.configVersion,
       entries,
     };
@@ -413,6 +440,17 @@ export class QuotaEngine {
       }
     }
   }
+}
+
+/** The UTF-8 length of a string (a JSON body's size on the wire). */
+function utf8Length(text: string): number {
+  let bytes = 0;
+  for (let i = 0; i < text.length; i++) {
+    const code = text.charCodeAt(i);
+    // a surrogate pair is 4 bytes: 2 for each half
+    bytes += code < 0x80 ? 1 : code < 0x800 || (code >= 0xd800 && code <= 0xdfff) ? 2 : 3;
+  }
+  return bytes;
 }
 
 /** Adds `count` spent from the grant made at `grantedAt` to a [grantedAt, count, ...] list (one pair per grant). */

@@ -44,6 +44,8 @@
 //   instances do with timing (given callers' clocks that agree within a bucket: 50 ms for windows up to
 //   5 s). `denyUntil` > now: nothing is left to
 //   grant before then; use what you hold and ask for no tokens until then.
+// Size. A request's JSON body is at most MAX_SYNC_BODY_BYTES and MAX_KEYS_PER_SYNC entries; a client with
+//   more to say sends the rest of a group's keys in its next requests.
 // Config. The reply carries the rule's `configVersion`; when it differs from the version the request
 //   saw, the reply also carries the rule itself, so an operator's change reaches a client in one sync.
 //   `status: "norule"`: the rule is not configured (in this group); nothing was counted.
@@ -62,6 +64,11 @@ export const DEFAULT_NAMESPACE = "tg";
 export const NAME_PATTERN = /^[A-Za-z0-9_.:-]{1,64}$/;
 export const MAX_KEY_LENGTH = 256;
 export const MAX_KEYS_PER_SYNC = 256;
+/**
+ * A sync request's JSON body (UTF-8) is at most this long: the HTTP route answers 413 above it. 256 keys
+ * of 256 characters alone would fill it, so a client sends a group's keys over consecutive requests.
+ */
+export const MAX_SYNC_BODY_BYTES = 64 * 1024;
 export const MAX_EPOCHS_PER_KEY = 64;
 export const MAX_SLOT_GROUPS = 64;
 /** A sequence more than this far below the highest applied one is refused as stale. */

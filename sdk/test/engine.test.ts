@@ -3,7 +3,13 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { type EngineOptions, QuotaEngine } from "../src/engine.ts";
-import type { QuotaRule, SyncReply, SyncRequest } from "../src/wire.ts";
+import {
+  MAX_KEYS_PER_SYNC,
+  MAX_SYNC_BODY_BYTES,
+  type QuotaRule,
+  type SyncReply,
+  type SyncRequest,
+} from "../src/wire.ts";
 
 const F = 50;
 const api: QuotaRule = {
@@ -352,6 +358,33 @@ describe("sync side", () => {
     e.check("api", key);
     expect(rule.groupFor(key).index).toBe(2);
     expect(e.takeRequest(rule.groupFor(key), 41 * F)!.seq).toBe(41);
+  });
+
+  it("splits a group's keys over consecutive requests so no JSON body exceeds MAX_SYNC_BODY_BYTES (256 keys of 256 characters, some not ASCII), and every key gets its turn", () => {
+    const e = engine();
+    const g = group(e);
+    // 300 keys of 256 characters, every third with 2- and 4-byte UTF-8 characters
+    const keys = Array.from({ length: 300 }, (_, i) => `${i}-`.padEnd(256, i % 3 === 0 ? "é😀" : "x").slice(0, 256));
+    for (const key of keys) e.check("api", key);
+    const sent: string[] = [];
+    const sizes: number[] = [];
+    for (let round = 0; round < 6; round++) {
+      const request = e.takeRequest(g, round * F);
+      if (!request) break;
+      sizes.push(request.entries.length);
+      expect(Buffer.byteLength(JSON.stringify(request))).toBeLessThanOrEqual(MAX_SYNC_BODY_BYTES);
+      sent.push(...request.entries.map((entry) => entry.key));
+      e.applyReply(
+        g,
+        reply(request, 10_000 + round * F, () => 5),
+        round * F,
+        round * F,
+      );
+    }
+    // the body, not the key count, ended the first request
+    expect(sizes[0]).toBeLessThan(MAX_KEYS_PER_SYNC);
+    expect(new Set(sent)).toEqual(new Set(keys));
+    expect(sent).toHaveLength(300); // each key once: nothing sent twice
   });
 
   it("idle keys beyond maxKeys are dropped; resolved ones and keys with unreported usage stay", () => {
