@@ -4,23 +4,29 @@
 // path (16+ users of a page).
 import { CreateBucketCommand } from "@aws-sdk/client-s3";
 import type { Message } from "@aws-sdk/client-sqs";
+import calculateSlot from "cluster-key-slot";
 import fc from "fast-check";
+import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { RedisCapStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
 import { RedisQuotaStore } from "../../functions/adapters/redis-quota-store.ts";
 import { S3ObjectStore } from "../../functions/adapters/s3-object-store.ts";
 import { publishSegments, uploadObject } from "../../functions/app/operator-actions.ts";
+import { publishQuotaRules } from "../../functions/app/quota-actions.ts";
 import { Capper } from "../../functions/core/capping/capper.ts";
 import type { DeliveryMessage } from "../../functions/core/capping/delivery.ts";
-import { DEFAULT_REDELIVERY_MS, keptMs } from "../../functions/core/capping/policy.ts";
+import { DEFAULT_REDELIVERY_MS, keptMs, type Policy, parsePolicyText } from "../../functions/core/capping/policy.ts";
 import { type Rules, RulesSource } from "../../functions/core/capping/rules-source.ts";
 import { buildSegments } from "../../functions/core/capping/segment-builder.ts";
+import { QuotaSyncService } from "../../functions/core/quotas/quota-sync-service.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
-import { capIdentityKey, capTagOf } from "../../functions/core/shared/keys.ts";
+import { capIdentityKey, capRecordKey, capTagOf, recordRangeOf } from "../../functions/core/shared/keys.ts";
 import { runCli } from "../../scripts/cli.ts";
 import type { LocalStack } from "../../scripts/local-stack.ts";
+import { waitForCluster } from "../../scripts/redis-cluster.ts";
 import { createQuotas } from "../../sdk/src/quotas.ts";
 import { httpTransport } from "../../sdk/src/transports/http.ts";
+import { redisTransport } from "../../sdk/src/transports/redis.ts";
 import {
   type ApproximateAssignment,
   type QuotaRule,
@@ -32,7 +38,7 @@ import {
   slotGroupOf,
   slotGroupPrefix,
 } from "../../sdk/src/wire.ts";
-import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
+import { basePort, clusterPorts, connectCluster, uniqueNamespace } from "../support/cluster.ts";
 import {
   clientsOf,
   drainDelivery,
@@ -1008,4 +1014,158 @@ describe("review: the tag's identity table under a new campaign ID per check (re
     const half = sizes.length / 2;
     expect(Math.max(...sizes.slice(half))).toBeLessThanOrEqual(1.5 * Math.max(...sizes.slice(0, half)));
   }, 60_000);
+});
+
+/** A policy with one approximate quota rule "grp" of `max` per 1 s over `slotGroups` slot groups. */
+const groupedRule = (version: string, slotGroups: number, max = 1000): Policy =>
+  parsePolicyText(
+    JSON.stringify({
+      version,
+      channels: ["push"],
+      segments: [],
+      default: { name: "rest", caps: {} },
+      quotas: [{ name: "grp", mode: "approximate", limits: [{ window: "1s", max }], slotGroups }],
+    }),
+  );
+/** A key of slot group 2 when a rule has 4. */
+const groupTwoKey = Array.from({ length: 64 }, (_, i) => `tenant-${i}`).find((k) => slotGroupOf(k, 4) === 2) as string;
+
+describe("review: slotGroups changed under running instances (review4 defects, fixed)", () => {
+  it("an SDK instance syncing directly to Redis learns that the operator lowered slotGroups from 4 to 1 and max from 1000 to 10, whatever slot group its key was in", async () => {
+    const namespace = uniqueNamespace();
+    // the CLI's `quotas set --redis` path: the policy's rules written to Redis, stamped by the policy's write time
+    await publishQuotaRules(cluster, namespace, groupedRule("v1", 4), Date.now() - 10_000);
+    let now = Date.now();
+    const quotas = createQuotas({
+      transport: redisTransport({ redis: cluster, namespace }),
+      clock: { now: () => now },
+    });
+    const rounds = async (n: number) => {
+      for (let i = 0; i < n; i++) {
+        now += 50;
+        quotas.check("grp", groupTwoKey, 1);
+        await quotas.sync();
+      }
+    };
+    await rounds(5);
+    expect(quotas.resolve("grp", groupTwoKey).rule.definition?.slotGroups).toBe(4);
+    await publishQuotaRules(cluster, namespace, groupedRule("v2", 1, 10), Date.now());
+    await rounds(25);
+    const definition = quotas.resolve("grp", groupTwoKey).rule.definition;
+    expect({ slotGroups: definition?.slotGroups, max: definition?.limits[0]?.max }).toEqual({ slotGroups: 1, max: 10 });
+    await quotas.stop();
+  });
+
+  it("an SDK instance whose rule goes from 4 slot groups to 1 and back to 4 has every new sync applied, none answered duplicate (its usage would be dropped)", async () => {
+    // POST /v1/quotas/sync's service, the body as JSON, one clock for the instance and the service
+    const namespace = uniqueNamespace();
+    let now = Date.now();
+    let policy = groupedRule("v1", 4);
+    const service = new QuotaSyncService({
+      store: new RedisQuotaStore(cluster, namespace),
+      rules: async () => ({ quotas: policy.quotas, stamp: now }),
+      clock: { now: () => now },
+    });
+    const statuses: SyncReply["status"][] = [];
+    const quotas = createQuotas({
+      transport: {
+        sync: async (request) => {
+          const reply = await service.sync(JSON.parse(JSON.stringify(request)));
+          statuses.push(reply.status);
+          return reply;
+        },
+      },
+      clock: { now: () => now },
+    });
+    const rounds = async (n: number) => {
+      for (let i = 0; i < n; i++) {
+        now += 50;
+        quotas.check("grp", groupTwoKey, 1);
+        await quotas.sync();
+      }
+    };
+    await rounds(40);
+    policy = groupedRule("v2", 1);
+    await rounds(5);
+    policy = groupedRule("v3", 4);
+    await rounds(40);
+    expect(quotas.resolve("grp", groupTwoKey).rule.definition?.slotGroups).toBe(4);
+    expect(statuses.filter((status) => status === "duplicate")).toEqual([]);
+    await quotas.stop();
+  });
+});
+
+describe("review: capping during a slot migration (DESIGN.md: exact; a fault not the message's is retried, never decided wrong)", () => {
+  const nodes: Redis[] = [];
+  beforeAll(() => {
+    for (const port of clusterPorts) nodes.push(new Redis({ host: "127.0.0.1", port }));
+  });
+  afterAll(() => {
+    for (const node of nodes) node.disconnect();
+  });
+  const primaries = async () => {
+    const found: { node: Redis; id: string; slots: [number, number][] }[] = [];
+    for (const node of nodes) {
+      if ((await node.role())[0] !== "master") continue;
+      const id = (await node.call("CLUSTER", "MYID")) as string;
+      const shards = (await node.call("CLUSTER", "SLOTS")) as [number, number, [string, number, string]][];
+      const slots = shards.filter(([, , owner]) => owner[2] === id).map(([from, to]) => [from, to] as [number, number]);
+      found.push({ node, id, slots });
+    }
+    return found;
+  };
+  type Primary = { node: Redis; id: string };
+  const migrate = (source: Redis, target: Redis, keys: string[]) =>
+    source.migrate("127.0.0.1", target.options.port as number, "", 0, 5_000, "KEYS", ...keys);
+  const startMove = async (slot: number, source: Primary, target: Primary) => {
+    await target.node.call("CLUSTER", "SETSLOT", String(slot), "IMPORTING", source.id);
+    await source.node.call("CLUSTER", "SETSLOT", String(slot), "MIGRATING", target.id);
+  };
+  const endMove = async (slot: number, source: Primary, target: Primary) => {
+    for (;;) {
+      const keys = (await source.node.call("CLUSTER", "GETKEYSINSLOT", String(slot), "100")) as string[];
+      if (keys.length === 0) break;
+      await migrate(source.node, target.node, keys);
+    }
+    await target.node.call("CLUSTER", "SETSLOT", String(slot), "NODE", target.id);
+    await source.node.call("CLUSTER", "SETSLOT", String(slot), "NODE", target.id);
+  };
+
+  it("a user whose record was moved ahead of its tag's identity table (resharding moves keys in batches) is still capped", async () => {
+    const namespace = uniqueNamespace();
+    const rules = policyWith("v1", { push: [{ window: "1d", max: 1 }] });
+    const clock = fixedClock(T0);
+    const capper = new Capper({ store, rules: () => rules, clock, namespace });
+    const user = 5;
+    const send = (campaignId: string) => capper.capBatch({ campaignId, channel: "push", userIds: [user] });
+    expect((await send("c1")).decisions[0]?.decision).toBe("allowed");
+    const slot = calculateSlot(capIdentityKey(namespace, capTagOf(user)));
+    const found = await primaries();
+    const source = found.find((p) => p.slots.some(([from, to]) => slot >= from && slot <= to));
+    const target = found.find((p) => p !== source);
+    if (!source || !target) throw new Error(`no owner of slot ${slot}`);
+    let moved = false;
+    let decision: string | undefined;
+    try {
+      await startMove(slot, source, target);
+      await migrate(source.node, target.node, [capRecordKey(namespace, capTagOf(user), recordRangeOf(user))]);
+      clock.advance(MINUTE);
+      const second = send("c2").then((result) => result.decisions[0]?.decision);
+      // the call gets its chance while the slot is split (declared keys: TRYAGAIN until the move ends)
+      const early = await Promise.race([
+        second,
+        new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), 500)),
+      ]);
+      await endMove(slot, source, target);
+      moved = true;
+      decision = early ?? (await second);
+    } finally {
+      // the slot goes back to its owner, and the cluster is whole again for the next test
+      if (!moved) await endMove(slot, source, target);
+      await startMove(slot, target, source);
+      await endMove(slot, target, source);
+      await waitForCluster({ basePort });
+    }
+    expect(decision).toBe("capped");
+  });
 });
