@@ -10,7 +10,7 @@ import { isMain } from "../is-main.ts";
 const T0 = Date.UTC(2026, 10, 2, 9);
 const SYNC_EVERY_MS = 50;
 
-interface Shape {
+export interface SyncShape {
   name: string;
   rule: QuotaRule;
   keysPerCall: number;
@@ -20,9 +20,14 @@ const oneAndFive = [
   { windowMs: 1000, max: 1000 },
   { windowMs: 5000, max: 4000 },
 ];
-const SHAPES: Shape[] = [
+export const SYNC_SHAPES: SyncShape[] = [
   { name: "approximate 1 s + 5 s", rule: approximate(oneAndFive), keysPerCall: 1 },
   { name: "approximate 1 s + 5 s", rule: approximate(oneAndFive), keysPerCall: 20 },
+  {
+    name: "approximate 1 s + 5 s + 1 min",
+    rule: approximate([...oneAndFive, { windowMs: 60_000, max: 30_000 }]),
+    keysPerCall: 1,
+  },
   {
     name: "approximate 1 s + 5 s + 1 min",
     rule: approximate([...oneAndFive, { windowMs: 60_000, max: 30_000 }]),
@@ -65,37 +70,40 @@ async function scriptStats(primaries: Redis[]): Promise<{ usec: number; calls: n
 }
 
 /**
+ * One round's requests: each instance syncs every key of the shape (usage 3 per key; strict: 3 tokens
+ * wanted and, from the third round, one refunded).
+ */
+export function syncRound(shape: SyncShape, round: number, now: number, instances = 4): SyncRequest[] {
+  const keys = Array.from({ length: shape.keysPerCall }, (_, i) => `tenant-${i}`);
+  return Array.from({ length: instances }, (_, i) => ({
+    instanceId: `i${i}`,
+    rule: "api",
+    group: 0,
+    seq: round,
+    configVersion: "v1",
+    entries: keys.map((key) => ({
+      key,
+      usage: shape.rule.mode === "approximate" ? [[now - 10, 3]] : [],
+      refunds: shape.rule.mode === "strict" && round > 2 ? [[now - 2 * SYNC_EVERY_MS, 1]] : [],
+      offered: 3,
+      want: shape.rule.mode === "strict" ? 3 : 0,
+    })),
+  }));
+}
+
+/**
  * `instances` instances each sync every key of one slot group every 50 ms (simulated time, so every call
  * moves the rings on by one bucket, as in production), for `rounds` rounds.
  */
-async function measureShape(cluster: TollgateCluster, shape: Shape, rounds: number, instances = 4) {
+async function measureShape(cluster: TollgateCluster, shape: SyncShape, rounds: number, instances = 4) {
   const namespace = `bench-q-${Math.random().toString(36).slice(2, 8)}`;
   const store = new RedisQuotaStore(cluster, namespace);
   await store.publish("api", shape.rule, "v1", 1, Date.now());
-  const keys = Array.from({ length: shape.keysPerCall }, (_, i) => `tenant-${i}`);
   const primaries = cluster.nodes("master");
   const before = await scriptStats(primaries);
   for (let round = 1; round <= rounds; round++) {
     const now = T0 + round * SYNC_EVERY_MS;
-    await Promise.all(
-      Array.from({ length: instances }, (_, i) => {
-        const request: SyncRequest = {
-          instanceId: `i${i}`,
-          rule: "api",
-          group: 0,
-          seq: round,
-          configVersion: "v1",
-          entries: keys.map((key) => ({
-            key,
-            usage: shape.rule.mode === "approximate" ? [[now - 10, 3]] : [],
-            refunds: shape.rule.mode === "strict" && round > 2 ? [[now - 2 * SYNC_EVERY_MS, 1]] : [],
-            offered: 3,
-            want: shape.rule.mode === "strict" ? 3 : 0,
-          })),
-        };
-        return store.sync(request, now);
-      }),
-    );
+    await Promise.all(syncRound(shape, round, now, instances).map((request) => store.sync(request, now)));
   }
   const after = await scriptStats(primaries);
   const calls = after.calls - before.calls;
@@ -129,9 +137,9 @@ export async function runQuotaSyncCpu(
     "| Rule | Keys per call | Script time per call (commandstats) | **per key updated** | Redis process CPU per key |",
     "|---|---|---|---|---|",
   ];
-  for (const shape of SHAPES) {
+  for (const shape of SYNC_SHAPES) {
     const { usecPerCall, usecPerKey, cpuPerKey } = await measureShape(cluster, shape, rounds);
-    if (shape === SHAPES[1]) perKeyUs = usecPerKey;
+    if (shape === SYNC_SHAPES[1]) perKeyUs = usecPerKey;
     lines.push(
       `| ${shape.name} | ${shape.keysPerCall} | ${usecPerCall.toFixed(1)} µs | **${usecPerKey.toFixed(1)} µs** | ${cpuPerKey.toFixed(1)} µs |`,
     );

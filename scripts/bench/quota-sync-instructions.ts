@@ -1,0 +1,121 @@
+// Instructions a standalone redis-server executes inside lua/quota-sync.lua (callgrind, counted only within
+// evalGenericCommand), per call and per key: a figure the machine's load does not change. Usage:
+//   QUOTA_PORT=7745 [ROUNDS=50] [SHAPES=0,1] npx tsx scripts/bench/quota-sync-instructions.ts [script.lua ...]   (needs valgrind)
+// Each script given (default lua/quota-sync.lua) runs the shapes of quota-sync-cpu.ts on its own server.
+import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Redis } from "ioredis";
+import { ruleWriteCall } from "../../functions/core/quotas/quota-rule-script.ts";
+import { encodeSync } from "../../sdk/src/wire.ts";
+import { isMain } from "../is-main.ts";
+import { SYNC_SHAPES, type SyncShape, syncRound } from "./quota-sync-cpu.ts";
+
+const T0 = Date.UTC(2026, 10, 2, 9);
+const WARM_ROUNDS = 20;
+
+/** Ir of the last dump in `dir` whose name has the given suffix (callgrind's `totals:` line). */
+function dumpTotal(dir: string, suffix: string): number {
+  const file = readdirSync(dir).find((name) => name.endsWith(suffix));
+  if (!file) throw new Error(`no callgrind dump *${suffix} in ${dir}`);
+  const match = /^totals:\s*(\d+)/m.exec(readFileSync(join(dir, file), "utf8"));
+  if (!match) throw new Error(`no totals in ${file}`);
+  return Number(match[1]);
+}
+
+async function startServer(port: number, dir: string): Promise<{ child: ChildProcess; redis: Redis }> {
+  const child = spawn(
+    "valgrind",
+    [
+      "--tool=callgrind",
+      "--toggle-collect=evalGenericCommand",
+      `--callgrind-out-file=${join(dir, "cg.out")}`,
+      "redis-server",
+      "--port",
+      String(port),
+      "--save",
+      "",
+      "--appendonly",
+      "no",
+    ],
+    { stdio: "ignore" },
+  );
+  for (let attempt = 0; ; attempt++) {
+    if (child.exitCode !== null) throw new Error(`valgrind exited (${child.exitCode}): is port ${port} free?`);
+    try {
+      if (
+        execFileSync("redis-cli", ["-p", String(port), "ping"], {
+          encoding: "utf8",
+          stdio: ["ignore", "pipe", "ignore"],
+        }).trim() === "PONG"
+      )
+        break;
+    } catch {
+      // not listening yet
+    }
+    if (attempt > 150) throw new Error(`redis-server under valgrind did not start on port ${port}`);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+  return { child, redis: new Redis({ port }) };
+}
+
+/** Instructions per call of one shape: `rounds` rounds of 4 instances after a warm-up. */
+async function countShape(port: number, lua: string, shape: SyncShape, rounds: number): Promise<number> {
+  const dir = mkdtempSync(join(tmpdir(), "quota-cg-"));
+  const { child, redis } = await startServer(port, dir);
+  try {
+    const sha = (await redis.script("LOAD", lua)) as string;
+    const write = ruleWriteCall({ namespace: "cg", name: "api", group: 0, rule: shape.rule, version: "v1", stamp: 1 });
+    await redis.eval(
+      readFileSync(new URL("../../lua/quota-rule.lua", import.meta.url), "utf8"),
+      1,
+      ...write.keys,
+      ...write.args,
+    );
+    const run = async (from: number, to: number) => {
+      for (let round = from; round <= to; round++) {
+        for (const request of syncRound(shape, round, T0 + round * 50)) {
+          const { keys, args } = encodeSync("cg", request, T0 + round * 50);
+          await redis.evalsha(sha, keys.length, ...keys, ...args);
+        }
+      }
+    };
+    await run(1, WARM_ROUNDS);
+    execFileSync("callgrind_control", ["--dump=warm", String(child.pid)], { stdio: "ignore" });
+    await run(WARM_ROUNDS + 1, WARM_ROUNDS + rounds);
+    execFileSync("callgrind_control", ["--dump=measured", String(child.pid)], { stdio: "ignore" });
+    return dumpTotal(dir, ".2") / (rounds * 4);
+  } finally {
+    redis.disconnect();
+    if (child.exitCode === null && child.signalCode === null) {
+      const exited = new Promise((resolve) => child.once("exit", resolve));
+      child.kill("SIGTERM");
+      await exited;
+    }
+    if (process.env.KEEP_DUMPS) console.error(`callgrind dumps of ${shape.name} × ${shape.keysPerCall}: ${dir}`);
+    else rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+if (isMain(import.meta)) {
+  const port = Number(process.env.QUOTA_PORT ?? 7745);
+  const rounds = Number(process.env.ROUNDS ?? 50);
+  // SHAPES=0,1: only those rows of SYNC_SHAPES
+  const only = process.env.SHAPES?.split(",").map(Number);
+  const scripts = process.argv.length > 2 ? process.argv.slice(2) : ["lua/quota-sync.lua"];
+  console.log("| Script | Rule | Keys per call | Instructions per call | per key (over the 1-key call) |");
+  console.log("|---|---|---|---|---|");
+  for (const path of scripts) {
+    const lua = readFileSync(path, "utf8");
+    const perCall = new Map<string, number>();
+    for (const [index, shape] of SYNC_SHAPES.entries()) {
+      if (only && !only.includes(index)) continue;
+      const ir = await countShape(port, lua, shape, rounds);
+      const single = perCall.get(shape.name);
+      if (shape.keysPerCall === 1) perCall.set(shape.name, ir);
+      const perKey = single === undefined ? "—" : ((ir - single) / (shape.keysPerCall - 1)).toFixed(0);
+      console.log(`| ${path} | ${shape.name} | ${shape.keysPerCall} | ${ir.toFixed(0)} | ${perKey} |`);
+    }
+  }
+}
