@@ -55,9 +55,13 @@ function lambdaEnvironment(variables: Record<string, string | undefined>): Recor
 /**
  * Read the policy and the bitmaps, nothing else in the bucket: GetObject (HEAD included) on three prefixes;
  * write only the copies of accepted bitmaps (`accepted/`, which every container's shrink check compares with).
+ * ListBucket on the bucket, because without it S3 answers a GET of a missing object 403, not 404: the
+ * shrink check reads an `accepted/` record that does not exist yet on a first deployment and for every
+ * new segment, and a 403 there would fail the rules load of a cold container.
  */
 function rulesAccess(storage: Storage): iam.PolicyStatement[] {
   return [
+    new iam.PolicyStatement({ actions: ["s3:ListBucket"], resources: [storage.bucket.bucketArn] }),
     new iam.PolicyStatement({
       actions: ["s3:GetObject"],
       resources: [

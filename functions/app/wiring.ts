@@ -15,7 +15,7 @@ import { S3ObjectStore } from "../adapters/s3-object-store.ts";
 import { SqsDeadLetterSink, SqsDeliverySink } from "../adapters/sqs-sinks.ts";
 import { CampaignConsumer } from "../core/capping/campaign-consumer.ts";
 import { Capper } from "../core/capping/capper.ts";
-import { RulesSource } from "../core/capping/rules-source.ts";
+import { type Rules, RulesSource } from "../core/capping/rules-source.ts";
 import { Limiter } from "../core/limits/limiter.ts";
 import { NegativeCache } from "../core/limits/negative-cache.ts";
 import { QuotaSyncService, rulesStamp } from "../core/quotas/quota-sync-service.ts";
@@ -36,6 +36,7 @@ function commonParts(
   logger: Logger,
   metrics: Metrics,
   redis: Pick<RedisClusterConfig, "autoPipelining"> = {},
+  onActivated?: (active: Rules) => void,
 ) {
   const { s3, sqs } = createAwsClients({
     region: config.AWS_REGION,
@@ -58,7 +59,10 @@ function commonParts(
       const single = metrics.singleMetric();
       single.addMetric("rulesRejected", MetricUnit.Count, 1);
     },
-    onActivated: (active, tags) => logger.info("rules in service", { policyVersion: active.policy.version, tags }),
+    onActivated: (active, tags) => {
+      logger.info("rules in service", { policyVersion: active.policy.version, tags });
+      onActivated?.(active);
+    },
     onCopyFailed: (error) =>
       logger.warn("the accepted bitmap's copy was not written; containers started later compare with the one before", {
         error,
@@ -110,7 +114,13 @@ export function wireCheckApi(env: NodeJS.ProcessEnv) {
   const logger = new Logger({ serviceName: "tollgate-check-api" });
   const metrics = new Metrics({ namespace: "Tollgate", serviceName: "check-api" });
   // one invocation at a time, one script call each: nothing for autopipelining to batch
-  const { cluster, rules } = commonParts(config, logger, metrics, { autoPipelining: false });
+  // Clients syncing straight to Redis learn a quota rule (or its change) only from Redis: the rules are
+  // written there as soon as this container loads them, not only before the next sync through this API.
+  const publishQuotaRules = (active: Rules) =>
+    quotas
+      .publish(quotaRulesOf(active))
+      .catch((error) => logger.warn("quota rules not written to Redis; the next sync writes them", { error }));
+  const { cluster, rules } = commonParts(config, logger, metrics, { autoPipelining: false }, publishQuotaRules);
   const limiter = new Limiter({
     store: new RedisLimitStore(cluster, { deadlineMs: config.CHECK_TIMEOUT_MS }),
     namespace: config.KEY_NAMESPACE,
@@ -148,10 +158,7 @@ export function wireCheckApi(env: NodeJS.ProcessEnv) {
   };
   const quotas = new QuotaSyncService({
     store: new RedisQuotaStore(cluster, config.KEY_NAMESPACE, config.CHECK_TIMEOUT_MS),
-    rules: async (quotaRule) => {
-      const { policy, policyModifiedAt, loadedAt } = await rules.current(quotaRule === undefined ? {} : { quotaRule });
-      return { quotas: policy.quotas, stamp: rulesStamp(policyModifiedAt ?? 0, loadedAt ?? 0) };
-    },
+    rules: async (quotaRule) => quotaRulesOf(await rules.current(quotaRule === undefined ? {} : { quotaRule })),
     clock: systemClock,
   });
   const handler = makeCheckApiHandler({
@@ -180,4 +187,9 @@ export function wireCheckApi(env: NodeJS.ProcessEnv) {
     return redis;
   };
   return { handler, cluster, config, warm };
+}
+
+/** The quota rules of the rules in service, stamped for the compare-and-set of their writes. */
+function quotaRulesOf({ policy, policyModifiedAt, loadedAt }: Rules) {
+  return { quotas: policy.quotas, stamp: rulesStamp(policyModifiedAt ?? 0, loadedAt ?? 0) };
 }

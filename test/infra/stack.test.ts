@@ -198,6 +198,18 @@ describe("template", () => {
     }
   });
 
+  it("lets both functions list the config bucket, so a missing accepted/ record reads as 404, not 403", () => {
+    const roles = new Set<string>();
+    for (const [, policy] of ofType("AWS::IAM::Policy")) {
+      const document = policy.Properties.PolicyDocument as { Statement: { Action: string | string[] }[] };
+      const lists = document.Statement.some((statement) =>
+        ([] as string[]).concat(statement.Action).includes("s3:ListBucket"),
+      );
+      if (lists) for (const role of policy.Properties.Roles as unknown[]) roles.add(JSON.stringify(role));
+    }
+    expect(roles.size).toBe(2);
+  });
+
   it("has the alarms an operator needs and outputs what a user needs", () => {
     const alarms = ofType("AWS::CloudWatch::Alarm").map(
       ([, a]) => `${a.Properties.Namespace}/${a.Properties.MetricName}`,

@@ -24,7 +24,7 @@ export interface SegmentFile {
 
 /**
  * Checks every bitmap (CorruptBitmapError names the bad one), then uploads each as segments/<name>. With
- * `allowShrink`, each upload also gets its force marker (the ETag it allows), so consumers accept it even
+ * `allowShrink`, each upload also gets its force marker (the ETag and write time of the upload it allows), so consumers accept it even
  * when it shrinks its segment by more than SEGMENT_MAX_SHRINK_PERCENT.
  */
 export async function publishSegments(
@@ -39,7 +39,8 @@ export async function publishSegments(
     await store.put(key, bytes);
     if (options.allowShrink) {
       if (!store.head) throw new Error("--allow-shrink needs a store that tells an object's ETag");
-      await store.put(allowShrinkMarkerKey(key), JSON.stringify({ etag: (await store.head(key)).etag }));
+      const { etag, modifiedAt } = await store.head(key);
+      await store.put(allowShrinkMarkerKey(key), JSON.stringify({ etag, modifiedAt }));
     }
     published.push({ key, bytes: bytes.length });
   }

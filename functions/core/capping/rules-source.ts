@@ -50,8 +50,10 @@ export interface Rules {
 type Bitmap = ReturnType<typeof parseBitmap>;
 
 /**
- * The object beside a bitmap that forces one upload of it through the shrink check: it holds the ETag of
- * the bitmap it allows (`{"etag": ...}`), so it never forces a later upload.
+ * The object beside a bitmap that forces one upload of it through the shrink check: it holds the ETag and
+ * the store's write time of the upload it allows (`{"etag": ..., "modifiedAt": ms}`), so it never forces a
+ * later upload, not even of the same bytes (an S3 ETag is the bytes' MD5: a shrunk export uploaded again
+ * weeks later has the same one).
  */
 export const allowShrinkMarkerKey = (bitmapKey: string) => `${bitmapKey}.allow-shrink`;
 
@@ -70,6 +72,14 @@ interface AcceptedRecord {
   bitmap: string;
   etag: string;
   users: number;
+}
+
+/** A segment's bitmap object as the store's HEAD describes it. */
+interface Upload {
+  segment: string;
+  key: string;
+  tag: string;
+  modifiedAt: number;
 }
 
 /** A segment's bitmap upload that was refused, and what is served in its place. */
@@ -161,13 +171,14 @@ export class RulesSource {
       for (const { name, bitmap } of policy.segments) {
         if (bitmap === undefined) continue;
         key = bitmap;
-        const { etag: tag } = await store.head(bitmap);
+        const { etag: tag, modifiedAt } = await store.head(bitmap);
+        const upload = { segment: name, key: bitmap, tag, modifiedAt };
         tags.set(bitmap, tag);
         const known = active?.tags.get(bitmap) === tag ? active.bitmaps.get(bitmap) : undefined;
         const refused = this.refused.get(name);
         // a refused upload is looked at again when it changes or its force marker appears (the CLI puts the
         // bitmap, then the marker: a refresh may fall between them)
-        if (refused?.key === bitmap && refused.tag === tag && (await this.markerTag(bitmap)) !== tag) {
+        if (refused?.key === bitmap && refused.tag === tag && !(await this.forced(upload))) {
           // refused before and not uploaded again: the same bitmap stays in its place, the refusal is told again
           bitmaps.set(bitmap, refused.served);
           refusals.push({ key: bitmap, reason: refused.error.message, at: startedAt });
@@ -175,7 +186,7 @@ export class RulesSource {
         } else if (known && !refused) {
           bitmaps.set(bitmap, known);
         } else {
-          const served = await this.admit({ segment: name, key: bitmap, tag });
+          const served = await this.admit(upload);
           const refusal = this.refused.get(name);
           if (refusal) refusals.push({ key: bitmap, reason: refusal.error.message, at: startedAt });
           if (served !== active?.bitmaps.get(bitmap)) changed = true;
@@ -217,7 +228,7 @@ export class RulesSource {
    * health) and the last accepted bitmap is served in its place: this container's own, or the stored copy
    * on a cold start; with neither, the refresh fails.
    */
-  private async admit(upload: { segment: string; key: string; tag: string }): Promise<Bitmap> {
+  private async admit(upload: Upload): Promise<Bitmap> {
     const { store, maxShrink } = this.options;
     const { segment, key, tag } = upload;
     const record = await this.acceptedRecord(segment);
@@ -228,8 +239,8 @@ export class RulesSource {
     if (record?.bitmap === key && record.etag === tag) return bitmap;
     const before = record?.users ?? inService?.size ?? 0;
     const after = bitmap.size;
-    if (before > 0 && after < before * (1 - maxShrink) && (await this.markerTag(key)) !== tag) {
-      const error = new SegmentShrinkError({ ...upload, before, after, maxShrink });
+    if (before > 0 && after < before * (1 - maxShrink) && !(await this.forced(upload))) {
+      const error = new SegmentShrinkError({ segment, key, before, after, maxShrink });
       // with nothing to serve in its place, the refresh fails (and says why)
       const served = inService ?? (record ? await this.acceptedCopy(segment, record, error) : undefined);
       if (!served) throw error;
@@ -298,15 +309,14 @@ export class RulesSource {
     }
   }
 
-  private async markerTag(bitmapKey: string): Promise<string | undefined> {
+  /** Whether the upload's force marker names this very upload (its ETag and its write time). */
+  private async forced({ key, tag, modifiedAt }: Upload): Promise<boolean> {
     try {
-      const marker = JSON.parse(
-        Buffer.from(await this.options.store.get(allowShrinkMarkerKey(bitmapKey))).toString("utf8"),
-      );
-      return typeof marker?.etag === "string" ? marker.etag : undefined;
+      const marker = JSON.parse(Buffer.from(await this.options.store.get(allowShrinkMarkerKey(key))).toString("utf8"));
+      return marker?.etag === tag && marker?.modifiedAt === modifiedAt;
     } catch {
       // no marker (or an unreadable one): the shrink is not forced
-      return undefined;
+      return false;
     }
   }
 }
