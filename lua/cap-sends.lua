@@ -48,7 +48,8 @@ behind it.
 
 Block value: cmsgpack of (format 4, width, compactAt, classLimit, identities, times, eventIdentities,
 classes, userClasses): event e is (times[e], identities[eventIdentities[e]]); a class is a string of
-`width`-byte event numbers; userClasses is 2 bytes per user (class number, 0 = no sends). Numbers stay
+`width`-byte event numbers; userClasses is 2 bytes per user (class number, 0 = no sends), or only 2 bytes
+when every user of the page has that class (a dense campaign's page; format 4 always had 512). Numbers stay
 stable between compactions, which happen when the event count reaches compactAt (never beyond what
 `width` can hold) or the class count reaches classLimit.
 ]=]
@@ -68,7 +69,7 @@ local horizon = tonumber(ARGV[6])
 local recordHashCount = tonumber(ARGV[9])
 local identityTableKey = KEYS[1]
 
-local FORMAT, PAGE_USERS, MIN_COMPACT_AT, MIN_CLASS_LIMIT = 4, 256, 32, 256
+local FORMAT, PAGE_USERS, MIN_COMPACT_AT, MIN_CLASS_LIMIT = 5, 256, 32, 256
 local FUTURE_BOUND_MS = 300000
 local REPLY_DUPLICATE, REPLY_EXEMPT, REPLY_FIRST_CAP = 1, 2, 3
 -- the largest event count each width can number, and the compaction threshold kept under it
@@ -553,14 +554,25 @@ local function encodeClass(numbers, width)
   return charsOf(bytes)
 end
 
--- `text` repeated `count` times, by doubling (string.rep adds one byte at a time: 2 µs for a page's class bytes)
+-- `text` repeated `count` times, by doubling (string.rep adds one byte at a time: 2 µs for a page's class bytes),
+-- once per call: the pages of a dense call repeat the same reply code and class bytes
+local repeatedOf = {}
 local function repeated(text, count)
-  local result = ''
-  while count > 0 do
-    if count % 2 == 1 then result = result .. text end
-    count = floor(count / 2)
-    if count > 0 then text = text .. text end
+  local byText = repeatedOf[count]
+  if byText == nil then
+    byText = {}
+    repeatedOf[count] = byText
   end
+  local result = byText[text]
+  if result then return result end
+  local part, left = text, count
+  result = ''
+  while left > 0 do
+    if left % 2 == 1 then result = result .. part end
+    left = floor(left / 2)
+    if left > 0 then part = part .. part end
+  end
+  byText[text] = result
   return result
 end
 
@@ -573,7 +585,9 @@ local function readBlock(key)
   if not blob then return nil end
   local format, width, compactAt, classLimit, identities, times, eventIdentities, classes, userClasses =
     cmsgpack.unpack(blob)
-  if format ~= FORMAT then return redis.error_reply('ERR cap-sends: unknown block format in ' .. key) end
+  if format ~= FORMAT and format ~= 4 then return redis.error_reply('ERR cap-sends: unknown block format in ' .. key) end
+  -- one class for the whole page: the page's bytes are the same string at every page of the call
+  if #userClasses == 2 then userClasses = repeated(userClasses, PAGE_USERS) end
   return { width = width, compactAt = compactAt, classLimit = classLimit, identities = identities,
     times = times, eventIdentities = eventIdentities, classes = classes, userClasses = userClasses }
 end
@@ -674,6 +688,13 @@ end
 local function extendTtl(key, ttl)
   if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end
 end
+-- The identity table's TTL is extended by an eighth more than needed: every call that writes a block or a record
+-- needs it to outlive them, and with the clock moving a call would otherwise rewrite it (a replicated PEXPIRE)
+-- every time; so only a call an eighth of the retention later does. Its identities and markers outlive what
+-- uses them by that much at most.
+local function extendTableTtl(key, ttl)
+  if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl + floor(ttl / 8)) end
+end
 
 -- The reply: codes as numbers in `reply`, moved into `replyParts` as a string before a page adds a string of codes.
 local reply, replyParts, windowLines = {}, {}, {}
@@ -716,13 +737,13 @@ local function patternSet(numbers)
   return concat(parts)
 end
 
--- whether a page argument's (offset, profile) pairs hold profile `number` (a byte at an even position)
-local function isProfileOf(pairsOfUsers, number)
-  local key, from = char(number), 2
+-- whether a page argument's (offset, profile) pairs hold profile `number` (a byte at an odd position from 7)
+local function isProfileOf(spec, number)
+  local key, from = char(number), 7
   while true do
-    local found = string.find(pairsOfUsers, key, from, true)
+    local found = string.find(spec, key, from, true)
     if found == nil then return false end
-    if found % 2 == 0 then return true end
+    if found % 2 == 1 then return true end
     from = found + 1
   end
 end
@@ -1213,12 +1234,13 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
   local recordedCode = exemptCounted and REPLY_EXEMPT or 0
   local absorbed, written, longestRetention = {}, false, 0
 
-  -- The block's value with the users' class bytes (a string, or a table of bytes), written once per page.
-  local function writeBlock(userClasses)
+  -- The block's value with the users' class bytes (a string, or a table of bytes), written once per page;
+  -- `uniform`: the 2 bytes of every user's class when they share one (stored alone).
+  local function writeBlock(userClasses, uniform)
     if #times >= block.compactAt or #block.classes >= block.classLimit then
       local bytes = type(userClasses) == 'table' and userClasses or { byte(userClasses, 1, 2 * PAGE_USERS) }
       compact(block, bytes)
-      userClasses = bytes
+      userClasses, uniform = bytes, nil
     end
     if type(userClasses) == 'table' then userClasses = char(unpackList(userClasses)) end
     local ttl = ttlFor(longestRetention)
@@ -1227,7 +1249,7 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
     if not existed then markedPagesToWrite[#markedPagesToWrite + 1] = pageNumber end
     identityTableTtl = math.max(identityTableTtl, ttl)
     redis.call('SET', blockKey, cmsgpack.pack(FORMAT, block.width, block.compactAt, block.classLimit,
-      block.identities, block.times, block.eventIdentities, block.classes, userClasses), 'PX', ttl)
+      block.identities, block.times, block.eventIdentities, block.classes, uniform or userClasses), 'PX', ttl)
     if #absorbed > 0 then redis.call('HDEL', KEYS[1 + hashIndex], unpackList(absorbed)) end
   end
 
@@ -1238,15 +1260,17 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
   -- New class bytes are written this way only when the call holds the whole page (its users ascend, so the
   -- pairs are offsets 0..255 in order). A user with a record, a call reporting windows, or a part of a page
   -- with something to write takes the per-user loop below.
-  -- (every user has the first user's class when the bytes equal themselves shifted by one user)
-  if not withWindows and sub(block.userClasses, 1, -3) == sub(block.userClasses, 3) and not anyRecord(records) then
-    local classBytes = sub(block.userClasses, 1, 2)
+  -- (every user has the first user's class when the bytes are the first user's repeated: strings are
+  -- interned, so once the call made that string, the comparison is one pointer's; the last user is looked at
+  -- first, so a page whose histories diverged rarely makes it)
+  local userClasses, classBytes = block.userClasses, sub(block.userClasses, 1, 2)
+  if not withWindows and sub(userClasses, -2) == classBytes and userClasses == repeated(classBytes, PAGE_USERS)
+    and not anyRecord(records) then
     local class = byte(classBytes, 1) * 256 + byte(classBytes, 2)
-    local pairsOfUsers = sub(spec, 6)
-    local userCount = #pairsOfUsers / 2
+    local userCount = (#spec - 5) / 2
     local codeOf, outcomeOf, firstCode, alike, anyRecorded = {}, {}, nil, true, false
     for profileNumber = 0, profileCount - 1 do
-      if isProfileOf(pairsOfUsers, profileNumber) then
+      if isProfileOf(spec, profileNumber) then
         local key = char(profileNumber)
         local outcome = decideClass(profileNumber, profiles[profileNumber], class)
         local code = outcome
@@ -1265,7 +1289,7 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
       if alike then
         codes = repeated(char(firstCode), userCount)
       else
-        codes = string.gsub(pairsOfUsers, '.(.)', codeOf)
+        codes = string.gsub(sub(spec, 6), '.(.)', codeOf)
         if #codes ~= userCount then return redis.error_reply('ERR cap-sends: unknown profile in ' .. blockKey) end
       end
       appendReply(codes)
@@ -1282,8 +1306,8 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
         successorBytes[key] = bytes
         if firstSuccessor == nil then firstSuccessor = bytes elseif bytes ~= firstSuccessor then sameSuccessor = false end
       end
-      if sameSuccessor then return writeBlock(repeated(firstSuccessor, PAGE_USERS)) end
-      return writeBlock((string.gsub(pairsOfUsers, '.(.)', successorBytes)))
+      if sameSuccessor then return writeBlock(repeated(firstSuccessor, PAGE_USERS), firstSuccessor) end
+      return writeBlock((string.gsub(sub(spec, 6), '.(.)', successorBytes)))
     end
   end
 
@@ -1432,7 +1456,7 @@ if myNumberWritten and myNumber then
   markers[#markers + 1] = now
 end
 if #markers > 0 then redis.call('HSET', identityTableKey, unpackList(markers)) end
-if identityTableTtl > 0 then extendTtl(identityTableKey, identityTableTtl) end
+if identityTableTtl > 0 then extendTableTtl(identityTableKey, identityTableTtl) end
 
 -- one byte per user
 flushReply()

@@ -1,5 +1,6 @@
 // lua/cap-sends.lua on the real cluster against the reference model (test/support/capping-model.ts):
 // random policies, dense and sparse users, sends and peeks with skewed and backfilled times.
+import { decode, decodeMulti, encode } from "@msgpack/msgpack";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RedisCapStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
@@ -15,6 +16,8 @@ import {
   scriptProfiles,
 } from "../../functions/core/capping/cap-sends-script.ts";
 import { keptHorizonMs, type Policy, parsePolicy } from "../../functions/core/capping/policy.ts";
+import { capIdentityKey, capPageKey, capTagOf } from "../../functions/core/shared/keys.ts";
+import { decodeBlock } from "../support/block.ts";
 import { CappingModel, fullestWindow, type ModelCall, type ModelDecision } from "../support/capping-model.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
 import { T0 } from "../support/rules.ts";
@@ -283,6 +286,71 @@ const wholePageCallArbitrary = fc.record({
   exemptCounted: fc.constantFrom(false, false, false, true),
 });
 
+describe("page blocks as stored", () => {
+  const policy = parsePolicy({
+    version: "stored",
+    channels: CHANNELS,
+    segments: [],
+    default: { name: "rest", caps: { a: [{ window: "1m", max: 2 }] } },
+  });
+  const segmentOf = () => 0;
+  const call = (now: number, campaignId: string): ModelCall => ({
+    mode: "count",
+    now,
+    at: now,
+    channel: "a",
+    campaignId,
+    exemptCounted: false,
+    users: PAGE,
+  });
+
+  it("stores one class's 2 bytes for a page whose users share it, and reads a format-4 block (512 class bytes) as before", async () => {
+    const namespace = uniqueNamespace();
+    const model = new CappingModel(policy, segmentOf, REDELIVERY_MS);
+    const key = capPageKey(namespace, 0);
+    expect(await runScript(namespace, policy, segmentOf, call(T0, "c1"))).toEqual(model.apply(call(T0, "c1")));
+    const stored = (await cluster.getBuffer(key)) as Buffer;
+    const values = [...decodeMulti(stored, { rawStrings: true })] as unknown[];
+    expect(values[0]).toBe(5);
+    expect((values[8] as Uint8Array).length).toBe(2);
+    expect(decodeBlock(stored).history(255)).toEqual(["a:c1"]);
+    // the same block as the format before wrote it: every user's 2 class bytes (strings as msgpack str, as the
+    // script packs them; every byte here is under 128, so text keeps them)
+    const text = (value: unknown): unknown =>
+      value instanceof Uint8Array
+        ? Buffer.from(value).toString("latin1")
+        : Array.isArray(value)
+          ? value.map(text)
+          : value;
+    const classBytes = Buffer.from(values[8] as Uint8Array);
+    const before = [4, ...values.slice(1, 8), Buffer.concat(PAGE.map(() => classBytes))].map(text);
+    await cluster.set(key, Buffer.concat(before.map((value) => encode(value))), "PX", await cluster.pttl(key));
+    expect(decodeBlock((await cluster.getBuffer(key)) as Buffer).history(7)).toEqual(["a:c1"]);
+    for (const [offset, campaignId] of [
+      [1_000, "c2"],
+      [2_000, "c3"],
+      [3_000, "c1"],
+    ] as const) {
+      const next = call(T0 + offset, campaignId);
+      expect(await runScript(namespace, policy, segmentOf, next)).toEqual(model.apply(next));
+    }
+  });
+
+  it("keeps the tag's identity table (the page markers) at least as long as the blocks, without extending it at every call", async () => {
+    const namespace = uniqueNamespace();
+    const block = capPageKey(namespace, 0);
+    const table = capIdentityKey(namespace, capTagOf(0));
+    await runScript(namespace, policy, segmentOf, call(T0, "c1"));
+    const first = await cluster.pttl(table);
+    expect(first).toBeGreaterThanOrEqual(await cluster.pttl(block));
+    // a minute later the block's TTL moves a minute on; the table's, set an eighth of the retention ahead, stays
+    await runScript(namespace, policy, segmentOf, call(T0 + 60_000, "c2"));
+    const second = await cluster.pttl(table);
+    expect(second).toBeLessThanOrEqual(first);
+    expect(second).toBeGreaterThanOrEqual(await cluster.pttl(block));
+  });
+});
+
 describe("whole pages decided per segment", () => {
   it("decides as the model does whether the page's users share a history or not", async () => {
     await fc.assert(
@@ -314,6 +382,91 @@ describe("whole pages decided per segment", () => {
       ),
       { numRuns: 15 },
     );
+  });
+});
+
+// Segments that repeat one another's caps (a policy may give several segments the same caps): the plan sends
+// one profile for them, so a dense page's shared history is decided and extended once; decisions must stay
+// each segment's own.
+const sharedCapsPolicyArbitrary = fc
+  .record({
+    pool: fc.array(fc.record({ a: fc.array(wholePageCapArbitrary, { maxLength: 2 }) }), { minLength: 1, maxLength: 2 }),
+    picks: fc.array(fc.nat(), { minLength: 1, maxLength: 4 }),
+    defaultPick: fc.nat(),
+  })
+  .map(({ pool, picks, defaultPick }) =>
+    parsePolicy({
+      version: "prop-shared",
+      channels: CHANNELS,
+      segments: picks.map((pick, i) => ({
+        name: `s${i}`,
+        bitmap: `segments/s${i}.roaring`,
+        caps: pool[pick % pool.length] as { a: { window: string; max: number }[] },
+      })),
+      default: { name: "rest", caps: pool[defaultPick % pool.length] as { a: { window: string; max: number }[] } },
+    }),
+  );
+
+describe("segments with the same caps", () => {
+  it("share one profile in a call and decide as the model does", async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        sharedCapsPolicyArbitrary,
+        fc.integer({ min: 1, max: 64 }),
+        fc.array(wholePageCallArbitrary, { minLength: 3, maxLength: 8 }),
+        async (policy, stride, calls) => {
+          const namespace = uniqueNamespace();
+          const segmentOf = (user: number) => Math.floor(user / stride) % policy.segments.length;
+          const model = new CappingModel(policy, segmentOf, REDELIVERY_MS);
+          let now = T0;
+          for (const step of calls) {
+            now += step.elapsed;
+            const reach = step.skew < 0 ? policy.backfillMs : Math.min(300_000, 3 * policy.backfillMs);
+            const call: ModelCall = {
+              mode: step.mode as "count" | "peek",
+              now,
+              at: now + Math.round(step.skew * reach),
+              channel: step.channel,
+              campaignId: step.campaignId,
+              exemptCounted: step.exemptCounted,
+              users: step.users,
+            };
+            expect(await runScript(namespace, policy, segmentOf, call)).toEqual(model.apply(call));
+          }
+        },
+      ),
+      { numRuns: 12 },
+    );
+  });
+
+  it("sends one profile per distinct caps and retention, whatever the number of segments", () => {
+    const caps = (max: number) => ({ a: [{ window: "1m", max }] });
+    const policy = parsePolicy({
+      version: "plan-shared",
+      channels: CHANNELS,
+      segments: [caps(1), caps(2), caps(1), caps(1)].map((c, i) => ({ name: `s${i}`, bitmap: `s${i}`, caps: c })),
+      default: { name: "rest", caps: caps(2) },
+    });
+    const sortedIds = Uint32Array.from(PAGE);
+    const [call] = planCapSends({
+      namespace: "plan",
+      now: T0,
+      at: T0,
+      mode: "count",
+      channel: "a",
+      campaignId: "c",
+      forced: false,
+      horizonMs: keptHorizonMs(policy, REDELIVERY_MS),
+      profiles: scriptProfiles(policy, "a", REDELIVERY_MS),
+      sortedIds,
+      segmentOf: Uint8Array.from(sortedIds, (user) => user % 5),
+    });
+    const profiles = decode(call?.args[6] as Buffer) as [number[], number[], number[]][];
+    expect(profiles.map(([, maxima]) => maxima)).toEqual([[1], [2]]);
+    // each user's profile byte names the profile of its segment's caps
+    const spec = call?.args[9] as Buffer;
+    const profileOfUser = (user: number) => spec[5 + 2 * user + 1];
+    expect(PAGE.map(profileOfUser)).toEqual(PAGE.map((user) => ([0, 2, 3].includes(user % 5) ? 0 : 1)));
   });
 });
 

@@ -1,4 +1,4 @@
-// Reads what lua/cap-sends.lua stores (a page block, format 4, and a user record) so tests can check it.
+// Reads what lua/cap-sends.lua stores (a page block, format 5 or 4, and a user record) so tests can check it.
 import { decodeMulti } from "@msgpack/msgpack";
 
 export interface Block {
@@ -16,7 +16,7 @@ export function decodeBlock(value: Buffer): Block {
   const [format, width, compactAt, classLimit, identities, times, eventIdentities, classes, users] = [
     ...decodeMulti(value, { rawStrings: true }),
   ] as [number, number, number, number, Uint8Array[], number[], number[], Uint8Array[], Uint8Array];
-  if (format !== 4) throw new Error(`unknown block format ${format}`);
+  if (format !== 5 && format !== 4) throw new Error(`unknown block format ${format}`);
   const text = (bytes: Uint8Array) => Buffer.from(bytes).toString("latin1");
   const events = times.map((at, e) => ({
     at,
@@ -25,7 +25,8 @@ export function decodeBlock(value: Buffer): Block {
   const decodedClasses = classes.map((bytes) =>
     Array.from({ length: bytes.length / width }, (_, i) => Buffer.from(bytes).readUIntBE(width * i, width)),
   );
-  const classOf = (offset: number) => Buffer.from(users).readUInt16BE(2 * offset);
+  // format 5: 2 bytes alone when every user of the page has that class
+  const classOf = (offset: number) => Buffer.from(users).readUInt16BE(users.length === 2 ? 0 : 2 * offset);
   return {
     width,
     compactAt,

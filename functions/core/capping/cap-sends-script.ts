@@ -267,8 +267,11 @@ function buildCall(request: CapSendsRequest, tag: number, runs: PageRun[], users
   const { sortedIds, segmentOf } = request;
   const rangeIndex = new Map<number, number>();
   for (const run of runs) if (!rangeIndex.has(run.range)) rangeIndex.set(run.range, rangeIndex.size + 1);
-  // only the profiles of this call's users travel, renumbered: the script's cost never depends on the policy's size
+  // only the profiles of this call's users travel, renumbered: the script's cost never depends on the policy's size.
+  // Segments with the same caps and retentions share one number: the script decides (and successors) a
+  // page's history once per profile present, so a policy whose segments repeat their caps costs one profile
   const localProfile = new Int16Array(256).fill(-1);
+  const localOfContent = new Map<string, number>();
   const callProfiles: number[] = [];
   const members = new Array<number>(users);
   let m = 0;
@@ -284,9 +287,13 @@ function buildCall(request: CapSendsRequest, tag: number, runs: PageRun[], users
       const profile = segmentOf[i] as number;
       let local = localProfile[profile] as number;
       if (local < 0) {
-        local = callProfiles.length;
+        const content = JSON.stringify(request.profiles[profile]);
+        local = localOfContent.get(content) ?? callProfiles.length;
+        if (local === callProfiles.length) {
+          localOfContent.set(content, local);
+          callProfiles.push(profile);
+        }
         localProfile[profile] = local;
-        callProfiles.push(profile);
       }
       spec[k] = (sortedIds[i] as number) % USERS_PER_PAGE;
       spec[k + 1] = local;
