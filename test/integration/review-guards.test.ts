@@ -16,7 +16,7 @@ import { publishQuotaRules } from "../../functions/app/quota-actions.ts";
 import { Capper } from "../../functions/core/capping/capper.ts";
 import type { DeliveryMessage } from "../../functions/core/capping/delivery.ts";
 import { DEFAULT_REDELIVERY_MS, keptMs, type Policy, parsePolicyText } from "../../functions/core/capping/policy.ts";
-import { type Rules, RulesSource } from "../../functions/core/capping/rules-source.ts";
+import { allowShrinkMarkerKey, type Rules, RulesSource } from "../../functions/core/capping/rules-source.ts";
 import { buildSegments } from "../../functions/core/capping/segment-builder.ts";
 import { QuotaSyncService } from "../../functions/core/quotas/quota-sync-service.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
@@ -29,6 +29,8 @@ import { httpTransport } from "../../sdk/src/transports/http.ts";
 import { redisTransport } from "../../sdk/src/transports/redis.ts";
 import {
   type ApproximateAssignment,
+  MAX_KEY_LENGTH,
+  MAX_KEYS_PER_SYNC,
   type QuotaRule,
   type StrictAssignment,
   type SyncEntry,
@@ -479,6 +481,24 @@ describe("review: POST /v1/quotas/sync, replayed, reordered and concurrent syncs
     await quotas.stop();
   });
 
+  it("an SDK instance holding 256 keys of 256 characters (MAX_KEYS_PER_SYNC, MAX_KEY_LENGTH) over httpTransport gets every key an allowance: no sync body over the route's 64 KiB (review4 defect, fixed)", async () => {
+    const base = quotasPolicy("review4.keys.1", 60);
+    const many = { name: "many", mode: "approximate", limits: [{ window: "1s", max: 1_000_000 }] };
+    await uploadRules(stack, { ...base, quotas: [...base.quotas, many] }, {});
+    const errors: string[] = [];
+    const quotas = createQuotas({
+      // a generous timeout: this asserts what the route answers, not how fast a loaded machine is
+      transport: httpTransport({ url: stack.endpoints.functionUrl, timeoutMs: 20_000 }),
+      onError: (error) => errors.push(error.message.slice(0, 80)),
+    });
+    const keys = Array.from({ length: MAX_KEYS_PER_SYNC }, (_, i) => `${i}-`.padEnd(MAX_KEY_LENGTH, "k"));
+    for (const key of keys) quotas.check("many", key, 1);
+    for (let round = 0; round < 4; round++) await quotas.sync();
+    const admitted = keys.filter((key) => quotas.check("many", key, 1).allowed).length;
+    expect({ admitted, errors: [...new Set(errors)] }).toEqual({ admitted: keys.length, errors: [] });
+    await quotas.stop();
+  });
+
   it("tollgate quotas usage reports the clients' instance count, and reading it does not change what clients are told (review3 defect, fixed)", async () => {
     // a rule of its own: the other tests' instances sync "wide" and would count for 5 s after their last sync
     const base = quotasPolicy("review.usage.1", 60);
@@ -550,6 +570,17 @@ const pipelinePolicy = {
 /** SQS's largest message, and the default MaximumMessageSize of every queue of the stack. */
 const SQS_MAX = 1_048_576;
 
+/** The shrink guards' clock, bucket and containers: segment "new" of 10,000 users in a fresh bucket. */
+const shrinkClock = fixedClock(T0);
+const usersBitmap = (n: number) =>
+  buildSegments([{ name: "s", userIds: Array.from({ length: n }, (_, i) => i) }]).get("s") as Uint8Array;
+const shrinkPolicy = (bitmap: string) =>
+  JSON.stringify({
+    ...pipelinePolicy,
+    version: uniqueNamespace(),
+    segments: [{ ...pipelinePolicy.segments[0], bitmap }],
+  });
+
 describe("review: nothing counted that is not forwarded (issue 9 item 7)", () => {
   let stack: LocalStack;
   beforeAll(async () => {
@@ -560,6 +591,16 @@ describe("review: nothing counted that is not forwarded (issue 9 item 7)", () =>
   afterAll(async () => {
     await stack.stop();
   });
+  const shrinkBucket = async () => {
+    const bucket = `r4-shrink-${uniqueNamespace()}`.toLowerCase().replace(/[^a-z0-9-]/g, "-");
+    const { s3 } = clientsOf(stack);
+    await s3.send(new CreateBucketCommand({ Bucket: bucket }));
+    await uploadObject(s3, bucket, "segments/new.roaring", usersBitmap(10_000));
+    await uploadObject(s3, bucket, "config/policy.json", shrinkPolicy("segments/new.roaring"));
+    const container = () =>
+      new RulesSource({ store: new S3ObjectStore(s3, bucket), refreshMs: 60_000, clock: shrinkClock });
+    return { s3, bucket, container };
+  };
 
   it("a container started after a refused 99% shrink serves the last accepted bitmap, not the refused one (review3 defect, fixed)", async () => {
     const bucket = `r3-shrink-${uniqueNamespace()}`;
@@ -584,6 +625,53 @@ describe("review: nothing counted that is not forwarded (issue 9 item 7)", () =>
         (error: Error) => error.name,
       );
     expect(cold).not.toEqual([100]);
+  });
+
+  it("segments upload --allow-shrink: a container that refreshed between the bitmap and its force marker serves the forced upload once the marker is there, as a new container does (review4 defect, fixed)", async () => {
+    const { s3, bucket, container } = await shrinkBucket();
+    const warm = container();
+    expect((await warm.current()).segments.sizes()).toEqual([10_000]);
+    // publishSegments(..., { allowShrink: true }) puts the bitmap, then its marker: a refresh may fall between
+    const store = new S3ObjectStore(s3, bucket);
+    await store.put("segments/new.roaring", usersBitmap(100));
+    shrinkClock.advance(60_000);
+    expect((await warm.current()).segments.sizes()).toEqual([10_000]);
+    const { etag } = await store.head("segments/new.roaring");
+    await store.put(allowShrinkMarkerKey("segments/new.roaring"), JSON.stringify({ etag }));
+    expect((await container().current()).segments.sizes()).toEqual([100]);
+    shrinkClock.advance(60_000);
+    expect((await warm.current()).segments.sizes()).toEqual([100]);
+  });
+
+  it("a segment whose policy moves it to a new bitmap key holding 1% of its users is refused like a shrink, and the last good rules stay (review4 defect, fixed)", async () => {
+    const { s3, bucket, container } = await shrinkBucket();
+    const warm = container();
+    expect((await warm.current()).segments.sizes()).toEqual([10_000]);
+    // the export job writes its new file name and the policy follows it (no --allow-shrink)
+    await publishSegments(s3, bucket, [{ name: "new-2026-11-23.roaring", bytes: usersBitmap(100) }]);
+    await uploadObject(s3, bucket, "config/policy.json", shrinkPolicy("segments/new-2026-11-23.roaring"));
+    shrinkClock.advance(60_000);
+    expect((await warm.current()).segments.sizes()).toEqual([10_000]);
+    expect((await container().current()).segments.sizes()).toEqual([10_000]);
+  });
+
+  it("a policy naming a segment's bitmap under accepted/ (where containers keep their copies) is refused, naming the field, and the last good rules stay (review4 defect, fixed)", async () => {
+    const { s3, bucket, container } = await shrinkBucket();
+    const warm = container();
+    expect((await warm.current()).segments.sizes()).toEqual([10_000]);
+    // a second segment's object where the first one's accepted copy is kept
+    await uploadObject(s3, bucket, "accepted/segments/other.roaring", usersBitmap(5));
+    const text = JSON.parse(shrinkPolicy("segments/new.roaring"));
+    text.segments.push({ ...text.segments[0], name: "other", bitmap: "accepted/segments/new.roaring" });
+    await uploadObject(s3, bucket, "config/policy.json", JSON.stringify(text));
+    shrinkClock.advance(60_000);
+    expect((await warm.current()).segments.sizes()).toEqual([10_000]);
+    expect(
+      warm
+        .status()
+        .refused.map((r) => r.reason)
+        .join(),
+    ).toMatch(/segments\[1\]\.bitmap/);
   });
 
   it("dead-letters a campaign message near 1 MiB whose delivery message cannot fit, body unchanged, with the attributes that fit", async () => {
