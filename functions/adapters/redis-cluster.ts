@@ -138,11 +138,14 @@ export class RedisCapStore implements CapStore {
  */
 export class RedisLimitStore implements LimitStore {
   private readonly callOptions: CallOptions;
+  /** Looked up once: the client's RedisCalls never changes. */
+  private readonly calls: RedisCalls;
 
   constructor(
     private readonly cluster: Cluster,
     options: { deadlineMs: number; onRetry?: (error: Error) => void },
   ) {
+    this.calls = redisCallsOf(cluster);
     this.callOptions = {
       deadlineMs: options.deadlineMs,
       retryOn: "not-run",
@@ -153,7 +156,7 @@ export class RedisLimitStore implements LimitStore {
   runLimit(algorithm: Algorithm, key: string, args: readonly string[]): Promise<number[]> {
     const script = limitScripts[algorithm];
     if (!script) throw new Error(`no limit script for ${algorithm}`);
-    return redisCallsOf(this.cluster).call(
+    return this.calls.call(
       `limit on ${key}`,
       [key],
       () => evalScript(this.cluster, script, [key], args),
@@ -162,7 +165,7 @@ export class RedisLimitStore implements LimitStore {
   }
 
   runLimits(keys: readonly string[], args: readonly string[]): Promise<number[]> {
-    return redisCallsOf(this.cluster).call(
+    return this.calls.call(
       `limits on ${keys[0]}`,
       keys,
       () => evalScript(this.cluster, limitsScript, keys, args),

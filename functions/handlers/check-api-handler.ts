@@ -178,9 +178,30 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
 
   // No early-timeout timer per invocation: every Redis call has its own deadline (CHECK_TIMEOUT_MS),
   // far inside the function's timeout.
-  const middleware = middy(handler, { timeoutEarlyInMillis: 0 }).use(injectLambdaContext(logger));
+  const middleware = middy(handler, { timeoutEarlyInMillis: 0 }).use(lambdaContextOf(logger));
   return metricsOn ? middleware.use(logMetrics(metrics)) : middleware;
 }
+
+/**
+ * The invocation's Lambda context in every log line. Powertools' injectLambdaContext also draws log
+ * sampling again per invocation, and that reads the environment (the log level variables) each time: in
+ * the profile, more than the rest of the logger's work per request. Without a sample rate (Powertools'
+ * default, and the check API's) the draw only sets the level it already has, so the context is added
+ * alone. With a sample rate, or a Powertools whose internals do not say, injectLambdaContext as it is.
+ */
+export function lambdaContextOf(logger: Logger): middy.MiddlewareObj<APIGatewayProxyEventV2, HttpResponse> {
+  if (logSampleRate(logger) !== 0) return injectLambdaContext(logger);
+  return {
+    before: (request) => {
+      logger.addContext(request.context);
+      logger.logEventIfEnabled(request.event);
+    },
+  };
+}
+
+/** The sample rate the Logger settled on at construction (its option, else POWERTOOLS_LOGGER_SAMPLE_RATE). */
+const logSampleRate = (logger: Logger): unknown =>
+  (logger as unknown as { powertoolsLogData?: { sampleRateValue?: unknown } }).powertoolsLogData?.sampleRateValue;
 
 /** Powertools decides at construction whether metrics are off; its `isDisabled()` is protected. */
 class MetricsSwitch extends Metrics {

@@ -8,7 +8,7 @@ import calculateSlot from "cluster-key-slot";
 import fc from "fast-check";
 import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
-import { RedisCapStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
+import { RedisCapStore, RedisLimitStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
 import { RedisQuotaStore } from "../../functions/adapters/redis-quota-store.ts";
 import { S3ObjectStore } from "../../functions/adapters/s3-object-store.ts";
 import { publishSegments, uploadObject } from "../../functions/app/operator-actions.ts";
@@ -18,6 +18,7 @@ import type { DeliveryMessage } from "../../functions/core/capping/delivery.ts";
 import { DEFAULT_REDELIVERY_MS, keptMs, type Policy, parsePolicyText } from "../../functions/core/capping/policy.ts";
 import { allowShrinkMarkerKey, type Rules, RulesSource } from "../../functions/core/capping/rules-source.ts";
 import { buildSegments } from "../../functions/core/capping/segment-builder.ts";
+import { Limiter } from "../../functions/core/limits/limiter.ts";
 import { QuotaSyncService } from "../../functions/core/quotas/quota-sync-service.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { capIdentityKey, capRecordKey, capTagOf, recordRangeOf } from "../../functions/core/shared/keys.ts";
@@ -1255,5 +1256,27 @@ describe("review: capping during a slot migration (DESIGN.md: exact; a fault not
       await waitForCluster({ basePort });
     }
     expect(decision).toBe("capped");
+  });
+});
+
+describe("review4: limit keys in Redis (DESIGN.md: key text cannot collide with another key)", () => {
+  it("POST /v1/limit: keys that differ only in lone surrogates (valid JSON escapes, e.g. \\ud800 and \\udc00) are separate counters (review4 defect, fixed)", async () => {
+    const limiter = new Limiter({
+      store: new RedisLimitStore(cluster, { deadlineMs: 2_000 }),
+      namespace: uniqueNamespace(),
+    });
+    const spec = { algorithm: "fixed-window", max: 1, windowMs: 60_000 };
+    // what the JSON escapes "\\ud800", "\\udc00", "\\udbff" and "\\ufffd" parse to: four different valid keys
+    const keys = [0xd800, 0xdc00, 0xdbff, 0xfffd].map((unit) => String.fromCharCode(unit));
+    expect(new Set(keys).size).toBe(4);
+    const allowed = [];
+    for (const key of keys) allowed.push((await limiter.check({ key, ...spec })).allowed);
+    expect(allowed).toEqual([true, true, true, true]);
+    // and /v1/limits scopes likewise: one scope's limit spent, the other's untouched
+    const scoped = (scope: string) =>
+      limiter.checkAll({ scope, limits: [{ key: "k", algorithm: "fixed-window", max: 1, windowMs: 60_000 }] });
+    expect((await scoped("\ud800")).allowed).toBe(true);
+    expect((await scoped("\udc00")).allowed).toBe(true);
+    expect((await scoped("\ud800")).allowed).toBe(false);
   });
 });

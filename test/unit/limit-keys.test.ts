@@ -59,4 +59,42 @@ describe("rate-limit keys", () => {
     expect(hashTag(scopedLimitKey("tg", "}", "gcra", "k"))).toBe("%7D");
     expect(limitKey("tg", "gcra", "k")).not.toBe(scopedLimitKey("tg", "k", "gcra", "k"));
   });
+
+  // Redis sees the key as ioredis writes it, UTF-8, where every lone surrogate becomes U+FFFD
+  const wire = (key: string) => Buffer.from(key, "utf8").toString("hex");
+  const surrogates = fc.string({
+    unit: fc.constantFrom(
+      "\ud800",
+      "\udbff",
+      "\udc00",
+      "\udfff",
+      "\ud83d",
+      "\ude00",
+      "\ufffd",
+      "%",
+      "u",
+      "D",
+      "8",
+      "{",
+    ),
+    minLength: 1,
+    maxLength: 8,
+  });
+
+  it("never give two different texts the same bytes on the wire, lone surrogates included", () => {
+    fc.assert(
+      fc.property(surrogates, surrogates, surrogates, surrogates, (s1, k1, s2, k2) => {
+        fc.pre(s1 !== s2 || k1 !== k2);
+        expect(wire(scopedLimitKey("tg", s1, "gcra", k1))).not.toBe(wire(scopedLimitKey("tg", s2, "gcra", k2)));
+        if (k1 !== k2) expect(wire(limitKey("tg", "gcra", k1))).not.toBe(wire(limitKey("tg", "gcra", k2)));
+      }),
+    );
+  });
+
+  it("keys that differ only in lone surrogates are apart; a surrogate pair is kept as it is", () => {
+    const keys = [0xd800, 0xdc00, 0xdbff, 0xfffd].map((unit) => limitKey("tg", "gcra", String.fromCharCode(unit)));
+    expect(new Set(keys.map(wire)).size).toBe(4);
+    expect(keys[0]).toBe("tg:rl:{%uD800}:gcra");
+    expect(limitKey("tg", "gcra", "a\ud83d\ude00b")).toBe("tg:rl:{a\ud83d\ude00b}:gcra");
+  });
 });

@@ -16,19 +16,26 @@ export const REPLY_PER_LIMIT = 5;
 
 /** ARGV of lua/limit.lua: now, cost, then the algorithm's parameters (the script reads missing ones as nil). */
 export function limitArgs(now: number, spec: LimitSpec, cost: number): string[] {
-  return [String(now), String(cost), ...parameters(spec)];
+  // appended in place, not spread: this runs on every check
+  return parameters(spec, [String(now), String(cost)]);
 }
 
-/** The parameters p1..p4 of each algorithm, as its lua/<algorithm>.lua header names them; unused ones left out. */
-export function parameters(spec: LimitSpec): string[] {
+/**
+ * The parameters p1..p4 of each algorithm, as its lua/<algorithm>.lua header names them (unused ones left
+ * out), appended to `head`.
+ */
+export function parameters(spec: LimitSpec, head: string[] = []): string[] {
   switch (spec.algorithm) {
     case "token-bucket":
-      return [String(spec.max), String(spec.refillAmount), String(spec.refillEveryMs), spec.strict ? "1" : "0"];
+      head.push(String(spec.max), String(spec.refillAmount), String(spec.refillEveryMs), spec.strict ? "1" : "0");
+      break;
     case "gcra":
-      return [String(spec.burst), String(spec.count), String(spec.periodMs)];
+      head.push(String(spec.burst), String(spec.count), String(spec.periodMs));
+      break;
     default:
-      return [String(spec.max), String(spec.windowMs)];
+      head.push(String(spec.max), String(spec.windowMs));
   }
+  return head;
 }
 
 /** One limit's result at `offset` of a reply; a denial always carries a retry time of at least 1 ms. */

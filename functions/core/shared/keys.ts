@@ -54,13 +54,30 @@ export function capPageKey(namespace: string, page: number): string {
   return `${namespace}:cap:{${capTagOf(page * USERS_PER_PAGE)}}:p:${page}`;
 }
 
+/** Characters that could open or close a hash tag, and the escape character itself. */
+const BRACES = /[%{}]/;
+const BRACES_ALL = /[%{}]/g;
+/** A UTF-16 surrogate that is not half of a pair. */
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
+
 /**
- * Scope and key text inside a Redis key: "%", "{" and "}" percent-encoded. The text can then never close
- * or open a hash tag, and two different texts never encode alike.
+ * Scope and key text inside a Redis key: "%", "{" and "}" percent-encoded, and each lone surrogate as `%u`
+ * and its four hex digits. The text can then never close or open a hash tag, and two different texts never
+ * encode alike: ioredis sends keys as UTF-8, where every lone surrogate (valid in JSON as `\ud800`) becomes
+ * U+FFFD, so "\ud800" and "\udc00" would otherwise name one key. Text with neither (nearly every key) is
+ * returned as it is after two scans, without a replace (this runs on every check).
  */
 function encodeName(text: string): string {
-  return text.replace(/[%{}]/g, (c) => (c === "%" ? "%25" : c === "{" ? "%7B" : "%7D"));
+  const escaped = BRACES.test(text)
+    ? text.replace(BRACES_ALL, (c) => (c === "%" ? "%25" : c === "{" ? "%7B" : "%7D"))
+    : text;
+  return isWellFormed(escaped)
+    ? escaped
+    : escaped.replace(LONE_SURROGATE, (c) => `%u${c.charCodeAt(0).toString(16).toUpperCase()}`);
 }
+
+/** String.prototype.isWellFormed (ES2024, Node 20+; the compiler's library here is ES2022). */
+const isWellFormed = (text: string): boolean => (text as unknown as { isWellFormed(): boolean }).isWellFormed();
 
 /**
  * A rate limit's state, POST /v1/limit: `<namespace>:rl:{<key>}:<algorithm>`; the key is its own hash tag.
