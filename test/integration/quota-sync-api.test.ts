@@ -1,39 +1,44 @@
 // POST /v1/quotas/sync through the local Function URL server, the real handler and the real cluster: the
 // strict request schema, the rule's slot groups, replays, and the rule published from the policy.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import type { TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
+import { RedisQuotaStore } from "../../functions/adapters/redis-quota-store.ts";
 import type { LocalStack } from "../../scripts/local-stack.ts";
 import type { SyncRequest } from "../../sdk/src/wire.ts";
 import { slotGroupOf } from "../../sdk/src/wire.ts";
+import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
 import { testStack, uploadRules } from "../support/pipeline.ts";
 
 let stack: LocalStack;
+let cluster: TollgateCluster;
+const namespace = uniqueNamespace();
+const quotaRules = [
+  {
+    name: "api",
+    mode: "approximate",
+    limits: [
+      { window: "1s", max: 100 },
+      { window: "5s", max: 300 },
+    ],
+  },
+  { name: "search", mode: "strict", limits: [{ window: "1s", max: 10 }], slotGroups: 4 },
+];
+const policy = (version: string, quotas: unknown[]) => ({
+  version,
+  channels: ["push"],
+  segments: [],
+  default: { name: "rest", caps: {} },
+  quotas,
+});
 beforeAll(async () => {
+  cluster = connectCluster();
   // the policy is uploaded after the stack starts: no cached "no rules" from the warm-up
-  stack = await testStack({ environment: { REFRESH_SECONDS: "0" } });
-  await uploadRules(
-    stack,
-    {
-      version: "quotas.1",
-      channels: ["push"],
-      segments: [],
-      default: { name: "rest", caps: {} },
-      quotas: [
-        {
-          name: "api",
-          mode: "approximate",
-          limits: [
-            { window: "1s", max: 100 },
-            { window: "5s", max: 300 },
-          ],
-        },
-        { name: "search", mode: "strict", limits: [{ window: "1s", max: 10 }], slotGroups: 4 },
-      ],
-    },
-    {},
-  );
+  stack = await testStack({ environment: { REFRESH_SECONDS: "0", KEY_NAMESPACE: namespace } });
+  await uploadRules(stack, policy("quotas.1", quotaRules), {});
 });
 afterAll(async () => {
   await stack.stop();
+  await cluster.quit();
 });
 
 type Refusal = { error: { message: string; path: string } };
@@ -149,5 +154,34 @@ describe("POST /v1/quotas/sync", () => {
   it("answers norule for a rule the policy does not have", async () => {
     const reply = await (await sync(request({ rule: "nope" }))).json();
     expect(reply).toMatchObject({ status: "norule", entries: [] });
+  });
+
+  it("a rule added to the policy reaches an instance that syncs directly to Redis once a container loads the policy, with no POST /v1/quotas/sync", async () => {
+    // last in the file: the policy changes for every test after it
+    await uploadRules(
+      stack,
+      policy("quotas.2", [...quotaRules, { name: "vpc", mode: "approximate", limits: [{ window: "1s", max: 40 }] }]),
+      {},
+    );
+    // any request makes the container load the policy (REFRESH_SECONDS 0); health reads no quota rule
+    expect(await (await fetch(`${stack.endpoints.functionUrl}/v1/health`)).json()).toMatchObject({
+      policyVersion: "quotas.2",
+    });
+    const direct = new RedisQuotaStore(cluster, namespace);
+    const body: SyncRequest = {
+      instanceId: "in-vpc",
+      rule: "vpc",
+      group: 0,
+      seq: 1,
+      configVersion: "",
+      entries: [{ key: "k", usage: [], refunds: [], offered: 1, want: 0 }],
+    };
+    // the write follows the activation without holding up the request that caused it
+    await vi.waitFor(async () => {
+      expect(await direct.sync(body, Date.now())).toMatchObject({
+        status: "applied",
+        rule: { limits: [{ windowMs: 1000, max: 40 }] },
+      });
+    });
   });
 });
