@@ -11,14 +11,19 @@ A user's sends live in one of two places, both under the call's hash tag (one sl
 A user's sends are the union of both. A page written through its block absorbs (and deletes) the user
 records of the users it writes.
 
-KEYS[1]          the tag's identity table (hash): "i:<identity>" -> number, "n:<number>" -> identity,
+KEYS[1]          the tag's identity table (hash), "<prefix>ids": the call's only declared key (ioredis and
+                 Redis Cluster route the call by it). "i:<identity>" -> number, "n:<number>" -> identity,
                  "t:<number>" -> when a call last wrote a send of it (now), "next" -> last number given,
                  "sweep"/"floor" -> where the pruning looks next / below which every number is dropped; user
                  records name identities by number.
                  Numbers are never reused; an identity unused for horizon + IDENTITY_MARGIN_MS is dropped
                  (no kept send can name it), a few numbers looked at whenever a number is given
-KEYS[2..1+S]     the user-record hashes the call reads (field: decimal user ID)
-KEYS[2+S..]      one page block per page argument, in the same order
+Every other key is built here from the prefix ARGV[9] (the call's hash tag, so the same slot as KEYS[1]):
+  "<prefix>r:<range>"  a user-record hash (field: decimal user ID), one per range of ARGV[10]
+  "<prefix>p:<page>"   a page block, read or written only for a page argument that names the page
+Redis lets a script touch undeclared keys of its slot; declaring only KEYS[1] keeps a call's fixed cost
+(Redis' per-key checks, the client's slot hashing) independent of how many pages it holds. The cost: while
+a slot migrates, Redis redirects the call by KEYS[1] alone (see docs/DECISIONS.md, "Key layout").
 ARGV[1]  now: the caller's clock (ms); retention and TTLs are measured from it, never from `at`
 ARGV[2]  at: the send time (ms) being decided; may be ahead of now (skew) or behind it (backfill)
 ARGV[3]  mode: "count" records allowed sends, "peek" writes nothing; "+windows" appends each user's windows
@@ -32,8 +37,9 @@ ARGV[8]  retentions of each profile, ","-separated, each "<kept ms>:<window ms>"
          before now - kept are dropped whenever the user is written; in a user record, sends at or before
          now - window move to the tail, which a call reads only for a duplicate or when a window around
          `at` reaches it (after a policy change) (a bare "<kept ms>" means both are the same)
-ARGV[9]  S, the number of user-record hashes
-ARGV[9+p] page p: byte 1 the index (1..S) of its user-record hash, byte 2 the path (1: block, 0: user
+ARGV[9]  the key prefix "<namespace>:cap:{<tag>}:" (KEYS[1] must be "<prefix>ids")
+ARGV[10] the ranges of the user-record hashes the call reads, ","-separated (S of them, decimal)
+ARGV[10+p] page p: byte 1 the index (1..S) of its user-record hash, byte 2 the path (1: block, 0: user
          records), bytes 3-5 the page number (user ID / 256, big endian), then per user 2 bytes: offset in
          the page (0..255) and profile number (0-based in ARGV[7]); offsets ascending, no repeats
 Reply    one byte per user in argument order: 0 allowed (counted), 1 duplicate, 2 exempt (counted without
@@ -66,8 +72,19 @@ local channel = string.match(identity, '^[^:]*')
 local anonymous = #identity == #channel + 1
 local exemptCounted = ARGV[5] == '1'
 local horizon = tonumber(ARGV[6])
-local recordHashCount = tonumber(ARGV[9])
 local identityTableKey = KEYS[1]
+local keyPrefix = ARGV[9]
+-- the user-record hashes by index (a page argument's byte 1), their names built once
+local recordKeys = {}
+for range in string.gmatch(ARGV[10], '%d+') do recordKeys[#recordKeys + 1] = keyPrefix .. 'r:' .. range end
+local FIRST_PAGE_ARG = 10
+-- the call's tag, which every page argument must belong to: its block key is built from the prefix, so a
+-- page of another tag would be read and written under the wrong tag, unnoticed (functions/core/shared/keys.ts:
+-- a page of 256 IDs is in group page / 4, and a group's tag is group mod 256)
+local callTag = tonumber(string.match(keyPrefix, '{(%d+)}:$') or nil)
+if identityTableKey ~= keyPrefix .. 'ids' or callTag == nil then
+  return redis.error_reply('ERR cap-sends: key prefix ' .. keyPrefix .. ' does not name the tag of ' .. identityTableKey)
+end
 
 local FORMAT, PAGE_USERS, MIN_COMPACT_AT, MIN_CLASS_LIMIT = 5, 256, 32, 256
 local FUTURE_BOUND_MS = 300000
@@ -760,7 +777,7 @@ local recordHashExists = {}
 -- The user records of a block-path page's users (its page argument: offset, profile per user), by position, or nil
 -- when the hash does not exist (one EXISTS per hash per call; no field list built then).
 local function readPageRecords(hashIndex, pageBase, spec)
-  local key = KEYS[1 + hashIndex]
+  local key = recordKeys[hashIndex]
   local exists = recordHashExists[hashIndex]
   if exists == nil then
     exists = redis.call('EXISTS', key) == 1
@@ -1250,7 +1267,7 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
     identityTableTtl = math.max(identityTableTtl, ttl)
     redis.call('SET', blockKey, cmsgpack.pack(FORMAT, block.width, block.compactAt, block.classLimit,
       block.identities, block.times, block.eventIdentities, block.classes, uniform or userClasses), 'PX', ttl)
-    if #absorbed > 0 then redis.call('HDEL', KEYS[1 + hashIndex], unpackList(absorbed)) end
+    if #absorbed > 0 then redis.call('HDEL', recordKeys[hashIndex], unpackList(absorbed)) end
   end
 
   -- A page whose users all share one history (every page of a dense campaign, until segments' caps tell
@@ -1382,20 +1399,25 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
   if written then return writeBlock(users) end
 end
 
-local pageCount = #KEYS - 1 - recordHashCount
+local pageCount = #ARGV - FIRST_PAGE_ARG
 
 -- the user records of every record-path page (one HMGET per hash), and in one HMGET of the identity table
 -- this call's identity number and which of those pages have a block
 local records, markedPages = {}, {}
--- each page argument's header, parsed once: its record hash, its path, its page number
-local pageHashes, pagePaths, pageNumbers = {}, {}, {}
+-- each page argument's header, parsed once: its record hash, its path, its page number, "p:<page>"
+local pageHashes, pagePaths, pageNumbers, pageMarkers = {}, {}, {}, {}
 do
   local fieldsByHash, markerFields, markerPages = {}, { 'i:' .. identity }, {}
   for page = 1, pageCount do
-    local spec = ARGV[9 + page]
+    local spec = ARGV[FIRST_PAGE_ARG + page]
     local hashIndex, path, a, b, c = byte(spec, 1, 5)
     local pageNumber = (a * 256 + b) * 256 + c
-    pageHashes[page], pagePaths[page], pageNumbers[page] = hashIndex, path, pageNumber
+    if floor(pageNumber / 4) % 256 ~= callTag or recordKeys[hashIndex] == nil then
+      return redis.error_reply(format('ERR cap-sends: page %d (record hash %d) is not of the tag of %s', pageNumber,
+        hashIndex, identityTableKey))
+    end
+    local marker = format('p:%d', pageNumber)
+    pageHashes[page], pagePaths[page], pageNumbers[page], pageMarkers[page] = hashIndex, path, pageNumber, marker
     if path == 0 then
       local fields = fieldsByHash[hashIndex]
       if fields == nil then
@@ -1404,7 +1426,7 @@ do
       end
       local pageBase = pageNumber * PAGE_USERS
       for u = 6, #spec, 2 do fields[#fields + 1] = pageBase + byte(spec, u) end
-      markerFields[#markerFields + 1] = format('p:%d', pageNumber)
+      markerFields[#markerFields + 1] = marker
       markerPages[#markerPages + 1] = pageNumber
     end
   end
@@ -1417,7 +1439,7 @@ do
   for hashIndex, fields in pairs(fieldsByHash) do
     local names = {}
     for i = 1, #fields do names[i] = format('%d', fields[i]) end
-    local values = redis.call('HMGET', KEYS[1 + hashIndex], unpackList(names))
+    local values = redis.call('HMGET', recordKeys[hashIndex], unpackList(names))
     for i = 1, #fields do
       records[fields[i]] = values[i]
       fieldNames[fields[i]] = names[i]
@@ -1426,21 +1448,23 @@ do
 end
 
 for page = 1, pageCount do
-  local spec, hashIndex, pageNumber = ARGV[9 + page], pageHashes[page], pageNumbers[page]
+  local spec, hashIndex, pageNumber = ARGV[FIRST_PAGE_ARG + page], pageHashes[page], pageNumbers[page]
   local pageBase = pageNumber * PAGE_USERS
-  local blockKey = KEYS[1 + recordHashCount + page]
   local failure
   if pagePaths[page] == 1 then
-    failure = runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
+    failure = runBlockPage(spec, keyPrefix .. pageMarkers[page], hashIndex, pageBase, pageNumber)
   else
-    failure = runRecordPage(spec, blockKey, hashIndex, pageBase, records, pageNumber, markedPages[pageNumber])
+    -- the block's name only for a page that has one (a sparse call's pages mostly have none)
+    local marked = markedPages[pageNumber]
+    failure = runRecordPage(spec, marked and keyPrefix .. pageMarkers[page], hashIndex, pageBase, records, pageNumber,
+      marked)
   end
   if failure then return failure end
 end
 
 local identityRetention = 0
 for hashIndex, writes in pairs(recordWrites) do
-  local key = KEYS[1 + hashIndex]
+  local key = recordKeys[hashIndex]
   redis.call('HSET', key, unpackList(writes))
   extendTtl(key, ttlFor(recordRetention[hashIndex]))
   identityRetention = math.max(identityRetention, recordRetention[hashIndex])

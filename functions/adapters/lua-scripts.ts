@@ -3,7 +3,6 @@
 // RedisLimitStore itself (EVALSHA by the SHA computed here, EVAL on NOSCRIPT).
 import { createHash } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
-import { MAX_KEYS_PER_CALL, MIN_KEYS_PER_CALL } from "../core/capping/cap-sends-script.ts";
 import { ALGORITHMS, type Algorithm } from "../core/limits/limit-specs.ts";
 
 /**
@@ -44,14 +43,9 @@ export const limitsScript = script([common, ...ALGORITHMS.map(load), load("limit
 /**
  * The scripts defined on the client as commands. Each takes a fixed number of keys: ioredis routes an
  * autopipelined custom command by its first key only when it knows where the keys are. ioredis' `Pipeline`
- * copies every defined script into each autopipelined batch, so only the engine's are here.
+ * copies every defined script into each autopipelined batch, so only the engine's is here.
  */
 export const luaScripts: Record<string, { lua: string; numberOfKeys: number }> = {
-  // capSends3 .. capSends64: cap-sends once per key count (identity table, record hashes, page blocks)
-  ...Object.fromEntries(
-    Array.from({ length: MAX_KEYS_PER_CALL - MIN_KEYS_PER_CALL + 1 }, (_, i) => [
-      `capSends${i + MIN_KEYS_PER_CALL}`,
-      { lua: capSendsLua, numberOfKeys: i + MIN_KEYS_PER_CALL },
-    ]),
-  ),
+  // one declared key, the tag's identity table: the script builds its other keys' names from a prefix
+  capSends: { lua: capSendsLua, numberOfKeys: 1 },
 };

@@ -30,7 +30,7 @@ export interface RedisClusterConfig {
 }
 
 type CapSendsCommand = (...keysAndArgs: (string | Buffer)[]) => Promise<Buffer>;
-export type TollgateCluster = Cluster & Record<`capSends${number}Buffer`, CapSendsCommand>;
+export type TollgateCluster = Cluster & { capSendsBuffer: CapSendsCommand };
 
 /** One RedisCalls (one circuit) per client: every store over the same connections shares its state. */
 const callsByCluster = new WeakMap<Cluster, RedisCalls>();
@@ -115,12 +115,11 @@ export class RedisCapStore implements CapStore {
   }
 
   capSends(keys: readonly string[], args: readonly (string | Buffer)[]): Promise<Buffer> {
-    const command = this.cluster[`capSends${keys.length}Buffer`];
-    if (!command) throw new Error(`no cap-sends script for ${keys.length} keys`);
+    if (keys.length !== 1) throw new Error(`cap-sends declares 1 key, not ${keys.length}`);
     return redisCallsOf(this.cluster).call(
       `cap-sends on ${keys[0]}`,
       keys,
-      () => command.call(this.cluster, ...keys, ...args),
+      () => this.cluster.capSendsBuffer(...keys, ...args),
       this.options,
     );
   }

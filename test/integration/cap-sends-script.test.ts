@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RedisCapStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
 import {
   type CallBounds,
+  MAX_KEYS_PER_CALL,
   MAX_USERS_PER_CALL,
   planCapSends,
   REPLY_ALLOWED,
@@ -520,6 +521,66 @@ describe("calls split by page", () => {
     );
   });
 
+  it("puts a tag's sparse users in one call whatever their pages, and block-path pages within the 64-key bound", () => {
+    const request = {
+      namespace: "plan",
+      now: T0,
+      at: T0,
+      mode: "count" as const,
+      channel: "a",
+      campaignId: "c",
+      forced: false,
+      horizonMs: 60_000,
+      profiles: [{ caps: [], retentionMs: 60_000, windowRetentionMs: 60_000 }],
+    };
+    // 300 users of tag 0, each on a page of its own (one group of 1,024 IDs in 256 is tag 0)
+    const sparse = Uint32Array.from({ length: 300 }, (_, i) => i * 256 * 1024 + (i % 256));
+    const sparseCalls = planCapSends({ ...request, sortedIds: sparse, segmentOf: new Uint8Array(sparse.length) });
+    expect(sparseCalls.map((call) => call.pages.length)).toEqual([300]);
+    expect(sparseCalls[0]?.keys).toEqual([capIdentityKey("plan", 0)]);
+    // 100 pages of tag 0 reached by 16 users each: block-path pages, each a key the call reads and writes
+    const dense = Uint32Array.from({ length: 100 * 16 }, (_, i) => Math.floor(i / 16) * 256 * 1024 + (i % 16));
+    const denseCalls = planCapSends({ ...request, sortedIds: dense, segmentOf: new Uint8Array(dense.length) });
+    for (const call of denseCalls) {
+      const ranges = String(call.args[9]).split(",").length;
+      expect(1 + ranges + call.pages.length).toBeLessThanOrEqual(MAX_KEYS_PER_CALL);
+    }
+    expect(denseCalls.flatMap((call) => call.pages)).toHaveLength(100);
+  });
+
+  it("refuses a call whose key prefix is not its identity table's tag, or whose page is of another tag", async () => {
+    const namespace = uniqueNamespace();
+    const policy = parsePolicy({ version: "p", channels: CHANNELS, segments: [], default: { name: "rest", caps: {} } });
+    const [call] = planCapSends({
+      namespace,
+      now: T0,
+      at: T0,
+      mode: "count",
+      channel: "a",
+      campaignId: "c",
+      forced: false,
+      horizonMs: keptHorizonMs(policy, REDELIVERY_MS),
+      profiles: scriptProfiles(policy, "a", REDELIVERY_MS),
+      sortedIds: Uint32Array.from([5, 300]),
+      segmentOf: new Uint8Array(2),
+    });
+    if (!call) throw new Error("no call planned");
+    const otherPrefix = [...call.args];
+    otherPrefix[8] = `${namespace}:cap:{1}:`;
+    await expect(store.capSends(call.keys, otherPrefix)).rejects.toThrow(/key prefix .* does not name the tag/);
+    // page 1 (users 256..511) is of tag 0; page 4 (users 1,024..1,279) is of tag 1
+    const otherPage = [...call.args];
+    const spec = Buffer.from(otherPage[11] as Buffer);
+    spec.writeUIntBE(4, 2, 3);
+    otherPage[11] = spec;
+    await expect(store.capSends(call.keys, otherPage)).rejects.toThrow(/page 4 .* is not of the tag/);
+    expect(await cluster.exists(capIdentityKey(namespace, 0))).toBe(0);
+    expect(await cluster.exists(capIdentityKey(namespace, 1))).toBe(0);
+    // the call as planned runs
+    const { codes } = readCapSendsReply(await store.capSends(call.keys, call.args), 2);
+    expect([...codes]).toEqual([REPLY_ALLOWED, REPLY_ALLOWED]);
+  });
+
   it("puts at most one page's worth of a partial page's users in a call, and whole pages four to a call", () => {
     const request = {
       namespace: "plan",
@@ -534,7 +595,7 @@ describe("calls split by page", () => {
     };
     const half = Uint32Array.from(TWO_GROUPS.filter((user) => halfOf(user, 7)));
     const halves = planCapSends({ ...request, sortedIds: half, segmentOf: new Uint8Array(half.length) });
-    const pagesOf = (call: { keys: string[] }) => call.keys.filter((key) => key.includes(":p:")).length;
+    const pagesOf = (call: { pages: number[] }) => call.pages.length;
     expect(halves.length).toBe(8);
     expect(halves.every((call) => pagesOf(call) === 1)).toBe(true);
     const whole = Uint32Array.from(TWO_GROUPS);

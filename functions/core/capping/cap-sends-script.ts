@@ -2,15 +2,7 @@
 // calls (keys and arguments, one slot each), how many run at once, and what the reply bytes and the
 // "+windows" lines mean. The Capper never sees an argument position, a profile byte or a reply code.
 import { encode } from "@msgpack/msgpack";
-import {
-  capIdentityKey,
-  capPageKey,
-  capRecordKey,
-  capTagOf,
-  pageOf,
-  recordRangeOf,
-  USERS_PER_PAGE,
-} from "../shared/keys.ts";
+import { capIdentityKey, capKeyPrefix, capTagOf, pageOf, recordRangeOf, USERS_PER_PAGE } from "../shared/keys.ts";
 import type { DecisionKind } from "./decisions.ts";
 import { keptMs, type Policy } from "./policy.ts";
 
@@ -73,11 +65,15 @@ export class Verdicts {
  * fewer go to user records, so a single-user call never rewrites a page of 256 users.
  */
 export const BLOCK_PATH_MIN_USERS = 16;
-/** Keys of one call at most: ioredis routes a defined command by a fixed key count, one command per count. */
+/**
+ * Keys one call reads and writes whatever their content, at most: the identity table, the record hashes and
+ * the blocks of block-path pages (each block read, unpacked and written costs ~35 µs). A record-path page
+ * costs a marker lookup and reads a block only where one exists, so it is bounded by the users (below).
+ * The script declares only the identity table (KEYS[1]) and builds the other keys' names itself.
+ */
 export const MAX_KEYS_PER_CALL = 64;
 /** Users of one call at most: bounds one script's run time. */
 export const MAX_USERS_PER_CALL = 1024;
-export const MIN_KEYS_PER_CALL = 3;
 /**
  * Users of block-path pages that a call holds only in part, at most per call. A page reached by a part of a
  * campaign (30 campaigns a week, each to a random half) is where histories diverge, and a diverged user
@@ -149,6 +145,8 @@ export interface CapSendsCall {
   members: number[];
   /** The hash tag of every key of the call (one slot). */
   tag: number;
+  /** The pages the call holds (one page argument each), ascending. */
+  pages: number[];
 }
 
 interface PageRun {
@@ -237,10 +235,12 @@ export function planCapSends(
     let ranges = new Set<number>();
     let users = 0;
     let partialUsers = 0;
+    let blockPages = 0;
     for (const run of runs) {
       const extraRange = ranges.has(run.range) ? 0 : 1;
-      const keys = 1 + ranges.size + extraRange + batch.length + 1;
-      const partial = run.count >= BLOCK_PATH_MIN_USERS && run.count < USERS_PER_PAGE ? run.count : 0;
+      const blockPath = run.count >= BLOCK_PATH_MIN_USERS;
+      const keys = 1 + ranges.size + extraRange + blockPages + (blockPath ? 1 : 0);
+      const partial = blockPath && run.count < USERS_PER_PAGE ? run.count : 0;
       if (
         batch.length > 0 &&
         (keys > MAX_KEYS_PER_CALL ||
@@ -252,11 +252,13 @@ export function planCapSends(
         ranges = new Set();
         users = 0;
         partialUsers = 0;
+        blockPages = 0;
       }
       batch.push(run);
       ranges.add(run.range);
       users += run.count;
       partialUsers += partial;
+      if (blockPath) blockPages++;
     }
     if (batch.length > 0) calls.push(buildCall(request, tag, batch, users));
   }
@@ -303,11 +305,8 @@ function buildCall(request: CapSendsRequest, tag: number, runs: PageRun[], users
     return spec;
   });
   const profiles = callProfiles.map((p) => request.profiles[p] as ScriptProfile);
-  const keys = [
-    capIdentityKey(request.namespace, tag),
-    ...[...rangeIndex.keys()].map((range) => capRecordKey(request.namespace, tag, range)),
-    ...runs.map((run) => capPageKey(request.namespace, run.page)),
-  ];
+  // one declared key (it routes the call); the script names the record hashes and blocks from the prefix
+  const keys = [capIdentityKey(request.namespace, tag)];
   const args: (string | Buffer)[] = [
     String(request.now),
     String(request.at),
@@ -326,10 +325,11 @@ function buildCall(request: CapSendsRequest, tag: number, runs: PageRun[], users
       ),
     ),
     profiles.map((profile) => `${profile.retentionMs}:${profile.windowRetentionMs}`).join(","),
-    String(rangeIndex.size),
+    capKeyPrefix(request.namespace, tag),
+    [...rangeIndex.keys()].join(","),
     ...pageSpecs,
   ];
-  return { keys, args, members, tag };
+  return { keys, args, members, tag, pages: runs.map((run) => run.page) };
 }
 
 /** Splits a reply into the decision byte of each member and the "+windows" lines that follow (one per member). */

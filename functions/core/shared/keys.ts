@@ -42,16 +42,24 @@ export function recordRangeOf(userId: number): number {
   return Math.floor(userId / 2 ** RECORD_RANGE_BITS);
 }
 
+/**
+ * What every capping key of a tag starts with. lua/cap-sends.lua builds the record and page keys from it
+ * ("r:<range>", "p:<page>"), so the three functions below and the script must agree.
+ */
+export function capKeyPrefix(namespace: string, tag: number): string {
+  return `${namespace}:cap:{${tag}}:`;
+}
+
 export function capIdentityKey(namespace: string, tag: number): string {
-  return `${namespace}:cap:{${tag}}:ids`;
+  return `${capKeyPrefix(namespace, tag)}ids`;
 }
 
 export function capRecordKey(namespace: string, tag: number, range: number): string {
-  return `${namespace}:cap:{${tag}}:r:${range}`;
+  return `${capKeyPrefix(namespace, tag)}r:${range}`;
 }
 
 export function capPageKey(namespace: string, page: number): string {
-  return `${namespace}:cap:{${capTagOf(page * USERS_PER_PAGE)}}:p:${page}`;
+  return `${capKeyPrefix(namespace, capTagOf(page * USERS_PER_PAGE))}p:${page}`;
 }
 
 /** Characters that could open or close a hash tag, and the escape character itself. */
