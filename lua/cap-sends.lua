@@ -22,8 +22,9 @@ Every other key is built here from the prefix ARGV[9] (the call's hash tag, so t
   "<prefix>r:<range>"  a user-record hash (field: decimal user ID), one per range of ARGV[10]
   "<prefix>p:<page>"   a page block, read or written only for a page argument that names the page
 Redis lets a script touch undeclared keys of its slot; declaring only KEYS[1] keeps a call's fixed cost
-(Redis' per-key checks, the client's slot hashing) independent of how many pages it holds. The cost: while
-a slot migrates, Redis redirects the call by KEYS[1] alone (see docs/DECISIONS.md, "Key layout").
+(Redis' per-key checks, the client's slot hashing) independent of how many pages it holds. While a slot
+migrates, Redis redirects the call by KEYS[1] alone, so every undeclared key the call may read is touched
+before anything is written, and the call answers TRYAGAIN when one is not on this node.
 ARGV[1]  now: the caller's clock (ms); retention and TTLs are measured from it, never from `at`
 ARGV[2]  at: the send time (ms) being decided; may be ahead of now (skew) or behind it (backfill)
 ARGV[3]  mode: "count" records allowed sends, "peek" writes nothing; "+windows" appends each user's windows
@@ -1435,6 +1436,23 @@ do
     local found = redis.call('HMGET', identityTableKey, unpackList(markerFields))
     myNumber = tonumber(found[1] or nil) or false
     for i = 1, #markerPages do markedPages[markerPages[i]] = found[i + 1] and true or false end
+  end
+  -- Every undeclared key the call may read, touched once before anything is written: while the slot
+  -- migrates, Redis refuses a script's access to a key that is not (or no longer) here, and a call that
+  -- read a moved record as empty would decide wrong. Refused here, nothing is written and the call is
+  -- answered TRYAGAIN, which the caller retries until the migration ends (declared keys get the same).
+  local touched = {}
+  for i = 1, #recordKeys do touched[i] = recordKeys[i] end
+  for page = 1, pageCount do
+    if pagePaths[page] == 1 or markedPages[pageNumbers[page]] then
+      touched[#touched + 1] = keyPrefix .. pageMarkers[page]
+    end
+  end
+  if #touched > 0 then
+    local probe = redis.pcall('EXISTS', unpackList(touched))
+    if type(probe) == 'table' and probe.err then
+      return redis.error_reply('TRYAGAIN cap-sends: a key of ' .. keyPrefix .. ' is not on this node: ' .. probe.err)
+    end
   end
   for hashIndex, fields in pairs(fieldsByHash) do
     local names = {}
