@@ -465,7 +465,7 @@ describe("segments with the same caps", () => {
     const profiles = decode(call?.args[6] as Buffer) as [number[], number[], number[]][];
     expect(profiles.map(([, maxima]) => maxima)).toEqual([[1], [2]]);
     // each user's profile byte names the profile of its segment's caps
-    const spec = call?.args[9] as Buffer;
+    const spec = call?.args[10] as Buffer;
     const profileOfUser = (user: number) => spec[5 + 2 * user + 1];
     expect(PAGE.map(profileOfUser)).toEqual(PAGE.map((user) => ([0, 2, 3].includes(user % 5) ? 0 : 1)));
   });
