@@ -637,8 +637,9 @@ describe("review: nothing counted that is not forwarded (issue 9 item 7)", () =>
     await store.put("segments/new.roaring", usersBitmap(100));
     shrinkClock.advance(60_000);
     expect((await warm.current()).segments.sizes()).toEqual([10_000]);
-    const { etag } = await store.head("segments/new.roaring");
-    await store.put(allowShrinkMarkerKey("segments/new.roaring"), JSON.stringify({ etag }));
+    // the marker as publishSegments writes it: the upload's ETag and write time
+    const { etag, modifiedAt } = await store.head("segments/new.roaring");
+    await store.put(allowShrinkMarkerKey("segments/new.roaring"), JSON.stringify({ etag, modifiedAt }));
     expect((await container().current()).segments.sizes()).toEqual([100]);
     shrinkClock.advance(60_000);
     expect((await warm.current()).segments.sizes()).toEqual([100]);
