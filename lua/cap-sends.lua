@@ -198,8 +198,11 @@ local function decideSends(profile, n, events, times, onChannel, isMine, anyMine
   return 0
 end
 
--- The reply code for a user of `profile` whose live sends are given (times, onChannel, isMine; n of them).
+-- The reply code for a user of `profile` whose live sends are given (times, onChannel, isMine; n of them), or
+-- read in place from a user record (times.inPlace: liveSends() states when) by decideInPlace(), defined below.
+local decideInPlace
 local function decide(profile, n, times, onChannel, isMine)
+  if times.inPlace then return decideInPlace(profile, n, times) end
   return decideSends(profile, n, nil, times, onChannel, isMine, true)
 end
 
@@ -824,15 +827,73 @@ local function appendWindowSends(record, from, to, n, times, onChannel, isMine)
   return n
 end
 
+-- The window sends lo..hi of a record as an ascending list read in place: list[i] decodes one time on demand
+-- (a binary search touches log n of them), nothing is copied. With `withAt`, the call's own send at `at` is
+-- in the list too, after the sends at or before it. Fields: inPlace, record, lo, hi.
+local inPlaceLists = {}
+local function inPlaceList(record, lo, hi, withAt)
+  local value, stride = record.value, record.stride
+  local base = record.start + (lo - 2) * stride
+  local atIndex = math.huge
+  if withAt then atIndex = math.min(math.max(firstAfter(record, at), lo), hi + 1) - lo + 1 end
+  local list = { inPlace = true, record = record, lo = lo, hi = hi }
+  return setmetatable(list, { __index = function(_, i)
+    if i < atIndex then return readTime(value, base + i * stride) end
+    if i == atIndex then return at end
+    return readTime(value, base + (i - 1) * stride)
+  end })
+end
+
+-- A Lua pattern matching exactly the bytes of `text` (%z for a zero byte, % before any other non-alphanumeric).
+local function literalPattern(text)
+  return (string.gsub(text, '[^%w]', function(c) return c == '\0' and '%z' or '%' .. c end))
+end
+
+-- Whether every window send lo..hi of a record names identity number `number`: in C, one string.gsub over the
+-- slice counting non-overlapping matches of "6 bytes, then that number"; as many matches as sends means they
+-- tile the slice, so each is aligned on a send.
+local function allOfNumber(record, lo, hi, number)
+  if widthOf(number) > record.width then return false end
+  local stride = record.stride
+  local slice = sub(record.value, record.start + (lo - 1) * stride, record.start + hi * stride - 1)
+  local _, matches = string.gsub(slice, '......' .. literalPattern(fixedNumber(number, record.width)), '')
+  return matches == hi - lo + 1
+end
+
+-- Whether the window sends lo..hi of a record can be counted without their identities for `profile`: every
+-- cap counts every channel's sends, or they all name one identity of the call's channel (a user's checks
+-- without a campaign ID, or one campaign's resends).
+local function countableInPlace(profile, record, lo, hi)
+  local every = true
+  for cap = 1, #profile.windows do every = every and profile.everyChannel[cap] end
+  if every or hi < lo then return true end
+  local number = sendNumber(record, lo)
+  local sendIdentity = identityOfNumber(number)
+  return sendIdentity and isOnCallChannel(sendIdentity) and allOfNumber(record, lo, hi, number) or false
+end
+
 -- A user's live sends as parallel arrays, from a block class (may be nil) and a record (may be nil), and
 -- whether the record holds a send of this call's identity anywhere (window part or tail: a duplicate,
 -- whatever the caps of the user's segment reach). Of the record, only the sends some window around `at` can
 -- hold, or with `onward` every send after at - longest (a capped report's retry time may lie past every
 -- window around `at`). The arrays are the same tables at every call (only 1..n is meaningful): use them
 -- before the next call.
+-- When the user has no block sends, no tail send some window around `at` reaches, and the record's sends in
+-- reach are countable without their identities (countableInPlace()), `times` is an inPlaceList() of them
+-- instead (onChannel and isMine are then empty): decide() and windowsLine() count them by binary searches, so
+-- a check's work does not grow with the sends in its windows.
 local scratchTimes, scratchOnChannel, scratchIsMine = {}, {}, {}
 local function liveSends(profile, block, class, record, onward)
   local times, onChannel, isMine, n = scratchTimes, scratchOnChannel, scratchIsMine, 0
+  -- only the window sends some cap's window around `at` can hold (or every later one, `onward`): a binary
+  -- search finds them, the rest is never decoded
+  local reach = math.max(profile.cutoff, at - profile.longest)
+  local before = onward and math.huge or at + profile.longest
+  if record and not (block and class > 0) and not (record.tail and record.tail.newest > reach) then
+    local lo = firstAfter(record, reach)
+    local hi = math.max(onward and record.count or firstAfter(record, before - 1) - 1, lo - 1)
+    if countableInPlace(profile, record, lo, hi) then times, n = inPlaceList(record, lo, hi, false), hi - lo + 1 end
+  end
   if block and class > 0 then
     for _, e in ipairs(eventsOfClass(block.classes[class], block.width)) do
       local t = block.times[e]
@@ -843,11 +904,7 @@ local function liveSends(profile, block, class, record, onward)
       end
     end
   end
-  if record then
-    -- only the window sends some cap's window around `at` can hold (or every later one, `onward`): a binary
-    -- search finds them, the rest is never decoded
-    local reach = math.max(profile.cutoff, at - profile.longest)
-    local before = onward and math.huge or at + profile.longest
+  if record and not times.inPlace then
     local to = onward and record.count or firstAfter(record, before - 1) - 1
     n = appendWindowSends(record, firstAfter(record, reach), to, n, times, onChannel, isMine)
     -- the tail only when some window around `at` reaches its newest send (a policy change lengthened one)
@@ -863,13 +920,13 @@ local function liveSends(profile, block, class, record, onward)
         end
       end
     end
-    -- a send of this identity anywhere in the record (window part or tail) makes it a duplicate, even where
-    -- no cap's window around `at` reaches it (a channel the segment does not cap has no window at all)
-    if not anonymous then
-      local mine = myIdentityNumber(false)
-      if mine and (windowHas(record, mine, profile.cutoff) or tailHas(record.tail, mine, profile.cutoff)) then
-        return n, times, onChannel, isMine, true
-      end
+  end
+  -- a send of this identity anywhere in the record (window part or tail) makes it a duplicate, even where
+  -- no cap's window around `at` reaches it (a channel the segment does not cap has no window at all)
+  if record and not anonymous then
+    local mine = myIdentityNumber(false)
+    if mine and (windowHas(record, mine, profile.cutoff) or tailHas(record.tail, mine, profile.cutoff)) then
+      return n, times, onChannel, isMine, true
     end
   end
   return n, times, onChannel, isMine, false
@@ -901,6 +958,20 @@ local function fullestAround(list, count, x, window)
   end
 end
 
+-- The reply code for a user of `profile` whose n live sends are the inPlaceList() `list` (liveSends()), by the
+-- rule of decideSends(): a cap is full when its fullest window around `at` holds its max (fullWindow()'s rule),
+-- found by binary searches.
+decideInPlace = function(profile, n, list)
+  if exemptCounted then return REPLY_EXEMPT end
+  if n < profile.least then return 0 end
+  local windows, maxima = profile.windows, profile.maxima
+  for cap = 1, #windows do
+    local max = maxima[cap]
+    if max == 0 or (n >= max and fullestAround(list, n, at, windows[cap]) >= max) then return REPLY_FIRST_CAP + cap - 1 end
+  end
+  return 0
+end
+
 -- The "+windows" line of a user whose sends after the call are times[1..n] (onChannel in step), with the
 -- call's send at `at` when `appended`: "<retry at>", then per cap of its profile "<used> <reset at>":
 --   used: the sends in the cap's fullest window (x - W, x] containing `at` (decide()'s rule);
@@ -908,14 +979,18 @@ end
 --   retry at (0 unless capped, and then 0 when a cap of 0 means never): the earliest time after `at` at
 --   which every window around it has room. A window around x empties only as a send leaves it at t + W,
 --   so those times are the candidates, tried in order with fullestAround() itself.
--- Cost: a sort of the sends gathered for the decision (two lists at most: the channel's, every channel's)
--- and binary searches per cap; the reply holds numbers per cap only.
+-- Cost: binary searches per cap over an inPlaceList() (liveSends()), or else a sort of the sends gathered for
+-- the decision (two lists at most: the channel's, every channel's); the reply holds numbers per cap only.
 local function windowsLine(profile, n, times, onChannel, appended, capped)
   local listOf, countOf = {}, {}
   local function listFor(every)
     local key = every and 2 or 1
     local list = listOf[key]
-    if list == nil then
+    if list == nil and times.inPlace then
+      -- read in place: the same sorted sends for every cap (liveSends() made sure)
+      list = inPlaceList(times.record, times.lo, times.hi, appended)
+      listOf[1], listOf[2], countOf[1], countOf[2] = list, list, n + (appended and 1 or 0), n + (appended and 1 or 0)
+    elseif list == nil then
       list = {}
       local count = 0
       for i = 1, n do
@@ -943,18 +1018,35 @@ local function windowsLine(profile, n, times, onChannel, appended, capped)
   end
   local retryAt = 0
   if capped then
-    local candidates, never = {}, false
-    for cap = 1, #windows do
-      if maxima[cap] == 0 then never = true end
-      local window = windows[cap]
-      local list, count = listFor(everyChannel[cap])
-      for i = countUpTo(list, count, at - window) + 1, count do candidates[#candidates + 1] = list[i] + window end
-    end
+    local never = false
+    for cap = 1, #windows do never = never or maxima[cap] == 0 end
     if not never then
-      table.sort(candidates)
+      -- No x below `lowest` is allowed: its window (x - W, x] still holds every send after x - W up to `at`,
+      -- which for x below list[j] + W (j: the max-th send at or before `at`, counted back) are max or more.
+      -- So each cap's candidates start there, and they are tried in ascending order by merging the caps'
+      -- ascending lists: a capped check costs binary searches, not a pass over the sends of its windows.
+      local lowest, nextOf = at + 1, {}
+      for cap = 1, #windows do
+        local list, count = listFor(everyChannel[cap])
+        local j = countUpTo(list, count, at) - maxima[cap] + 1
+        if j >= 1 and list[j] + windows[cap] > lowest then lowest = list[j] + windows[cap] end
+      end
+      for cap = 1, #windows do
+        local window = windows[cap]
+        local list, count = listFor(everyChannel[cap])
+        nextOf[cap] = math.max(countUpTo(list, count, at - window), countUpTo(list, count, lowest - window - 1)) + 1
+      end
       retryAt = at + 1 -- not reached: after the last candidate every window is empty
       local tried
-      for _, x in ipairs(candidates) do
+      while true do
+        local x, from
+        for cap = 1, #windows do
+          local list, count = listFor(everyChannel[cap])
+          local i = nextOf[cap]
+          if i <= count and (x == nil or list[i] + windows[cap] < x) then x, from = list[i] + windows[cap], cap end
+        end
+        if x == nil then break end
+        nextOf[from] = nextOf[from] + 1
         if x ~= tried then
           tried = x
           local allowed = true
