@@ -374,9 +374,13 @@ local function sendTime(record, i) return readTime(record.value, record.start + 
 local function sendNumber(record, i)
   return readFixed(record.value, record.start + (i - 1) * record.stride + 6, record.width)
 end
--- The first window send later than `t` (count + 1 when none is): a binary search.
+-- The first window send later than `t` (count + 1 when none is): a binary search, after a look at both ends
+-- (most calls ask for a time before every send or after every send: one read each, whatever the count).
 local function firstAfter(record, t)
-  local low, high = 1, record.count + 1
+  local count = record.count
+  if count == 0 or sendTime(record, 1) > t then return 1 end
+  if sendTime(record, count) <= t then return count + 1 end
+  local low, high = 2, count
   while low < high do
     local middle = floor((low + high) / 2)
     if sendTime(record, middle) > t then high = middle else low = middle + 1 end
@@ -508,9 +512,11 @@ local function recordWith(record, profile, t, number)
     end
     tail = record.tail
   end
-  -- kept sends at or before t stay in front of it (most sends arrive in time order: low ends at keptCount)
+  -- kept sends at or before t stay in front of it (most sends arrive in time order: low ends at keptCount, so
+  -- the last one is looked at first)
   local stride = 6 + width
   local low, high = 0, keptCount
+  if keptCount > 0 and readTime(keptBytes, (keptCount - 1) * stride + 1) <= t then low = keptCount end
   while low < high do
     local middle = floor((low + high + 1) / 2)
     if readTime(keptBytes, (middle - 1) * stride + 1) <= t then low = middle else high = middle - 1 end
@@ -846,7 +852,12 @@ end
 
 -- A Lua pattern matching exactly the bytes of `text` (%z for a zero byte, % before any other non-alphanumeric).
 local function literalPattern(text)
-  return (string.gsub(text, '[^%w]', function(c) return c == '\0' and '%z' or '%' .. c end))
+  local parts = {}
+  for i = 1, #text do
+    local c = sub(text, i, i)
+    parts[i] = c == '\0' and '%z' or string.find(c, '^%w') and c or '%' .. c
+  end
+  return concat(parts)
 end
 
 -- Whether every window send lo..hi of a record names identity number `number`: in C, one string.gsub over the
@@ -868,8 +879,9 @@ local function countableInPlace(profile, record, lo, hi)
   for cap = 1, #profile.windows do every = every and profile.everyChannel[cap] end
   if every or hi < lo then return true end
   local number = sendNumber(record, lo)
-  local sendIdentity = identityOfNumber(number)
-  return sendIdentity and isOnCallChannel(sendIdentity) and allOfNumber(record, lo, hi, number) or false
+  -- the call's own identity (its number is read with the records) is on its channel: no lookup
+  local onChannel = number == myNumber or isOnCallChannel(identityOfNumber(number) or '')
+  return onChannel and allOfNumber(record, lo, hi, number)
 end
 
 -- A user's live sends as parallel arrays, from a block class (may be nil) and a record (may be nil), and
@@ -932,9 +944,12 @@ local function liveSends(profile, block, class, record, onward)
   return n, times, onChannel, isMine, false
 end
 
--- How many of list[1..count] (ascending) are at or before t: a binary search.
+-- How many of list[1..count] (ascending) are at or before t: a binary search, after a look at both ends
+-- (a window around `at` mostly starts before every send and ends after every one).
 local function countUpTo(list, count, t)
-  local low, high = 1, count + 1
+  if count == 0 or list[1] > t then return 0 end
+  if list[count] <= t then return count end
+  local low, high = 2, count
   while low < high do
     local middle = floor((low + high) / 2)
     if list[middle] > t then high = middle else low = middle + 1 end

@@ -170,22 +170,29 @@ export async function runCapSends(
   // a repeated ID is sent once; its later occurrences keep 0 here and follow the first (Verdicts)
   const codes = new Uint8Array(request.sortedIds.length);
   const windows = new Map<number, UserWindows>();
+  const run = async (call: CapSendsCall) => {
+    const reply = await store.capSends(call.keys, call.args);
+    const { codes: callCodes, lines } = readCapSendsReply(reply, call.members.length);
+    if (lines.length !== (request.withWindows ? call.members.length : 0)) {
+      throw new Error(`cap-sends replied ${lines.length} window lines for ${call.members.length} users`);
+    }
+    call.members.forEach((member, m) => {
+      codes[member] = callCodes[m] as number;
+      if (request.withWindows) windows.set(member, parseWindowsLine(lines[m] as string));
+    });
+  };
+  // one call (a single user: POST /v1/frequency): no workers to start and gather
+  if (calls.length === 1) {
+    await run(calls[0] as CapSendsCall);
+    return { verdicts: Verdicts.of(codes), windows };
+  }
   const failures: unknown[] = [];
   let next = 0;
   const worker = async () => {
     while (failures.length === 0 && next < calls.length) {
-      const index = next++;
-      const call = calls[index] as CapSendsCall;
+      const call = calls[next++] as CapSendsCall;
       try {
-        const reply = await store.capSends(call.keys, call.args);
-        const { codes: callCodes, lines } = readCapSendsReply(reply, call.members.length);
-        if (lines.length !== (request.withWindows ? call.members.length : 0)) {
-          throw new Error(`cap-sends replied ${lines.length} window lines for ${call.members.length} users`);
-        }
-        call.members.forEach((member, m) => {
-          codes[member] = callCodes[m] as number;
-          if (request.withWindows) windows.set(member, parseWindowsLine(lines[m] as string));
-        });
+        await run(call);
       } catch (error) {
         failures.push(error);
       }
