@@ -357,9 +357,11 @@ for i = 4, #KEYS do
     local left = limit.max - limitSum(limit)
     if remaining == nil or left < remaining then tight, remaining = limit, left end
   end
-  -- the instance's part of what is left, or of twice what a bucket frees at the limit's rate when less
-  -- is left: a part of what is left alone shrinks with it, and syncs that each take a part of a small
-  -- remainder leave about a third of what a bucket frees ungranted ((1 - 1/N)^N), idle capacity
+  -- strict: the instance's part of what is left, or of twice what a bucket frees at the limit's rate when
+  -- less is left: a part of what is left alone shrinks with it, and syncs that each take a part of a small
+  -- remainder leave about a third of what a bucket frees ungranted ((1 - 1/N)^N), idle capacity.
+  -- approximate keeps a part of what is left: that idle remainder absorbs what instances spend outside
+  -- their reservation (late replies), and granting it raised the over-admission under load
   local fair = share * math.max(remaining, 2 * tight.max * tight.q / tight.w)
   local amount, denyUntil = 0, 0
   if strict then
@@ -370,7 +372,7 @@ for i = 4, #KEYS do
     end
   elseif applied then
     if remaining > 0 then
-      amount = math.min(math.floor(fair), remaining)
+      amount = math.floor(remaining * share)
       -- never more than about an interval and a quarter of what this instance was offered in its last
       -- one (its next reply comes within 1.2 intervals): a reservation it would not spend is capacity the
       -- other instances cannot have until its next sync, and what it spends late is the decision delay

@@ -223,12 +223,7 @@ export class Quotas {
   private scheduleNext(): void {
     if (!this.running) return;
     const spread = this.syncIntervalMs * this.jitter;
-    const period = this.syncIntervalMs - spread + Math.random() * 2 * spread;
-    // from the start of the last round, not its end: a round's latency does not stretch the time an
-    // instance spends on an allowance before the next reply replaces it (the decision delay); a round that
-    // took longer than the period still leaves a quarter interval before the next
-    const elapsed = this.lastSyncAt < 0 ? 0 : this.clock.now() - this.lastSyncAt;
-    const delay = Math.max(period - elapsed, this.syncIntervalMs / 4);
+    const delay = this.syncIntervalMs - spread + Math.random() * 2 * spread;
     this.timer = this.scheduler.schedule(delay, () => {
       this.sync().finally(() => this.scheduleNext());
     });
