@@ -373,11 +373,9 @@ for i = 4, #KEYS do
   elseif applied then
     if remaining > 0 then
       amount = math.floor(remaining * share)
-      -- never more than about an interval and a quarter of what this instance was offered in its last
-      -- one (its next reply comes within 1.2 intervals): a reservation it would not spend is capacity the
-      -- other instances cannot have until its next sync, and what it spends late is the decision delay
-      local cap = math.ceil(1.25 * offered) + 1
-      if amount > cap then amount = cap end
+      -- never more than about two intervals of what this instance was offered in its last one: a
+      -- reservation it would not spend is capacity the other instances cannot have until its next sync
+      if amount > 2 * offered + 1 then amount = 2 * offered + 1 end
       if amount == 0 and remaining >= instances then amount = 1 end
       reserve(amount) -- `remaining` stays as it was: denyUntil means nothing could be granted
     end

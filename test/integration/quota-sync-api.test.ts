@@ -76,12 +76,12 @@ describe("POST /v1/quotas/sync", () => {
         ],
       },
       instances: 1,
-      // the 30 reported, and its allowance (70 left, capped at ⌈1.25 × 30 offered⌉ + 1) reserved until its next sync
-      entries: [{ key: "tenant-1", mode: "approximate", allowance: 39, used: [69, 69] }],
+      // the 30 reported, and its allowance (70 left, capped at 2 × 30 offered + 1) reserved until its next sync
+      entries: [{ key: "tenant-1", mode: "approximate", allowance: 61, used: [91, 91] }],
     });
     expect(reply.configVersion).toMatch(/^quotas\.1\./);
     const again = (await (await sync({ ...body, configVersion: reply.configVersion })).json()) as { rule?: unknown };
-    expect(again).toMatchObject({ status: "duplicate", entries: [{ allowance: 39, used: [69, 69] }] });
+    expect(again).toMatchObject({ status: "duplicate", entries: [{ allowance: 61, used: [91, 91] }] });
     expect(again.rule).toBeUndefined();
   });
 

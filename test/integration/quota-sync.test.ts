@@ -301,11 +301,11 @@ describe("quota-sync.lua", () => {
     expect(reply.entries[0]).toMatchObject({ allowance: 0, denyUntil: T0 + 50, used: [12] });
   });
 
-  it("approximate: shares follow recent demand, capped at about an interval and a quarter of the instance's own", async () => {
+  it("approximate: shares follow recent demand, capped at about two intervals of the instance's own", async () => {
     const store = await storeWith(approximate([{ windowMs: 1000, max: 1000 }]));
-    // alone: all that remains is its share, but it reserves only ⌈1.25 × offered⌉ + 1
+    // alone: all that remains is its share, but it reserves only 2 × offered + 1
     expect((await store.sync(call("solo", 1, [entry("k", { offered: 40 })]), T0)).entries[0]).toMatchObject({
-      allowance: 51,
+      allowance: 81,
     });
     expect((await store.sync(call("idle", 1, [entry("i")]), T0)).entries[0]).toMatchObject({ allowance: 1 });
     // busy is offered 9x what quiet is; every instance is also credited a small pseudo-demand, so
