@@ -20,6 +20,7 @@ import {
   cpuSeconds,
   fillReplicationBacklogs,
   keysMemory,
+  loggedScriptCalls,
   pingLatency,
   replicationBacklogs,
   resetSlowlog,
@@ -30,6 +31,12 @@ import {
 } from "./redis-stats.ts";
 
 const DAY = 86_400_000;
+/**
+ * BENCH_WEEK_RUNS (2): how many times the busy week runs, each in its own namespace with the same clock and
+ * halves; its slowest script is also reported as the slowest call's fastest run (a call slow in one run only
+ * was preempted, not working: the machine is shared).
+ */
+const WEEK_RUNS = Math.max(1, Number(process.env.BENCH_WEEK_RUNS ?? 2));
 /** BENCH_WORKLOADS=sparse,busy,...: only those scenarios (while iterating); default all. */
 const SCENARIOS = ["sparse", "week", "checks", "busy", "big", "huge"] as const;
 const chosen = new Set(process.env.BENCH_WORKLOADS?.split(",") ?? SCENARIOS);
@@ -80,6 +87,14 @@ function scatteredIds(count: number, limit: number, seed: number): number[] {
 
 const batchesOf = (ids: number[]) =>
   Array.from({ length: Math.ceil(ids.length / BATCH) }, (_, b) => ids.slice(b * BATCH, (b + 1) * BATCH));
+
+/** The slowest of logged script times (µs) in ms, how many there are, and their 99th percentile (slowestScript()'s figures). */
+function slowestOf(micros: number[]): { ms: number; calls: number; p99: number } {
+  const sorted = [...micros].sort((a, b) => a - b);
+  const p99 =
+    sorted.length === 0 ? 0 : (sorted[Math.min(sorted.length - 1, Math.floor(0.99 * sorted.length))] as number);
+  return { ms: (sorted.at(-1) ?? 0) / 1000, calls: sorted.length, p99: p99 / 1000 };
+}
 
 function onePolicy(caps: Record<string, { window: string; max: number }[]>) {
   return {
@@ -170,7 +185,6 @@ export async function runCappingWorkloads(
         { window: "7d", max: 30 },
       ],
     });
-    const { capper, clock } = capperWith(rules, "bench-week");
     const half = (campaign: number) =>
       Array.from({ length: users }, (_, id) => id).filter((id) => {
         // a mixing hash of (user, campaign): each campaign a different half (an XOR of two products
@@ -180,25 +194,54 @@ export async function runCappingWorkloads(
         h = Math.imul(h, 0xc2b2ae35);
         return ((h ^ (h >>> 16)) & 1) === 1;
       });
+    /** The 30 campaigns in namespace `namespace` (the same clock and halves every time); the sends decided. */
+    const runWeek = async (namespace: string) => {
+      const { capper, clock } = capperWith(rules, namespace);
+      let sends = 0;
+      for (let campaign = 0; campaign < 30; campaign++) {
+        clock.set(T0 + Math.floor((campaign * 7 * DAY) / 30));
+        const ids = half(campaign);
+        sends += ids.length;
+        await Promise.all(
+          batchesOf(ids).map((userIds) =>
+            capper.capBatch({ campaignId: `week-${campaign}`, channel: "push", userIds }),
+          ),
+        );
+      }
+      return sends;
+    };
     // filled here too: the week may run without the sparse scenario before it (BENCH_WORKLOADS=week)
     await fillReplicationBacklogs(primaries);
     await resetSlowlog(primaries);
     const memoryBefore = await usedMemory(primaries);
     const scriptsBefore = await scriptTime(primaries);
-    let sends = 0;
-    for (let campaign = 0; campaign < 30; campaign++) {
-      clock.set(T0 + Math.floor((campaign * 7 * DAY) / 30));
-      const ids = half(campaign);
-      sends += ids.length;
-      await Promise.all(
-        batchesOf(ids).map((userIds) => capper.capBatch({ campaignId: `week-${campaign}`, channel: "push", userIds })),
-      );
-    }
-    const slowest = await slowestScript(primaries);
+    const sends = await runWeek("bench-week");
+    const logged = await loggedScriptCalls(primaries, "bench-week");
+    const slowest = slowestOf([...logged.values()]);
     // before Grab's calls below, which are EVALSHAs too
     const mean = await meanScript(scriptsBefore);
     const memory = (await usedMemory(primaries)) - memoryBefore;
     const own = await keysMemory(primaries, "bench-week:*");
+    // the same week again in namespaces of its own: each logged call's fastest run (a call missing from a
+    // run's log was under the threshold there)
+    const fastest = new Map(logged);
+    for (let run = 1; run < WEEK_RUNS; run++) {
+      await resetSlowlog(primaries);
+      await runWeek(`bench-week-${run}`);
+      const again = await loggedScriptCalls(primaries, `bench-week-${run}`);
+      for (const [call, micros] of fastest) {
+        const other = again.get(call);
+        if (other === undefined) fastest.delete(call);
+        else if (other < micros) fastest.set(call, other);
+      }
+    }
+    const steadiest = [...fastest].sort((a, b) => b[1] - a[1])[0];
+    const repeated =
+      WEEK_RUNS < 2
+        ? ""
+        : steadiest === undefined
+          ? `; over ${WEEK_RUNS} runs no call was at or over ${SLOWLOG_THRESHOLD_MICROS / 1000} ms in every run`
+          : `; the slowest call's fastest of ${WEEK_RUNS} runs ${ms(steadiest[1] / 1000)} (${fastest.size} calls at or over ${SLOWLOG_THRESHOLD_MICROS / 1000} ms in every run)`;
     const grabBefore = await usedMemory(primaries);
     for (let campaign = 0; campaign < 30; campaign++) {
       const now = T0 + Math.floor((campaign * 7 * DAY) / 30);
@@ -212,7 +255,7 @@ export async function runCappingWorkloads(
     const grabMemory = (await usedMemory(primaries)) - grabBefore;
     rows.push({
       scenario: `30 campaigns in a week, each to a random half of 100k users (${sends.toLocaleString("en-US")} sends): bytes/user, slowest script`,
-      tollgate: `${bytes(memory, users)} (keys' own MEMORY USAGE: ${bytes(own, users)}), ${slowestText(slowest)}, ${mean}`,
+      tollgate: `${bytes(memory, users)} (keys' own MEMORY USAGE: ${bytes(own, users)}), ${slowestText(slowest)}${repeated}, ${mean}`,
       grab: bytes(grabMemory, users),
       target: "≤ 40 B, slowest script ≤ 5 ms",
       before: "67 B, scripts to 16 ms",

@@ -69,6 +69,29 @@ export async function slowestScript(nodes: Redis[]): Promise<{ ms: number; calls
   return { ms: (logged.at(-1) ?? 0) / 1000, calls: logged.length, p99: p99 / 1000 };
 }
 
+/**
+ * The script calls (EVALSHA/EVAL) Redis logged since resetSlowlog, in µs, each named by its identity argument
+ * (ARGV[4] of lua/cap-sends.lua) and its keys without `namespace`: a deterministic scenario run again in
+ * another namespace names the same call the same way, so runs can be matched call by call. Logging stops
+ * and the log is emptied, as in slowestScript().
+ */
+export async function loggedScriptCalls(nodes: Redis[], namespace: string): Promise<Map<string, number>> {
+  const calls = new Map<string, number>();
+  for (const node of nodes) {
+    const entries = (await node.call("SLOWLOG", "GET", "-1")) as [number, number, number, string[]][];
+    for (const [, , micros, command] of entries) {
+      const name = String(command[0]).toLowerCase();
+      if (name !== "evalsha" && name !== "eval") continue;
+      const keyCount = Number(command[2]);
+      const keys = command.slice(3, 3 + keyCount).map((key) => String(key).replace(`${namespace}:`, ""));
+      calls.set(`${String(command[3 + keyCount + 3])} ${keys.join(" ")}`, micros);
+    }
+    await node.config("SET", "slowlog-log-slower-than", "-1");
+    await node.call("SLOWLOG", "RESET");
+  }
+  return calls;
+}
+
 /** p50 and p99 of `runs` PINGs to each primary, one at a time, in ms. */
 export async function pingLatency(nodes: Redis[], runs = 300): Promise<{ p50: number; p99: number }> {
   const samples: number[] = [];
