@@ -34,7 +34,7 @@ const DAY = 86_400_000;
 /**
  * BENCH_WEEK_RUNS (2): how many times the busy week runs, each in its own namespace with the same clock and
  * halves; its slowest script is also reported as the slowest call's fastest run (a call slow in one run only
- * was preempted, not working: the machine is shared).
+ * was preempted, not working: the machine is shared). Calls are matched by their keys and arguments.
  */
 const WEEK_RUNS = Math.max(1, Number(process.env.BENCH_WEEK_RUNS ?? 2));
 /** BENCH_WORKLOADS=sparse,busy,...: only those scenarios (while iterating); default all. */

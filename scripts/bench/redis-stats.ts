@@ -70,10 +70,10 @@ export async function slowestScript(nodes: Redis[]): Promise<{ ms: number; calls
 }
 
 /**
- * The script calls (EVALSHA/EVAL) Redis logged since resetSlowlog, in µs, each named by its identity argument
- * (ARGV[4] of lua/cap-sends.lua) and its keys without `namespace`: a deterministic scenario run again in
- * another namespace names the same call the same way, so runs can be matched call by call. Logging stops
- * and the log is emptied, as in slowestScript().
+ * The script calls (EVALSHA/EVAL) Redis logged since resetSlowlog, in µs, each named by its keys and arguments
+ * as SLOWLOG keeps them (32 at most, long ones cut) without `namespace`: a deterministic scenario run again in
+ * another namespace with the same clock names the same call the same way, so runs can be matched call by
+ * call. Logging stops and the log is emptied, as in slowestScript().
  */
 export async function loggedScriptCalls(nodes: Redis[], namespace: string): Promise<Map<string, number>> {
   const calls = new Map<string, number>();
@@ -82,9 +82,8 @@ export async function loggedScriptCalls(nodes: Redis[], namespace: string): Prom
     for (const [, , micros, command] of entries) {
       const name = String(command[0]).toLowerCase();
       if (name !== "evalsha" && name !== "eval") continue;
-      const keyCount = Number(command[2]);
-      const keys = command.slice(3, 3 + keyCount).map((key) => String(key).replace(`${namespace}:`, ""));
-      calls.set(`${String(command[3 + keyCount + 3])} ${keys.join(" ")}`, micros);
+      const parts = command.slice(2).map((part) => String(part).replaceAll(`${namespace}:`, ""));
+      calls.set(parts.join(" "), micros);
     }
     await node.config("SET", "slowlog-log-slower-than", "-1");
     await node.call("SLOWLOG", "RESET");
