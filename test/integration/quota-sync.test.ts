@@ -354,17 +354,50 @@ describe("quota-sync.lua", () => {
       store.sync(call(instance, 1, [entry("k", { usage: [[at, 1]], offered: 1 })]), at);
     for (let i = 0; i < 30; i++) await use(`gone-${i}`, T0);
     for (let i = 0; i < 5; i++) await use(`recent-${i}`, T0 + 100_000);
-    // L, b and one field per instance so far
-    expect(await cluster.hlen(stateKey)).toBe(2 + 35);
+    // L, h, r and one field per instance so far
+    expect(await cluster.hlen(stateKey)).toBe(3 + 35);
     // the seq records live max(W, 60 s) + 60 s: past that, the 30 first instances' fields go when a new
     // instance arrives at a key holding far more instances than sync lately
     const reply = await use("new", T0 + 120_001);
     expect(reply.status).toBe("applied");
     const fields = await cluster.hkeys(stateKey);
-    expect(fields.sort()).toEqual(["L", "b", "i:new", ...Array.from({ length: 5 }, (_, i) => `i:recent-${i}`)].sort());
+    expect(fields.sort()).toEqual(
+      ["L", "h", "i:new", "r", ...Array.from({ length: 5 }, (_, i) => `i:recent-${i}`)].sort(),
+    );
     // the key still counts: the window holds the new instance's usage (it had no reservation) and allowance
     const fresh = reply.entries[0] as { used: number[]; allowance: number };
     expect(fresh.used).toEqual([1 + fresh.allowance]);
+  });
+
+  it("a strict key stored in the previous format (b3: one blob) keeps its counts: nothing granted beyond max", async () => {
+    const namespace = uniqueNamespace();
+    const store = new RedisQuotaStore(cluster, namespace);
+    await store.publish("api", strict([{ windowMs: 1000, max: 10 }]), "v1", 1, 1);
+    const stateKey = quotaKey(slotGroupPrefix(namespace, "api", 0), "k");
+    // b3: demand, its time, the expiry mark, the cursors of the grants' ring (22 buckets of 50 ms: W + lease)
+    // and the spent ring (21), the two sums, as doubles; then both rings' slots as unsigned 32-bit counts
+    const c = Math.floor(T0 / 50);
+    const blob = Buffer.alloc(7 * 8 + (22 + 21) * 4);
+    [0, 0, T0, c, c, 6, 3].forEach((value, i) => blob.writeDoubleLE(value, i * 8));
+    const slot = (ring: "g" | "s", bucket: number, count: number) =>
+      blob.writeUInt32LE(count, 7 * 8 + (ring === "g" ? 0 : 22 * 4) + (bucket % (ring === "g" ? 22 : 21)) * 4);
+    slot("g", c - 1, 4); // grants not reported spent: one of the two latest buckets...
+    slot("g", c - 5, 2); // ...and an older one
+    slot("s", c, 3); // tokens reported spent
+    await cluster.hset(stateKey, { L: "b3|strict,g1000/22,s1000/21", b: blob });
+    // a read converts nothing and sees the 9
+    expect((await store.read(call("", 0, [entry("k")]), T0 + 10)).entries[0]!.used).toEqual([9]);
+    expect(await cluster.hget(stateKey, "L")).toBe("b3|strict,g1000/22,s1000/21");
+    const granted = (await store.sync(call("a", 1, [entry("k", { want: 10 })]), T0 + 10)).entries[0]!;
+    expect(granted).toMatchObject({ tokens: 1, used: [10] });
+    expect((await cluster.hkeys(stateKey)).sort()).toEqual(["L", "h", "i:a", "r"]);
+    expect(await cluster.hget(stateKey, "L")).toBe("b4|strict,g1000/22,s1000/21");
+    // the rings move on by 6 buckets: every count is still in the window, nothing more is granted
+    const later = (await store.sync(call("a", 2, [entry("k", { want: 10 })]), T0 + 310)).entries[0]!;
+    expect(later).toMatchObject({ tokens: 0, used: [10] });
+    // past the older grants' window (+ lease) they leave; the rest stays until theirs
+    const after = (await store.sync(call("a", 3, [entry("k")]), T0 + 1060 - 4 * 50)).entries[0]!;
+    expect(after.used).toEqual([8]);
   });
 
   it("answers norule and counts nothing for a rule that is not configured", async () => {
