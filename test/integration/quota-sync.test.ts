@@ -378,7 +378,7 @@ describe("quota-sync.lua", () => {
     // and the spent ring (21), the two sums, as doubles; then both rings' slots as unsigned 32-bit counts
     const c = Math.floor(T0 / 50);
     const blob = Buffer.alloc(7 * 8 + (22 + 21) * 4);
-    [0, 0, T0, c, c, 6, 3].forEach((value, i) => blob.writeDoubleLE(value, i * 8));
+    for (const [i, value] of [0, 0, T0, c, c, 6, 3].entries()) blob.writeDoubleLE(value, i * 8);
     const slot = (ring: "g" | "s", bucket: number, count: number) =>
       blob.writeUInt32LE(count, 7 * 8 + (ring === "g" ? 0 : 22 * 4) + (bucket % (ring === "g" ? 22 : 21)) * 4);
     slot("g", c - 1, 4); // grants not reported spent: one of the two latest buckets...
