@@ -16,7 +16,10 @@ import {
   readCapSendsReply,
   scriptProfiles,
 } from "../../functions/core/capping/cap-sends-script.ts";
+import { Capper } from "../../functions/core/capping/capper.ts";
 import { keptHorizonMs, type Policy, parsePolicy } from "../../functions/core/capping/policy.ts";
+import { SegmentIndex } from "../../functions/core/capping/segment-index.ts";
+import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { capIdentityKey, capPageKey, capTagOf } from "../../functions/core/shared/keys.ts";
 import { decodeBlock } from "../support/block.ts";
 import { CappingModel, fullestWindow, type ModelCall, type ModelDecision } from "../support/capping-model.ts";
@@ -601,5 +604,50 @@ describe("calls split by page", () => {
     const whole = Uint32Array.from(TWO_GROUPS);
     const wholes = planCapSends({ ...request, sortedIds: whole, segmentOf: new Uint8Array(whole.length) });
     expect(wholes.map(pagesOf)).toEqual([4, 4]);
+  });
+});
+
+describe("batches decided together (one call per tag for their users)", () => {
+  it("decide as the same batches one after another, sparse and dense users, with skewed and backfilled `at`", async () => {
+    const users = [...DENSE, ...SPARSE, 1_000_003, 1_500_000_001, 262_145];
+    await fc.assert(
+      fc.asyncProperty(
+        policyArbitrary,
+        fc.array(
+          fc.record({
+            // each user in at most one batch of the round: batches with a user in common are planned apart
+            batchOf: fc.array(fc.integer({ min: -1, max: 2 }), { minLength: users.length, maxLength: users.length }),
+            elapsed: fc.integer({ min: 0, max: 3_000 }),
+            skew: fc.integer({ min: -2_000, max: 2_000 }),
+            campaignId: fc.constantFrom("c1", "c2", "c3"),
+          }),
+          { minLength: 2, maxLength: 5 },
+        ),
+        async (policy, rounds) => {
+          const rules = { policy, segments: new SegmentIndex([]) };
+          const clock = fixedClock(T0);
+          const together = new Capper({ store, rules: () => rules, clock, namespace: uniqueNamespace() });
+          const apart = new Capper({ store, rules: () => rules, clock, namespace: uniqueNamespace() });
+          for (const round of rounds) {
+            clock.advance(round.elapsed);
+            const batches = [0, 1, 2]
+              .map((b) => users.filter((_, i) => round.batchOf[i] === b))
+              .filter((ids) => ids.length > 0)
+              .map((userIds) => ({
+                campaignId: round.campaignId,
+                channel: "a",
+                userIds,
+                at: clock.now() + round.skew,
+              }));
+            const concurrent = await Promise.all(batches.map((batch) => together.capBatch(batch)));
+            for (const [b, batch] of batches.entries()) {
+              const alone = await apart.capBatch(batch);
+              expect(concurrent[b]?.decisions).toEqual(alone.decisions);
+            }
+          }
+        },
+      ),
+      { numRuns: 6 },
+    );
   });
 });

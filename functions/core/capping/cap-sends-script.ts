@@ -167,40 +167,199 @@ export async function runCapSends(
   request: CapSendsRequest,
 ): Promise<{ verdicts: Verdicts; windows: Map<number, UserWindows> }> {
   const calls = planCapSends(request);
+  const withWindows = request.withWindows === true;
   // a repeated ID is sent once; its later occurrences keep 0 here and follow the first (Verdicts)
   const codes = new Uint8Array(request.sortedIds.length);
   const windows = new Map<number, UserWindows>();
-  const run = async (call: CapSendsCall) => {
-    const reply = await store.capSends(call.keys, call.args);
-    const { codes: callCodes, lines } = readCapSendsReply(reply, call.members.length);
-    if (lines.length !== (request.withWindows ? call.members.length : 0)) {
-      throw new Error(`cap-sends replied ${lines.length} window lines for ${call.members.length} users`);
-    }
-    call.members.forEach((member, m) => {
-      codes[member] = callCodes[m] as number;
-      if (request.withWindows) windows.set(member, parseWindowsLine(lines[m] as string));
-    });
-  };
   // one call (a single user: POST /v1/frequency): no workers to start and gather
   if (calls.length === 1) {
-    await run(calls[0] as CapSendsCall);
+    await runCall(store, calls[0] as CapSendsCall, withWindows, codes, windows);
     return { verdicts: Verdicts.of(codes), windows };
   }
-  const failures: unknown[] = [];
+  const failures = await runCalls(store, calls, withWindows, codes, windows, () => 0);
+  if (failures.length > 0) throw failures[0]?.error;
+  return { verdicts: Verdicts.of(codes), windows };
+}
+
+/** One call: each member's reply code into `codes` (and its "+windows" line into `windows`). */
+async function runCall(
+  store: CapStore,
+  call: CapSendsCall,
+  withWindows: boolean,
+  codes: Uint8Array,
+  windows: Map<number, UserWindows>,
+): Promise<void> {
+  const reply = await store.capSends(call.keys, call.args);
+  const { codes: callCodes, lines } = readCapSendsReply(reply, call.members.length);
+  if (lines.length !== (withWindows ? call.members.length : 0)) {
+    throw new Error(`cap-sends replied ${lines.length} window lines for ${call.members.length} users`);
+  }
+  call.members.forEach((member, m) => {
+    codes[member] = callCodes[m] as number;
+    if (withWindows) windows.set(member, parseWindowsLine(lines[m] as string));
+  });
+}
+
+/**
+ * Runs `calls`, at most MAX_CALLS_IN_FLIGHT at once (runCall()). `ownerOf(member)` names who a member belongs
+ * to; a failed call is returned with the owners of its members, and a call whose owners have all failed is
+ * not started (one owner: no new call after a failure). Every started call is awaited.
+ */
+async function runCalls(
+  store: CapStore,
+  calls: CapSendsCall[],
+  withWindows: boolean,
+  codes: Uint8Array,
+  windows: Map<number, UserWindows>,
+  ownerOf: (member: number) => number,
+): Promise<{ error: unknown; owners: Set<number> }[]> {
+  const failures: { error: unknown; owners: Set<number> }[] = [];
+  const failed = new Set<number>();
   let next = 0;
   const worker = async () => {
-    while (failures.length === 0 && next < calls.length) {
+    while (next < calls.length) {
       const call = calls[next++] as CapSendsCall;
+      const owners = new Set(call.members.map(ownerOf));
+      if ([...owners].every((owner) => failed.has(owner))) continue;
       try {
-        await run(call);
+        await runCall(store, call, withWindows, codes, windows);
       } catch (error) {
-        failures.push(error);
+        failures.push({ error, owners });
+        for (const owner of owners) failed.add(owner);
       }
     }
   };
   await Promise.all(Array.from({ length: Math.min(MAX_CALLS_IN_FLIGHT, calls.length) }, worker));
-  if (failures.length > 0) throw failures[0];
-  return { verdicts: Verdicts.of(codes), windows };
+  return failures;
+}
+
+/** Users of one coalesced group at most (a sort key holds a user's position in 20 bits). */
+const MAX_COALESCED_USERS = 2 ** 19;
+
+interface PendingRequest {
+  request: CapSendsRequest;
+  resolve: (result: { verdicts: Verdicts; windows: Map<number, UserWindows> }) => void;
+  reject: (error: unknown) => void;
+}
+
+/**
+ * Shares script calls between requests in flight together. Requests made in the same turn of the event
+ * loop (an invocation deciding its records concurrently, the bench's 10 batches at once) with the same
+ * call parameters (namespace, now, at, mode, identity, exempt, horizon, profiles) and no user in common
+ * are planned as one: one call per tag for all their users, where each alone brings ~40 sparse users of a
+ * tag. Each request keeps its own decisions and its own failures: a failed call fails only the requests
+ * with users in it (their callers retry them; a send already counted comes back duplicate), and a request
+ * whose users overlap another's is planned apart (an anonymous send is not idempotent, and a repeat across
+ * requests would be decided once). Requests with "+windows" (single-user checks) are never held back.
+ */
+export class CapSendsCoalescer {
+  private pending: PendingRequest[] = [];
+  /** Profiles are compared by identity (the capper makes them once per policy and channel). */
+  private readonly profileIds = new WeakMap<readonly ScriptProfile[], number>();
+  private profileCount = 0;
+
+  constructor(private readonly store: CapStore) {}
+
+  run(request: CapSendsRequest): Promise<{ verdicts: Verdicts; windows: Map<number, UserWindows> }> {
+    if (request.withWindows) return runCapSends(this.store, request);
+    return new Promise((resolve, reject) => {
+      this.pending.push({ request, resolve, reject });
+      if (this.pending.length === 1) setImmediate(() => this.flush());
+    });
+  }
+
+  private parametersOf(request: CapSendsRequest): string {
+    let profiles = this.profileIds.get(request.profiles);
+    if (profiles === undefined) {
+      profiles = ++this.profileCount;
+      this.profileIds.set(request.profiles, profiles);
+    }
+    const { namespace, now, at, mode, channel, campaignId, forced, horizonMs } = request;
+    return JSON.stringify([namespace, now, at, mode, channel, campaignId, forced, horizonMs, profiles]);
+  }
+
+  private flush(): void {
+    const pending = this.pending;
+    this.pending = [];
+    // groups of requests with the same parameters and disjoint users
+    const groups: { key: string; requests: PendingRequest[]; users: Set<number>; size: number }[] = [];
+    for (const item of pending) {
+      const key = this.parametersOf(item.request);
+      const ids = item.request.sortedIds;
+      const group = groups.find(
+        (g) => g.key === key && g.size + ids.length <= MAX_COALESCED_USERS && !ids.some((id) => g.users.has(id)),
+      );
+      if (group) {
+        group.requests.push(item);
+        group.size += ids.length;
+        for (const id of ids) group.users.add(id);
+      } else {
+        groups.push({ key, requests: [item], users: new Set(ids), size: ids.length });
+      }
+    }
+    for (const group of groups) {
+      if (group.requests.length === 1) {
+        const [only] = group.requests as [PendingRequest];
+        runCapSends(this.store, only.request).then(only.resolve, only.reject);
+      } else {
+        this.runGroup(group.requests, group.size).catch((error: unknown) => {
+          for (const item of group.requests) item.reject(error);
+        });
+      }
+    }
+  }
+
+  /** One plan for the users of every request of the group; each request gets its own verdicts or failure. */
+  private async runGroup(group: PendingRequest[], size: number): Promise<void> {
+    // merged ascending: user ID × 2^20 + position in the group, sorted as doubles (no comparator)
+    const offsets: number[] = [];
+    const keys = new Float64Array(size);
+    const segments = new Uint8Array(size);
+    let position = 0;
+    for (const { request } of group) {
+      offsets.push(position);
+      for (let i = 0; i < request.sortedIds.length; i++) {
+        keys[position] = (request.sortedIds[i] as number) * 2 ** 20 + position;
+        segments[position] = request.segmentOf[i] as number;
+        position++;
+      }
+    }
+    keys.sort();
+    const sortedIds = new Uint32Array(size);
+    const segmentOf = new Uint8Array(size);
+    const origin = new Uint32Array(size);
+    for (let j = 0; j < size; j++) {
+      const key = keys[j] as number;
+      const at = key % 2 ** 20;
+      origin[j] = at;
+      sortedIds[j] = (key - at) / 2 ** 20;
+      segmentOf[j] = segments[at] as number;
+    }
+    const ownerAt = (at: number) => {
+      let owner = offsets.length - 1;
+      while ((offsets[owner] as number) > at) owner--;
+      return owner;
+    };
+    const first = (group[0] as PendingRequest).request;
+    const merged = { ...first, sortedIds, segmentOf };
+    const codes = new Uint8Array(size);
+    const failures = await runCalls(this.store, planCapSends(merged), false, codes, new Map(), (member) =>
+      ownerAt(origin[member] as number),
+    );
+    // each request's codes in its own order (a repeat within a request is adjacent in the merge, its first
+    // occurrence first: the others keep 0, as runCapSends leaves them)
+    const own = group.map(({ request }) => new Uint8Array(request.sortedIds.length));
+    for (let j = 0; j < size; j++) {
+      const at = origin[j] as number;
+      const owner = ownerAt(at);
+      (own[owner] as Uint8Array)[at - (offsets[owner] as number)] = codes[j] as number;
+    }
+    group.forEach((item, owner) => {
+      const failure = failures.find((f) => f.owners.has(owner));
+      if (failure) item.reject(failure.error);
+      else item.resolve({ verdicts: Verdicts.of(own[owner] as Uint8Array), windows: new Map() });
+    });
+  }
 }
 
 /** How planCapSends bounds a call (tests vary them to compare plans). */

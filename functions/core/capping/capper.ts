@@ -8,8 +8,8 @@ import { checkNamespace, DEFAULT_NAMESPACE } from "../shared/keys.ts";
 import { parseOrThrow } from "../shared/validation.ts";
 import { type CampaignBatch, type CampaignBatchInput, campaignBatchSchema } from "./campaign-batch.ts";
 import {
+  CapSendsCoalescer,
   type CapStore,
-  runCapSends,
   type ScriptProfile,
   scriptProfiles,
   type UserWindows,
@@ -58,7 +58,8 @@ export interface CapBatchOptions {
 const POSITION_SPAN = 2 ** 20;
 
 export class Capper {
-  private readonly store: CapStore;
+  /** Shares script calls between batches decided together (cap-sends-script.ts). */
+  private readonly calls: CapSendsCoalescer;
   private readonly rules: (request: { channel: string }) => Rules | Promise<Rules>;
   private readonly clock: Clock;
   private readonly namespace: string;
@@ -66,7 +67,7 @@ export class Capper {
   private readonly profileCache = new WeakMap<Policy, Map<string, ScriptProfile[]>>();
 
   constructor(options: CapperOptions) {
-    this.store = options.store;
+    this.calls = new CapSendsCoalescer(options.store);
     this.rules = options.rules;
     this.clock = options.clock ?? systemClock;
     this.namespace = checkNamespace(options.namespace ?? DEFAULT_NAMESPACE);
@@ -141,7 +142,7 @@ export class Capper {
     const { verdicts, windows } =
       batch.exempt === true && batch.countExempt !== true
         ? { verdicts: Verdicts.allExempt(sortedIds.length), windows: new Map<number, UserWindows>() }
-        : await runCapSends(this.store, {
+        : await this.calls.run({
             namespace: this.namespace,
             now,
             at,
