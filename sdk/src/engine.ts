@@ -9,9 +9,11 @@ import {
   MAX_KEYS_PER_SYNC,
   MAX_SYNC_BODY_BYTES,
   type QuotaRule,
+  quotaKeyProblem,
   type SyncEntry,
   type SyncReply,
   type SyncRequest,
+  WireError,
 } from "./wire.ts";
 
 export interface EngineOptions {
@@ -142,6 +144,9 @@ export class QuotaEngine {
   }
 
   private create(rule: string, key: string): QuotaHandle {
+    // refused at first sight, with the field named: the sync would refuse it for the whole slot group
+    const problem = quotaKeyProblem(key);
+    if (problem) throw new WireError("key", problem);
     const state = this.ruleState(rule);
     const handle = new QuotaHandle(state, key, state.groupFor(key));
     state.handles.set(key, handle);

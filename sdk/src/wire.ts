@@ -199,10 +199,21 @@ export function slotGroupKeys(namespace: string, rule: string, group: number): S
 
 /** A quota key's state; `prefix` from slotGroupPrefix. The key text follows the tag, so it cannot escape it. */
 export function quotaKey(prefix: string, key: string): string {
-  if (key.length === 0 || key.length > MAX_KEY_LENGTH) {
-    throw new WireError("key", `expected 1-${MAX_KEY_LENGTH} characters`);
-  }
+  const problem = quotaKeyProblem(key);
+  if (problem) throw new WireError("key", problem);
   return `${prefix}:k:${key}`;
+}
+
+/**
+ * Why `key` cannot be a quota key, if it cannot: its length, or a lone UTF-16 surrogate (valid in JSON as
+ * `\ud800`, but Redis keys travel as UTF-8, where every lone surrogate becomes U+FFFD: "\ud800" and
+ * "\udc00" would count in one key).
+ */
+export function quotaKeyProblem(key: string): string | undefined {
+  if (key.length === 0 || key.length > MAX_KEY_LENGTH) return `expected 1-${MAX_KEY_LENGTH} characters`;
+  // String.prototype.isWellFormed: ES2024, Node 20+ (the compiler's library here is ES2022)
+  if (!(key as unknown as { isWellFormed(): boolean }).isWellFormed()) return "expected no lone UTF-16 surrogate";
+  return undefined;
 }
 
 /** The rule as stored in the cfg key and sent in replies: `mode|leaseMs|fallback|slotGroups|W:max,W:max`. */

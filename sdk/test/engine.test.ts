@@ -9,6 +9,7 @@ import {
   type QuotaRule,
   type SyncReply,
   type SyncRequest,
+  WireError,
 } from "../src/wire.ts";
 
 const F = 50;
@@ -364,7 +365,13 @@ describe("sync side", () => {
     const e = engine();
     const g = group(e);
     // 300 keys of 256 characters, every third with 2- and 4-byte UTF-8 characters
-    const keys = Array.from({ length: 300 }, (_, i) => `${i}-`.padEnd(256, i % 3 === 0 ? "é😀" : "x").slice(0, 256));
+    // 256 UTF-16 units, never ending in half a pair (a lone surrogate is not a valid key)
+    const keys = Array.from({ length: 300 }, (_, i) =>
+      `${i}-`
+        .padEnd(256, i % 3 === 0 ? "é😀" : "x")
+        .slice(0, 256)
+        .replace(/[\ud800-\udbff]$/, "x"),
+    );
     for (const key of keys) e.check("api", key);
     const sent: string[] = [];
     const sizes: number[] = [];
@@ -513,5 +520,17 @@ describe("degraded mode", () => {
       ),
       { numRuns: 150 },
     );
+  });
+});
+
+describe("key text", () => {
+  it("refuses at first sight, naming the key, a key with a lone surrogate or over 256 characters (each would share or fail its slot group's sync)", () => {
+    const e = engine();
+    for (const key of ["\ud800", "a\udc00b", "x".repeat(257), ""]) {
+      expect(() => e.check("api", key)).toThrow(WireError);
+      expect(() => e.check("api", key)).toThrow(/^key: /);
+    }
+    expect(() => e.check("api", "\ud83d\ude00")).not.toThrow();
+    expect(group(e).handles.size).toBe(1);
   });
 });

@@ -9,6 +9,8 @@ import {
   encodeRule,
   encodeSync,
   type QuotaRule,
+  quotaKey,
+  quotaKeyProblem,
   type SyncRequest,
   slotGroupOf,
   WireError,
@@ -46,6 +48,13 @@ describe("quota wire protocol", () => {
       }),
       { numRuns: 200 },
     );
+  });
+
+  it("refuses quota keys that UTF-8 could not tell apart: lone surrogates, named as the key", () => {
+    expect(quotaKeyProblem("\ud800")).toBe("expected no lone UTF-16 surrogate");
+    expect(quotaKeyProblem("\udc00")).toBe("expected no lone UTF-16 surrogate");
+    expect(quotaKeyProblem("\ud83d\ude00")).toBeUndefined();
+    expect(() => quotaKey("p", "\ud800")).toThrow("key: expected no lone UTF-16 surrogate");
   });
 
   it("refuses rule names and instance ids that could leave the hash tag", () => {

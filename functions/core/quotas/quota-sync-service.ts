@@ -8,6 +8,7 @@ import {
   MAX_KEYS_PER_SYNC,
   MAX_SLOT_GROUPS,
   NAME_PATTERN,
+  quotaKeyProblem,
   type SyncReply,
   type SyncRequest,
   slotGroupOf,
@@ -31,7 +32,11 @@ export const syncRequestSchema = z.strictObject({
   entries: z
     .array(
       z.strictObject({
-        key: z.string().min(1).max(MAX_KEY_LENGTH),
+        key: z
+          .string()
+          .min(1)
+          .max(MAX_KEY_LENGTH)
+          .refine((key) => quotaKeyProblem(key) === undefined, "expected no lone UTF-16 surrogate"),
         usage: pairs,
         refunds: pairs,
         offered: count,
