@@ -1,6 +1,6 @@
-// `check` and `checkHandle` allocate nothing: after a warm-up, many checks (allowed and denied, resolved
-// and string keys, every fallback) must leave V8's young generation exactly as full as before, with no GC
-// in between. Counted in bytes, not timed.
+// `check` and `checkHandle` allocate nothing: after a warm-up, a million checks (allowed and denied,
+// resolved and string keys, every fallback) must leave V8's young generation as full as before, give or
+// take a few one-off bytes, with no GC in between. Counted in bytes, not timed.
 import { describe, expect, it } from "vitest";
 import { createQuotas, type Quotas } from "../src/quotas.ts";
 import type { QuotaRule, SyncReply } from "../src/wire.ts";
@@ -8,6 +8,8 @@ import { youngBytesDuring } from "./support/young-bytes.ts";
 
 const CHECKS = 200_000;
 const WARM_ROUNDS = 3;
+/** What V8 itself may allocate once during the measured checks; any allocation per check is megabytes. */
+const MAX_ONE_OFF_BYTES = 4_096;
 
 const rule = (max: number, fallback: QuotaRule["fallback"] = "share"): QuotaRule => ({
   mode: "approximate",
@@ -84,7 +86,9 @@ describe("SDK check allocates nothing", () => {
     for (let round = 0; round < WARM_ROUNDS; round++) checks();
     const { bytes, gcs } = youngBytesDuring(checks);
     expect(gcs).toBe(0);
-    expect(bytes).toBe(0);
+    // 0 on Node 20; Node 22's V8 allocated 480 bytes once in a fresh-clone run (code tiered up late, not
+    // per check). One allocation (16 bytes or more) in one check of 250 would already pass 4 KiB.
+    expect(bytes).toBeLessThan(MAX_ONE_OFF_BYTES);
     // the loop did decide both ways on every path (the checks were not optimised away)
     expect(allowed).toBeGreaterThan(CHECKS * 3 * 2);
     expect(denied).toBeGreaterThan(CHECKS * 2);

@@ -11,7 +11,7 @@ import { Limiter } from "../../functions/core/limits/limiter.ts";
 import { StoreReplyError, StoreUnavailableError } from "../../functions/core/shared/errors.ts";
 import { limitKey } from "../../functions/core/shared/keys.ts";
 import { waitForCluster } from "../../scripts/redis-cluster.ts";
-import { basePort, clusterPorts, uniqueNamespace } from "../support/cluster.ts";
+import { basePort, clusterPorts, primariesOf, uniqueNamespace } from "../support/cluster.ts";
 
 let cluster: TollgateCluster;
 const nodes: Redis[] = [];
@@ -45,18 +45,7 @@ async function rejectionOf(promise: Promise<unknown>): Promise<Error> {
   throw new Error("expected a rejection");
 }
 
-/** The primaries, each with its node ID and the slot ranges it serves. */
-async function primaries() {
-  const found: { node: Redis; id: string; slots: [number, number][] }[] = [];
-  for (const node of nodes) {
-    if ((await node.role())[0] !== "master") continue;
-    const id = (await node.call("CLUSTER", "MYID")) as string;
-    const shards = (await node.call("CLUSTER", "SLOTS")) as [number, number, [string, number, string]][];
-    const slots = shards.filter(([, , owner]) => owner[2] === id).map(([from, to]) => [from, to] as [number, number]);
-    found.push({ node, id, slots });
-  }
-  return found;
-}
+const primaries = () => primariesOf(nodes);
 
 /** Moves `slot` and its keys from `source` to `target`, as redis-cli's resharding does. */
 async function moveSlot(slot: number, source: { node: Redis; id: string }, target: { node: Redis; id: string }) {

@@ -41,7 +41,7 @@ import {
   slotGroupOf,
   slotGroupPrefix,
 } from "../../sdk/src/wire.ts";
-import { basePort, clusterPorts, connectCluster, uniqueNamespace } from "../support/cluster.ts";
+import { basePort, clusterPorts, connectCluster, primariesOf, uniqueNamespace } from "../support/cluster.ts";
 import {
   clientsOf,
   drainDelivery,
@@ -1193,17 +1193,7 @@ describe("review: capping during a slot migration (DESIGN.md: exact; a fault not
   afterAll(() => {
     for (const node of nodes) node.disconnect();
   });
-  const primaries = async () => {
-    const found: { node: Redis; id: string; slots: [number, number][] }[] = [];
-    for (const node of nodes) {
-      if ((await node.role())[0] !== "master") continue;
-      const id = (await node.call("CLUSTER", "MYID")) as string;
-      const shards = (await node.call("CLUSTER", "SLOTS")) as [number, number, [string, number, string]][];
-      const slots = shards.filter(([, , owner]) => owner[2] === id).map(([from, to]) => [from, to] as [number, number]);
-      found.push({ node, id, slots });
-    }
-    return found;
-  };
+  const primaries = () => primariesOf(nodes);
   type Primary = { node: Redis; id: string };
   const migrate = (source: Redis, target: Redis, keys: string[]) =>
     source.migrate("127.0.0.1", target.options.port as number, "", 0, 5_000, "KEYS", ...keys);

@@ -1,5 +1,6 @@
 // Connecting tests to the local Redis Cluster that test/global-setup.ts starts, with a key namespace per test.
 import { randomBytes } from "node:crypto";
+import type { Redis } from "ioredis";
 import { createRedisCluster, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
 
 export const basePort = Number(process.env.REDIS_CLUSTER_BASE_PORT ?? 7000);
@@ -12,4 +13,17 @@ export function connectCluster(): TollgateCluster {
 /** Keys of one test never meet another's: no FLUSHALL between tests. */
 export function uniqueNamespace(): string {
   return `t-${randomBytes(5).toString("hex")}`;
+}
+
+/** The primaries among `nodes` (one client per cluster node), each with its node ID and the slot ranges it serves. */
+export async function primariesOf(nodes: readonly Redis[]) {
+  const found: { node: Redis; id: string; slots: [number, number][] }[] = [];
+  for (const node of nodes) {
+    if ((await node.role())[0] !== "master") continue;
+    const id = (await node.call("CLUSTER", "MYID")) as string;
+    const shards = (await node.call("CLUSTER", "SLOTS")) as [number, number, [string, number, string]][];
+    const slots = shards.filter(([, , owner]) => owner[2] === id).map(([from, to]) => [from, to] as [number, number]);
+    found.push({ node, id, slots });
+  }
+  return found;
 }

@@ -201,9 +201,9 @@ async function runCall(
 }
 
 /**
- * Runs `calls`, at most MAX_CALLS_IN_FLIGHT at once (runCall()). `ownerOf(member)` names who a member belongs
- * to; a failed call is returned with the owners of its members, and a call whose owners have all failed is
- * not started (one owner: no new call after a failure). Every started call is awaited.
+ * Runs `calls`, at most MAX_CALLS_IN_FLIGHT per owner at once (runCall()). `ownerOf(member)` names who a
+ * member belongs to; a failed call is returned with the owners of its members, and a call whose owners have
+ * all failed is not started (one owner: no new call after a failure). Every started call is awaited.
  */
 async function runCalls(
   store: CapStore,
@@ -212,6 +212,7 @@ async function runCalls(
   codes: Uint8Array,
   windows: Map<number, UserWindows>,
   ownerOf: (member: number) => number,
+  owners = 1,
 ): Promise<{ error: unknown; owners: Set<number> }[]> {
   const failures: { error: unknown; owners: Set<number> }[] = [];
   const failed = new Set<number>();
@@ -229,7 +230,9 @@ async function runCalls(
       }
     }
   };
-  await Promise.all(Array.from({ length: Math.min(MAX_CALLS_IN_FLIGHT, calls.length) }, worker));
+  // requests planned together keep the calls in flight they would have had apart: a group of four dense
+  // 10,000-user batches with 16 in flight ran about a third fewer decisions/s than the batches with 16 each
+  await Promise.all(Array.from({ length: Math.min(MAX_CALLS_IN_FLIGHT * owners, calls.length) }, worker));
   return failures;
 }
 
@@ -343,8 +346,14 @@ export class CapSendsCoalescer {
     const first = (group[0] as PendingRequest).request;
     const merged = { ...first, sortedIds, segmentOf };
     const codes = new Uint8Array(size);
-    const failures = await runCalls(this.store, planCapSends(merged), false, codes, new Map(), (member) =>
-      ownerAt(origin[member] as number),
+    const failures = await runCalls(
+      this.store,
+      planCapSends(merged),
+      false,
+      codes,
+      new Map(),
+      (member) => ownerAt(origin[member] as number),
+      group.length,
     );
     // each request's codes in its own order (a repeat within a request is adjacent in the merge, its first
     // occurrence first: the others keep 0, as runCapSends leaves them)
