@@ -1,11 +1,12 @@
 // The HTTP layer of the Function URL handlers: JSON replies, the request body (size, a JSON object), a
 // route table answering 404, 405 (with Allow) and HEAD, and the errors every route maps the same way.
 import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2 } from "aws-lambda";
+import { MAX_SYNC_BODY_BYTES } from "../../sdk/src/wire.ts";
 import { ValidationError } from "../core/shared/errors.ts";
 import { duplicateMember } from "./json-members.ts";
 
-/** Every route's body limit; quota syncs are sized by the SDK against the same figure (MAX_SYNC_BODY_BYTES). */
-export const MAX_BODY_BYTES = 64 * 1024;
+/** Every route's body limit: the quota wire protocol's, which the SDK sizes its sync requests against. */
+export const MAX_BODY_BYTES = MAX_SYNC_BODY_BYTES;
 
 export type HttpResponse = APIGatewayProxyStructuredResultV2;
 export type Action = (body: Record<string, unknown>) => Promise<HttpResponse>;

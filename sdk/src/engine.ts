@@ -195,7 +195,7 @@ export class QuotaEngine {
     const elapsedMs = group.lastSentAt < 0 ? 0 : now - group.lastSentAt;
     const seq = group.seq + 1;
     // the body's size as the HTTP transport sends it (JSON, UTF-8): the envelope, then each entry and a comma
-    let bytes = utf8Length(
+    let bytes = Buffer.byteLength(
       JSON.stringify({
         instanceId: this.instanceId,
         rule: rule.name,
@@ -233,7 +233,7 @@ export class QuotaEngine {
         entry.refunds.push([handle.refunds[i] as number, handle.refunds[i + 1] as number]);
       // a key that would take the body past the route's limit waits for the next request (the keys sent
       // go to the back of the group, so every key gets its turn)
-      const size = utf8Length(JSON.stringify(entry)) + 1;
+      const size = Buffer.byteLength(JSON.stringify(entry)) + 1;
       if (entries.length > 0 && bytes + size > MAX_SYNC_BODY_BYTES) {
         handle.rate = rate; // its offered count keeps growing until it is sent: measured then
         break;
@@ -445,17 +445,6 @@ export class QuotaEngine {
       }
     }
   }
-}
-
-/** The UTF-8 length of a string (a JSON body's size on the wire). */
-function utf8Length(text: string): number {
-  let bytes = 0;
-  for (let i = 0; i < text.length; i++) {
-    const code = text.charCodeAt(i);
-    // a surrogate pair is 4 bytes: 2 for each half
-    bytes += code < 0x80 ? 1 : code < 0x800 || (code >= 0xd800 && code <= 0xdfff) ? 2 : 3;
-  }
-  return bytes;
 }
 
 /** Adds `count` spent from the grant made at `grantedAt` to a [grantedAt, count, ...] list (one pair per grant). */
