@@ -78,6 +78,8 @@ export const consumerEnvironmentSchema = z.object({
   /** The campaign queue's redrive maxReceiveCount: a record failing on that receive is dead-lettered with its reason. */
   CAMPAIGN_MAX_RECEIVE_COUNT: integer(1, 1_000, 5),
   TIME_BUDGET_MARGIN_MS: integer(0, 900_000, 15_000),
+  /** Records of an invocation decided at once (one clock reading each wave, shared script calls). */
+  RECORDS_IN_FLIGHT: integer(1, 100, 10),
 });
 
 export const checkApiEnvironmentSchema = z.object({

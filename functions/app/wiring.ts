@@ -102,10 +102,11 @@ export function wireCampaignConsumer(
     logger,
     metrics,
     timeBudgetMarginMs: config.TIME_BUDGET_MARGIN_MS,
+    recordsInFlight: config.RECORDS_IN_FLIGHT,
     maxReceiveCount: config.CAMPAIGN_MAX_RECEIVE_COUNT,
     ...observe,
   });
-  return { handler, cluster, s3, sqs, config };
+  return { handler, consumer, cluster, s3, sqs, config };
 }
 
 /** The check API from its environment: Limiter over Redis (per-request budget), rules for health. */

@@ -1,5 +1,6 @@
 // The campaign consumer's SQS adapter: each record through CampaignConsumer, partial batch responses,
 // one log line and the metrics per record, and a time budget so a timeout never returns the whole batch.
+// Records are decided in waves, several at once with one clock reading, so their script calls are shared.
 import { BatchProcessor, EventType, processPartialResponse } from "@aws-lambda-powertools/batch";
 import type { Logger } from "@aws-lambda-powertools/logger";
 import { injectLambdaContext } from "@aws-lambda-powertools/logger/middleware";
@@ -8,6 +9,7 @@ import { logMetrics } from "@aws-lambda-powertools/metrics/middleware";
 import middy from "@middy/core";
 import type { Context, SQSBatchResponse, SQSEvent, SQSRecord } from "aws-lambda";
 import type { CampaignConsumer, ConsumeOutcome } from "../core/capping/campaign-consumer.ts";
+import { type Clock, systemClock } from "../core/shared/clock.ts";
 import {
   RulesUnavailableError,
   StoreReplyError,
@@ -26,20 +28,31 @@ export interface CampaignConsumerHandlerDeps {
    * by SQS with no reason, so it is dead-lettered here with its fault instead.
    */
   maxReceiveCount: number;
+  /**
+   * Records decided at once (RECORDS_IN_FLIGHT): the event's records go in waves of this many, in event
+   * order; a wave starts when the one before has settled, checks the time budget and reads the clock once,
+   * and its records share that reading (so batches of one campaign share their script calls).
+   */
+  recordsInFlight: number;
+  clock?: Clock;
   /** Told of every completed record (the local stack's demo and bench read the decisions here). */
   onOutcome?: (outcome: ConsumeOutcome, record: SQSRecord) => void;
 }
 
 export function makeCampaignConsumerHandler(deps: CampaignConsumerHandlerDeps) {
-  const { consumer, logger, metrics, timeBudgetMarginMs, maxReceiveCount } = deps;
+  const { consumer, logger, metrics, timeBudgetMarginMs, maxReceiveCount, recordsInFlight } = deps;
+  const clock = deps.clock ?? systemClock;
   const processor = new BatchProcessor(EventType.SQS);
 
   const handler = async (event: SQSEvent, context: Context): Promise<SQSBatchResponse> => {
     let storeDown: StoreUnavailableError | undefined;
-    const processRecord = async (record: SQSRecord): Promise<void> => {
+    const waves = new Waves(event.Records.length, recordsInFlight, () => ({
+      now: clock.now(),
+      remaining: context.getRemainingTimeInMillis(),
+    }));
+    const processRecord = async (record: SQSRecord, { now, remaining }: WaveStart): Promise<void> => {
       // Redis is down for this invocation: fail the rest at once instead of waiting out each deadline
       if (storeDown) throw storeDown;
-      const remaining = context.getRemainingTimeInMillis();
       if (remaining < timeBudgetMarginMs) {
         metrics.addMetric("recordsDeferred", MetricUnit.Count, 1);
         throw new TimeBudgetError(
@@ -47,7 +60,7 @@ export function makeCampaignConsumerHandler(deps: CampaignConsumerHandlerDeps) {
         );
       }
       try {
-        const outcome = await consumer.consume(record.body, record.messageId);
+        const outcome = await consumer.consume(record.body, record.messageId, now);
         deps.onOutcome?.(outcome, record);
         if (outcome.kind === "dead-lettered") {
           logger.warn("campaign batch dead-lettered", { messageId: record.messageId, reason: outcome.reason });
@@ -88,9 +101,10 @@ export function makeCampaignConsumerHandler(deps: CampaignConsumerHandlerDeps) {
         throw error;
       }
     };
-    const recordHandler = async (record: SQSRecord): Promise<void> => {
+    const recordHandler = (record: SQSRecord): Promise<void> => waves.run((start) => settle(record, start));
+    const settle = async (record: SQSRecord, start: WaveStart): Promise<void> => {
       try {
-        await processRecord(record);
+        await processRecord(record, start);
       } catch (error) {
         // SQS would redrive a record failing on its last receive to the DLQ as it is, with no reason: it is
         // dead-lettered here with its fault instead (if that send fails too, SQS's redrive still applies)
@@ -103,12 +117,57 @@ export function makeCampaignConsumerHandler(deps: CampaignConsumerHandlerDeps) {
         metrics.addMetric("faultsDeadLettered", MetricUnit.Count, 1);
       }
     };
-    // One record at a time, so the time budget is checked before each; each record is itself parallel
-    // (every slot group of the batch in flight, delivery sends in parallel).
-    return processPartialResponse(event, recordHandler, processor, { context, processInParallel: false });
+    // Every record is handed over at once; Waves lets a wave's records run together and holds the rest.
+    return processPartialResponse(event, recordHandler, processor, { context, processInParallel: true });
   };
 
   return middy(handler).use(injectLambdaContext(logger)).use(logMetrics(metrics));
+}
+
+interface WaveStart {
+  /** The clock reading the wave's records are decided by. */
+  now: number;
+  /** The invocation's remaining time when the wave started. */
+  remaining: number;
+}
+
+/**
+ * An event's records in waves of `size`: the records are placed in the order they are handed over (the
+ * event's order), and wave k starts when every record of wave k - 1 has settled, with one `begin()` for all
+ * of its records.
+ */
+class Waves {
+  private readonly starts: Promise<WaveStart>[] = [];
+  private readonly left: number[] = [];
+  private readonly settled: (() => void)[] = [];
+  private placed = 0;
+
+  constructor(
+    count: number,
+    private readonly size: number,
+    begin: () => WaveStart,
+  ) {
+    let previous: Promise<void> | undefined;
+    for (let first = 0; first < count; first += size) {
+      this.left.push(Math.min(size, count - first));
+      // the first wave begins at once, when the invocation starts
+      this.starts.push(previous ? previous.then(begin) : Promise.resolve(begin()));
+      previous = new Promise((resolve) => this.settled.push(resolve));
+    }
+  }
+
+  async run(work: (start: WaveStart) => Promise<void>): Promise<void> {
+    const wave = Math.floor(this.placed++ / this.size);
+    const start = this.starts[wave];
+    if (start === undefined) throw new Error(`more records handed over than the event's ${this.placed - 1}`);
+    try {
+      await work(await start);
+    } finally {
+      const left = (this.left[wave] as number) - 1;
+      this.left[wave] = left;
+      if (left === 0) this.settled[wave]?.();
+    }
+  }
 }
 
 /** The metric a failed record counts in: the kind of fault, so an outage and a defect read apart. */

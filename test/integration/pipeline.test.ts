@@ -1,10 +1,15 @@
 // The campaign pipeline with real parts: fauxqs (S3 + SQS) through the real AWS SDK clients, the real
 // Redis Cluster, the real handler driven by SQS events.
+import { Logger } from "@aws-lambda-powertools/logger";
+import { Metrics } from "@aws-lambda-powertools/metrics";
 import type { Message } from "@aws-sdk/client-sqs";
 import type { SQSBatchResponse } from "aws-lambda";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { pushCampaign } from "../../functions/app/operator-actions.ts";
+import type { CampaignConsumer } from "../../functions/core/capping/campaign-consumer.ts";
 import type { DeliveryMessage } from "../../functions/core/capping/delivery.ts";
+import { capTagOf } from "../../functions/core/shared/keys.ts";
+import { makeCampaignConsumerHandler } from "../../functions/handlers/campaign-consumer-handler.ts";
 import { lambdaContext, toSqsEvent } from "../../scripts/local/sqs-poller.ts";
 import type { LocalStack } from "../../scripts/local-stack.ts";
 import {
@@ -289,26 +294,119 @@ describe("a delivery queue smaller than the consumer was told", () => {
   });
 });
 
-describe("the time budget", () => {
+describe("the time budget and waves of records", () => {
   let stack: LocalStack;
   beforeAll(async () => {
-    stack = await testStack({ environment: { TIME_BUDGET_MARGIN_MS: "15000" } });
+    stack = await testStack({ environment: { TIME_BUDGET_MARGIN_MS: "15000", RECORDS_IN_FLIGHT: "1" } });
     await uploadRules(stack, policy, { new: newUsers });
   });
   afterAll(async () => {
     await stack.stop();
   });
 
+  /** A handler over the stack's consumer that notes each record's clock reading and how many ran at once. */
+  function observedHandler(recordsInFlight: number, readings: number[]) {
+    const seen: { now: number | undefined; inFlight: number }[] = [];
+    let inFlight = 0;
+    const real = stack.consumer.consumer;
+    const consumer = Object.create(real) as CampaignConsumer;
+    consumer.consume = async (body, messageId, now) => {
+      seen.push({ now, inFlight: ++inFlight });
+      try {
+        return await real.consume(body, messageId, now);
+      } finally {
+        inFlight--;
+      }
+    };
+    const handler = makeCampaignConsumerHandler({
+      consumer,
+      logger: new Logger({ logLevel: "SILENT" }),
+      metrics: new Metrics({ namespace: "Tollgate" }),
+      timeBudgetMarginMs: 15_000,
+      maxReceiveCount: 5,
+      recordsInFlight,
+      clock: { now: () => readings.shift() ?? Number.NaN },
+    });
+    return { handler, seen };
+  }
+
   it("reports the records it cannot start in time as failures instead of timing out the whole batch", async () => {
     for (let i = 0; i < 3; i++)
       await sendRaw(stack, JSON.stringify({ campaignId: `t${i}`, channel: "push", userIds: [20_000 + i] }));
     const messages = await receive(stack, 3);
-    // the first record starts with a minute left; by the second only 10 s remain, under the 15 s margin
+    // one record a wave: the first starts with a minute left; by the second only 10 s remain, under the 15 s margin
     const remaining = [60_000, 10_000, 9_000];
     const context = { ...lambdaContext(60_000), getRemainingTimeInMillis: () => remaining.shift() ?? 0 };
     const event = toSqsEvent(messages, "arn:aws:sqs:us-east-1:000000000000:campaign", "us-east-1");
     const response = (await stack.consumer.handler(event, context)) as SQSBatchResponse;
     expect(response.batchItemFailures.map((f) => f.itemIdentifier)).toEqual(messages.slice(1).map((m) => m.MessageId));
     expect((await drainDelivery(stack)).flatMap((m) => m.sends.map((s) => s.dedupeId))).toEqual(["t0:push:20000"]);
+  });
+
+  it("decides a wave's records together with one clock reading, and starts the next wave only when it has settled", async () => {
+    for (let i = 0; i < 5; i++)
+      await sendRaw(
+        stack,
+        JSON.stringify({ campaignId: "w", channel: "push", userIds: [21_000 + 10 * i, 21_001 + 10 * i] }),
+      );
+    const messages = await receive(stack, 5);
+    const now = Date.now();
+    const { handler, seen } = observedHandler(2, [now, now + 1, now + 2]);
+    const event = toSqsEvent(messages, "arn:aws:sqs:us-east-1:000000000000:campaign", "us-east-1");
+    const response = (await handler(event, lambdaContext(60_000))) as SQSBatchResponse;
+    expect(response.batchItemFailures).toEqual([]);
+    expect(seen.map((s) => s.now)).toEqual([now, now, now + 1, now + 1, now + 2]);
+    expect(Math.max(...seen.map((s) => s.inFlight))).toBe(2);
+    const forwarded = (await drainDelivery(stack)).flatMap((m) => m.sends.map((s) => s.userId));
+    expect(forwarded.sort((a, b) => a - b)).toEqual(
+      Array.from({ length: 5 }, (_, i) => [21_000 + 10 * i, 21_001 + 10 * i]).flat(),
+    );
+  });
+
+  it("shares script calls between a wave's records of one campaign: one call per tag, not one per record and tag", async () => {
+    // 10 records of 150 sparse users each, disjoint (a fixed linear congruential sequence in 0..2^31)
+    let seed = 12_345;
+    const records = Array.from({ length: 10 }, () =>
+      Array.from({ length: 150 }, () => {
+        seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31;
+        return seed;
+      }),
+    );
+    expect(new Set(records.flat()).size).toBe(1_500);
+    for (const userIds of records)
+      await sendRaw(stack, JSON.stringify({ campaignId: "shared", channel: "push", userIds }));
+    const messages = await receive(stack, 10);
+    const scriptCalls = async () => {
+      let calls = 0;
+      for (const node of stack.consumer.cluster.nodes("master")) {
+        const stats = await node.info("commandstats");
+        for (const match of stats.matchAll(/cmdstat_(?:evalsha|eval|fcall):calls=(\d+)/g)) calls += Number(match[1]);
+      }
+      return calls;
+    };
+    const { handler } = observedHandler(10, [Date.now()]);
+    const before = await scriptCalls();
+    const event = toSqsEvent(messages, "arn:aws:sqs:us-east-1:000000000000:campaign", "us-east-1");
+    expect(((await handler(event, lambdaContext(60_000))) as SQSBatchResponse).batchItemFailures).toEqual([]);
+    const calls = (await scriptCalls()) - before;
+    const tags = (ids: readonly number[]) => new Set(ids.map(capTagOf)).size;
+    // test files run one at a time, so the cluster's script calls are this invocation's
+    expect(calls).toBe(tags(records.flat()));
+    expect(calls).toBeLessThan(records.reduce((sum, ids) => sum + tags(ids), 0));
+    expect((await drainDelivery(stack)).flatMap((m) => m.sends).length).toBe(1_500);
+  });
+
+  it("checks the time budget once a wave: a wave started in time runs whole, the next is deferred", async () => {
+    for (let i = 0; i < 3; i++)
+      await sendRaw(stack, JSON.stringify({ campaignId: `b${i}`, channel: "push", userIds: [22_000 + i] }));
+    const messages = await receive(stack, 3);
+    const { handler } = observedHandler(2, [Date.now(), Date.now()]);
+    const remaining = [60_000, 10_000];
+    const context = { ...lambdaContext(60_000), getRemainingTimeInMillis: () => remaining.shift() ?? 0 };
+    const event = toSqsEvent(messages, "arn:aws:sqs:us-east-1:000000000000:campaign", "us-east-1");
+    const response = (await handler(event, context)) as SQSBatchResponse;
+    expect(response.batchItemFailures.map((f) => f.itemIdentifier)).toEqual([messages[2]?.MessageId]);
+    const forwarded = (await drainDelivery(stack)).flatMap((m) => m.sends.map((s) => s.userId));
+    expect(forwarded.sort((a, b) => a - b)).toEqual([22_000, 22_001]);
   });
 });

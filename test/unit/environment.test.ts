@@ -32,6 +32,7 @@ describe("consumer environment", () => {
       KEY_NAMESPACE: "tg",
       CAMPAIGN_REDELIVERY_SECONDS: 1800,
       TIME_BUDGET_MARGIN_MS: 15000,
+      RECORDS_IN_FLIGHT: 10,
       AWS_REGION: "us-east-1",
     });
   });
@@ -58,6 +59,8 @@ describe("consumer environment", () => {
       ["CAMPAIGN_REDELIVERY_SECONDS", "1209601"],
       ["KEY_NAMESPACE", "{tg}"],
       ["TIME_BUDGET_MARGIN_MS", "1.5"],
+      ["RECORDS_IN_FLIGHT", "0"],
+      ["RECORDS_IN_FLIGHT", "101"],
       ["AWS_ENDPOINT_URL", "localhost:4566"],
       ["CONFIG_BUCKET", ""],
     ];

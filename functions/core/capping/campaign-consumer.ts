@@ -45,7 +45,11 @@ export interface CampaignConsumerOptions {
 export class CampaignConsumer {
   constructor(private readonly options: CampaignConsumerOptions) {}
 
-  async consume(body: string, messageId: string): Promise<ConsumeOutcome> {
+  /**
+   * Decides one message and forwards its allowed sends. `now`: the clock reading to decide by, shared by the
+   * records an invocation decides together so that their script calls are shared (Capper.capBatch).
+   */
+  async consume(body: string, messageId: string, now?: number): Promise<ConsumeOutcome> {
     let document: unknown;
     try {
       document = JSON.parse(body);
@@ -63,6 +67,7 @@ export class CampaignConsumer {
       // holding a send that could never be delivered is refused before anything is counted
       result = await this.options.capper.capBatch(document as CampaignBatch, {
         beforeCount: (batch, sends) => refuseUndeliverable(batch, sends, this.options.delivery.maxBodyBytes(batch)),
+        now,
       });
     } catch (error) {
       if (error instanceof ValidationError) return this.deadLetter(body, messageId, error);

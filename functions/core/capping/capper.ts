@@ -52,6 +52,11 @@ export interface CapBatchOptions {
    * counted; a ValidationError thrown here refuses the batch with nothing counted.
    */
   beforeCount?: (batch: CampaignBatch, sends: PlannedSends) => void;
+  /**
+   * The clock reading to decide by (default: the capper's clock, read now). Batches decided together with
+   * the same reading (and the same `at`, campaign and channel) share their script calls.
+   */
+  now?: number;
 }
 
 /** Sort key = userId * 2^20 + input position: exact in a double because user IDs have 32 bits. */
@@ -110,12 +115,12 @@ export class Capper {
   private async decide(
     input: CampaignBatchInput,
     mode: "count" | "peek",
-    { beforeCount }: CapBatchOptions = {},
+    { beforeCount, now }: CapBatchOptions = {},
   ): Promise<CapBatchResult> {
     const batch = parseOrThrow(campaignBatchSchema, input);
     const rules = await this.rules({ channel: batch.channel });
     const before = beforeCount && ((sends: PlannedSends) => beforeCount(batch, sends));
-    return (await this.run(batch, mode, rules, false, before)).result;
+    return (await this.run(batch, mode, rules, false, before, now)).result;
   }
 
   private async run(
@@ -126,6 +131,7 @@ export class Capper {
     { policy, segments }: Rules,
     withWindows = false,
     beforeCount?: (sends: PlannedSends) => void,
+    now: number = this.clock.now(),
   ): Promise<{ result: CapBatchResult; windows: Map<number, UserWindows> }> {
     if (!policy.channels.includes(batch.channel)) {
       throw new ValidationError(
@@ -133,8 +139,7 @@ export class Capper {
         `unknown channel "${batch.channel}" (policy has ${policy.channels.join(", ")})`,
       );
     }
-    const now = this.clock.now();
-    const at = decisionTime(batch.at, this.clock, policy.backfillMs);
+    const at = decisionTime(batch.at, { now: () => now }, policy.backfillMs);
 
     const { sortedIds, positions } = sortByUser(batch.userIds);
     const segmentOf = segments.resolveSorted(sortedIds);
