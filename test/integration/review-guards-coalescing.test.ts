@@ -1,4 +1,4 @@
-// Review (round 5): batches decided together through one Capper (the CapSendsCoalescer) on the real cluster,
+// Review guards: batches decided together through one Capper (the CapSendsCoalescer) on the real cluster,
 // attacked with faults on single calls. The checker knows only the contract: each batch its own decisions,
 // a fault fails only the batches with users in the faulted call, a retry never counts a send twice.
 import fc from "fast-check";
@@ -12,7 +12,8 @@ import type { CapBatchResult } from "../../functions/core/capping/decisions.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { StoreUnavailableError } from "../../functions/core/shared/errors.ts";
 import { capIdentityKey, capTagOf, USERS_PER_GROUP } from "../../functions/core/shared/keys.ts";
-import { clusterPorts, connectCluster, primariesOf, uniqueNamespace } from "../support/cluster.ts";
+import { waitForCluster } from "../../scripts/redis-cluster.ts";
+import { basePort, clusterPorts, connectCluster, primariesOf, uniqueNamespace } from "../support/cluster.ts";
 import { rulesOf, T0 } from "../support/rules.ts";
 
 let cluster: TollgateCluster;
@@ -375,8 +376,12 @@ describe("review5: a primary paused (SIGSTOP) under batches decided together", (
         "allowed",
         "allowed",
       ]);
-      expect(settled[0]?.status).toBe("rejected");
-      expect((settled[0] as PromiseRejectedResult).reason).toBeInstanceOf(StoreUnavailableError);
+      // the paused primary's batch fails as "no answer" (or, if the pause outlasted the node timeout and a
+      // replica took over, is answered there)
+      const first = settled[0] as PromiseSettledResult<CapBatchResult>;
+      if (first.status === "rejected") expect(first.reason).toBeInstanceOf(StoreUnavailableError);
+      else expect(first.value.decisions.map((d) => d.decision)).toEqual(["allowed", "allowed", "allowed"]);
+      await waitForCluster({ basePort });
       // the retry on a fresh client: counted at most once (allowed now, or duplicate if the paused call ran on SIGCONT)
       const again = new Capper({ store, rules: () => rules, clock, namespace });
       const retried = await again.capBatch(x);
