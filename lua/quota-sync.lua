@@ -431,8 +431,10 @@ for i = 4, #KEYS do
   -- strict: the instance's part of what is left, or of twice what a bucket frees at the limit's rate when
   -- less is left: a part of what is left alone shrinks with it, and syncs that each take a part of a small
   -- remainder leave about a third of what a bucket frees ungranted ((1 - 1/N)^N), idle capacity.
-  -- approximate keeps a part of what is left: that idle remainder absorbs what instances spend outside
-  -- their reservation (late replies), and granting it raised the over-admission under load
+  -- approximate takes twice its part of what is left (never more than is left): with one part, the N
+  -- syncs of an interval left about a third of it ungranted ((1 - 1/N)^N), with two about an eighth
+  -- (e^-2). No floor as strict's: the small remainder kept absorbs what instances spend outside their
+  -- reservation (late replies), and granting it all raised the over-admission under load
   local fair = share * math.max(remaining, 2 * tight.max * tight.q / tight.w)
   local amount, denyUntil = 0, 0
   if strict then
@@ -443,7 +445,7 @@ for i = 4, #KEYS do
     end
   elseif applied then
     if remaining > 0 then
-      amount = math.floor(remaining * share)
+      amount = math.floor(math.min(remaining, 2 * share * remaining))
       -- never more than about two intervals of what this instance was offered in its last one: a
       -- reservation it would not spend is capacity the other instances cannot have until its next sync
       if amount > 2 * offered + 1 then amount = 2 * offered + 1 end

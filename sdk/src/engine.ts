@@ -210,7 +210,7 @@ export class QuotaEngine {
       const offered = handle.used + handle.denied;
       const rate = handle.rate;
       if (elapsedMs > 0) handle.rate = 0.5 * rate + (0.5 * offered) / elapsedMs;
-      const want = strict && now >= handle.denyUntil ? this.tokensWanted(handle, offered, leaseMs) : 0;
+      const want = strict && now >= handle.denyUntil ? this.tokensWanted(handle, offered, leaseMs, elapsedMs) : 0;
       const quiet =
         offered === 0 &&
         handle.epochs.length === 0 &&
@@ -270,10 +270,13 @@ export class QuotaEngine {
    * Strict: enough tokens for the key's recent rate until the next reply (WANT_INTERVALS intervals, the
    * longest jittered interval and a little; one lease and an interval when the lease is shorter), less
    * what it holds; 1 when it has demand. Tokens held unspent count in the store's windows from their
-   * grant, so an instance holds little more than it will spend before the next sync reports it.
+   * grant, so an instance holds little more than it will spend before the next sync reports it. The
+   * interval is the one the loop last took when that was longer (`elapsedMs`): a loop whose timers run
+   * late would otherwise run dry between replies while the store has capacity left to grant.
    */
-  private tokensWanted(handle: QuotaHandle, offered: number, leaseMs: number): number {
-    const horizon = Math.min(WANT_INTERVALS * this.syncIntervalMs, leaseMs + this.syncIntervalMs);
+  private tokensWanted(handle: QuotaHandle, offered: number, leaseMs: number, elapsedMs: number): number {
+    const interval = Math.max(this.syncIntervalMs, elapsedMs);
+    const horizon = Math.min(WANT_INTERVALS * interval, leaseMs + this.syncIntervalMs);
     const target = Math.ceil(handle.rate * horizon);
     const want = target - Math.max(0, handle.left);
     return want > 0 ? want : offered > 0 && handle.left < 1 ? 1 : 0;

@@ -274,6 +274,34 @@ describe("sync side", () => {
     expect(want).toBeLessThanOrEqual(26); // 1.25 intervals and a token, not two intervals (40)
   });
 
+  it("strict: when its rounds come late, asks for 1.25 of the interval it last took, never past a lease and an interval", () => {
+    const wantAfter = (gapMs: number) => {
+      const e = engine();
+      const h = e.resolve("pay", "k");
+      const g = group(e, "pay");
+      let want = 0;
+      // the same rate as above (0.4 per ms), but the loop's rounds come every `gapMs`
+      for (let round = 0; round <= 8; round++) {
+        for (let i = 0; i < 0.4 * gapMs; i++) e.checkHandle(h);
+        const request = e.takeRequest(g, round * gapMs)!;
+        want = request.entries[0]!.want;
+        e.applyReply(
+          g,
+          reply(request, 10_000 + round * gapMs, () => 0, { mode: "strict" }),
+          round * gapMs,
+          round * gapMs,
+        );
+      }
+      return want;
+    };
+    // rounds 100 ms apart: 1.25 × 100 ms of the rate (50), not 1.25 × F (25): it would run dry halfway
+    expect(wantAfter(100)).toBeGreaterThanOrEqual(45);
+    expect(wantAfter(100)).toBeLessThanOrEqual(51);
+    // rounds 1 s apart: at most the lease (200 ms) and an interval of the rate (100), not 1.25 s of it (500)
+    expect(wantAfter(1_000)).toBeGreaterThanOrEqual(90);
+    expect(wantAfter(1_000)).toBeLessThanOrEqual(101);
+  });
+
   it("strict: spent tokens are reported per grant in the next request's usage, once; a refused request gives them back", () => {
     const e = engine();
     const h = e.resolve("pay", "k");

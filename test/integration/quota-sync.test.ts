@@ -322,6 +322,26 @@ describe("quota-sync.lua", () => {
     expect(quiet.instances).toBe(4);
   });
 
+  it("approximate: a sync takes twice its share of what is left, never more than is left", async () => {
+    const store = await storeWith(approximate([{ windowMs: 1000, max: 1_000_000 }]));
+    // alone and offered far more than the limit: all that is left, not twice it
+    expect((await store.sync(call("solo", 1, [entry("solo", { offered: 5_000_000 })]), T0)).entries[0]).toMatchObject({
+      allowance: 1_000_000,
+    });
+    // four instances with the same demand (each a share of about a quarter), none spending: each sync
+    // gives its last reservation back and takes a new one out of what the others left
+    const instances = ["a", "b", "c", "d"];
+    for (let seq = 1; seq <= 10; seq++) {
+      for (const id of instances) await store.sync(call(id, seq, [entry("k", { offered: 100_000 })]), T0 + seq * 50);
+    }
+    const reply = await store.sync(call("a", 11, [entry("k", { offered: 100_000 })]), T0 + 550);
+    const { allowance, used } = reply.entries[0] as { allowance: number; used: number[] };
+    // what was left when it asked: max less what the others hold (its own went back first)
+    const left = 1_000_000 - (used[0] as number) + allowance;
+    expect(allowance / left).toBeGreaterThan(0.4); // a share alone: about 0.25
+    expect(allowance / left).toBeLessThan(0.6);
+  });
+
   it("approximate: allowances handed out at different instants see each other until the next sync settles them", async () => {
     const store = await storeWith(approximate([{ windowMs: 1000, max: 100 }]));
     const a1 = (await store.sync(call("a", 1, [entry("k", { offered: 10 })]), T0)).entries[0] as { allowance: number };
