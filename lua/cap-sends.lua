@@ -61,31 +61,19 @@ stable between compactions, which happen when the event count reaches compactAt 
 `width` can hold) or the class count reaches classLimit.
 ]=]
 
-local byte, sub, char, floor, concat, unpackList, format = string.byte, string.sub, string.char, math.floor,
-  table.concat, unpack, string.format
+-- The standard library's functions used everywhere, as locals. A function library's top level runs with only
+-- the `redis` API in reach (Redis 7.0: `string` is not a global at load), so beginCall() sets them.
+local byte, sub, char, floor, concat, unpackList, format -- per call (the same functions every call)
 
-local now = tonumber(ARGV[1])
-local at = tonumber(ARGV[2])
-local peek = sub(ARGV[3], 1, 4) == 'peek'
-local withWindows = sub(ARGV[3], -8) == '+windows'
-local identity = ARGV[4]
-local channel = string.match(identity, '^[^:]*')
-local anonymous = #identity == #channel + 1
-local exemptCounted = ARGV[5] == '1'
-local horizon = tonumber(ARGV[6])
-local identityTableKey = KEYS[1]
-local keyPrefix = ARGV[9]
--- the user-record hashes by index (a page argument's byte 1), their names built once
-local recordKeys = {}
-for range in string.gmatch(ARGV[10], '%d+') do recordKeys[#recordKeys + 1] = keyPrefix .. 'r:' .. range end
+-- The library is loaded once per primary (FUNCTION LOAD) and every function below is defined then, not per
+-- call. What a call is about lives in the locals declared bare below ("per call"): capSends() at the end
+-- sets every one of them from the call's keys and arguments (beginCall()) before anything reads them, so
+-- nothing of one call reaches the next. A per-call table declared bare fails loudly if a call forgets it.
+local now, at, peek, withWindows, identity, channel, anonymous, exemptCounted, horizon -- per call
+local identityTableKey, keyPrefix, callTag -- per call
+-- the user-record hashes by index (a page argument's byte 1), their names built once per call
+local recordKeys -- per call
 local FIRST_PAGE_ARG = 10
--- the call's tag, which every page argument must belong to: its block key is built from the prefix, so a
--- page of another tag would be read and written under the wrong tag, unnoticed (functions/core/shared/keys.ts:
--- a page of 256 IDs is in group page / 4, and a group's tag is group mod 256)
-local callTag = tonumber(string.match(keyPrefix, '{(%d+)}:$') or nil)
-if identityTableKey ~= keyPrefix .. 'ids' or callTag == nil then
-  return redis.error_reply('ERR cap-sends: key prefix ' .. keyPrefix .. ' does not name the tag of ' .. identityTableKey)
-end
 
 local FORMAT, PAGE_USERS, MIN_COMPACT_AT, MIN_CLASS_LIMIT = 5, 256, 32, 256
 local FUTURE_BOUND_MS = 300000
@@ -93,16 +81,19 @@ local REPLY_DUPLICATE, REPLY_EXEMPT, REPLY_FIRST_CAP = 1, 2, 3
 -- the largest event count each width can number, and the compaction threshold kept under it
 local WIDTH_LIMIT = { 255, 65535, 16777215 }
 
--- Profiles present in this call: caps, retention cutoff and retention. The caps come packed by cmsgpack (in C):
--- parsing 64 profiles × 32 caps from text cost 2 ms of Lua string matching, unpacking them costs a seventh.
-local profiles, profileCount = {}, 0
-do
+-- Profiles present in this call: caps, retention cutoff and retention (per call, by readProfiles()).
+local profiles, profileCount -- per call
+
+-- The caps come packed by cmsgpack (in C): parsing 64 profiles × 32 caps from text cost 2 ms of Lua string
+-- matching, unpacking them costs a seventh. Returns an error reply, or nothing.
+local function readProfiles(packedCaps, packedRetentions)
+  profiles, profileCount = {}, 0
   local retentions, windowRetentions = {}, {}
-  for retention, windowRetention in string.gmatch(ARGV[8], '(%d+):?(%d*)') do
+  for retention, windowRetention in string.gmatch(packedRetentions, '(%d+):?(%d*)') do
     retentions[#retentions + 1] = tonumber(retention)
     windowRetentions[#retentions] = tonumber(windowRetention) or tonumber(retention)
   end
-  local specs = cmsgpack.unpack(ARGV[7])
+  local specs = cmsgpack.unpack(packedCaps)
   profileCount = #specs
   for index = 0, #specs - 1 do
     local spec = specs[index + 1]
@@ -124,7 +115,7 @@ do
 end
 
 -- whether an identity's send is on the call's channel, worked out once per identity per call
-local onCallChannel = {}
+local onCallChannel -- per call
 local function isOnCallChannel(someIdentity)
   local known = onCallChannel[someIdentity]
   if known == nil then
@@ -207,7 +198,7 @@ local function decide(profile, n, times, onChannel, isMine)
 end
 
 -- Identity numbers of user records, read once per call.
-local identityByNumber, myNumber = {}, nil
+local identityByNumber, myNumber -- per call
 local function identityOfNumber(number)
   local known = identityByNumber[number]
   if known == nil then
@@ -260,7 +251,7 @@ local function sweepIdentities(newest)
 end
 
 -- whether this call wrote a send of its identity into a user record (its "t:" is then set once, at the end)
-local myNumberWritten = false
+local myNumberWritten -- per call
 local function myIdentityNumber(create)
   if myNumber == nil then
     myNumber = tonumber(redis.call('HGET', identityTableKey, 'i:' .. identity) or nil) or false
@@ -583,7 +574,7 @@ end
 
 -- `text` repeated `count` times, by doubling (string.rep adds one byte at a time: 2 µs for a page's class bytes),
 -- once per call: the pages of a dense call repeat the same reply code and class bytes
-local repeatedOf = {}
+local repeatedOf -- per call
 local function repeated(text, count)
   local byText = repeatedOf[count]
   if byText == nil then
@@ -724,7 +715,7 @@ local function extendTableTtl(key, ttl)
 end
 
 -- The reply: codes as numbers in `reply`, moved into `replyParts` as a string before a page adds a string of codes.
-local reply, replyParts, windowLines = {}, {}, {}
+local reply, replyParts, windowLines -- per call
 local function flushReply()
   -- string.char takes the codes in slices that stay within Lua's stack limit
   for first = 1, #reply, 4000 do
@@ -782,7 +773,7 @@ local function anyRecord(records)
   end
   return false
 end
-local recordHashExists = {}
+local recordHashExists -- per call
 
 -- The user records of a block-path page's users (its page argument: offset, profile per user), by position, or nil
 -- when the hash does not exist (one EXISTS per hash per call; no field list built then).
@@ -836,7 +827,6 @@ end
 -- The window sends lo..hi of a record as an ascending list read in place: list[i] decodes one time on demand
 -- (a binary search touches log n of them), nothing is copied. With `withAt`, the call's own send at `at` is
 -- in the list too, after the sends at or before it. Fields: inPlace, record, lo, hi.
-local inPlaceLists = {}
 local function inPlaceList(record, lo, hi, withAt)
   local value, stride = record.value, record.stride
   local base = record.start + (lo - 2) * stride
@@ -894,7 +884,7 @@ end
 -- reach are countable without their identities (countableInPlace()), `times` is an inPlaceList() of them
 -- instead (onChannel and isMine are then empty): decide() and windowsLine() count them by binary searches, so
 -- a check's work does not grow with the sends in its windows.
-local scratchTimes, scratchOnChannel, scratchIsMine = {}, {}, {}
+local scratchTimes, scratchOnChannel, scratchIsMine -- per call
 local function liveSends(profile, block, class, record, onward)
   local times, onChannel, isMine, n = scratchTimes, scratchOnChannel, scratchIsMine, 0
   -- only the window sends some cap's window around `at` can hold (or every later one, `onward`): a binary
@@ -1095,19 +1085,19 @@ end
 local function isRecorded(code) return not peek and (code == 0 or code == REPLY_EXEMPT) end
 
 -- Writes to user records, gathered per hash and made once per call: { fields and values }, retention.
-local recordWrites, recordRetention = {}, {}
+local recordWrites, recordRetention -- per call
 -- The field name of each record-path user (decimal user ID), formatted once: a number handed to redis.call,
 -- or concatenated, is formatted with '%.17g', the costliest step of a sparse call (callgrind).
-local fieldNames = {}
+local fieldNames -- per call
 -- The TTL the identity table needs at least: its identities and page markers outlive what uses them.
-local identityTableTtl = 0
+local identityTableTtl -- per call
 
 -- The outcome for a user of profile `profileNumber` with record value `value` (false: none) and no block:
 -- { reply code, the record after the call or false }. Worked out once per (profile, value) per call: a
 -- sparse campaign's users mostly hold the same record bytes (the same sends of the same campaigns), so a
 -- call decides each distinct history once, as the block path does per class.
 local NO_RECORD = false
-local recordOutcomes = {}
+local recordOutcomes -- per call
 local function recordOutcome(profileNumber, profile, value)
   local byValue = recordOutcomes[profileNumber]
   if byValue == nil then
@@ -1171,7 +1161,7 @@ end
 -- Users of a page written through its block (created when missing); their user records are absorbed.
 -- Per user only table lookups: decisions per (profile, class) and the class after an append are worked out
 -- once per call, because users of a page mostly share a history.
-local markedPagesToWrite = {}
+local markedPagesToWrite -- per call
 local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
   local block = readBlock(blockKey)
   if type(block) == 'table' and block.err then return block end
@@ -1507,106 +1497,146 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
   if written then return writeBlock(users) end
 end
 
-local pageCount = #ARGV - FIRST_PAGE_ARG
-
--- the user records of every record-path page (one HMGET per hash), and in one HMGET of the identity table
--- this call's identity number and which of those pages have a block
-local records, markedPages = {}, {}
--- each page argument's header, parsed once: its record hash, its path, its page number, "p:<page>"
-local pageHashes, pagePaths, pageNumbers, pageMarkers = {}, {}, {}, {}
-do
-  local fieldsByHash, markerFields, markerPages = {}, { 'i:' .. identity }, {}
-  for page = 1, pageCount do
-    local spec = ARGV[FIRST_PAGE_ARG + page]
-    local hashIndex, path, a, b, c = byte(spec, 1, 5)
-    local pageNumber = (a * 256 + b) * 256 + c
-    if floor(pageNumber / 4) % 256 ~= callTag or recordKeys[hashIndex] == nil then
-      return redis.error_reply(format('ERR cap-sends: page %d (record hash %d) is not of the tag of %s', pageNumber,
-        hashIndex, identityTableKey))
-    end
-    local marker = format('p:%d', pageNumber)
-    pageHashes[page], pagePaths[page], pageNumbers[page], pageMarkers[page] = hashIndex, path, pageNumber, marker
-    if path == 0 then
-      local fields = fieldsByHash[hashIndex]
-      if fields == nil then
-        fields = {}
-        fieldsByHash[hashIndex] = fields
-      end
-      local pageBase = pageNumber * PAGE_USERS
-      for u = 6, #spec, 2 do fields[#fields + 1] = pageBase + byte(spec, u) end
-      markerFields[#markerFields + 1] = marker
-      markerPages[#markerPages + 1] = pageNumber
-    end
+-- Sets every per-call local from the call's keys and arguments (the header above states them): the tables the
+-- functions fill start empty, the flags false. Returns an error reply, or nothing.
+local function beginCall(keys, args)
+  byte, sub, char, floor, concat, unpackList, format = string.byte, string.sub, string.char, math.floor,
+    table.concat, unpack, string.format
+  now = tonumber(args[1])
+  at = tonumber(args[2])
+  peek = sub(args[3], 1, 4) == 'peek'
+  withWindows = sub(args[3], -8) == '+windows'
+  identity = args[4]
+  channel = string.match(identity, '^[^:]*')
+  anonymous = #identity == #channel + 1
+  exemptCounted = args[5] == '1'
+  horizon = tonumber(args[6])
+  identityTableKey = keys[1]
+  keyPrefix = args[9]
+  recordKeys = {}
+  for range in string.gmatch(args[10], '%d+') do recordKeys[#recordKeys + 1] = keyPrefix .. 'r:' .. range end
+  -- the call's tag, which every page argument must belong to: its block key is built from the prefix, so a
+  -- page of another tag would be read and written under the wrong tag, unnoticed (functions/core/shared/keys.ts:
+  -- a page of 256 IDs is in group page / 4, and a group's tag is group mod 256)
+  callTag = tonumber(string.match(keyPrefix, '{(%d+)}:$') or nil)
+  if identityTableKey ~= keyPrefix .. 'ids' or callTag == nil then
+    return redis.error_reply('ERR cap-sends: key prefix ' .. keyPrefix .. ' does not name the tag of ' .. identityTableKey)
   end
-  -- a call of block-path pages only reads its identity number when a user record needs it
-  if #markerPages > 0 then
-    local found = redis.call('HMGET', identityTableKey, unpackList(markerFields))
-    myNumber = tonumber(found[1] or nil) or false
-    for i = 1, #markerPages do markedPages[markerPages[i]] = found[i + 1] and true or false end
-  end
-  -- Every undeclared key the call may read, touched once before anything is written: while the slot
-  -- migrates, Redis refuses a script's access to a key that is not (or no longer) here, and a call that
-  -- read a moved record as empty would decide wrong. Refused here, nothing is written and the call is
-  -- answered TRYAGAIN, which the caller retries until the migration ends (declared keys get the same).
-  local touched = {}
-  for i = 1, #recordKeys do touched[i] = recordKeys[i] end
-  for page = 1, pageCount do
-    if pagePaths[page] == 1 or markedPages[pageNumbers[page]] then
-      touched[#touched + 1] = keyPrefix .. pageMarkers[page]
-    end
-  end
-  if #touched > 0 then
-    local probe = redis.pcall('EXISTS', unpackList(touched))
-    if type(probe) == 'table' and probe.err then
-      return redis.error_reply('TRYAGAIN cap-sends: a key of ' .. keyPrefix .. ' is not on this node: ' .. probe.err)
-    end
-  end
-  for hashIndex, fields in pairs(fieldsByHash) do
-    local names = {}
-    for i = 1, #fields do names[i] = format('%d', fields[i]) end
-    local values = redis.call('HMGET', recordKeys[hashIndex], unpackList(names))
-    for i = 1, #fields do
-      records[fields[i]] = values[i]
-      fieldNames[fields[i]] = names[i]
-    end
-  end
+  onCallChannel, identityByNumber, myNumber, myNumberWritten, repeatedOf = {}, {}, nil, false, {}
+  reply, replyParts, windowLines, recordHashExists = {}, {}, {}, {}
+  scratchTimes, scratchOnChannel, scratchIsMine = {}, {}, {}
+  recordWrites, recordRetention, fieldNames, identityTableTtl, recordOutcomes = {}, {}, {}, 0, {}
+  markedPagesToWrite = {}
+  return readProfiles(args[7], args[8])
 end
 
-for page = 1, pageCount do
-  local spec, hashIndex, pageNumber = ARGV[FIRST_PAGE_ARG + page], pageHashes[page], pageNumbers[page]
-  local pageBase = pageNumber * PAGE_USERS
-  local failure
-  if pagePaths[page] == 1 then
-    failure = runBlockPage(spec, keyPrefix .. pageMarkers[page], hashIndex, pageBase, pageNumber)
-  else
-    -- the block's name only for a page that has one (a sparse call's pages mostly have none)
-    local marked = markedPages[pageNumber]
-    failure = runRecordPage(spec, marked and keyPrefix .. pageMarkers[page], hashIndex, pageBase, records, pageNumber,
-      marked)
-  end
+-- One call (FCALL): the pages of ARGV[11..], then the writes gathered, then the reply.
+local function capSends(keys, args)
+  local failure = beginCall(keys, args)
   if failure then return failure end
+  local pageCount = #args - FIRST_PAGE_ARG
+
+  -- the user records of every record-path page (one HMGET per hash), and in one HMGET of the identity table
+  -- this call's identity number and which of those pages have a block
+  local records, markedPages = {}, {}
+  -- each page argument's header, parsed once: its record hash, its path, its page number, "p:<page>"
+  local pageHashes, pagePaths, pageNumbers, pageMarkers = {}, {}, {}, {}
+  do
+    local fieldsByHash, markerFields, markerPages = {}, { 'i:' .. identity }, {}
+    for page = 1, pageCount do
+      local spec = args[FIRST_PAGE_ARG + page]
+      local hashIndex, path, a, b, c = byte(spec, 1, 5)
+      local pageNumber = (a * 256 + b) * 256 + c
+      if floor(pageNumber / 4) % 256 ~= callTag or recordKeys[hashIndex] == nil then
+        return redis.error_reply(format('ERR cap-sends: page %d (record hash %d) is not of the tag of %s', pageNumber,
+          hashIndex, identityTableKey))
+      end
+      local marker = format('p:%d', pageNumber)
+      pageHashes[page], pagePaths[page], pageNumbers[page], pageMarkers[page] = hashIndex, path, pageNumber, marker
+      if path == 0 then
+        local fields = fieldsByHash[hashIndex]
+        if fields == nil then
+          fields = {}
+          fieldsByHash[hashIndex] = fields
+        end
+        local pageBase = pageNumber * PAGE_USERS
+        for u = 6, #spec, 2 do fields[#fields + 1] = pageBase + byte(spec, u) end
+        markerFields[#markerFields + 1] = marker
+        markerPages[#markerPages + 1] = pageNumber
+      end
+    end
+    -- a call of block-path pages only reads its identity number when a user record needs it
+    if #markerPages > 0 then
+      local found = redis.call('HMGET', identityTableKey, unpackList(markerFields))
+      myNumber = tonumber(found[1] or nil) or false
+      for i = 1, #markerPages do markedPages[markerPages[i]] = found[i + 1] and true or false end
+    end
+    -- Every undeclared key the call may read, touched once before anything is written: while the slot
+    -- migrates, Redis refuses a script's access to a key that is not (or no longer) here, and a call that
+    -- read a moved record as empty would decide wrong. Refused here, nothing is written and the call is
+    -- answered TRYAGAIN, which the caller retries until the migration ends (declared keys get the same).
+    local touched = {}
+    for i = 1, #recordKeys do touched[i] = recordKeys[i] end
+    for page = 1, pageCount do
+      if pagePaths[page] == 1 or markedPages[pageNumbers[page]] then
+        touched[#touched + 1] = keyPrefix .. pageMarkers[page]
+      end
+    end
+    if #touched > 0 then
+      local probe = redis.pcall('EXISTS', unpackList(touched))
+      if type(probe) == 'table' and probe.err then
+        return redis.error_reply('TRYAGAIN cap-sends: a key of ' .. keyPrefix .. ' is not on this node: ' .. probe.err)
+      end
+    end
+    for hashIndex, fields in pairs(fieldsByHash) do
+      local names = {}
+      for i = 1, #fields do names[i] = format('%d', fields[i]) end
+      local values = redis.call('HMGET', recordKeys[hashIndex], unpackList(names))
+      for i = 1, #fields do
+        records[fields[i]] = values[i]
+        fieldNames[fields[i]] = names[i]
+      end
+    end
+  end
+
+  for page = 1, pageCount do
+    local spec, hashIndex, pageNumber = args[FIRST_PAGE_ARG + page], pageHashes[page], pageNumbers[page]
+    local pageBase = pageNumber * PAGE_USERS
+    local failure
+    if pagePaths[page] == 1 then
+      failure = runBlockPage(spec, keyPrefix .. pageMarkers[page], hashIndex, pageBase, pageNumber)
+    else
+      -- the block's name only for a page that has one (a sparse call's pages mostly have none)
+      local marked = markedPages[pageNumber]
+      failure = runRecordPage(spec, marked and keyPrefix .. pageMarkers[page], hashIndex, pageBase, records, pageNumber,
+        marked)
+    end
+    if failure then return failure end
+  end
+
+  local identityRetention = 0
+  for hashIndex, writes in pairs(recordWrites) do
+    local key = recordKeys[hashIndex]
+    redis.call('HSET', key, unpackList(writes))
+    extendTtl(key, ttlFor(recordRetention[hashIndex]))
+    identityRetention = math.max(identityRetention, recordRetention[hashIndex])
+  end
+  if identityRetention > 0 then identityTableTtl = math.max(identityTableTtl, ttlFor(identityRetention)) end
+  local markers = {}
+  for _, pageNumber in ipairs(markedPagesToWrite) do
+    markers[#markers + 1] = 'p:' .. pageNumber
+    markers[#markers + 1] = 1
+  end
+  if myNumberWritten and myNumber then
+    markers[#markers + 1] = 't:' .. myNumber
+    markers[#markers + 1] = now
+  end
+  if #markers > 0 then redis.call('HSET', identityTableKey, unpackList(markers)) end
+  if identityTableTtl > 0 then extendTableTtl(identityTableKey, identityTableTtl) end
+
+  -- one byte per user
+  flushReply()
+  return concat(replyParts) .. concat(windowLines)
 end
 
-local identityRetention = 0
-for hashIndex, writes in pairs(recordWrites) do
-  local key = recordKeys[hashIndex]
-  redis.call('HSET', key, unpackList(writes))
-  extendTtl(key, ttlFor(recordRetention[hashIndex]))
-  identityRetention = math.max(identityRetention, recordRetention[hashIndex])
-end
-if identityRetention > 0 then identityTableTtl = math.max(identityTableTtl, ttlFor(identityRetention)) end
-local markers = {}
-for _, pageNumber in ipairs(markedPagesToWrite) do
-  markers[#markers + 1] = 'p:' .. pageNumber
-  markers[#markers + 1] = 1
-end
-if myNumberWritten and myNumber then
-  markers[#markers + 1] = 't:' .. myNumber
-  markers[#markers + 1] = now
-end
-if #markers > 0 then redis.call('HSET', identityTableKey, unpackList(markers)) end
-if identityTableTtl > 0 then extendTableTtl(identityTableKey, identityTableTtl) end
-
--- one byte per user
-flushReply()
-return concat(replyParts) .. concat(windowLines)
+return capSends

@@ -1,9 +1,10 @@
-// The Lua scripts in lua/, read once per process. The engine's are defined on the client (ioredis sends
-// each by SHA and falls back to EVAL on NOSCRIPT, per connection); the rate-limit scripts are sent by
-// RedisLimitStore itself (EVALSHA by the SHA computed here, EVAL on NOSCRIPT).
+// The Lua scripts in lua/, read once per process. The engine's run as Redis Functions (tollgateLibrary, loaded
+// once per primary, called by FCALL); the rate-limit scripts are sent by RedisLimitStore itself (EVALSHA by
+// the SHA computed here, EVAL on NOSCRIPT).
 import { createHash } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
 import { ALGORITHMS, type Algorithm } from "../core/limits/limit-specs.ts";
+import { defineLibrary } from "./redis-functions.ts";
 
 /**
  * In the repository the scripts are at ../../lua/ from this file; in a Lambda bundle (one file), the
@@ -18,8 +19,6 @@ export function load(name: string): string {
   }
   throw new Error(`lua/${name}.lua not found beside the code (${LUA_DIRS.map(String).join(", ")})`);
 }
-
-const capSendsLua = load("cap-sends");
 
 /** A script's text and the SHA1 that EVALSHA names it by. */
 export interface LuaScript {
@@ -41,11 +40,8 @@ export const limitScripts = Object.fromEntries(
 export const limitsScript = script([common, ...ALGORITHMS.map(load), load("limits")].join("\n"));
 
 /**
- * The scripts defined on the client as commands. Each takes a fixed number of keys: ioredis routes an
- * autopipelined custom command by its first key only when it knows where the keys are. ioredis' `Pipeline`
- * copies every defined script into each autopipelined batch, so only the engine's is here.
+ * The scripts run as Redis Functions, one library (redis-functions.ts): each chunk runs once per primary at
+ * load and returns the function FCALL runs. cap-sends is 1,600 lines: as an EVAL script, every call
+ * re-created its ~60 functions (docs/DECISIONS.md, "cap-sends as a Redis Function").
  */
-export const luaScripts: Record<string, { lua: string; numberOfKeys: number }> = {
-  // one declared key, the tag's identity table: the script builds its other keys' names from a prefix
-  capSends: { lua: capSendsLua, numberOfKeys: 1 },
-};
+export const tollgateLibrary = defineLibrary({ capSends: load("cap-sends") });

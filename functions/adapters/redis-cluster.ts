@@ -5,9 +5,10 @@ import { Cluster, type ClusterNode, ReplyError } from "ioredis";
 import type { CapStore } from "../core/capping/cap-sends-script.ts";
 import type { LimitStore } from "../core/limits/limit-script.ts";
 import type { Algorithm } from "../core/limits/limit-specs.ts";
-import { type LuaScript, limitScripts, limitsScript, luaScripts } from "./lua-scripts.ts";
+import { type LuaScript, limitScripts, limitsScript, tollgateLibrary } from "./lua-scripts.ts";
 import { type CallOptions, RedisCalls, type RedisCircuitOptions } from "./redis-calls.ts";
 import { replyCode } from "./redis-errors.ts";
+import { fcallBuffer } from "./redis-functions.ts";
 
 export interface RedisClusterConfig {
   /** Startup nodes: the configuration endpoint on ElastiCache, any nodes locally. */
@@ -29,8 +30,7 @@ export interface RedisClusterConfig {
   circuit?: RedisCircuitOptions;
 }
 
-type CapSendsCommand = (...keysAndArgs: (string | Buffer)[]) => Promise<Buffer>;
-export type TollgateCluster = Cluster & { capSendsBuffer: CapSendsCommand };
+export type TollgateCluster = Cluster;
 
 /** One RedisCalls (one circuit) per client: every store over the same connections shares its state. */
 const callsByCluster = new WeakMap<Cluster, RedisCalls>();
@@ -47,7 +47,6 @@ export function redisCallsOf(cluster: Cluster): RedisCalls {
 
 export function createRedisCluster(config: RedisClusterConfig): TollgateCluster {
   const cluster = new Cluster(config.nodes, {
-    scripts: luaScripts,
     // Commands issued in one tick go out as one pipeline per node, all nodes in parallel.
     enableAutoPipelining: config.autoPipelining ?? true,
     // Give up reconnecting after ~10 attempts instead of queueing commands forever; jittered, so many
@@ -75,7 +74,7 @@ export function createRedisCluster(config: RedisClusterConfig): TollgateCluster 
       // the same rule for a node's own reconnection: unanswered commands are failed, never re-sent
       autoResendUnfulfilledCommands: false,
     },
-  }) as TollgateCluster;
+  });
   // Without a listener, a connection error event would crash the process.
   cluster.on("error", () => {});
   callsByCluster.set(cluster, new RedisCalls(cluster, config.circuit));
@@ -96,7 +95,7 @@ export interface RedisCapStoreOptions {
 }
 
 /**
- * Runs cap-sends, by default retrying every failure without an answer until the deadline. That is safe for
+ * Runs cap-sends (a Redis Function: FCALL, the library loaded again where a node lacks it), by default retrying every failure without an answer until the deadline. That is safe for
  * campaign sends because the script is idempotent: a send already counted by a lost attempt comes back as
  * a duplicate, never counted twice.
  */
@@ -119,7 +118,7 @@ export class RedisCapStore implements CapStore {
     return redisCallsOf(this.cluster).call(
       `cap-sends on ${keys[0]}`,
       keys,
-      () => this.cluster.capSendsBuffer(...keys, ...args),
+      () => fcallBuffer(this.cluster, tollgateLibrary, "capSends", keys, args),
       this.options,
     );
   }

@@ -1,9 +1,11 @@
 // Opens a cluster client's connections before the first request (a Lambda's init phase): the slot map,
-// one connection per primary (TCP, TLS, AUTH) and the Lua scripts compiled on each, so no request pays.
+// one connection per primary (TCP, TLS, AUTH) and the Redis Functions library loaded on each, so no request pays.
 import type { Cluster } from "ioredis";
+import { tollgateLibrary } from "./lua-scripts.ts";
+import { loadLibrary } from "./redis-functions.ts";
 
 export interface WarmUpReport {
-  /** Every primary answered and holds every script. */
+  /** Every primary answered and holds the functions library. */
   warm: boolean;
   primaries: number;
   ms: number;
@@ -27,14 +29,9 @@ export async function warmUp(cluster: Cluster, options: { timeoutMs: number }): 
     // ioredis connects to a node on its first command only: one command per primary opens them all
     const nodes = cluster.nodes("master");
     primaries = nodes.length;
-    const scripts = [...new Set(Object.values(cluster.options.scripts ?? {}).map((script) => script.lua))];
-    await Promise.all(
-      nodes.map(async (node) => {
-        await node.ping();
-        // SCRIPT LOAD compiles once per node; the first call on a connection then finds the script cached
-        for (const lua of scripts) await node.script("LOAD", lua);
-      }),
-    );
+    await Promise.all(nodes.map((node) => node.ping()));
+    // compiled once per node (and replicated); a node that holds this version answers at once
+    await loadLibrary(cluster, tollgateLibrary);
   };
   try {
     await Promise.race([work(), timeout]);

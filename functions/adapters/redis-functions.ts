@@ -1,0 +1,114 @@
+// Lua scripts run as Redis Functions: one library per version of the code, loaded once per primary
+// (FUNCTION LOAD), each script called by FCALL, so a call runs only its function, not the script's chunk.
+import { createHash } from "node:crypto";
+import { type Cluster, ReplyError } from "ioredis";
+
+/** ioredis re-exports redis-errors' ReplyError without typings: every error reply Redis sent is one. */
+const RedisReplyError = ReplyError as abstract new (...args: never[]) => Error;
+
+/**
+ * A library of Lua scripts. Each script is a chunk that returns the function to register, which Redis then
+ * calls as `f(keys, args)` (the chunk's top level runs once, at load). The names carry a hash of the whole
+ * library's code, so two deployed versions coexist on a cluster during a rollout.
+ */
+export interface RedisFunctionLibrary<Name extends string = string> {
+  /** `tollgate_<first 8 hex digits of the code's SHA-1>` */
+  readonly name: string;
+  /** What FUNCTION LOAD is sent: the `#!lua name=` line, then each chunk and its registration. */
+  readonly code: string;
+  /** The registered name of each script (function names are global across a node's libraries). */
+  readonly functions: Readonly<Record<Name, string>>;
+}
+
+/** The library of `chunks` (script name -> Lua chunk returning its function); names are `[A-Za-z0-9_]`. */
+export function defineLibrary<Name extends string>(chunks: Readonly<Record<Name, string>>): RedisFunctionLibrary<Name> {
+  const entries = Object.entries(chunks) as [Name, string][];
+  for (const [name] of entries) {
+    if (!/^[A-Za-z][A-Za-z0-9_]*$/.test(name)) throw new Error(`Redis function name "${name}": letters, digits, _`);
+  }
+  const sha8 = createHash("sha1").update(JSON.stringify(entries)).digest("hex").slice(0, 8);
+  const functions = Object.fromEntries(entries.map(([name]) => [name, `${name}_${sha8}`])) as Record<Name, string>;
+  // each chunk inside its own function: its locals stay its own, and its `return` hands over the callback
+  const body = entries.map(
+    ([name, lua]) => `redis.register_function('${functions[name]}', (function()\n${lua}\nend)())`,
+  );
+  const libraryName = `tollgate_${sha8}`;
+  return { name: libraryName, code: [`#!lua name=${libraryName}`, ...body].join("\n"), functions };
+}
+
+/**
+ * A script's chunk as an EVAL script: every call runs the whole chunk, then its function with KEYS and ARGV
+ * (what a library saves per call; tests hold FCALL to it, and the instruction count compares the two).
+ */
+export const evalScriptOf = (chunk: string): string => `return (function()\n${chunk}\nend)()(KEYS, ARGV)`;
+
+/** The reply of FUNCTION LOAD for a library the node already holds (same name, so the same code). */
+const ALREADY_LOADED = /^ERR Library '.*' already exists/;
+/** The reply of FCALL for a function the node does not hold (a new or emptied node, FUNCTION FLUSH). */
+const NOT_FOUND = /^ERR Function not found/;
+
+const isReply = (error: unknown, pattern: RegExp): boolean =>
+  error instanceof RedisReplyError && pattern.test(error.message);
+
+/**
+ * Loads `library` on every primary of `cluster`. A node that holds it already answers "already exists"
+ * before compiling anything, so this is cheap to repeat. Replicas get it by replication. Rejects as the
+ * first failing node's command rejected (classified by the caller like any other reply or no-answer).
+ */
+export async function loadLibrary(cluster: Cluster, library: RedisFunctionLibrary): Promise<void> {
+  await Promise.all(cluster.nodes("master").map((node) => loadOn(node, library)));
+}
+
+function loadOn(node: ReturnType<Cluster["nodes"]>[number], library: RedisFunctionLibrary): Promise<void> {
+  return node.function("LOAD", library.code).then(
+    () => undefined,
+    (error: unknown) => {
+      if (!isReply(error, ALREADY_LOADED)) throw error;
+    },
+  );
+}
+
+/** One load at a time per client and library: a flushed node's concurrent calls wait on the same load. */
+const reloads = new WeakMap<Cluster, Map<string, Promise<void>>>();
+
+function reload(cluster: Cluster, library: RedisFunctionLibrary): Promise<void> {
+  let byLibrary = reloads.get(cluster);
+  if (!byLibrary) {
+    byLibrary = new Map();
+    reloads.set(cluster, byLibrary);
+  }
+  let loading = byLibrary.get(library.name);
+  if (!loading) {
+    loading = loadLibrary(cluster, library).finally(() => byLibrary.delete(library.name));
+    byLibrary.set(library.name, loading);
+  }
+  return loading;
+}
+
+/**
+ * ioredis defines `fcallBuffer` (as for every command) without typings. Not `callBuffer("fcall", ...)`:
+ * with auto-pipelining, ioredis 6 drops a generic call's command name (the first argument is sent as it).
+ */
+type FcallBuffer = Cluster & {
+  fcallBuffer(fn: string, numberOfKeys: number, ...keysAndArgs: (string | Buffer)[]): Promise<Buffer>;
+};
+
+/**
+ * FCALL of `library`'s function `name` with its reply as Buffers (ioredis routes it by its first key).
+ * "Function not found" proves the call did not run (a node added by scale-out, restarted empty, or
+ * flushed): the library is loaded on every primary and the call sent once more. A failed load rejects
+ * as its reply came (an outage or an error reply), never as "Function not found".
+ */
+export function fcallBuffer<Name extends string>(
+  cluster: Cluster,
+  library: RedisFunctionLibrary<Name>,
+  name: Name,
+  keys: readonly string[],
+  args: readonly (string | Buffer)[],
+): Promise<Buffer> {
+  const send = () => (cluster as FcallBuffer).fcallBuffer(library.functions[name], keys.length, ...keys, ...args);
+  return send().catch((error: unknown) => {
+    if (!isReply(error, NOT_FOUND)) throw error;
+    return reload(cluster, library).then(send);
+  });
+}

@@ -1,0 +1,161 @@
+// Instructions a standalone redis-server executes per lua/cap-sends.lua call (callgrind, counted only within
+// EVALSHA and FCALL), as an EVAL script and as a Redis Function, on the same traffic: a figure the machine's
+// load does not change. Usage (needs valgrind):
+//   CG_PORT=7445 [CHECKS=512] [BATCHES=8] npx tsx scripts/bench/cap-sends-instructions.ts [old-script.lua]
+// Rows: `/v1/frequency` checks (256 users of one page, push 1d max 10,000, anonymous, consuming), after the
+// first 600 checks; dense campaign calls (1,024 consecutive users per call, campaigns on days 1, 2, 3).
+// With old-script.lua (a plain EVAL script, e.g. `git show main:lua/cap-sends.lua`), it runs as a third row set.
+import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Redis } from "ioredis";
+import { load, tollgateLibrary } from "../../functions/adapters/lua-scripts.ts";
+import { evalScriptOf } from "../../functions/adapters/redis-functions.ts";
+import type { CapStore } from "../../functions/core/capping/cap-sends-script.ts";
+import { Capper } from "../../functions/core/capping/capper.ts";
+import { parsePolicy } from "../../functions/core/capping/policy.ts";
+import { SegmentIndex } from "../../functions/core/capping/segment-index.ts";
+import { fixedClock } from "../../functions/core/shared/clock.ts";
+import { isMain } from "../is-main.ts";
+
+const T0 = Date.UTC(2026, 10, 2, 9);
+const DAY = 86_400_000;
+
+/** Ir of the dump in `dir` whose name ends with `suffix` (callgrind's `totals:` line). */
+function dumpTotal(dir: string, suffix: string): number {
+  const file = readdirSync(dir).find((name) => name.endsWith(suffix));
+  if (!file) throw new Error(`no callgrind dump *${suffix} in ${dir}`);
+  const match = /^totals:\s*(\d+)/m.exec(readFileSync(join(dir, file), "utf8"));
+  if (!match) throw new Error(`no totals in ${file}`);
+  return Number(match[1]);
+}
+
+async function startServer(port: number, dir: string): Promise<{ child: ChildProcess; redis: Redis }> {
+  const child = spawn(
+    "valgrind",
+    [
+      "--tool=callgrind",
+      "--toggle-collect=evalShaCommand",
+      "--toggle-collect=fcallCommand",
+      `--callgrind-out-file=${join(dir, "cg.out")}`,
+      "redis-server",
+      "--port",
+      String(port),
+      "--save",
+      "",
+      "--appendonly",
+      "no",
+    ],
+    { stdio: "ignore" },
+  );
+  for (let attempt = 0; ; attempt++) {
+    if (child.exitCode !== null) throw new Error(`valgrind exited (${child.exitCode}): is port ${port} free?`);
+    try {
+      const pong = execFileSync("redis-cli", ["-p", String(port), "ping"], {
+        encoding: "utf8",
+        stdio: ["ignore", "pipe", "ignore"],
+      });
+      if (pong.trim() === "PONG") break;
+    } catch {
+      // not listening yet
+    }
+    if (attempt > 150) throw new Error(`redis-server under valgrind did not start on port ${port}`);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+  return { child, redis: new Redis({ port }) };
+}
+
+/** ioredis defines the Buffer-reply variants of EVALSHA and FCALL without typings. */
+type BufferScripts = {
+  [command in "fcallBuffer" | "evalshaBuffer"]: (
+    name: string,
+    keys: number,
+    ...rest: (string | Buffer)[]
+  ) => Promise<Buffer>;
+};
+
+/** A CapStore over one standalone server: the script by EVALSHA, or the library's function by FCALL. */
+async function storeOn(redis: Redis, how: { evalLua: string } | "function"): Promise<CapStore> {
+  if (how === "function") {
+    await redis.function("LOAD", tollgateLibrary.code);
+    const name = tollgateLibrary.functions.capSends;
+    return {
+      capSends: (keys, args) => (redis as unknown as BufferScripts).fcallBuffer(name, keys.length, ...keys, ...args),
+    };
+  }
+  const sha = (await redis.script("LOAD", how.evalLua)) as string;
+  return {
+    capSends: (keys, args) => (redis as unknown as BufferScripts).evalshaBuffer(sha, keys.length, ...keys, ...args),
+  };
+}
+
+interface Counts {
+  check: number;
+  dense: number[];
+}
+
+async function count(port: number, how: { evalLua: string } | "function", checks: number, batches: number) {
+  const dir = mkdtempSync(join(tmpdir(), "cap-sends-cg-"));
+  const { child, redis } = await startServer(port, dir);
+  let dumps = 0;
+  const dump = () => {
+    execFileSync("callgrind_control", [`--dump=d${++dumps}`, String(child.pid)], { stdio: "ignore" });
+    return dumpTotal(dir, `.${dumps}`);
+  };
+  try {
+    const store = await storeOn(redis, how);
+    const clock = fixedClock(T0);
+    const policy = parsePolicy({
+      version: "cg",
+      channels: ["push"],
+      segments: [],
+      default: { name: "everyone", caps: { push: [{ window: "1d", max: 10_000 }] } },
+    });
+    const capper = new Capper({ store, rules: () => ({ policy, segments: new SegmentIndex([]) }), clock });
+    const check = (i: number) => capper.checkUser({ userId: 512_000 + (i & 255), channel: "push" });
+    for (let i = 0; i < 600; i++) await check(i);
+    dump();
+    for (let i = 600; i < 600 + checks; i++) await check(i);
+    const counts: Counts = { check: dump() / checks, dense: [] };
+    for (let day = 0; day < 3; day++) {
+      clock.set(T0 + day * DAY);
+      for (let batch = 0; batch < batches; batch++) {
+        const first = 1_048_576 + batch * 1_024;
+        const userIds = Array.from({ length: 1_024 }, (_, i) => first + i);
+        await capper.capBatch({ campaignId: `campaign-${day}`, channel: "push", userIds, at: T0 + day * DAY });
+      }
+      counts.dense.push(dump() / batches);
+    }
+    return counts;
+  } finally {
+    redis.disconnect();
+    if (child.exitCode === null && child.signalCode === null) {
+      const exited = new Promise((resolve) => child.once("exit", resolve));
+      child.kill("SIGTERM");
+      await exited;
+    }
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+if (isMain(import.meta)) {
+  const port = Number(process.env.CG_PORT ?? 7445);
+  const checks = Number(process.env.CHECKS ?? 512);
+  const batches = Number(process.env.BATCHES ?? 8);
+  const chunk = load("cap-sends");
+  const runs: [string, { evalLua: string } | "function"][] = [
+    ["this cap-sends.lua, EVALSHA", { evalLua: evalScriptOf(chunk) }],
+    ["this cap-sends.lua, FCALL", "function"],
+  ];
+  const old = process.argv[2];
+  if (old) runs.unshift([`${old}, EVALSHA`, { evalLua: readFileSync(old, "utf8") }]);
+  const k = (ir: number) => `${(ir / 1000).toFixed(1)}k`;
+  console.log("| Script, call | per `/v1/frequency` check | per dense 1,024-user call, campaign 1 / 2 / 3 |");
+  console.log("|---|---:|---:|");
+  const results = await Promise.all(runs.map(([, how], i) => count(port + i, how, checks, batches)));
+  for (const [i, [name]] of runs.entries()) {
+    const { check, dense } = results[i] as Counts;
+    console.log(`| ${name} | ${k(check)} | ${dense.map(k).join(" / ")} |`);
+  }
+}
