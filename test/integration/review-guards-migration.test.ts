@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RedisCapStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
 import { Capper } from "../../functions/core/capping/capper.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
-import { capIdentityKey, capTagOf } from "../../functions/core/shared/keys.ts";
+import { capIdentityKey, capPageKey, capTagOf, pageOf } from "../../functions/core/shared/keys.ts";
 import { waitForCluster } from "../../scripts/redis-cluster.ts";
 import { basePort, clusterPorts, connectCluster, primariesOf, uniqueNamespace } from "../support/cluster.ts";
 import { rulesOf, T0 } from "../support/rules.ts";
@@ -47,7 +47,12 @@ const endMove = async (slot: number, source: Primary, target: Primary, replace =
 };
 
 /** Sends `second` while the tag's identity table alone has moved to another primary; the move then ends. */
-async function duringMoveOfTableFirst(namespace: string, tag: number, second: () => Promise<string[]>) {
+function duringMoveOfTableFirst(namespace: string, tag: number, second: () => Promise<string[]>) {
+  return duringMoveOf(namespace, tag, [capIdentityKey(namespace, tag)], second);
+}
+
+/** Sends `second` while `first` (keys of the tag) alone have moved to another primary; the move then ends. */
+async function duringMoveOf(namespace: string, tag: number, first: string[], second: () => Promise<string[]>) {
   const slot = calculateSlot(capIdentityKey(namespace, tag));
   const found = await primariesOf(nodes);
   const source = found.find((p) => p.slots.some(([from, to]) => slot >= from && slot <= to));
@@ -56,7 +61,7 @@ async function duringMoveOfTableFirst(namespace: string, tag: number, second: ()
   let moved = false;
   try {
     await startMove(slot, source, target);
-    await migrate(source.node, target.node, [capIdentityKey(namespace, tag)]);
+    await migrate(source.node, target.node, first);
     const pending = second();
     const early = await Promise.race([
       pending,
@@ -116,5 +121,29 @@ describe("review5: capping during a slot migration, the identity table moved fir
       (await capper.checkUser({ userId: 11 * 1024 + 260, channel: "push", campaignId: "c2" })).decision,
     ];
     expect(await duringMoveOfTableFirst(namespace, capTagOf(11 * 1024), check)).toEqual(["capped"]);
+  });
+
+  it("users of a page whose block was moved ahead of its tag's identity table are still capped, on the block path and alone", async () => {
+    const namespace = uniqueNamespace();
+    const clock = fixedClock(T0);
+    const capper = new Capper({ store, rules: () => rules, clock, namespace });
+    const users = Array.from({ length: 32 }, (_, i) => 15 * 1024 + 256 + i);
+    const block = capPageKey(namespace, pageOf(users[0] as number));
+    expect(
+      (await capper.capBatch({ campaignId: "c1", channel: "push", userIds: users })).decisions.every(
+        (d) => d.decision === "allowed",
+      ),
+    ).toBe(true);
+    clock.advance(MINUTE);
+    const send = async () =>
+      (await capper.capBatch({ campaignId: "c2", channel: "push", userIds: users })).decisions.map((d) => d.decision);
+    expect(await duringMoveOf(namespace, capTagOf(users[0] as number), [block], send)).toEqual(
+      users.map(() => "capped"),
+    );
+    clock.advance(MINUTE);
+    const check = async () => [
+      (await capper.checkUser({ userId: users[3] as number, channel: "push", campaignId: "c3" })).decision,
+    ];
+    expect(await duringMoveOf(namespace, capTagOf(users[0] as number), [block], check)).toEqual(["capped"]);
   });
 });
