@@ -7,7 +7,7 @@ import type { QuotaStore } from "../core/quotas/quota-store.ts";
 import { load as loadLua } from "./lua-scripts.ts";
 import { redisCallsOf } from "./redis-cluster.ts";
 
-type QuotaSyncCommand = (numberOfKeys: number, ...keysAndArgs: Array<string | number>) => Promise<unknown>;
+type QuotaSyncCommand = (numberOfKeys: number, ...keysAndArgs: Array<string | number | Buffer>) => Promise<unknown>;
 
 /**
  * The script takes a variable number of keys: ioredis routes an autopipelined call by its first *string*

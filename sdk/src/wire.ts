@@ -1,7 +1,7 @@
 // The Quotas sync protocol: one call reports an instance's usage for the keys of one slot group and
 // brings back their allowances. Shared by the SDK (direct to Redis) and the check API (POST /v1/quotas/sync).
 //
-// CONTRACT (protocol 1). Everything below is the whole protocol; lua/quota-sync.lua implements it.
+// CONTRACT (protocol 2). Everything below is the whole protocol; lua/quota-sync.lua implements it.
 //
 // Slot group. A rule's keys are spread over `rule.slotGroups` groups (default 1) by FNV-1a of the key;
 //   every Redis key of a group shares the hash tag `{<rule>.<group>}`, so one call (one slot) covers any
@@ -52,13 +52,15 @@
 //
 // Redis call: EVALSHA quota-sync KEYS = [cfg, seq, inst, k(key_1) .. k(key_n)]
 //   ARGV = [protocol, now, instanceId, seq, configVersionSeen,
-//           then per key: usage "at:count,at:count", refunds "grantedAt:count,...", offered, want]
+//           then per key one packed entry: little-endian doubles offered, want, usage.length,
+//           refunds.length, then usage's [at, count] pairs and refunds' (packEntry)]
 //   Reply = [protocol, status, serverTime, configVersion, rule ("" when unchanged), mode, windows,
 //            instances, then per key: amount, expiresAt, denyUntil, resetAt, used_1 .. used_windows]
 //   (amount: allowance or tokens by mode; expiresAt: validUntil or leaseExpiresAt.)
-// This module has no dependencies: it is published in @tollgate/quotas.
+// This module has no dependencies (Node's Buffer only): it is published in @tollgate/quotas.
 
-export const PROTOCOL = 1;
+/** 2: each key's numbers travel packed (little-endian doubles), not as "at:count" text (protocol 1). */
+export const PROTOCOL = 2;
 export const DEFAULT_NAMESPACE = "tg";
 /** Rule names, instance ids and namespaces: no braces, so a hash tag cannot be escaped. */
 export const NAME_PATTERN = /^[A-Za-z0-9_.:-]{1,64}$/;
@@ -248,8 +250,39 @@ function integer(field: string, value: unknown): number {
   return n;
 }
 
-function pairs(list: Array<[number, number]>): string {
-  return list.map(([at, count]) => `${at}:${count}`).join(",");
+/** A count or time the script can hold exactly: a double's integers, never negative. */
+function wholeNumber(field: string, value: number): number {
+  if (!Number.isSafeInteger(value) || value < 0) throw new WireError(field, `expected an integer >= 0, got ${value}`);
+  return value;
+}
+
+/**
+ * One key's numbers as the script reads them (one struct.unpack, no text to parse): little-endian doubles
+ * offered, want, usage.length, refunds.length, then usage's and refunds' [at, count] pairs. `i` names the
+ * entry in errors.
+ */
+export function packEntry(entry: SyncEntry, i: number): Buffer {
+  if (entry.usage.length > MAX_EPOCHS_PER_KEY || entry.refunds.length > MAX_EPOCHS_PER_KEY) {
+    throw new WireError(`entries[${i}].usage`, `at most ${MAX_EPOCHS_PER_KEY} epochs per key`);
+  }
+  // a Buffer (ioredis sends a Buffer argument as its bytes; any other object as its text)
+  const bytes = Buffer.allocUnsafe(32 + 16 * (entry.usage.length + entry.refunds.length));
+  bytes.writeDoubleLE(wholeNumber(`entries[${i}].offered`, entry.offered), 0);
+  bytes.writeDoubleLE(wholeNumber(`entries[${i}].want`, entry.want), 8);
+  bytes.writeDoubleLE(entry.usage.length, 16);
+  bytes.writeDoubleLE(entry.refunds.length, 24);
+  let at = 32;
+  for (const [name, list] of [
+    ["usage", entry.usage],
+    ["refunds", entry.refunds],
+  ] as const) {
+    list.forEach(([time, count], j) => {
+      bytes.writeDoubleLE(wholeNumber(`entries[${i}].${name}[${j}][0]`, time), at);
+      bytes.writeDoubleLE(wholeNumber(`entries[${i}].${name}[${j}][1]`, count), at + 8);
+      at += 16;
+    });
+  }
+  return bytes;
 }
 
 /** KEYS and ARGV of one quota-sync call. `now` is the caller's clock (ms). */
@@ -258,7 +291,7 @@ export function encodeSync(
   request: SyncRequest,
   now: number,
   options: { read?: boolean } = {},
-): { keys: string[]; args: Array<string | number> } {
+): { keys: string[]; args: Array<string | number | Buffer> } {
   // a read (`options.read`, the operator's `quotas usage`) goes out as instance "", which no client can be:
   // the script then applies, grants and writes nothing, and does not count the reader as an instance
   if (!options.read) checkName("instanceId", request.instanceId);
@@ -268,16 +301,13 @@ export function encodeSync(
   const group = slotGroupKeys(namespace, request.rule, request.group);
   const prefix = slotGroupPrefix(namespace, request.rule, request.group);
   const keys = [group.config, group.sequences, group.instances];
-  const args: Array<string | number> = options.read
+  const args: Array<string | number | Buffer> = options.read
     ? [PROTOCOL, now, "", 0, request.configVersion]
     : [PROTOCOL, now, request.instanceId, request.seq, request.configVersion];
-  for (const entry of request.entries) {
-    if (entry.usage.length > MAX_EPOCHS_PER_KEY || entry.refunds.length > MAX_EPOCHS_PER_KEY) {
-      throw new WireError("entries.usage", `at most ${MAX_EPOCHS_PER_KEY} epochs per key`);
-    }
+  request.entries.forEach((entry, i) => {
     keys.push(quotaKey(prefix, entry.key));
-    args.push(pairs(entry.usage), pairs(entry.refunds), entry.offered, entry.want);
-  }
+    args.push(packEntry(entry, i));
+  });
   return { keys, args };
 }
 

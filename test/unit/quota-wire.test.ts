@@ -8,6 +8,8 @@ import {
   decodeSync,
   encodeRule,
   encodeSync,
+  PROTOCOL,
+  packEntry,
   type QuotaRule,
   quotaKey,
   quotaKeyProblem,
@@ -76,7 +78,7 @@ describe("quota wire protocol", () => {
   });
 
   it("decodes a strict reply into typed assignments", () => {
-    const reply = [1, "applied", 1000, "v2", encodeRule(rule), "strict", 2, 3, 5, 1050, 0, 2000, 12, 40];
+    const reply = [PROTOCOL, "applied", 1000, "v2", encodeRule(rule), "strict", 2, 3, 5, 1050, 0, 2000, 12, 40];
     expect(decodeSync(reply, request(["k"]))).toEqual({
       status: "applied",
       serverTime: 1000,
@@ -90,8 +92,29 @@ describe("quota wire protocol", () => {
   });
 
   it("refuses a reply of the wrong length, naming it", () => {
-    const reply = [1, "applied", 1000, "v2", "", "approximate", 2, 3, 5, 1050, 0, 2000, 12];
+    const reply = [PROTOCOL, "applied", 1000, "v2", "", "approximate", 2, 3, 5, 1050, 0, 2000, 12];
     expect(() => decodeSync(reply, request(["k"]))).toThrow(/reply: wrong length/);
-    expect(() => decodeSync([1, "odd", 0, "", "", "", 0, 0], request(["k"]))).toThrow(/reply.status/);
+    expect(() => decodeSync([PROTOCOL, "odd", 0, "", "", "", 0, 0], request(["k"]))).toThrow(/reply.status/);
+  });
+
+  it("packs each key's numbers as little-endian doubles, one argument per key, in the order the script reads", () => {
+    const entry = { key: "k", usage: [[1_764_000_000_123, 3]], refunds: [[1_764_000_000_050, 2]], offered: 9, want: 4 };
+    const packed = packEntry(entry as SyncRequest["entries"][number], 0);
+    const doubles = Array.from({ length: packed.length / 8 }, (_, i) => packed.readDoubleLE(8 * i));
+    expect(doubles).toEqual([9, 4, 1, 1, 1_764_000_000_123, 3, 1_764_000_000_050, 2]);
+    const { args } = encodeSync("tg", request(["a", "b"]), 1000);
+    expect(args.slice(0, 5)).toEqual([PROTOCOL, 1000, "i-1", 7, ""]);
+    expect(args.length).toBe(5 + 2);
+  });
+
+  it("refuses a count or time the script could not hold exactly, naming the entry and the field", () => {
+    const bad = (change: Partial<SyncRequest["entries"][number]>) => ({
+      ...request(["a", "b"]),
+      entries: [request(["a"]).entries[0], { ...request(["b"]).entries[0], ...change }],
+    });
+    expect(() => encodeSync("tg", bad({ offered: -1 }), 0)).toThrow("entries[1].offered: expected an integer >= 0");
+    expect(() => encodeSync("tg", bad({ want: 1.5 }), 0)).toThrow("entries[1].want");
+    expect(() => encodeSync("tg", bad({ usage: [[2 ** 53, 1]] }), 0)).toThrow("entries[1].usage[0][0]");
+    expect(() => encodeSync("tg", bad({ refunds: [[10, Number.NaN]] }), 0)).toThrow("entries[1].refunds[0][1]");
   });
 });

@@ -7,7 +7,7 @@ import { QuotasConfigError, StoreUnreachableError, SyncRejectedError } from "../
 import type { QuotaTransport } from "../quotas.ts";
 import { DEFAULT_NAMESPACE, decodeSync, encodeSync, NAME_PATTERN, type SyncReply, type SyncRequest } from "../wire.ts";
 
-type QuotaSyncCommand = (numberOfKeys: number, ...keysAndArgs: Array<string | number>) => Promise<unknown>;
+type QuotaSyncCommand = (numberOfKeys: number, ...keysAndArgs: Array<string | number | Buffer>) => Promise<unknown>;
 
 export interface RedisTransportOptions {
   /** The caller's ioredis Cluster (or a single Redis for tests); the SDK never closes it. */
