@@ -13,6 +13,7 @@ import {
   type QuotaRule,
   quotaKey,
   quotaKeyProblem,
+  type SyncEntry,
   type SyncRequest,
   slotGroupOf,
   WireError,
@@ -99,7 +100,7 @@ describe("quota wire protocol", () => {
 
   it("packs each key's numbers as little-endian doubles, one argument per key, in the order the script reads", () => {
     const entry = { key: "k", usage: [[1_764_000_000_123, 3]], refunds: [[1_764_000_000_050, 2]], offered: 9, want: 4 };
-    const packed = packEntry(entry as SyncRequest["entries"][number], 0);
+    const packed = packEntry(entry as SyncEntry, 0);
     const doubles = Array.from({ length: packed.length / 8 }, (_, i) => packed.readDoubleLE(8 * i));
     expect(doubles).toEqual([9, 4, 1, 1, 1_764_000_000_123, 3, 1_764_000_000_050, 2]);
     const { args } = encodeSync("tg", request(["a", "b"]), 1000);
@@ -108,10 +109,10 @@ describe("quota wire protocol", () => {
   });
 
   it("refuses a count or time the script could not hold exactly, naming the entry and the field", () => {
-    const bad = (change: Partial<SyncRequest["entries"][number]>) => ({
-      ...request(["a", "b"]),
-      entries: [request(["a"]).entries[0], { ...request(["b"]).entries[0], ...change }],
-    });
+    const bad = (change: Partial<SyncEntry>): SyncRequest => {
+      const [first, second] = request(["a", "b"]).entries as [SyncEntry, SyncEntry];
+      return { ...request(["a", "b"]), entries: [first, { ...second, ...change }] };
+    };
     expect(() => encodeSync("tg", bad({ offered: -1 }), 0)).toThrow("entries[1].offered: expected an integer >= 0");
     expect(() => encodeSync("tg", bad({ want: 1.5 }), 0)).toThrow("entries[1].want");
     expect(() => encodeSync("tg", bad({ usage: [[2 ** 53, 1]] }), 0)).toThrow("entries[1].usage[0][0]");
