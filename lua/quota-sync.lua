@@ -59,15 +59,18 @@ local strict = mode == 'strict'
 --   strict: 'g', grants not yet reported spent, over every bucket that touches (now - W - lease, now]
 --     (a token may be spent until its lease ends), and 's', tokens reported spent, counted at the report
 --     over W/bucket + 1 buckets (each was spent before the report that says so).
-local limits, windows, rings, ringList = {}, {}, {}, {}
+local limits, windows, ringList = {}, {}, {}
+-- shared rings by kind, then bucket size (numbers as keys: turning a number into text costs thousands of
+-- instructions)
+local rings = { a = {}, g = {} }
 local longest, slowest = 0, nil
 local function addPart(limit, kind, span)
   -- strict's spent tokens have a ring per limit: what a report moves there depends on the limit
-  local name = limit.q .. kind .. (kind == 's' and limit.w or '')
-  local ring = rings[name]
+  local shared = rings[kind]
+  local ring = shared and shared[limit.q]
   if not ring then
     ring = { q = limit.q, kind = kind, size = 0, windows = {} }
-    rings[name] = ring
+    if shared then shared[limit.q] = ring end
     ringList[#ringList + 1] = ring
   end
   local part = { w = limit.w, kind = kind, span = span, ring = ring }
@@ -95,7 +98,8 @@ reply[6], reply[7] = mode, #limits
 -- a key's stored counts are kept across a change of max, dropped when the bucket layout changes; the
 -- leading tag is the storage format (a key stored as b3, one blob, is converted: its counts are kept)
 local shape = mode
-for _, part in ipairs(windows) do shape = shape .. ',' .. part.kind .. part.w .. '/' .. part.span end
+-- %d, not `..`: a number concatenated is formatted as a float (%.14g), several times dearer
+for _, part in ipairs(windows) do shape = shape .. string.format(',%s%d/%d', part.kind, part.w, part.span) end
 local layout, previousLayout = 'b4|' .. shape, 'b3|' .. shape
 
 -- idempotency: highest seq applied, and a mask of which of the REORDER seqs below it were applied
