@@ -40,6 +40,19 @@ local PSEUDO_DEMAND = 1 / 8
 if ARGV[1] ~= '2' then return redis.error_reply('ERR quota-sync: protocol 2 expected, got ' .. ARGV[1]) end
 local now = tonumber(ARGV[2])
 local instance, seq, seen = ARGV[3], tonumber(ARGV[4]), ARGV[5]
+-- every entry is checked before anything is written (a script's writes stay when it fails later): little-
+-- endian doubles offered, want, #usage, #refunds, then the usage pairs and the refunds'
+if #ARGV ~= #KEYS + 2 then return redis.error_reply('ERR quota-sync: one entry per quota key expected') end
+local offers, wants, usageCounts, refundCounts = {}, {}, {}, {}
+for i = 4, #KEYS do
+  local entry = ARGV[i + 2]
+  if #entry < 32 then return redis.error_reply('ERR quota-sync: malformed entry ' .. (i - 3)) end
+  local offered, want, usages, refunds = struct.unpack('<dddd', entry)
+  if #entry ~= 32 + 16 * (usages + refunds) then
+    return redis.error_reply('ERR quota-sync: malformed entry ' .. (i - 3))
+  end
+  offers[i], wants[i], usageCounts[i], refundCounts[i] = offered, want, usages, refunds
+end
 local reading = instance == ''
 
 local cfg = redis.call('HMGET', KEYS[1], 'v', 'r')
@@ -297,14 +310,11 @@ local function ringBytes()
   return table.concat(parts)
 end
 
-local ENTRY_FORMAT, PAIR_FORMAT = '<dddd', '<dd'
+local PAIR_FORMAT = '<dd'
 local head = {}
 for i = 4, #KEYS do
   local key = KEYS[i]
-  -- the entry: little-endian doubles offered, want, #usage, #refunds, then the usage pairs and the refunds'
-  local entry = ARGV[i + 2]
-  local offered, want, usages, refunds = struct.unpack(ENTRY_FORMAT, entry)
-  if #entry ~= 32 + 16 * (usages + refunds) then return redis.error_reply('ERR quota-sync: malformed entry ' .. (i - 3)) end
+  local entry, offered, want, usages, refunds = ARGV[i + 2], offers[i], wants[i], usageCounts[i], refundCounts[i]
   local meta = redis.call('HMGET', key, 'L', 'h', 'r', INSTANCE_FIELD)
   local writeLayout = meta[1] ~= layout
   local stored = nil

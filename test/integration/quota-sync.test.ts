@@ -2,12 +2,14 @@
 // a recomputing reference model, strict mode's limit over every window, shares, deny-until and config.
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { load as loadLua } from "../../functions/adapters/lua-scripts.ts";
 import type { TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
 import { RedisQuotaStore } from "../../functions/adapters/redis-quota-store.ts";
 import { parsePolicy } from "../../functions/core/capping/policy.ts";
 import { QuotaSyncService, rulesStamp } from "../../functions/core/quotas/quota-sync-service.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import {
+  PROTOCOL,
   type QuotaRule,
   quotaKey,
   type SyncEntry,
@@ -418,6 +420,29 @@ describe("quota-sync.lua", () => {
     // past the older grants' window (+ lease) they leave; the rest stays until theirs
     const after = (await store.sync(call("a", 3, [entry("k")]), T0 + 1060 - 4 * 50)).entries[0]!;
     expect(after.used).toEqual([8]);
+  });
+
+  it("refuses another protocol's arguments and a packed entry whose length disagrees with its counts, counting nothing", async () => {
+    const namespace = uniqueNamespace();
+    const store = new RedisQuotaStore(cluster, namespace);
+    await store.publish("api", approximate([{ windowMs: 1000, max: 100 }]), "v1", 1, 1);
+    const { config, sequences, instances } = slotGroupKeys(namespace, "api", 0);
+    const stateKey = quotaKey(slotGroupPrefix(namespace, "api", 0), "k");
+    const keys = [config, sequences, instances, stateKey];
+    const script = loadLua("quota-sync");
+    // protocol 1: usage "at:count", refunds, offered, want as text
+    await expect(cluster.eval(script, 4, ...keys, 1, T0, "i", 1, "v1", `${T0}:5`, "", 5, 0)).rejects.toThrow(
+      /protocol 2 expected, got 1/,
+    );
+    // one usage pair announced, none sent
+    const short = Buffer.alloc(32);
+    [5, 0, 1, 0].forEach((value, i) => short.writeDoubleLE(value, 8 * i));
+    await expect(cluster.eval(script, 4, ...keys, PROTOCOL, T0, "i", 1, "v1", short)).rejects.toThrow(
+      /malformed entry 1/,
+    );
+    expect(await cluster.exists(stateKey, sequences)).toBe(0);
+    const read = await store.read(call("", 0, [entry("k")]), T0);
+    expect(read.entries[0]!.used).toEqual([0]);
   });
 
   it("answers norule and counts nothing for a rule that is not configured", async () => {
