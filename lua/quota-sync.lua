@@ -43,15 +43,12 @@ local instance, seq, seen = ARGV[3], tonumber(ARGV[4]), ARGV[5]
 -- every entry is checked before anything is written (a script's writes stay when it fails later): little-
 -- endian doubles offered, want, #usage, #refunds, then the usage pairs and the refunds'
 if #ARGV ~= #KEYS + 2 then return redis.error_reply('ERR quota-sync: one entry per quota key expected') end
-local offers, wants, usageCounts, refundCounts = {}, {}, {}, {}
 for i = 4, #KEYS do
   local entry = ARGV[i + 2]
-  if #entry < 32 then return redis.error_reply('ERR quota-sync: malformed entry ' .. (i - 3)) end
-  local offered, want, usages, refunds = struct.unpack('<dddd', entry)
-  if #entry ~= 32 + 16 * (usages + refunds) then
-    return redis.error_reply('ERR quota-sync: malformed entry ' .. (i - 3))
-  end
-  offers[i], wants[i], usageCounts[i], refundCounts[i] = offered, want, usages, refunds
+  local size = #entry
+  if size < 32 then return redis.error_reply('ERR quota-sync: malformed entry ' .. (i - 3)) end
+  local usages, refunds = struct.unpack('<dd', entry, 17)
+  if size ~= 32 + 16 * (usages + refunds) then return redis.error_reply('ERR quota-sync: malformed entry ' .. (i - 3)) end
 end
 local reading = instance == ''
 
@@ -314,7 +311,8 @@ local PAIR_FORMAT = '<dd'
 local head = {}
 for i = 4, #KEYS do
   local key = KEYS[i]
-  local entry, offered, want, usages, refunds = ARGV[i + 2], offers[i], wants[i], usageCounts[i], refundCounts[i]
+  local entry = ARGV[i + 2]
+  local offered, want, usages, refunds = struct.unpack('<dddd', entry)
   local meta = redis.call('HMGET', key, 'L', 'h', 'r', INSTANCE_FIELD)
   local writeLayout = meta[1] ~= layout
   local stored = nil
