@@ -10,8 +10,9 @@
 //     <ns>:q:{<rule>.<group>}:cfg       the rule as the script reads it: hash { v: version, r: encodeRule(rule) }
 //     <ns>:q:{<rule>.<group>}:seq       per instance: the highest sequence applied and a 32-bit mask below it
 //     <ns>:q:{<rule>.<group>}:inst      sorted set: instance id -> last sync time (active-instance count)
-//     <ns>:q:{<rule>.<group>}:k:<key>   one quota key: hash { L: layout, b: its bucket rings, window sums
-//                                       and demand (packed), i:<instance>: that instance's demand and grant }
+//     <ns>:q:{<rule>.<group>}:k:<key>   one quota key: hash { L: layout, h: demand, ring cursors, latest
+//                                       buckets and window sums, r: older buckets (packed), i:<instance>:
+//                                       that instance's demand and grant } (lua/quota-sync.lua's header)
 // Sequence. `seq` counts from 1 per (instance, slot group); a retry resends the same seq with the same
 //   entries. A seq already applied answers `duplicate` (nothing counted, no tokens granted); a seq more
 //   than 32 below the highest applied answers `stale` (nothing counted). Instance ids are random per
