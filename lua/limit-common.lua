@@ -1,6 +1,7 @@
 --[[ limit-common.lua: what every rate-limit script shares. The loader puts it first, then the algorithm
 files (each defines ALGORITHMS[name]), then a driver: limit.lua (one limit, POST /v1/limit) or limits.lua
-(several, all or nothing, POST /v1/limits).
+(several, all or nothing, POST /v1/limits). The whole is a chunk that returns the call's function (a Redis
+Function's body): nothing defined here may keep state from one call to the next (beginCall resets it).
 
 Every algorithm is a function (key, now, cost, p1, p2, p3, p4) that reads its state and returns
   allowed, limit, remaining if charged, remaining now, resetAt, retryAfterMs, commit[, onDeny]
@@ -19,8 +20,12 @@ local MAX_TTL_MS = 315360000000
 -- replies are Redis integers read as JavaScript numbers: no time past the last one a JavaScript Date holds
 -- (a token bucket of 1e9 tokens refilled one a year is full again in 3e19 ms)
 local MAX_REPLY = 8640000000000000
--- the server's clock, ms: read (TIME) only when a lifetime is computed
+-- the server's clock, ms: read (TIME) only when a lifetime is computed, at most once per call
 local serverNow
+-- What a driver does first in every call: the chunk's own state (run once as a Redis Function) is per call.
+local function beginCall()
+  serverNow = nil
+end
 local function serverClock()
   if serverNow == nil then
     local t = redis.call('TIME')

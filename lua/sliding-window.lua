@@ -34,8 +34,14 @@ local function productLimbs(a, b)
   end
   return r
 end
--- a * b <= c * d, exactly
+-- 2^53: a double product below it is the exact product (rounding is monotone, so a true product at or past
+-- it never rounds below it)
+local EXACT = 9007199254740992
+-- a * b <= c * d, exactly: in doubles when both products are below 2^53 (nearly every call: the limbs
+-- are only for large max times long windows), else in limbs
 local function productAtMost(a, b, c, d)
+  local ab, cd = a * b, c * d
+  if ab < EXACT and cd < EXACT then return ab <= cd end
   local x, y = productLimbs(a, b), productLimbs(c, d)
   for i = 6, 1, -1 do
     if x[i] ~= y[i] then return x[i] < y[i] end

@@ -12,6 +12,12 @@ Change  a new max shifts the tokens by its difference (gubernator: 100 -> 10 wit
         0..max; a new refillAmount or refillEveryMs applies from the refill clock on.
 Result  allowed, limit (max), remaining if charged, remaining now, resetAt (full again), retryAfterMs,
         commit, onDeny ]]
+-- when a bucket of `t` tokens with refill clock `l` is full again (at the chunk's level, not a closure per call)
+local function fullAt(t, l, max, amount, every, now)
+  if t >= max then return math.max(now, l) end
+  return l + math.ceil((max - t) / amount) * every
+end
+
 ALGORITHMS['token-bucket'] = function(key, now, cost, p1, p2, p3, p4)
   local max, amount, every, strict = tonumber(p1), tonumber(p2), tonumber(p3), p4 == '1'
   local tokens, last = max, now
@@ -35,23 +41,18 @@ ALGORITHMS['token-bucket'] = function(key, now, cost, p1, p2, p3, p4)
       if tokens == max then last = now end
     end
   end
-  -- when a bucket of `t` tokens with refill clock `l` is full again
-  local function fullAt(t, l)
-    if t >= max then return math.max(now, l) end
-    return l + math.ceil((max - t) / amount) * every
-  end
   -- from empty to full
   local span = math.ceil(max / amount) * every
   if tokens >= cost then
     local left = tokens - cost
-    return true, max, left, tokens, fullAt(left, last), 0, function()
-      if cost > 0 then persist(key, struct.pack('<ddd', left, last, max), fullAt(left, last), span) end
+    return true, max, left, tokens, fullAt(left, last, max, amount, every, now), 0, function()
+      if cost > 0 then persist(key, struct.pack('<ddd', left, last, max), fullAt(left, last, max, amount, every, now), span) end
     end
   end
   local restart = last
   if strict and now > last then restart = now end
   local retryAt = restart + math.ceil((cost - tokens) / amount) * every
-  return false, max, tokens, tokens, fullAt(tokens, restart), retryAt - now, nil, strict and function()
-    persist(key, struct.pack('<ddd', tokens, restart, max), fullAt(tokens, restart), span)
+  return false, max, tokens, tokens, fullAt(tokens, restart, max, amount, every, now), retryAt - now, nil, strict and function()
+    persist(key, struct.pack('<ddd', tokens, restart, max), fullAt(tokens, restart, max, amount, every, now), span)
   end or nil
 end

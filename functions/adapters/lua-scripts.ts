@@ -31,13 +31,25 @@ const script = (lua: string): LuaScript => ({ lua, sha: createHash("sha1").updat
 /** The rate-limit scripts: limit-common.lua, then the algorithms they run, then their driver. */
 const common = load("limit-common");
 
-/** The script of POST /v1/limit per algorithm: only that algorithm is defined in it. */
+/**
+ * A chunk that returns its call's function as an EVAL script: every call runs the chunk, then the function
+ * with KEYS and ARGV.
+ */
+const asEval = (chunk: string): string => `return (function()\n${chunk}\nend)()(KEYS, ARGV)`;
+
+/** The chunk of POST /v1/limit per algorithm: only that algorithm is defined in it. */
+export const limitChunks = Object.fromEntries(
+  ALGORITHMS.map((algorithm) => [algorithm, [common, load(algorithm), load("limit")].join("\n")]),
+) as Record<Algorithm, string>;
+
+/** The chunk of POST /v1/limits: every algorithm, any number of keys (1 .. MAX_LIMITS) of one hash tag. */
+export const limitsChunk = [common, ...ALGORITHMS.map(load), load("limits")].join("\n");
+
 export const limitScripts = Object.fromEntries(
-  ALGORITHMS.map((algorithm) => [algorithm, script([common, load(algorithm), load("limit")].join("\n"))]),
+  ALGORITHMS.map((algorithm) => [algorithm, script(asEval(limitChunks[algorithm]))]),
 ) as Record<Algorithm, LuaScript>;
 
-/** The script of POST /v1/limits: every algorithm, any number of keys (1 .. MAX_LIMITS) of one hash tag. */
-export const limitsScript = script([common, ...ALGORITHMS.map(load), load("limits")].join("\n"));
+export const limitsScript = script(asEval(limitsChunk));
 
 /**
  * The scripts run as Redis Functions, one library (redis-functions.ts): each chunk runs once per primary at
