@@ -13,13 +13,14 @@ Change  the TAT is kept, so the time until all capacity is back carries over and
         (as redis-cell does for a key called with other parameters).
 Result  allowed, limit (burst + 1), remaining if charged, remaining now, resetAt (the TAT: all capacity
         back), retryAfterMs, commit ]]
--- Helpers at the chunk's level, not closures made per call (a Redis Function defines them once per node).
-local floor, E6 = math.floor, 1000000
+-- Helpers at the chunk's level, not closures made per call (a Redis Function defines them once per node;
+-- its chunk runs where no library global, math included, exists yet: they are read inside the functions).
+local E6 = 1000000
 
 -- the interval (iMs, iNs) times n as (ms, ns)
 local function gcraIntervals(iMs, iNs, n)
   local ns = iNs * n
-  local carry = floor(ns / E6)
+  local carry = math.floor(ns / E6)
   return iMs * n + carry, ns - carry * E6
 end
 
@@ -47,7 +48,7 @@ end
 local function gcraLeft(iMs, iNs, tolMs, tolNs, now, ms, ns)
   local nMs, nNs = gcraNorm(tolMs - (ms - now), tolNs - ns)
   if nMs < 0 or (nMs == 0 and nNs == 0) then return 0 end
-  local q = floor((nMs * E6 + nNs) / (iMs * E6 + iNs))
+  local q = math.floor((nMs * E6 + nNs) / (iMs * E6 + iNs))
   while q > 0 and not gcraFits(iMs, iNs, q, nMs, nNs) do q = q - 1 end
   while gcraFits(iMs, iNs, q + 1, nMs, nNs) do q = q + 1 end
   return q
@@ -55,7 +56,7 @@ end
 
 ALGORITHMS['gcra'] = function(key, now, cost, p1, p2, p3)
   local limit = tonumber(p1) + 1
-  local interval = floor(tonumber(p3) * E6 / tonumber(p2))
+  local interval = math.floor(tonumber(p3) * E6 / tonumber(p2))
   local iNs = math.fmod(interval, E6)
   local iMs = (interval - iNs) / E6
   local tolMs, tolNs = gcraIntervals(iMs, iNs, limit)

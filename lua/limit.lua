@@ -8,9 +8,10 @@ Reply      { allowed (1/0), limit, remaining, resetAt, retryAfterMs } as integer
            charged and remaining is what is left now; a strict token bucket still restarts its refill clock.
 The chunk returns the call as a function of (KEYS, ARGV): run as a Redis Function, everything above it is
 defined once per node, not once per call. ]]
-local _, algorithm = next(ALGORITHMS)
 return function(KEYS, ARGV)
   beginCall()
+  -- looked up per call: a Redis Function's chunk runs where `next` (any library global) does not exist yet
+  local _, algorithm = next(ALGORITHMS)
   local allowed, limit, remaining, remainingNow, resetAt, retry, commit, onDeny =
     algorithm(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], ARGV[6])
   if allowed then
