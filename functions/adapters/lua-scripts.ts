@@ -1,7 +1,6 @@
-// The Lua scripts in lua/, read once per process. The engine's run as Redis Functions (tollgateLibrary, loaded
-// once per primary, called by FCALL); the rate-limit scripts are sent by RedisLimitStore itself (EVALSHA by
-// the SHA computed here, EVAL on NOSCRIPT).
-import { createHash } from "node:crypto";
+// The Lua scripts in lua/, read once per process. They run as Redis Functions (redis-functions.ts), loaded
+// once per primary and called by FCALL: the engine's in tollgateLibrary, the rate-limit scripts in
+// limitLibrary (called by RedisLimitStore).
 import { existsSync, readFileSync } from "node:fs";
 import { ALGORITHMS, type Algorithm } from "../core/limits/limit-specs.ts";
 import { defineLibrary } from "./redis-functions.ts";
@@ -20,36 +19,37 @@ export function load(name: string): string {
   throw new Error(`lua/${name}.lua not found beside the code (${LUA_DIRS.map(String).join(", ")})`);
 }
 
-/** A script's text and the SHA1 that EVALSHA names it by. */
-export interface LuaScript {
-  readonly lua: string;
-  readonly sha: string;
-}
-
-const script = (lua: string): LuaScript => ({ lua, sha: createHash("sha1").update(lua).digest("hex") });
-
-/** The rate-limit scripts: limit-common.lua, then the algorithms they run, then their driver. */
+/** The rate-limit chunks: limit-common.lua, then the algorithms they run, then their driver. */
 const common = load("limit-common");
 
-/**
- * A chunk that returns its call's function as an EVAL script: every call runs the chunk, then the function
- * with KEYS and ARGV.
- */
-const asEval = (chunk: string): string => `return (function()\n${chunk}\nend)()(KEYS, ARGV)`;
-
 /** The chunk of POST /v1/limit per algorithm: only that algorithm is defined in it. */
-export const limitChunks = Object.fromEntries(
+const limitChunks = Object.fromEntries(
   ALGORITHMS.map((algorithm) => [algorithm, [common, load(algorithm), load("limit")].join("\n")]),
 ) as Record<Algorithm, string>;
 
-/** The chunk of POST /v1/limits: every algorithm, any number of keys (1 .. MAX_LIMITS) of one hash tag. */
-export const limitsChunk = [common, ...ALGORITHMS.map(load), load("limits")].join("\n");
+/** The Redis Function of each algorithm's one-limit chunk in limitLibrary. */
+export const LIMIT_FUNCTIONS = {
+  "fixed-window": "limit_fixed_window",
+  "token-bucket": "limit_token_bucket",
+  "sliding-window": "limit_sliding_window",
+  "sliding-log": "limit_sliding_log",
+  gcra: "limit_gcra",
+} as const satisfies Record<Algorithm, string>;
 
-export const limitScripts = Object.fromEntries(
-  ALGORITHMS.map((algorithm) => [algorithm, script(asEval(limitChunks[algorithm]))]),
-) as Record<Algorithm, LuaScript>;
-
-export const limitsScript = script(asEval(limitsChunk));
+/**
+ * The rate-limit scripts as Redis Functions (redis-functions.ts), a library of their own (a change to the
+ * engine's scripts leaves their names alone): POST /v1/limit's chunk per algorithm, and POST /v1/limits'
+ * chunk (every algorithm, any number of keys, 1 .. MAX_LIMITS, of one hash tag) as `limits`. As EVAL
+ * scripts every call re-ran the chunk, defining limit-common's and the algorithm's functions again: about a
+ * third of a fixed-window call's instructions (docs/DECISIONS.md, "Rate-limit fast path").
+ */
+export const limitLibrary = defineLibrary({
+  ...(Object.fromEntries(ALGORITHMS.map((algorithm) => [LIMIT_FUNCTIONS[algorithm], limitChunks[algorithm]])) as Record<
+    (typeof LIMIT_FUNCTIONS)[Algorithm],
+    string
+  >),
+  limits: [common, ...ALGORITHMS.map(load), load("limits")].join("\n"),
+});
 
 /**
  * The scripts run as Redis Functions, one library (redis-functions.ts): each chunk runs once per primary at

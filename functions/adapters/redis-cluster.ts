@@ -1,14 +1,13 @@
 // The Redis Cluster adapter: an ioredis Cluster configured so it never waits forever and never re-sends a
 // command on its own, and the stores over it, whose calls go through RedisCalls (readiness, deadline,
 // jittered retries, circuit breaker, errors classified once).
-import { Cluster, type ClusterNode, ReplyError } from "ioredis";
+import { Cluster, type ClusterNode } from "ioredis";
 import type { CapStore } from "../core/capping/cap-sends-script.ts";
 import type { LimitStore } from "../core/limits/limit-script.ts";
 import type { Algorithm } from "../core/limits/limit-specs.ts";
-import { type LuaScript, limitScripts, limitsScript, tollgateLibrary } from "./lua-scripts.ts";
+import { LIMIT_FUNCTIONS, limitLibrary, tollgateLibrary } from "./lua-scripts.ts";
 import { type CallOptions, RedisCalls, type RedisCircuitOptions } from "./redis-calls.ts";
-import { replyCode } from "./redis-errors.ts";
-import { fcallBuffer } from "./redis-functions.ts";
+import { fcall, fcallBuffer } from "./redis-functions.ts";
 
 export interface RedisClusterConfig {
   /** Startup nodes: the configuration endpoint on ElastiCache, any nodes locally. */
@@ -129,10 +128,11 @@ export class RedisCapStore implements CapStore {
  * (never sent, MOVED, ASK, TRYAGAIN, CLUSTERDOWN, ...) are retried; a timeout or a dropped connection
  * fails the request with `mayHaveRun`.
  *
- * The scripts are sent as plain EVALSHA commands by the SHA computed at load (ioredis routes them by their
- * first key and follows MOVED and ASK as for any command), not as scripts defined on the client: ioredis'
- * script command costs a subclass instance, a closure and a promise more per call, and every defined
- * script is copied into each autopipelined batch (docs/DECISIONS.md, "Rate-limit fast path").
+ * The scripts are Redis Functions (limitLibrary): a plain FCALL, which ioredis routes by its first key and
+ * follows through MOVED and ASK as any command; a node without the library ("Function not found": it did
+ * not run) gets it loaded and the call sent once more (redis-functions.ts). Not scripts defined on the
+ * client: ioredis' script command costs a subclass instance, a closure and a promise more per call, and
+ * every defined script is copied into each autopipelined batch (docs/DECISIONS.md, "Rate-limit fast path").
  */
 export class RedisLimitStore implements LimitStore {
   private readonly callOptions: CallOptions;
@@ -152,12 +152,12 @@ export class RedisLimitStore implements LimitStore {
   }
 
   runLimit(algorithm: Algorithm, key: string, args: readonly string[]): Promise<number[]> {
-    const script = limitScripts[algorithm];
-    if (!script) throw new Error(`no limit script for ${algorithm}`);
+    const name = LIMIT_FUNCTIONS[algorithm];
+    if (!name) throw new Error(`no limit function for ${algorithm}`);
     return this.calls.call(
       `limit on ${key}`,
       [key],
-      () => evalScript(this.cluster, script, [key], args),
+      () => fcall<number[], keyof typeof limitLibrary.functions>(this.cluster, limitLibrary, name, [key], args),
       this.callOptions,
     );
   }
@@ -166,26 +166,8 @@ export class RedisLimitStore implements LimitStore {
     return this.calls.call(
       `limits on ${keys[0]}`,
       keys,
-      () => evalScript(this.cluster, limitsScript, keys, args),
+      () => fcall<number[], keyof typeof limitLibrary.functions>(this.cluster, limitLibrary, "limits", keys, args),
       this.callOptions,
     );
   }
-}
-
-/**
- * EVALSHA of `script`; on NOSCRIPT (the node's script cache was flushed, or it is a promoted replica or a
- * restarted node that never ran it) the same call once as EVAL, which also loads it there. NOSCRIPT means
- * the script did not run, so the charge lands once. Any other reply error, and no reply, reject as they
- * came (RedisCalls classifies them).
- */
-export function evalScript<T = number[]>(
-  cluster: Cluster,
-  script: LuaScript,
-  keys: readonly string[],
-  args: readonly string[],
-): Promise<T> {
-  return (cluster.evalsha(script.sha, keys.length, ...keys, ...args) as Promise<T>).catch((error: unknown) => {
-    if (!(error instanceof (ReplyError as unknown as typeof Error)) || replyCode(error) !== "NOSCRIPT") throw error;
-    return cluster.eval(script.lua, keys.length, ...keys, ...args) as Promise<T>;
-  });
 }

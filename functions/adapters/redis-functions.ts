@@ -86,19 +86,29 @@ function reload(cluster: Cluster, library: RedisFunctionLibrary): Promise<void> 
 }
 
 /**
- * ioredis defines `fcallBuffer` (as for every command) without typings. Not `callBuffer("fcall", ...)`:
- * with auto-pipelining, ioredis 6 drops a generic call's command name (the first argument is sent as it).
+ * ioredis defines `fcall` and `fcallBuffer` (as for every command) without typings. Not
+ * `callBuffer("fcall", ...)`: with auto-pipelining, ioredis 6 drops a generic call's command name (the
+ * first argument is sent as it).
  */
-type FcallBuffer = Cluster & {
+type Fcalls = Cluster & {
   fcallBuffer(fn: string, numberOfKeys: number, ...keysAndArgs: (string | Buffer)[]): Promise<Buffer>;
+  fcall(fn: string, numberOfKeys: number, ...keysAndArgs: string[]): Promise<unknown>;
 };
 
 /**
- * FCALL of `library`'s function `name` with its reply as Buffers (ioredis routes it by its first key).
- * "Function not found" proves the call did not run (a node added by scale-out, restarted empty, or
- * flushed): the library is loaded on every primary and the call sent once more. A failed load rejects
- * as its reply came (an outage or an error reply), never as "Function not found".
+ * `send()`, and once more after loading `library` when it answers "Function not found". That reply proves
+ * the call did not run (a node added by scale-out, restarted empty, or flushed): the library is loaded on
+ * every primary and the call sent once more. A failed load rejects as its reply came (an outage or an
+ * error reply), never as "Function not found".
  */
+function withLibrary<T>(cluster: Cluster, library: RedisFunctionLibrary, send: () => Promise<T>): Promise<T> {
+  return send().catch((error: unknown) => {
+    if (!isReply(error, NOT_FOUND)) throw error;
+    return reload(cluster, library).then(send);
+  });
+}
+
+/** FCALL of `library`'s function `name` with its reply as Buffers (ioredis routes it by its first key). */
 export function fcallBuffer<Name extends string>(
   cluster: Cluster,
   library: RedisFunctionLibrary<Name>,
@@ -106,9 +116,25 @@ export function fcallBuffer<Name extends string>(
   keys: readonly string[],
   args: readonly (string | Buffer)[],
 ): Promise<Buffer> {
-  const send = () => (cluster as FcallBuffer).fcallBuffer(library.functions[name], keys.length, ...keys, ...args);
-  return send().catch((error: unknown) => {
-    if (!isReply(error, NOT_FOUND)) throw error;
-    return reload(cluster, library).then(send);
-  });
+  return withLibrary(cluster, library, () =>
+    (cluster as Fcalls).fcallBuffer(library.functions[name], keys.length, ...keys, ...args),
+  );
+}
+
+/**
+ * FCALL of `library`'s function `name` with its reply as ioredis decodes it (integers as numbers, an
+ * array of them as an array), for replies without binary strings: the rate-limit functions'.
+ */
+export function fcall<T, Name extends string = string>(
+  cluster: Cluster,
+  library: RedisFunctionLibrary<Name>,
+  name: Name,
+  keys: readonly string[],
+  args: readonly string[],
+): Promise<T> {
+  return withLibrary(
+    cluster,
+    library,
+    () => (cluster as Fcalls).fcall(library.functions[name], keys.length, ...keys, ...args) as Promise<T>,
+  );
 }

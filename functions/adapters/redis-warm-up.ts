@@ -1,7 +1,7 @@
 // Opens a cluster client's connections before the first request (a Lambda's init phase): the slot map,
 // one connection per primary (TCP, TLS, AUTH) and the Redis Functions library loaded on each, so no request pays.
 import type { Cluster } from "ioredis";
-import { tollgateLibrary } from "./lua-scripts.ts";
+import { limitLibrary, tollgateLibrary } from "./lua-scripts.ts";
 import { loadLibrary } from "./redis-functions.ts";
 
 export interface WarmUpReport {
@@ -31,7 +31,7 @@ export async function warmUp(cluster: Cluster, options: { timeoutMs: number }): 
     primaries = nodes.length;
     await Promise.all(nodes.map((node) => node.ping()));
     // compiled once per node (and replicated); a node that holds this version answers at once
-    await loadLibrary(cluster, tollgateLibrary);
+    await Promise.all([loadLibrary(cluster, tollgateLibrary), loadLibrary(cluster, limitLibrary)]);
   };
   try {
     await Promise.race([work(), timeout]);

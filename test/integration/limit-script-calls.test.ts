@@ -1,12 +1,13 @@
-// RedisLimitStore sends the rate-limit scripts itself (EVALSHA by a SHA computed at load, EVAL on
-// NOSCRIPT): on the real cluster, through an emptied script cache, a slot migration (ASK, then MOVED to a
-// node that never ran the script) and a caller that gave up, each charge lands once, and an error reply is
-// told apart from no reply.
+// RedisLimitStore calls the rate-limit scripts as Redis Functions (FCALL; the library loaded again where a
+// node lacks it): on the real cluster, through an emptied function library, a slot migration (ASK, then
+// MOVED to a node without the library) and a caller that gave up, each charge lands once, and an error
+// reply is told apart from no reply.
 import calculateSlot from "cluster-key-slot";
 import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { limitScripts } from "../../functions/adapters/lua-scripts.ts";
+import { limitLibrary } from "../../functions/adapters/lua-scripts.ts";
 import { createRedisCluster, RedisLimitStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
+import { loadLibrary } from "../../functions/adapters/redis-functions.ts";
 import { Limiter } from "../../functions/core/limits/limiter.ts";
 import { StoreReplyError, StoreUnavailableError } from "../../functions/core/shared/errors.ts";
 import { limitKey } from "../../functions/core/shared/keys.ts";
@@ -47,6 +48,9 @@ async function rejectionOf(promise: Promise<unknown>): Promise<Error> {
 
 const primaries = () => primariesOf(nodes);
 
+/** Empties every primary's function libraries (a replica refuses the write; the flush reaches it anyway). */
+const flushFunctions = async () => Promise.all((await primaries()).map(({ node }) => node.function("FLUSH")));
+
 /** Moves `slot` and its keys from `source` to `target`, as redis-cli's resharding does. */
 async function moveSlot(slot: number, source: { node: Redis; id: string }, target: { node: Redis; id: string }) {
   await target.node.call("CLUSTER", "SETSLOT", String(slot), "IMPORTING", source.id);
@@ -69,22 +73,22 @@ async function migrateKeys(slot: number, source: Redis, target: Redis) {
   }
 }
 
-describe("rate-limit scripts sent by SHA", () => {
-  it("runs after SCRIPT FLUSH on every node (NOSCRIPT, then EVAL), charging each call once", async () => {
+describe("rate-limit scripts as Redis Functions", () => {
+  it("runs after FUNCTION FLUSH on every node (Function not found, the library loaded, FCALL again), charging each call once", async () => {
     const limiter = limiterOf(uniqueNamespace());
     expect(await limiter.check({ ...limit, key: "k" })).toMatchObject({ allowed: true, remaining: MAX - 1 });
-    await Promise.all(nodes.map((node) => node.script("FLUSH")));
+    await flushFunctions();
     expect(await limiter.check({ ...limit, key: "k" })).toMatchObject({ allowed: true, remaining: MAX - 2 });
-    // loaded again by that EVAL: the next call is an EVALSHA that finds it
+    // loaded again on every primary: the next call finds it
     expect(await limiter.check({ ...limit, key: "k" })).toMatchObject({ allowed: true, remaining: MAX - 3 });
     expect(await charged(limiter, "k")).toBe(3);
-    // /v1/limits' script too
-    await Promise.all(nodes.map((node) => node.script("FLUSH")));
+    // /v1/limits' function too
+    await flushFunctions();
     const all = await limiter.checkAll({ scope: "s", limits: [{ ...limit, key: "a" }] });
     expect(all.results[0]).toMatchObject({ allowed: true, remaining: MAX - 1 });
   });
 
-  it("follows ASK while its slot migrates and MOVED after, to a node without the script, charging once each", async () => {
+  it("follows ASK while its slot migrates and MOVED after, to a node without the library, charging once each", async () => {
     const namespace = uniqueNamespace();
     const limiter = limiterOf(namespace);
     const key = `m-${namespace}`;
@@ -95,10 +99,11 @@ describe("rate-limit scripts sent by SHA", () => {
     if (!source || !target) throw new Error(`no owner of slot ${slot}`);
     let moved = false;
     try {
-      await target.node.script("FLUSH");
+      await target.node.function("FLUSH");
       await target.node.call("CLUSTER", "SETSLOT", String(slot), "IMPORTING", source.id);
       await source.node.call("CLUSTER", "SETSLOT", String(slot), "MIGRATING", target.id);
-      // the key is not on the source: it answers ASK, and the call runs on the target (NOSCRIPT, then EVAL)
+      // the key is not on the source: it answers ASK, and the call runs on the target (Function not found,
+      // the library loaded, FCALL again)
       expect(await limiter.check({ ...limit, key })).toMatchObject({ allowed: true, remaining: MAX - 1 });
       expect(await target.node.call("CLUSTER", "GETKEYSINSLOT", String(slot), "100")).toContain(
         limitKey(namespace, limit.algorithm, key),
@@ -107,7 +112,7 @@ describe("rate-limit scripts sent by SHA", () => {
       // the migration ends; the client's slot map still names the source, which now answers MOVED
       await endMove(slot, source, target);
       moved = true;
-      await target.node.script("FLUSH");
+      await target.node.function("FLUSH");
       expect(await limiter.check({ ...limit, key })).toMatchObject({ allowed: true, remaining: MAX - 3 });
       expect(await charged(limiter, key)).toBe(3);
     } finally {
@@ -145,7 +150,7 @@ describe("rate-limit scripts sent by SHA", () => {
     expect(await charged(limiter, key)).toBe(before + 1);
   });
 
-  it("tells an error reply (StoreReplyError, sent once, no EVAL) from no reply", async () => {
+  it("tells an error reply (StoreReplyError, sent once, no reload) from no reply", async () => {
     const namespace = uniqueNamespace();
     const limiter = limiterOf(namespace);
     // a state of the wrong type: the script's GET answers WRONGTYPE
@@ -154,15 +159,15 @@ describe("rate-limit scripts sent by SHA", () => {
     const ownerPort = Number(cluster.slots[calculateSlot(stateKey)]?.[0]?.split(":")[1]);
     const owner = nodes.find((node) => node.options.port === ownerPort);
     if (!owner) throw new Error(`no node at ${ownerPort}`);
-    // loaded there, so the one call is an EVALSHA that runs and fails
-    await owner.script("LOAD", limitScripts[limit.algorithm].lua);
+    // loaded there, so the one call is an FCALL that runs and fails
+    await loadLibrary(cluster, limitLibrary);
     await owner.config("RESETSTAT");
     const error = await rejectionOf(limiter.check({ ...limit, key: "wrong" }));
     expect(error).toBeInstanceOf(StoreReplyError);
     expect(error.message).toContain("WRONGTYPE");
     const stats = await owner.info("commandstats");
-    expect(stats).toMatch(/cmdstat_evalsha:calls=1,/);
-    expect(stats).not.toMatch(/cmdstat_eval:/);
+    expect(stats).toMatch(/cmdstat_fcall:calls=1,/);
+    expect(stats).not.toMatch(/cmdstat_function\|load:/);
     expect(await cluster.hget(stateKey, "field")).toBe("1");
   });
 });
