@@ -19,10 +19,13 @@ interface Sample {
   rate: number;
   /** This process's CPU time per call, µs (user + system). */
   cpuUs: number;
+  /** Redis' own time per script call on the primaries, µs (INFO commandstats: EVALSHA, EVAL and FCALL). */
+  redisUs: number;
 }
 
 /** Calls per second of `call(i)` with IN_FLIGHT in flight for `ms`, and the CPU per call. */
-async function rate(call: (i: number) => Promise<unknown>, ms: number): Promise<Sample> {
+async function rate(call: (i: number) => Promise<unknown>, ms: number, primaries: Redis[]): Promise<Sample> {
+  await Promise.all(primaries.map((node) => node.config("RESETSTAT")));
   let calls = 0;
   const end = Date.now() + ms;
   const cpu = process.cpuUsage();
@@ -32,7 +35,24 @@ async function rate(call: (i: number) => Promise<unknown>, ms: number): Promise<
     }),
   );
   const used = process.cpuUsage(cpu);
-  return { rate: (calls * 1000) / ms, cpuUs: (used.user + used.system) / calls };
+  return { rate: (calls * 1000) / ms, cpuUs: (used.user + used.system) / calls, redisUs: await scriptUs(primaries) };
+}
+
+/**
+ * Redis' time per script call since the last RESETSTAT, over `primaries`: the script's own cost, which
+ * the machine's load moves far less than calls/s (rate-limiter-flexible's script is an EVALSHA, ours FCALL).
+ */
+async function scriptUs(primaries: Redis[]): Promise<number> {
+  let calls = 0;
+  let usec = 0;
+  for (const node of primaries) {
+    const stats = (await node.info("commandstats")) as string;
+    for (const [, c, u] of stats.matchAll(/cmdstat_(?:evalsha|eval|fcall):calls=(\d+),usec=(\d+)/g)) {
+      calls += Number(c);
+      usec += Number(u);
+    }
+  }
+  return usec / calls;
 }
 
 const median = (values: number[]) => values.sort((a, b) => a - b)[Math.floor(values.length / 2)] as number;
@@ -40,11 +60,13 @@ const median = (values: number[]) => values.sort((a, b) => a - b)[Math.floor(val
 /** Each contender's median rate and CPU over ROUNDS rounds, the contenders interleaved so drift hits all alike. */
 async function interleaved(
   contenders: Record<string, (i: number) => Promise<unknown>>,
+  primaries: Redis[],
 ): Promise<Map<string, Sample & { rates: number[] }>> {
   const samples = new Map<string, Sample[]>(Object.keys(contenders).map((name) => [name, []]));
-  for (const call of Object.values(contenders)) await rate(call, 300); // warm-up
+  for (const call of Object.values(contenders)) await rate(call, 300, primaries); // warm-up
   for (let round = 0; round < ROUNDS; round++) {
-    for (const [name, call] of Object.entries(contenders)) samples.get(name)?.push(await rate(call, ROUND_MS));
+    for (const [name, call] of Object.entries(contenders))
+      samples.get(name)?.push(await rate(call, ROUND_MS, primaries));
   }
   return new Map(
     [...samples].map(([name, values]) => [
@@ -52,6 +74,7 @@ async function interleaved(
       {
         rate: median(values.map((v) => v.rate)),
         cpuUs: median(values.map((v) => v.cpuUs)),
+        redisUs: median(values.map((v) => v.redisUs)),
         rates: values.map((v) => v.rate),
       },
     ]),
@@ -119,7 +142,11 @@ async function compare(
   for (const [name, request] of Object.entries(specs)) {
     contenders[name] = (i) => limiter.check(request(`k${i % KEYS}`));
   }
-  const results = await interleaved(contenders);
+  // direct connections to the primaries, for their commandstats
+  const primaries = options.primaries.map(({ host, port }) => new Redis({ host, port }));
+  const results = await interleaved(contenders, primaries).finally(() => {
+    for (const node of primaries) node.disconnect();
+  });
   const get = (name: string) => results.get(name) as Sample & { rates: number[] };
   const baselineName = get("rlf-plain").rate >= get("rlf-pipelined").rate ? "rlf-plain" : "rlf-pipelined";
   const peer = get(baselineName);
@@ -128,22 +155,28 @@ async function compare(
   const log = await slidingLogCost(options);
   const ratios = Object.keys(specs).map((name) => get(name).rate / peer.rate);
   const cpuRatios = Object.keys(specs).map((name) => peerCpuUs / get(name).cpuUs);
+  // Redis' time per call, against whichever of rate-limiter-flexible's two clients cost Redis less
+  const peerRedisUs = Math.min(get("rlf-plain").redisUs, get("rlf-pipelined").redisUs);
+  const redisRatios = Object.keys(specs).map((name) => peerRedisUs / get(name).redisUs);
   const range = (values: number[]) => `${Math.min(...values).toFixed(2)}–${Math.max(...values).toFixed(2)}×`;
   const row = (label: string, name: string) => {
     const { rate: value, cpuUs, rates } = get(name);
     const span = `${n(Math.min(...rates))}–${n(Math.max(...rates))}`;
-    return `| ${label} | ${n(value)} (${span}) | ${cpuUs.toFixed(1)} µs | ${(value / peer.rate).toFixed(2)}× | ${(peerCpuUs / cpuUs).toFixed(2)}× |`;
+    const { redisUs } = get(name);
+    return `| ${label} | ${n(value)} (${span}) | ${cpuUs.toFixed(1)} µs | ${redisUs.toFixed(1)} µs | ${(value / peer.rate).toFixed(2)}× | ${(peerCpuUs / cpuUs).toFixed(2)}× |`;
   };
-  console.log(`limits: Limiter.check / rate-limiter-flexible ${range(ratios)} (by CPU per call ${range(cpuRatios)})`);
+  console.log(
+    `limits: Limiter.check / rate-limiter-flexible ${range(ratios)} (by CPU per call ${range(cpuRatios)}, by Redis time per call ${range(redisRatios)})`,
+  );
   return [
-    `Measured ${new Date().toISOString().slice(0, 10)} by \`npm run bench\` (BENCH_ONLY=limits for this section alone), load average ${loadavg()[0]?.toFixed(1)} at the end: ${IN_FLIGHT} calls in flight from one Node process over ${KEYS} keys, the contenders interleaved, ${ROUNDS} rounds of ${ROUND_MS / 1000} s each, the median shown (the rounds' range in brackets); every call allowed. \`Limiter.check\` runs on the check API's client (createRedisCluster without autopipelining); rate-limiter-flexible on plain ioredis clients of its own, and the faster of its two is the baseline.`,
+    `Measured ${new Date().toISOString().slice(0, 10)} by \`npm run bench\` (BENCH_ONLY=limits for this section alone), load average ${loadavg()[0]?.toFixed(1)} at the end: ${IN_FLIGHT} calls in flight from one Node process over ${KEYS} keys, the contenders interleaved, ${ROUNDS} rounds of ${ROUND_MS / 1000} s each, the median shown (the rounds' range in brackets); every call allowed. CPU per call is this process's; Redis time per call is the primaries' own time per script call (\`INFO commandstats\`), which load moves least. \`Limiter.check\` runs on the check API's client (createRedisCluster without autopipelining); rate-limiter-flexible on plain ioredis clients of its own, and the faster of its two is the baseline.`,
     "",
     "| Target | This run |",
     "|---|---|",
-    `| \`Limiter.check\` ≥ 1.0× rate-limiter-flexible \`consume\` (calls/s, same run) | ${range(ratios)} across the five algorithms (${ratios.every((r) => r >= 1) ? "met" : "not met"}); by CPU per call ${range(cpuRatios)} |`,
+    `| \`Limiter.check\` ≥ 1.0× rate-limiter-flexible \`consume\` (calls/s, same run) | ${range(ratios)} across the five algorithms (${ratios.every((r) => r >= 1) ? "met" : "not met"}); by CPU per call ${range(cpuRatios)}; by Redis time per call ${range(redisRatios)} |`,
     "",
-    "| In process, same cluster, same run | Calls/s | CPU per call | vs baseline (calls/s) | vs rate-limiter-flexible's lower CPU per call |",
-    "|---|---|---|---|---|",
+    "| In process, same cluster, same run | Calls/s | CPU per call | Redis time per call | vs baseline (calls/s) | vs rate-limiter-flexible's lower CPU per call |",
+    "|---|---|---|---|---|---|",
     row(
       `rate-limiter-flexible \`RateLimiterRedis.consume\`, ioredis defaults${baselineName === "rlf-plain" ? " (baseline)" : ""}`,
       "rlf-plain",
