@@ -23,6 +23,7 @@ import {
   RedisLimitStore,
   type TollgateCluster,
 } from "../functions/adapters/redis-cluster.ts";
+import { warmUp } from "../functions/adapters/redis-warm-up.ts";
 import { pushCampaign, uploadObject, uploadRules } from "../functions/app/operator-actions.ts";
 import { Capper } from "../functions/core/capping/capper.ts";
 import { parsePolicy } from "../functions/core/capping/policy.ts";
@@ -34,7 +35,7 @@ import { type GrabCall, runCappingWorkloads } from "./bench/capping-workloads.ts
 import { runLimitsBench } from "./bench/limits-bench.ts";
 import { publishQuotas, runQuotasBench } from "./bench/quotas.ts";
 import { cpuSeconds, redisVersion, usedMemory } from "./bench/redis-stats.ts";
-import { functionUrlEvent } from "./local/function-url-server.ts";
+import { functionUrlEvent, startFunctionUrlServer } from "./local/function-url-server.ts";
 import { lambdaContext } from "./local/sqs-poller.ts";
 import { startLocalStack } from "./local-stack.ts";
 import { startCluster, stopCluster } from "./redis-cluster.ts";
@@ -689,6 +690,44 @@ async function runCheckApi(): Promise<string[]> {
         },
       });
     }
+    // rate-limiter-flexible in the same emulation as the check API: 32 execution environments, each with its
+    // own plain client (one command at a time: nothing to pipeline), one invocation each at a time, behind the
+    // same local Function URL server. Against this row the ratio is the code's alone; against the servers
+    // above it is the code's and the Lambda model's together.
+    const rlfEnvironments = await Promise.all(
+      stack.checkApiEnvironments.map(async () => {
+        const client = new Cluster(redisNodes, { enableAutoPipelining: false });
+        await warmUp(client, { timeoutMs: 4_000 });
+        const limiter = new RateLimiterRedis({
+          storeClient: client,
+          keyPrefix: `bench-http-lambda-${Date.now()}`,
+          points: 1_000_000_000,
+          duration: 60,
+        });
+        return { client, limiter };
+      }),
+    );
+    const rlfLambda = await startFunctionUrlServer(
+      rlfEnvironments.map(({ limiter }) => async (event: ReturnType<typeof functionUrlEvent>) => {
+        const { key } = JSON.parse(event.body ?? "{}") as { key: string };
+        try {
+          const res = await limiter.consume(key);
+          return {
+            statusCode: 200,
+            headers: { "content-type": "application/json" },
+            body: JSON.stringify({ allowed: true, remaining: res.remainingPoints }),
+          };
+        } catch {
+          return { statusCode: 429 };
+        }
+      }),
+    );
+    servers.push({
+      stop: async () => {
+        await rlfLambda.stop();
+        for (const { client } of rlfEnvironments) client.disconnect();
+      },
+    });
     // a year-long window: a run never crosses an epoch-aligned window boundary, so every charge stays counted
     const body = JSON.stringify({
       key: "http-bench",
@@ -697,13 +736,20 @@ async function runCheckApi(): Promise<string[]> {
       windowMs: 365 * DAY,
     });
     // the servers take turns, 5 s each, twice: load from outside this run falls on all of them alike
-    const runs: Record<"ours" | "plain" | "pipelined", LoadResult[]> = { ours: [], plain: [], pipelined: [] };
+    const runs: Record<"ours" | "plain" | "pipelined" | "lambda", LoadResult[]> = {
+      ours: [],
+      plain: [],
+      pipelined: [],
+      lambda: [],
+    };
     for (let round = 0; round < 2; round++) {
       runs.ours.push(await load(`${stack.endpoints.functionUrl}/v1/limit`, body, 5));
       runs.plain.push(await load(rlfServers.plain, body, 5));
       runs.pipelined.push(await load(rlfServers.pipelined, body, 5));
+      runs.lambda.push(await load(rlfLambda.url, body, 5));
     }
     const ours = combined(runs.ours);
+    const theirsLambda = combined(runs.lambda);
     const theirsPlain = combined(runs.plain);
     const theirsPipelined = combined(runs.pipelined);
     const baseline = theirsPlain.rps >= theirsPipelined.rps ? "plain" : "pipelined";
@@ -735,6 +781,13 @@ async function runCheckApi(): Promise<string[]> {
         (environment) => (event: ReturnType<typeof functionUrlEvent>) => environment.handler(event, context),
       ),
     );
+    const rlfPerEnvironment = oneCallEach(
+      rlfEnvironments.map(
+        ({ limiter }) =>
+          (key: string) =>
+            limiter.consume(key),
+      ),
+    );
     // the layers take turns, 1 s each, 5 rounds: load from outside this run falls on all of them alike
     const layers = await inTurns({
       limiter: () => oneClient.check(parsed),
@@ -742,6 +795,7 @@ async function runCheckApi(): Promise<string[]> {
       // the event is built once, as the Lambda runtime (not the handler) builds it
       handler: () => handlers(event),
       rlf: () => rlf.consume("layers"),
+      rlfPerEnvironment: () => rlfPerEnvironment("layers"),
     });
     console.log(
       `check api http: ${Math.round(ours.rps)} req/s vs rate-limiter-flexible ${Math.round(theirs.rps)} req/s; ` +
@@ -756,6 +810,7 @@ async function runCheckApi(): Promise<string[]> {
     const span = (values: number[]) => `${Math.min(...values).toFixed(2)}–${Math.max(...values).toFixed(2)}`;
     const handlerLayer = layers.handler.rps / layers.limiterPerEnvironment.rps;
     const httpRatio = ours.rps / theirs.rps;
+    const lambdaRatio = ours.rps / theirsLambda.rps;
     const verdict = (met: boolean) => (met ? "met" : "not met");
     return [
       `Measured ${new Date().toISOString().slice(0, 10)} by \`npm run bench\`, load average ${loadavg()[0]?.toFixed(1)} at the end of the section.`,
@@ -765,6 +820,8 @@ async function runCheckApi(): Promise<string[]> {
       `| Handler layer: handler throughput / \`Limiter.check\` throughput, ${n32} execution environments, ≥ 0.8 | ${handlerLayer.toFixed(2)} (rounds ${span(perRound(layers.handler.rates, layers.limiterPerEnvironment.rates))}; by CPU per call ${(layers.limiterPerEnvironment.cpuUs / layers.handler.cpuUs).toFixed(2)}): ${verdict(handlerLayer >= 0.8)} |`,
       `| HTTP: local Function URL server / rate-limiter-flexible behind a minimal server ≥ 0.7× | ${httpRatio.toFixed(2)}× (rounds ${span(perRound(ours.rates, theirs.rates))}×): ${verdict(httpRatio >= 0.7)} |`,
       `| What the ${n32} Lambda-like environments cost: \`Limiter.check\` on ${n32} clients / on one | ${(layers.limiterPerEnvironment.rps / layers.limiter.rps).toFixed(2)}× (rounds ${span(perRound(layers.limiterPerEnvironment.rates, layers.limiter.rates))}×; by CPU per call ${(layers.limiter.cpuUs / layers.limiterPerEnvironment.cpuUs).toFixed(2)}×) |`,
+      `| The same for rate-limiter-flexible: \`consume\` on ${n32} clients / on one | ${(layers.rlfPerEnvironment.rps / layers.rlf.rps).toFixed(2)}× (rounds ${span(perRound(layers.rlfPerEnvironment.rates, layers.rlf.rates))}×; by CPU per call ${(layers.rlf.cpuUs / layers.rlfPerEnvironment.cpuUs).toFixed(2)}×) |`,
+      `| HTTP, both in the same ${n32} Lambda-like environments: local Function URL server, check API / rate-limiter-flexible | ${lambdaRatio.toFixed(2)}× (rounds ${span(perRound(ours.rates, theirsLambda.rates))}×) |`,
       "",
       "2,000 sequential requests per row after 200 warm-up ones (1,000 for a fresh block), the handler called in process (payload 2.0 events, middy, Powertools), on the bench cluster.",
       "",
@@ -780,6 +837,8 @@ async function runCheckApi(): Promise<string[]> {
       `| rate-limiter-flexible \`RateLimiterRedis.consume\` behind a minimal Node HTTP server, ioredis defaults${baseline === "plain" ? " (baseline)" : ""} | ${n(theirsPlain.rps)} (${theirsPlain.rates.map(n).join(", ")}) | ${theirsPlain.p99} ms | ${theirsPlain.statuses} |`,
       `| the same, ioredis autopipelining${baseline === "pipelined" ? " (baseline)" : ""} | ${n(theirsPipelined.rps)} (${theirsPipelined.rates.map(n).join(", ")}) | ${theirsPipelined.p99} ms | ${theirsPipelined.statuses} |`,
       `| Ratio | ${httpRatio.toFixed(2)}× | | |`,
+      `| rate-limiter-flexible \`consume\` in ${n32} Lambda-like environments behind the same local Function URL server (one plain client each, one invocation each at a time) | ${n(theirsLambda.rps)} (${theirsLambda.rates.map(n).join(", ")}) | ${theirsLambda.p99} ms | ${theirsLambda.statuses} |`,
+      `| Ratio, both in the same environments | ${lambdaRatio.toFixed(2)}× | | |`,
       "",
       "The same request in process, 32 in flight, layer by layer, the layers taking turns (1 s each, 5 rounds) (CPU: this Node process's, per call; Redis runs in its own processes). The handler's event is built once: the Lambda runtime builds it, not the handler.",
       "",
@@ -802,6 +861,11 @@ async function runCheckApi(): Promise<string[]> {
         `\`RateLimiterRedis.consume\`, one Redis client (${baseline === "plain" ? "ioredis defaults" : "autopipelining"})`,
         layers.rlf,
         "",
+      ),
+      layer(
+        `\`RateLimiterRedis.consume\` on ${n32} plain clients, one call each at a time (as ${n32} execution environments)`,
+        layers.rlfPerEnvironment,
+        `${(layers.rlfPerEnvironment.rps / layers.rlf.rps).toFixed(2)}× one client (by CPU per call: ${(layers.rlf.cpuUs / layers.rlfPerEnvironment.cpuUs).toFixed(2)}×)`,
       ),
     ];
   } finally {

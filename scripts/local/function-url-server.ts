@@ -12,6 +12,8 @@ export type FunctionUrlHandler = (
 
 /** Function URLs accept request bodies up to 6 MB; the handler enforces its own, smaller limit. */
 const MAX_REQUEST_BYTES = 6 * 1024 * 1024;
+/** The name the invocations' context carries (the check API is the function behind the Function URL). */
+const FUNCTION_NAME = "tollgate-check-api";
 
 /**
  * Runs each invocation on a free handler, one invocation per handler at a time, as Lambda runs one per
@@ -46,7 +48,7 @@ export async function startFunctionUrlServer(
         response.writeHead(413, { "content-type": "application/json" }).end('{"error":{"code":"payload_too_large"}}');
         return;
       }
-      const result = await handler(toEvent(request, body), lambdaContext(30_000));
+      const result = await handler(toEvent(request, body), lambdaContext(30_000, FUNCTION_NAME));
       response.writeHead(result.statusCode ?? 200, result.headers as Record<string, string>);
       response.end(result.isBase64Encoded ? Buffer.from(result.body ?? "", "base64") : (result.body ?? ""));
     } catch (error) {
@@ -69,7 +71,12 @@ function readBody(request: IncomingMessage): Promise<string | undefined> {
       size += chunk.length;
       if (size <= MAX_REQUEST_BYTES) chunks.push(chunk);
     });
-    request.on("end", () => resolve(size > MAX_REQUEST_BYTES ? undefined : Buffer.concat(chunks).toString("utf8")));
+    request.on("end", () => {
+      if (size > MAX_REQUEST_BYTES) resolve(undefined);
+      // a small body arrives in one chunk: decoded as it is, not copied into a new buffer first
+      else
+        resolve(chunks.length === 1 ? (chunks[0] as Buffer).toString("utf8") : Buffer.concat(chunks).toString("utf8"));
+    });
     request.on("error", reject);
   });
 }
@@ -105,7 +112,7 @@ export function functionUrlEvent(
   // parsing one per request is emulation work the function never pays for
   const url = PLAIN_PATH.test(target) ? undefined : new URL(target, "http://localhost");
   const path = url ? url.pathname : target;
-  const now = new Date();
+  const now = Date.now();
   return {
     version: "2.0",
     routeKey: "$default",
@@ -122,10 +129,31 @@ export function functionUrlEvent(
       requestId: randomUUID(),
       routeKey: "$default",
       stage: "$default",
-      time: now.toISOString(),
-      timeEpoch: now.getTime(),
+      time: requestTime(now),
+      timeEpoch: now,
     },
     ...(body ? { body } : {}),
     isBase64Encoded: false,
   };
+}
+
+const MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+const twoDigits = (value: number) => String(value).padStart(2, "0");
+let lastSecond = -1;
+let lastTime = "";
+
+/**
+ * `requestContext.time` as a Function URL writes it ("12/Mar/2020:19:03:58 +0000"): to the second, so it is
+ * formatted once a second, not per request (formatting a date is emulation work the function never pays for).
+ */
+export function requestTime(epochMs: number): string {
+  const second = Math.floor(epochMs / 1000);
+  if (second !== lastSecond) {
+    const date = new Date(second * 1000);
+    lastTime =
+      `${twoDigits(date.getUTCDate())}/${MONTHS[date.getUTCMonth()]}/${date.getUTCFullYear()}:` +
+      `${twoDigits(date.getUTCHours())}:${twoDigits(date.getUTCMinutes())}:${twoDigits(date.getUTCSeconds())} +0000`;
+    lastSecond = second;
+  }
+  return lastTime;
 }

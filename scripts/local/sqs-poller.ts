@@ -176,22 +176,33 @@ export function toSqsEvent(messages: readonly Message[], queueArn: string, regio
   };
 }
 
-/** A Lambda context whose remaining time counts down from `timeoutMs`. */
-export function lambdaContext(timeoutMs: number): Context {
-  const deadline = Date.now() + timeoutMs;
-  const name = "tollgate-campaign-consumer";
-  return {
+/** The deadline of one invocation, on its context (a symbol: no field of Lambda's own context). */
+const DEADLINE = Symbol("deadline");
+const noop = () => {};
+/** Shared by every context: a closure per invocation is emulation work Lambda's runtime does not ask of the function. */
+function remainingTime(this: { [DEADLINE]: number }): number {
+  return Math.max(0, this[DEADLINE] - Date.now());
+}
+
+/**
+ * A Lambda context whose remaining time counts down from `timeoutMs`: per function its names, per
+ * invocation its request ID and deadline, as the runtime hands them over.
+ */
+export function lambdaContext(timeoutMs: number, functionName = "tollgate-campaign-consumer"): Context {
+  const context: Context & { [DEADLINE]: number } = {
     callbackWaitsForEmptyEventLoop: false,
-    functionName: name,
+    functionName,
     functionVersion: "$LATEST",
-    invokedFunctionArn: `arn:aws:lambda:local:000000000000:function:${name}`,
+    invokedFunctionArn: `arn:aws:lambda:local:000000000000:function:${functionName}`,
     memoryLimitInMB: "1024",
     awsRequestId: randomUUID(),
-    logGroupName: `/aws/lambda/${name}`,
+    logGroupName: `/aws/lambda/${functionName}`,
     logStreamName: "local",
-    getRemainingTimeInMillis: () => Math.max(0, deadline - Date.now()),
-    done: () => {},
-    fail: () => {},
-    succeed: () => {},
+    getRemainingTimeInMillis: remainingTime,
+    done: noop,
+    fail: noop,
+    succeed: noop,
+    [DEADLINE]: Date.now() + timeoutMs,
   };
+  return context;
 }
