@@ -464,7 +464,7 @@ function buildCall(request: CapSendsRequest, tag: number, runs: PageRun[], users
       const profile = segmentOf[i] as number;
       let local = localProfile[profile] as number;
       if (local < 0) {
-        const content = JSON.stringify(request.profiles[profile]);
+        const content = packedProfile(request.profiles[profile] as ScriptProfile).content;
         local = localOfContent.get(content) ?? callProfiles.length;
         if (local === callProfiles.length) {
           localOfContent.set(content, local);
@@ -505,6 +505,8 @@ function buildCall(request: CapSendsRequest, tag: number, runs: PageRun[], users
 
 /** A profile as ARGV[7] and ARGV[8] carry it: msgpack of [windows, maxima, everyChannel], and "<kept>:<window>". */
 interface PackedProfile {
+  /** The profile's content as text: segments whose profiles read the same share one number in a call. */
+  content: string;
   caps: Buffer;
   /** ARGV[7] of a call whose users are all of this profile (a one-element array). */
   single: Buffer;
@@ -522,6 +524,8 @@ function packedProfile(profile: ScriptProfile): PackedProfile {
       profile.caps.map((cap) => (cap.everyChannel ? 1 : 0)),
     ];
     packed = {
+      // stringified once per profile, not per call (a /v1/frequency check is one call)
+      content: JSON.stringify(profile),
       caps: Buffer.from(encode(element)),
       single: Buffer.from(encode([element])),
       retentions: `${profile.retentionMs}:${profile.windowRetentionMs}`,
