@@ -436,7 +436,7 @@ describe("quota-sync.lua", () => {
     );
     // one usage pair announced, none sent
     const short = Buffer.alloc(32);
-    [5, 0, 1, 0].forEach((value, i) => short.writeDoubleLE(value, 8 * i));
+    for (const [i, value] of [5, 0, 1, 0].entries()) short.writeDoubleLE(value, 8 * i);
     await expect(cluster.eval(script, 4, ...keys, PROTOCOL, T0, "i", 1, "v1", short)).rejects.toThrow(
       /malformed entry 1/,
     );
