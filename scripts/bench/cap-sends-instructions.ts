@@ -1,7 +1,7 @@
 // Instructions a standalone redis-server executes per lua/cap-sends.lua call (callgrind, counted only within
 // EVALSHA and FCALL), as an EVAL script and as a Redis Function, on the same traffic: a figure the machine's
 // load does not change. Usage (needs valgrind):
-//   CG_PORT=7445 [CHECKS=512] [BATCHES=8] npx tsx scripts/bench/cap-sends-instructions.ts [old-script.lua]
+//   CG_PORT=7445 [CHECKS=512] [BATCHES=8] [ONLY=FCALL] [KEEP_DUMPS=1] npx tsx scripts/bench/cap-sends-instructions.ts [old-script.lua]
 // Rows: `/v1/frequency` checks (256 users of one page, push 1d max 10,000, anonymous, consuming), after the
 // first 600 checks; dense campaign calls (1,024 consecutive users per call, campaigns on days 1, 2, 3).
 // With old-script.lua (a plain EVAL script, e.g. `git show main:lua/cap-sends.lua`), it runs as a third row set.
@@ -135,7 +135,8 @@ async function count(port: number, how: { evalLua: string } | "function", checks
       child.kill("SIGTERM");
       await exited;
     }
-    rmSync(dir, { recursive: true, force: true });
+    if (process.env.KEEP_DUMPS) console.error(`callgrind dumps: ${dir}`);
+    else rmSync(dir, { recursive: true, force: true });
   }
 }
 
@@ -150,6 +151,8 @@ if (isMain(import.meta)) {
   ];
   const old = process.argv[2];
   if (old) runs.unshift([`${old}, EVALSHA`, { evalLua: readFileSync(old, "utf8") }]);
+  // ONLY=FCALL: only the rows whose name holds it
+  if (process.env.ONLY) runs.splice(0, runs.length, ...runs.filter(([name]) => name.includes(process.env.ONLY ?? "")));
   const k = (ir: number) => `${(ir / 1000).toFixed(1)}k`;
   console.log("| Script, call | per `/v1/frequency` check | per dense 1,024-user call, campaign 1 / 2 / 3 |");
   console.log("|---|---:|---:|");

@@ -374,7 +374,7 @@ export async function runCappingWorkloads(
 
   return [
     `PING round trip in the same run (one at a time, primaries in turn): p50 ${ms(ping.p50)}, p99 ${ms(ping.p99)}. ` +
-      `Slowest script: the longest EVALSHA in Redis' SLOWLOG over the scenario, all primaries (commands over ${SLOWLOG_THRESHOLD_MICROS / 1000} ms are logged).`,
+      `Slowest script: the longest script call (FCALL, EVALSHA) in Redis' SLOWLOG over the scenario, all primaries (commands over ${SLOWLOG_THRESHOLD_MICROS / 1000} ms are logged).`,
     "",
     "| Scenario | Tollgate | Grab per-user sliding log | Target | Before (engine issue) |",
     "|---|---|---|---|---|",

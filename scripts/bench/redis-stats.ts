@@ -45,8 +45,11 @@ export async function resetSlowlog(nodes: Redis[]): Promise<void> {
   );
 }
 
+/** The commands that run a script: cap-sends is an FCALL, the baselines' scripts EVALSHAs. */
+const SCRIPT_CALLS = new Set(["fcall", "evalsha", "eval"]);
+
 /**
- * The longest script call (EVALSHA/EVAL) Redis itself logged since resetSlowlog, in ms (0 when none
+ * The longest script call (FCALL/EVALSHA/EVAL) Redis itself logged since resetSlowlog, in ms (0 when none
  * reached the threshold), how many did, and the 99th percentile of those logged (a single worst case on a
  * shared machine measures its scheduling as much as the script). Logging stops and the log is emptied, so
  * nothing logged later (a baseline's run) counts in a memory figure.
@@ -57,7 +60,7 @@ export async function slowestScript(nodes: Redis[]): Promise<{ ms: number; calls
     const entries = (await node.call("SLOWLOG", "GET", "-1")) as [number, number, number, string[]][];
     for (const [, , micros, command] of entries) {
       const name = String(command[0]).toLowerCase();
-      if (name !== "evalsha" && name !== "eval") continue;
+      if (!SCRIPT_CALLS.has(name)) continue;
       logged.push(micros);
     }
     await node.config("SET", "slowlog-log-slower-than", "-1");
@@ -70,7 +73,7 @@ export async function slowestScript(nodes: Redis[]): Promise<{ ms: number; calls
 }
 
 /**
- * The script calls (EVALSHA/EVAL) Redis logged since resetSlowlog, in µs, each named by its keys and arguments
+ * The script calls (FCALL/EVALSHA/EVAL) Redis logged since resetSlowlog, in µs, each named by its keys and arguments
  * as SLOWLOG keeps them (32 at most, long ones cut) without `namespace`: a deterministic scenario run again in
  * another namespace with the same clock names the same call the same way, so runs can be matched call by
  * call. Logging stops and the log is emptied, as in slowestScript().
@@ -81,7 +84,7 @@ export async function loggedScriptCalls(nodes: Redis[], namespace: string): Prom
     const entries = (await node.call("SLOWLOG", "GET", "-1")) as [number, number, number, string[]][];
     for (const [, , micros, command] of entries) {
       const name = String(command[0]).toLowerCase();
-      if (name !== "evalsha" && name !== "eval") continue;
+      if (!SCRIPT_CALLS.has(name)) continue;
       const parts = command.slice(2).map((part) => String(part).replaceAll(`${namespace}:`, ""));
       calls.set(parts.join(" "), micros);
     }
@@ -156,13 +159,13 @@ export async function replicationBacklogs(nodes: Redis[]): Promise<number> {
   return infos.reduce((sum, info) => sum + field(info, "mem_replication_backlog"), 0);
 }
 
-/** Script calls (EVALSHA and EVAL) the primaries ran so far and the microseconds Redis spent in them (INFO commandstats). */
+/** Script calls (FCALL, EVALSHA and EVAL) the primaries ran so far and the microseconds Redis spent in them (INFO commandstats). */
 export async function scriptTime(nodes: Redis[]): Promise<{ calls: number; micros: number }> {
   const infos = await Promise.all(nodes.map((node) => node.info("commandstats")));
   let calls = 0;
   let micros = 0;
   for (const info of infos) {
-    for (const match of info.matchAll(/^cmdstat_(?:evalsha|eval):calls=(\d+),usec=(\d+)/gm)) {
+    for (const match of info.matchAll(/^cmdstat_(?:fcall|evalsha|eval):calls=(\d+),usec=(\d+)/gm)) {
       calls += Number(match[1]);
       micros += Number(match[2]);
     }
