@@ -19,7 +19,10 @@ KEYS[1]          the tag's identity table (hash), "<prefix>ids": the call's only
                  Numbers are never reused; an identity unused for horizon + IDENTITY_MARGIN_MS is dropped
                  (no kept send can name it), a few numbers looked at whenever a number is given
 Every other key is built here from the prefix ARGV[9] (the call's hash tag, so the same slot as KEYS[1]):
-  "<prefix>r:<range>"  a user-record hash (field: decimal user ID), one per range of ARGV[10]
+  "<prefix>u:<range>"  the record blob of a range of ARGV[10] (or its directory, then parts
+                       "<prefix>u:<range>:<lowest ID>"): the users' records ("Record blobs" below states the format)
+  "<prefix>r:<range>"  the range's hash of user records (field: decimal user ID): busy users' records, and
+                       the layout before the blobs (read for users not in a blob, emptied as they are written)
   "<prefix>p:<page>"   a page block, read or written only for a page argument that names the page
 Redis lets a script touch undeclared keys of its slot; declaring only KEYS[1] keeps a call's fixed cost
 (Redis' per-key checks, the client's slot hashing) independent of how many pages it holds. While a slot
@@ -39,8 +42,9 @@ ARGV[8]  retentions of each profile, ","-separated, each "<kept ms>:<window ms>"
          now - window move to the tail, which a call reads only for a duplicate or when a window around
          `at` reaches it (after a policy change) (a bare "<kept ms>" means both are the same)
 ARGV[9]  the key prefix "<namespace>:cap:{<tag>}:" (KEYS[1] must be "<prefix>ids")
-ARGV[10] the ranges of the user-record hashes the call reads, ","-separated (S of them, decimal)
-ARGV[10+p] page p: byte 1 the index (1..S) of its user-record hash, byte 2 the path (1: block, 0: user
+ARGV[10] the record ranges the call reads, ","-separated (S of them, decimal)
+ARGV[11] the size in bytes past which a record blob splits
+ARGV[11+p] page p: byte 1 the index (1..S) of its record range, byte 2 the path (1: block, 0: user
          records), bytes 3-5 the page number (user ID / 256, big endian), then per user 2 bytes: offset in
          the page (0..255) and profile number (0-based in ARGV[7]); offsets ascending, no repeats
 Reply    one byte per user in argument order: 0 allowed (counted), 1 duplicate, 2 exempt (counted without
@@ -71,9 +75,9 @@ local byte, sub, char, floor, concat, unpackList, format -- per call (the same f
 -- nothing of one call reaches the next. A per-call table declared bare fails loudly if a call forgets it.
 local now, at, peek, withWindows, identity, channel, anonymous, exemptCounted, horizon -- per call
 local identityTableKey, keyPrefix, callTag -- per call
--- the user-record hashes by index (a page argument's byte 1), their names built once per call
-local recordKeys -- per call
-local FIRST_PAGE_ARG = 10
+-- the record ranges by index (a page argument's byte 1)
+local rangeNames -- per call
+local FIRST_PAGE_ARG = 11
 
 local FORMAT, PAGE_USERS, MIN_COMPACT_AT, MIN_CLASS_LIMIT = 5, 256, 32, 256
 local FUTURE_BOUND_MS = 300000
@@ -773,21 +777,287 @@ local function anyRecord(records)
   end
   return false
 end
-local recordHashExists -- per call
+-- Record blobs: the user records of a range live in one string, "<prefix>u:<range>", read once (GET) and
+-- written once (SET) per call. A sparse campaign's users hold the same record bytes, so a blob stores
+-- each distinct record (a class) once:
+--   byte 1       1 (records)
+--   bytes 2-4    the user count n; bytes 5-7 the class count c; bytes 8-10 the classes live at the last
+--                rebuild (a rebuild, which drops classes no user holds, comes when c reaches twice that + 16)
+--   n × 4 bytes  user IDs, ascending (binary search)
+--   n × 3 bytes  each user's class number (1..c)
+--   c × 4 bytes  where each class's record ends in the class data (the first starts at 0)
+--   class data   the records, in the user-record format (readRecord())
+-- A call edits a blob with slices of the old string (table.concat): users not in the call cost no Lua.
+-- A blob past ARGV[11] bytes splits by ID at its median user: "<prefix>u:<range>" becomes a directory
+-- (byte 1: 2, then 4 bytes per part: the lowest ID of the part, ascending, the first 0), and each part is
+-- a blob "<prefix>u:<range>:<lowest ID>"; a part past the size splits the same way. The directory lives
+-- at least as long as every part.
+-- A record over BIG_RECORD_BYTES (a busy user's) stays a field of the hash "<prefix>r:<range>" (the layout
+-- before the blobs, still read for every user not in a blob): rewriting it with every call of the range
+-- would make the range's calls cost what the busy user's history costs. A user is in one of the two;
+-- a write moves it where its new record belongs and deletes it from the other.
+local BLOB_RECORDS, BLOB_DIRECTORY, BLOB_HEADER, BIG_RECORD_BYTES = 1, 2, 10, 512
+local blobSplitBytes -- per call
+
+local function readBlobValue(key, low, value)
+  local blob = { key = key, low = low, existed = value ~= false, value = value or '', n = 0, classes = 0,
+    live = 0, positions = {}, found = {}, edits = {}, edited = false, classValues = {} }
+  if value then
+    blob.n, blob.classes, blob.live = readFixed(value, 2, 3), readFixed(value, 5, 3), readFixed(value, 8, 3)
+  end
+  blob.classNumbers = BLOB_HEADER + 1 + 4 * blob.n
+  blob.ends = blob.classNumbers + 3 * blob.n
+  blob.data = blob.ends + 4 * blob.classes
+  return blob
+end
+local function blobClassValue(blob, class)
+  local known = blob.classValues[class]
+  if known == nil then
+    local value, ends = blob.value, blob.ends
+    local from = class == 1 and 0 or readFixed(value, ends + 4 * (class - 2), 4)
+    known = sub(value, blob.data + from, blob.data + readFixed(value, ends + 4 * (class - 1), 4) - 1)
+    blob.classValues[class] = known
+  end
+  return known
+end
+-- The record of user `id` in the blob (nil when it has none); where it is (or would go) kept for the write.
+local function blobRecord(blob, id)
+  local value, low, high = blob.value, 1, blob.n
+  while low <= high do
+    local middle = floor((low + high) / 2)
+    local a, b, c, d = byte(value, BLOB_HEADER + 4 * middle - 3, BLOB_HEADER + 4 * middle)
+    local found = ((a * 256 + b) * 256 + c) * 256 + d
+    if found == id then
+      blob.positions[id], blob.found[id] = middle, true
+      return blobClassValue(blob, readFixed(value, blob.classNumbers + 3 * (middle - 1), 3))
+    end
+    if found < id then low = middle + 1 else high = middle - 1 end
+  end
+  blob.positions[id], blob.found[id] = low, false
+  return nil
+end
+-- A blob's value built from scratch: ids ascending, each one's record; equal records stored once.
+local function blobOf(ids, values)
+  local classOf, classValues, ends, idParts, classParts, size = {}, {}, {}, {}, {}, 0
+  for i = 1, #ids do
+    local value = values[i]
+    local class = classOf[value]
+    if class == nil then
+      class = #classValues + 1
+      classValues[class], classOf[value] = value, class
+      size = size + #value
+      ends[class] = fixedNumber(size, 4)
+    end
+    idParts[i], classParts[i] = fixedNumber(ids[i], 4), fixedNumber(class, 3)
+  end
+  return char(BLOB_RECORDS) .. fixedNumber(#ids, 3) .. fixedNumber(#classValues, 3) ..
+    fixedNumber(#classValues, 3) .. concat(idParts) .. concat(classParts) .. concat(ends) .. concat(classValues)
+end
+-- Every user of a blob value and its record (a rebuild or a split: the only per-user pass over a blob).
+local function blobUsers(value)
+  local blob = readBlobValue(nil, 0, value)
+  local ids, values = {}, {}
+  for i = 1, blob.n do
+    ids[i] = readFixed(value, BLOB_HEADER + 4 * i - 3, 4)
+    values[i] = blobClassValue(blob, readFixed(value, blob.classNumbers + 3 * (i - 1), 3))
+  end
+  return ids, values
+end
+-- The blob's value after the call's edits (user ID -> new record, or false: the user leaves): slices of the
+-- old value between the edited users, the new records appended as classes (each distinct one once).
+local function blobAfterEdits(blob)
+  local edited = {}
+  for id in pairs(blob.edits) do edited[#edited + 1] = id end
+  table.sort(edited)
+  local value, n, classes = blob.value, blob.n, blob.classes
+  local dataSize = classes > 0 and readFixed(value, blob.ends + 4 * (classes - 1), 4) or 0
+  local idParts, classParts, newEnds, newValues, newClassOf = {}, {}, {}, {}, {}
+  local nextKept, count = 1, 0
+  local function keep(upTo)
+    if upTo >= nextKept then
+      idParts[#idParts + 1] = sub(value, BLOB_HEADER + 4 * nextKept - 3, BLOB_HEADER + 4 * upTo)
+      classParts[#classParts + 1] = sub(value, blob.classNumbers + 3 * (nextKept - 1), blob.classNumbers + 3 * upTo - 1)
+      count = count + upTo - nextKept + 1
+    end
+  end
+  for _, id in ipairs(edited) do
+    local position, record = blob.positions[id], blob.edits[id]
+    keep(position - 1)
+    nextKept = blob.found[id] and position + 1 or position
+    if record then
+      local class = newClassOf[record]
+      if class == nil then
+        classes, dataSize = classes + 1, dataSize + #record
+        class = classes
+        newEnds[#newEnds + 1], newValues[#newValues + 1], newClassOf[record] = fixedNumber(dataSize, 4), record, class
+      end
+      idParts[#idParts + 1], classParts[#classParts + 1] = fixedNumber(id, 4), fixedNumber(class, 3)
+      count = count + 1
+    end
+  end
+  keep(n)
+  return char(BLOB_RECORDS) .. fixedNumber(count, 3) .. fixedNumber(classes, 3) .. fixedNumber(blob.live, 3) ..
+    concat(idParts) .. concat(classParts) .. sub(value, blob.ends, blob.data - 1) .. concat(newEnds) ..
+    sub(value, blob.data) .. concat(newValues), count, classes
+end
+
+-- Per range of the call (a page argument's byte 1): its blob or directory and parts, its old-layout hash.
+local ranges -- per call
+-- The record of each user of the call (false: none) and the blob it is in or goes to; users whose record is
+-- a field of the old-layout hash.
+local records, blobOfUser, inHash -- per call
+
+-- The lowest ID of the part that holds `id` (bounds: the directory's, ascending from 0).
+local function partOf(bounds, id)
+  local low, high = 1, #bounds
+  while low < high do
+    local middle = floor((low + high + 1) / 2)
+    if bounds[middle] <= id then low = middle else high = middle - 1 end
+  end
+  return bounds[low]
+end
+
+-- Reads a range's blob (or directory and the parts of `ids`), its hash's existence, and the records of
+-- `ids`. Refused keys (a slot migrating) return the error; nothing is written before every read is done.
+local function readRange(hashIndex, ids)
+  local range = ranges[hashIndex]
+  local root = range.root
+  local value = redis.pcall('GET', root)
+  if type(value) == 'table' then return value end
+  if value and byte(value, 1) == BLOB_DIRECTORY then
+    local bounds, partKeys = {}, { root }
+    for q = 2, #value, 4 do bounds[#bounds + 1] = readFixed(value, q, 4) end
+    range.bounds, range.directoryValue = bounds, value
+    for _, id in ipairs(ids) do
+      local lowest = partOf(bounds, id)
+      local part = range.parts[lowest]
+      if part == nil then
+        partKeys[#partKeys + 1] = root .. ':' .. lowest
+        part = true
+        range.parts[lowest] = part
+      end
+    end
+    -- the parts read (after the same multi-key probe as the call's other keys: a slot migrating)
+    local probe = redis.pcall('EXISTS', unpackList(partKeys))
+    if type(probe) == 'table' then return probe end
+    for q = 2, #partKeys do
+      local key = partKeys[q]
+      local lowest = tonumber(sub(key, #root + 2))
+      range.parts[lowest] = readBlobValue(key, lowest, redis.call('GET', key))
+    end
+    for _, id in ipairs(ids) do blobOfUser[id] = range.parts[partOf(bounds, id)] end
+  else
+    local blob = readBlobValue(root, 0, value)
+    range.parts[0] = blob
+    for _, id in ipairs(ids) do blobOfUser[id] = blob end
+  end
+  local exists = redis.pcall('EXISTS', range.hashKey)
+  if type(exists) == 'table' then return exists end
+  range.hashExists = exists == 1
+  local missing = {}
+  for _, id in ipairs(ids) do
+    local record = blobRecord(blobOfUser[id], id)
+    records[id] = record or false
+    if not record and range.hashExists then missing[#missing + 1] = id end
+  end
+  if #missing > 0 then
+    local names = {}
+    for i = 1, #missing do names[i] = format('%d', missing[i]) end
+    local values = redis.call('HMGET', range.hashKey, unpackList(names))
+    for i = 1, #missing do
+      if values[i] then records[missing[i]], inHash[missing[i]] = values[i], true end
+    end
+  end
+end
+
+-- The user's record after the call (false: the user leaves, its sends absorbed by a page block), kept for
+-- the writes at the end; `retention`: how long the record must live.
+local function storeRecord(hashIndex, id, record, retention)
+  local range = ranges[hashIndex]
+  if retention > range.retention then range.retention = retention end
+  local blob = blobOfUser[id]
+  if record and #record > BIG_RECORD_BYTES then
+    range.hashWrites[#range.hashWrites + 1] = format('%d', id)
+    range.hashWrites[#range.hashWrites + 1] = record
+    if blob.found[id] then blob.edits[id], blob.edited = false, true end
+    return
+  end
+  if inHash[id] then range.hashDeletes[#range.hashDeletes + 1] = format('%d', id) end
+  if record or blob.found[id] then blob.edits[id], blob.edited = record, true end
+end
+
+-- A blob's new value written, rebuilt when dead classes piled up, split when past the size; returns the
+-- lowest ID of a part split off (nil when none) and its value.
+local function writeBlob(blob, ttl)
+  local value, count, classes = blobAfterEdits(blob)
+  local upper, upperValue
+  if #value > blobSplitBytes and count >= 2 then
+    local ids, values = blobUsers(value)
+    local half = floor(count / 2)
+    local lowIds, lowValues, highIds, highValues = {}, {}, {}, {}
+    for i = 1, count do
+      if i <= half then
+        lowIds[i], lowValues[i] = ids[i], values[i]
+      else
+        highIds[i - half], highValues[i - half] = ids[i], values[i]
+      end
+    end
+    value, upper, upperValue = blobOf(lowIds, lowValues), ids[half + 1], blobOf(highIds, highValues)
+  elseif classes >= 2 * readFixed(value, 8, 3) + 16 then
+    value = blobOf(blobUsers(value))
+  end
+  if blob.existed then ttl = math.max(ttl, redis.call('PTTL', blob.key)) end
+  return value, ttl, upper, upperValue
+end
+
+-- The writes of a range: its blobs (and directory when one splits), the old-layout hash's fields.
+local function writeRange(range, ttl)
+  if #range.hashWrites > 0 then
+    redis.call('HSET', range.hashKey, unpackList(range.hashWrites))
+    extendTtl(range.hashKey, ttl)
+  end
+  if #range.hashDeletes > 0 then redis.call('HDEL', range.hashKey, unpackList(range.hashDeletes)) end
+  local newBounds = {}
+  local longest = 0
+  for lowest, blob in pairs(range.parts) do
+    if blob.edited then
+      local value, blobTtl, upper, upperValue = writeBlob(blob, ttl)
+      if blobTtl > longest then longest = blobTtl end
+      if upper then
+        if range.bounds == nil then
+          -- the range's first split: its blob becomes the directory of two parts
+          range.bounds = { 0 }
+          blob.key = range.root .. ':0'
+        end
+        newBounds[#newBounds + 1] = upper
+        redis.call('SET', range.root .. ':' .. upper, upperValue, 'PX', blobTtl)
+      end
+      redis.call('SET', blob.key, value, 'PX', blobTtl)
+    end
+  end
+  if range.bounds == nil then return end
+  if #newBounds > 0 then
+    for _, lowest in ipairs(newBounds) do range.bounds[#range.bounds + 1] = lowest end
+    table.sort(range.bounds)
+    local parts = { char(BLOB_DIRECTORY) }
+    for i, lowest in ipairs(range.bounds) do parts[i + 1] = fixedNumber(lowest, 4) end
+    if range.directoryValue then longest = math.max(longest, redis.call('PTTL', range.root)) end
+    redis.call('SET', range.root, concat(parts), 'PX', longest)
+  elseif longest > 0 then
+    extendTtl(range.root, longest)
+  end
+end
 
 -- The user records of a block-path page's users (its page argument: offset, profile per user), by position, or nil
--- when the hash does not exist (one EXISTS per hash per call; no field list built then).
-local function readPageRecords(hashIndex, pageBase, spec)
-  local key = recordKeys[hashIndex]
-  local exists = recordHashExists[hashIndex]
-  if exists == nil then
-    exists = redis.call('EXISTS', key) == 1
-    recordHashExists[hashIndex] = exists
+-- when none of them has one (read with the call's other records beforehand).
+local function readPageRecords(pageBase, spec)
+  local found, any = {}, false
+  for u = 6, #spec, 2 do
+    local record = records[pageBase + byte(spec, u)]
+    found[#found + 1] = record
+    if record then any = true end
   end
-  if not exists then return nil end
-  local fields = {}
-  for u = 6, #spec, 2 do fields[#fields + 1] = pageBase + byte(spec, u) end
-  return redis.call('HMGET', key, unpackList(fields))
+  return any and found or nil
 end
 
 -- Window sends from..to of a record appended to the parallel arrays after position n; returns the new n.
@@ -1084,11 +1354,6 @@ end
 
 local function isRecorded(code) return not peek and (code == 0 or code == REPLY_EXEMPT) end
 
--- Writes to user records, gathered per hash and made once per call: { fields and values }, retention.
-local recordWrites, recordRetention -- per call
--- The field name of each record-path user (decimal user ID), formatted once: a number handed to redis.call,
--- or concatenated, is formatted with '%.17g', the costliest step of a sparse call (callgrind).
-local fieldNames -- per call
 -- The TTL the identity table needs at least: its identities and page markers outlive what uses them.
 local identityTableTtl -- per call
 
@@ -1123,7 +1388,6 @@ local function runRecordPage(spec, blockKey, hashIndex, pageBase, records, page,
   if type(block) == 'table' and block.err then return block end
   if marked and block == nil and not peek then redis.call('HDEL', identityTableKey, 'p:' .. page) end
   local classOfUser = block and classesOfUsers(block.userClasses)
-  local writes = recordWrites[hashIndex]
   for index = 1, (#spec - 5) / 2 do
     local offset, profileNumber = byte(spec, 4 + 2 * index, 5 + 2 * index)
     local profile = profiles[profileNumber]
@@ -1145,16 +1409,7 @@ local function runRecordPage(spec, blockKey, hashIndex, pageBase, records, page,
       code, written = outcome[1], outcome[2]
     end
     reply[#reply + 1] = code
-    if written then
-      if writes == nil then
-        writes = {}
-        recordWrites[hashIndex] = writes
-        recordRetention[hashIndex] = 0
-      end
-      writes[#writes + 1] = fieldNames[userId] or userId
-      writes[#writes + 1] = written
-      if profile.retention > recordRetention[hashIndex] then recordRetention[hashIndex] = profile.retention end
-    end
+    if written then storeRecord(hashIndex, userId, written, profile.retention) end
   end
 end
 
@@ -1167,7 +1422,7 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
   if type(block) == 'table' and block.err then return block end
   local existed = block ~= nil
   block = block or emptyBlock()
-  local records = readPageRecords(hashIndex, pageBase, spec)
+  local records = readPageRecords(pageBase, spec)
   local times = block.times
 
   -- per event: whether it is on the call's channel and the call's own send, worked out once per page
@@ -1365,7 +1620,7 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
     identityTableTtl = math.max(identityTableTtl, ttl)
     redis.call('SET', blockKey, cmsgpack.pack(FORMAT, block.width, block.compactAt, block.classLimit,
       block.identities, block.times, block.eventIdentities, block.classes, uniform or userClasses), 'PX', ttl)
-    if #absorbed > 0 then redis.call('HDEL', recordKeys[hashIndex], unpackList(absorbed)) end
+    for _, userId in ipairs(absorbed) do storeRecord(hashIndex, userId, false, 0) end
   end
 
   -- A page whose users all share one history (every page of a dense campaign, until segments' caps tell
@@ -1513,8 +1768,13 @@ local function beginCall(keys, args)
   horizon = tonumber(args[6])
   identityTableKey = keys[1]
   keyPrefix = args[9]
-  recordKeys = {}
-  for range in string.gmatch(args[10], '%d+') do recordKeys[#recordKeys + 1] = keyPrefix .. 'r:' .. range end
+  rangeNames, ranges = {}, {}
+  for range in string.gmatch(args[10], '%d+') do
+    rangeNames[#rangeNames + 1] = range
+    ranges[#rangeNames] = { root = keyPrefix .. 'u:' .. range, hashKey = keyPrefix .. 'r:' .. range, parts = {},
+      retention = 0, hashWrites = {}, hashDeletes = {} }
+  end
+  blobSplitBytes = tonumber(args[11])
   -- the call's tag, which every page argument must belong to: its block key is built from the prefix, so a
   -- page of another tag would be read and written under the wrong tag, unnoticed (functions/core/shared/keys.ts:
   -- a page of 256 IDs is in group page / 4, and a group's tag is group mod 256)
@@ -1523,44 +1783,44 @@ local function beginCall(keys, args)
     return redis.error_reply('ERR cap-sends: key prefix ' .. keyPrefix .. ' does not name the tag of ' .. identityTableKey)
   end
   onCallChannel, identityByNumber, myNumber, myNumberWritten, repeatedOf = {}, {}, nil, false, {}
-  reply, replyParts, windowLines, recordHashExists = {}, {}, {}, {}
+  reply, replyParts, windowLines = {}, {}, {}
   scratchTimes, scratchOnChannel, scratchIsMine = {}, {}, {}
-  recordWrites, recordRetention, fieldNames, identityTableTtl, recordOutcomes = {}, {}, {}, 0, {}
+  records, blobOfUser, inHash, identityTableTtl, recordOutcomes = {}, {}, {}, 0, {}
   markedPagesToWrite = {}
   return readProfiles(args[7], args[8])
 end
 
--- One call (FCALL): the pages of ARGV[11..], then the writes gathered, then the reply.
+-- One call (FCALL): the pages of ARGV[12..], then the writes gathered, then the reply.
 local function capSends(keys, args)
   local failure = beginCall(keys, args)
   if failure then return failure end
   local pageCount = #args - FIRST_PAGE_ARG
 
-  -- the user records of every record-path page (one HMGET per hash), and in one HMGET of the identity table
-  -- this call's identity number and which of those pages have a block
-  local records, markedPages = {}, {}
+  -- the user records of every page (one GET per blob), and in one HMGET of the identity table this call's
+  -- identity number and which of the record-path pages have a block
+  local markedPages = {}
   -- each page argument's header, parsed once: its record hash, its path, its page number, "p:<page>"
   local pageHashes, pagePaths, pageNumbers, pageMarkers = {}, {}, {}, {}
   do
-    local fieldsByHash, markerFields, markerPages = {}, { 'i:' .. identity }, {}
+    local idsByRange, markerFields, markerPages = {}, { 'i:' .. identity }, {}
     for page = 1, pageCount do
       local spec = args[FIRST_PAGE_ARG + page]
       local hashIndex, path, a, b, c = byte(spec, 1, 5)
       local pageNumber = (a * 256 + b) * 256 + c
-      if floor(pageNumber / 4) % 256 ~= callTag or recordKeys[hashIndex] == nil then
+      if floor(pageNumber / 4) % 256 ~= callTag or ranges[hashIndex] == nil then
         return redis.error_reply(format('ERR cap-sends: page %d (record hash %d) is not of the tag of %s', pageNumber,
           hashIndex, identityTableKey))
       end
       local marker = format('p:%d', pageNumber)
       pageHashes[page], pagePaths[page], pageNumbers[page], pageMarkers[page] = hashIndex, path, pageNumber, marker
+      local ids = idsByRange[hashIndex]
+      if ids == nil then
+        ids = {}
+        idsByRange[hashIndex] = ids
+      end
+      local pageBase = pageNumber * PAGE_USERS
+      for u = 6, #spec, 2 do ids[#ids + 1] = pageBase + byte(spec, u) end
       if path == 0 then
-        local fields = fieldsByHash[hashIndex]
-        if fields == nil then
-          fields = {}
-          fieldsByHash[hashIndex] = fields
-        end
-        local pageBase = pageNumber * PAGE_USERS
-        for u = 6, #spec, 2 do fields[#fields + 1] = pageBase + byte(spec, u) end
         markerFields[#markerFields + 1] = marker
         markerPages[#markerPages + 1] = pageNumber
       end
@@ -1575,8 +1835,13 @@ local function capSends(keys, args)
     -- migrates, Redis refuses a script's access to a key that is not (or no longer) here, and a call that
     -- read a moved record as empty would decide wrong. Refused here, nothing is written and the call is
     -- answered TRYAGAIN, which the caller retries until the migration ends (declared keys get the same).
+    -- (the blobs and hashes of every range too: an EXISTS of several keys is what the importing node refuses
+    -- while one of them is missing; a single key missing there would read as empty)
     local touched = {}
-    for i = 1, #recordKeys do touched[i] = recordKeys[i] end
+    for _, range in ipairs(ranges) do
+      touched[#touched + 1] = range.root
+      touched[#touched + 1] = range.hashKey
+    end
     for page = 1, pageCount do
       if pagePaths[page] == 1 or markedPages[pageNumbers[page]] then
         touched[#touched + 1] = keyPrefix .. pageMarkers[page]
@@ -1588,13 +1853,10 @@ local function capSends(keys, args)
         return redis.error_reply('TRYAGAIN cap-sends: a key of ' .. keyPrefix .. ' is not on this node: ' .. probe.err)
       end
     end
-    for hashIndex, fields in pairs(fieldsByHash) do
-      local names = {}
-      for i = 1, #fields do names[i] = format('%d', fields[i]) end
-      local values = redis.call('HMGET', recordKeys[hashIndex], unpackList(names))
-      for i = 1, #fields do
-        records[fields[i]] = values[i]
-        fieldNames[fields[i]] = names[i]
+    for hashIndex, ids in pairs(idsByRange) do
+      local refused = readRange(hashIndex, ids)
+      if refused then
+        return redis.error_reply('TRYAGAIN cap-sends: a key of ' .. keyPrefix .. ' is not on this node: ' .. refused.err)
       end
     end
   end
@@ -1615,11 +1877,9 @@ local function capSends(keys, args)
   end
 
   local identityRetention = 0
-  for hashIndex, writes in pairs(recordWrites) do
-    local key = recordKeys[hashIndex]
-    redis.call('HSET', key, unpackList(writes))
-    extendTtl(key, ttlFor(recordRetention[hashIndex]))
-    identityRetention = math.max(identityRetention, recordRetention[hashIndex])
+  for _, range in ipairs(ranges) do
+    writeRange(range, ttlFor(range.retention))
+    identityRetention = math.max(identityRetention, range.retention)
   end
   if identityRetention > 0 then identityTableTtl = math.max(identityTableTtl, ttlFor(identityRetention)) end
   local markers = {}

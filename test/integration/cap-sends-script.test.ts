@@ -20,8 +20,8 @@ import { Capper } from "../../functions/core/capping/capper.ts";
 import { keptHorizonMs, type Policy, parsePolicy } from "../../functions/core/capping/policy.ts";
 import { SegmentIndex } from "../../functions/core/capping/segment-index.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
-import { capIdentityKey, capPageKey, capTagOf } from "../../functions/core/shared/keys.ts";
-import { decodeBlock } from "../support/block.ts";
+import { capBlobKey, capIdentityKey, capPageKey, capTagOf } from "../../functions/core/shared/keys.ts";
+import { decodeBlock, decodeRecord, readUserRecord } from "../support/block.ts";
 import { CappingModel, fullestWindow, type ModelCall, type ModelDecision } from "../support/capping-model.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
 import { T0 } from "../support/rules.ts";
@@ -95,6 +95,7 @@ async function runScript(
   segmentOf: (user: number) => number,
   call: ModelCall,
   bounds?: CallBounds,
+  blobSplitBytes?: number,
 ): Promise<ModelDecision[]> {
   const sortedIds = Uint32Array.from(call.users).sort();
   const calls = planCapSends(
@@ -110,6 +111,7 @@ async function runScript(
       profiles: scriptProfiles(policy, call.channel, REDELIVERY_MS),
       sortedIds,
       segmentOf: Uint8Array.from(sortedIds, segmentOf),
+      ...(blobSplitBytes === undefined ? {} : { blobSplitBytes }),
     },
     bounds,
   );
@@ -172,6 +174,117 @@ describe("cap-sends against the reference model", () => {
       ),
       { numRuns: 25 },
     );
+  });
+});
+
+// Sparse users of tag 0, one per page, most in one record range (one blob), some in the next range: many users
+// per blob, and with a small split size the blob splits into parts (and parts split again) as records grow
+const BLOB_USERS = [
+  ...Array.from({ length: 48 }, (_, i) => ((i * 37) % 2048) * 262_144 + ((i * 131) % 1024)),
+  ...Array.from({ length: 8 }, (_, i) => 2 ** 29 + i * 262_144 + 7),
+];
+
+describe("cap-sends record blobs against the reference model", () => {
+  it("decides as the model does with many sparse users per blob, through splits, with dense pages absorbing blob records", async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        policyArbitrary,
+        fc.constantFrom(120, 400, 8192),
+        fc.array(
+          fc.record({
+            users: fc.oneof(
+              fc.subarray(BLOB_USERS, { minLength: 1 }),
+              fc.subarray([...new Set([...BLOB_USERS, ...DENSE])], { minLength: 1 }),
+            ),
+            mode: fc.constantFrom("count", "count", "count", "peek"),
+            elapsed: fc.oneof(
+              { weight: 8, arbitrary: fc.integer({ min: 0, max: 4_000 }) },
+              { weight: 1, arbitrary: fc.integer({ min: 60_000, max: 700_000 }) },
+            ),
+            skew: fc.double({ min: -1, max: 1, noNaN: true }),
+            channel: fc.constantFrom(...CHANNELS),
+            campaignId: fc.constantFrom("", "c1", "c2", "c3", "c4"),
+          }),
+          { minLength: 5, maxLength: 20 },
+        ),
+        async (policy, splitBytes, calls) => {
+          const namespace = uniqueNamespace();
+          const segmentOf = (user: number) => user % policy.segments.length;
+          const model = new CappingModel(policy, segmentOf, REDELIVERY_MS);
+          let now = T0;
+          for (const step of calls) {
+            now += step.elapsed;
+            const reach = step.skew < 0 ? policy.backfillMs : Math.min(300_000, 3 * policy.backfillMs);
+            const call: ModelCall = {
+              mode: step.mode as "count" | "peek",
+              now,
+              at: now + Math.round(step.skew * reach),
+              channel: step.channel,
+              campaignId: step.campaignId,
+              exemptCounted: false,
+              users: step.users,
+            };
+            expect(await runScript(namespace, policy, segmentOf, call, undefined, splitBytes)).toEqual(
+              model.apply(call),
+            );
+          }
+          for (const user of model.users()) {
+            const sends = model.sendsOf(user);
+            for (const channel of CHANNELS) {
+              for (const cap of policy.capsFor(segmentOf(user), channel)) {
+                const counted = sends.filter((s) => cap.channel === "*" || s.channel === cap.channel).map((s) => s.at);
+                expect(fullestWindow(counted, cap.windowMs)).toBeLessThanOrEqual(cap.max);
+              }
+            }
+          }
+        },
+      ),
+      { numRuns: 25 },
+    );
+  });
+
+  it("splits a blob past its size into parts under a directory, and every user's record stays readable", async () => {
+    const namespace = uniqueNamespace();
+    const policy = parsePolicy({
+      version: "p",
+      channels: CHANNELS,
+      segments: [],
+      default: { name: "rest", caps: { a: [{ window: "1m", max: 3 }] } },
+    });
+    const users = BLOB_USERS.slice(0, 48);
+    for (let round = 0; round < 3; round++) {
+      // each user its own campaign: 48 distinct records, so the blob outgrows 300 bytes and splits
+      for (const user of users) {
+        const call: ModelCall = {
+          mode: "count",
+          now: T0 + round * 1000,
+          at: T0 + round * 1000,
+          channel: "a",
+          campaignId: `c${round}-${user}`,
+          exemptCounted: false,
+          users: [user],
+        };
+        expect(await runScript(namespace, policy, () => 0, call, undefined, 300)).toEqual(["allowed"]);
+      }
+    }
+    const directory = await cluster.getBuffer(capBlobKey(namespace, 0, 0));
+    expect(directory?.[0]).toBe(2);
+    expect((directory?.length ?? 0) - 1).toBeGreaterThan(4 * 2);
+    for (const user of users) {
+      const record = await readUserRecord(cluster, namespace, user);
+      expect(decodeRecord(record as Buffer)).toHaveLength(3);
+    }
+    // all of them in one call: every one capped (3 in the minute), through the directory's parts
+    const call: ModelCall = {
+      mode: "count",
+      now: T0 + 3000,
+      at: T0 + 3000,
+      channel: "a",
+      campaignId: "all",
+      exemptCounted: false,
+      users,
+    };
+    expect(await runScript(namespace, policy, () => 0, call, undefined, 300)).toEqual(users.map(() => ({ capped: 0 })));
   });
 });
 
@@ -468,7 +581,7 @@ describe("segments with the same caps", () => {
     const profiles = decode(call?.args[6] as Buffer) as [number[], number[], number[]][];
     expect(profiles.map(([, maxima]) => maxima)).toEqual([[1], [2]]);
     // each user's profile byte names the profile of its segment's caps
-    const spec = call?.args[10] as Buffer;
+    const spec = call?.args[11] as Buffer;
     const profileOfUser = (user: number) => spec[5 + 2 * user + 1];
     expect(PAGE.map(profileOfUser)).toEqual(PAGE.map((user) => ([0, 2, 3].includes(user % 5) ? 0 : 1)));
   });
@@ -573,9 +686,9 @@ describe("calls split by page", () => {
     await expect(store.capSends(call.keys, otherPrefix)).rejects.toThrow(/key prefix .* does not name the tag/);
     // page 1 (users 256..511) is of tag 0; page 4 (users 1,024..1,279) is of tag 1
     const otherPage = [...call.args];
-    const spec = Buffer.from(otherPage[11] as Buffer);
+    const spec = Buffer.from(otherPage[12] as Buffer);
     spec.writeUIntBE(4, 2, 3);
-    otherPage[11] = spec;
+    otherPage[12] = spec;
     await expect(store.capSends(call.keys, otherPage)).rejects.toThrow(/page 4 .* is not of the tag/);
     expect(await cluster.exists(capIdentityKey(namespace, 0))).toBe(0);
     expect(await cluster.exists(capIdentityKey(namespace, 1))).toBe(0);

@@ -9,6 +9,7 @@ import type { Rules } from "../../functions/core/capping/rules-source.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { ValidationError } from "../../functions/core/shared/errors.ts";
 import {
+  capBlobKey,
   capIdentityKey,
   capPageKey,
   capRecordKey,
@@ -17,7 +18,7 @@ import {
   recordRangeOf,
   USERS_PER_GROUP,
 } from "../../functions/core/shared/keys.ts";
-import { decodeBlock, decodeRecord } from "../support/block.ts";
+import { decodeBlock, decodeRecord, readUserRecord } from "../support/block.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
 import { DAY, HOUR, rulesOf, simplePolicy, T0 } from "../support/rules.ts";
 
@@ -270,7 +271,7 @@ describe("capping engine on the cluster", () => {
     const namespace = uniqueNamespace();
     const capper = capperFor(rulesOf(simplePolicy({ push: [{ window: "2d", max: 1 }] })), namespace);
     const user = 12_345;
-    const key = capRecordKey(namespace, capTagOf(user), recordRangeOf(user));
+    const key = capBlobKey(namespace, capTagOf(user), recordRangeOf(user));
     await capper.capBatch({ campaignId: "old", channel: "push", userIds: [user], at: at(0, 9) });
     // retention: a backfill may be 2 days old and its window reaches 2 days further; plus the 5-minute skew bound
     const retention = 4 * DAY + 5 * 60_000;
@@ -278,10 +279,10 @@ describe("capping engine on the cluster", () => {
     expect(ttl).toBeGreaterThan(retention - 60_000);
     expect(ttl).toBeLessThanOrEqual(retention);
     await capper.capBatch({ campaignId: "mid", channel: "push", userIds: [user], at: at(1, 9) });
-    const kept = decodeRecord((await cluster.hgetBuffer(key, String(user)))!);
+    const kept = decodeRecord((await readUserRecord(cluster, namespace, user))!);
     expect(kept.map((send) => send.at)).toEqual([at(0, 9)]); // "mid" was capped; "old" is still within reach
     await capper.capBatch({ campaignId: "new", channel: "push", userIds: [user], at: at(5, 9) });
-    const record = decodeRecord((await cluster.hgetBuffer(key, String(user)))!);
+    const record = decodeRecord((await readUserRecord(cluster, namespace, user))!);
     expect(record.map((send) => send.at)).toEqual([at(5, 9)]);
   });
 
@@ -337,9 +338,7 @@ describe("capping engine on the cluster", () => {
     // moves k1 out of its window part into the tail, kept for idempotency only
     clock.advance(10 * 60_000);
     expect(kinds(await capper.capBatch({ ...message, campaignId: "k2", userIds: [7] }))).toEqual(["allowed"]);
-    const record = decodeRecord(
-      (await cluster.hgetBuffer(capRecordKey(namespace, capTagOf(7), recordRangeOf(7)), "7"))!,
-    );
+    const record = decodeRecord((await readUserRecord(cluster, namespace, 7))!);
     expect(record.map((send) => [send.at, send.part])).toEqual([
       [T0 + 10 * 60_000, "window"],
       [T0, "tail"],
@@ -438,20 +437,22 @@ describe("capping engine on the cluster", () => {
     expect(await send("k3")).toEqual({ sparse: "capped", dense: ["capped"] });
   });
 
-  it("reads a user record of the format before the idempotency tail (varint numbers in write order)", async () => {
+  it("reads a user record of the format before the idempotency tail, in the record hash of the layout before the blobs, and moves it into the blob", async () => {
     const namespace = uniqueNamespace();
     const capper = capperFor(rulesOf(simplePolicy({ push: [{ window: "1d", max: 2 }] })), namespace);
     const user = 4242;
     const key = capRecordKey(namespace, capTagOf(user), recordRangeOf(user));
     await capper.capBatch({ campaignId: "k1", channel: "push", userIds: [user], at: at(0, 9) });
     await capper.capBatch({ campaignId: "k2", channel: "push", userIds: [user], at: at(0, 8) });
-    const numbers = decodeRecord((await cluster.hgetBuffer(key, String(user)))!).map((send) => send.identityNumber);
+    const numbers = decodeRecord((await readUserRecord(cluster, namespace, user))!).map((send) => send.identityNumber);
     // the same two sends as the old format stored them: 6-byte time + varint number, k1 first (write order)
     const old = Buffer.alloc(14);
     old.writeUIntBE(at(0, 9), 0, 6);
     old[6] = numbers[1] as number;
     old.writeUIntBE(at(0, 8), 7, 6);
     old[13] = numbers[0] as number;
+    // as an upgrade finds it: no blob, the record a field of the range's hash
+    await cluster.del(capBlobKey(namespace, capTagOf(user), recordRangeOf(user)));
     await cluster.hset(key, String(user), old);
     expect(decodeRecord(old).map((send) => send.at)).toEqual([at(0, 9), at(0, 8)]);
     expect(kinds(await capper.capBatch({ campaignId: "k1", channel: "push", userIds: [user], at: at(0, 9) }))).toEqual([
@@ -462,7 +463,8 @@ describe("capping engine on the cluster", () => {
     );
     // a write rewrites it in the new format, in time order
     await capper.capBatch({ campaignId: "k4", channel: "push", userIds: [user], at: at(1, 10) });
-    const rewritten = decodeRecord((await cluster.hgetBuffer(key, String(user)))!);
+    const rewritten = decodeRecord((await readUserRecord(cluster, namespace, user))!);
+    expect(await cluster.hexists(key, String(user))).toBe(0);
     expect(rewritten.map((send) => [send.at, send.part])).toEqual([
       [at(0, 8), "window"],
       [at(0, 9), "window"],

@@ -14,9 +14,9 @@ import type { CapBatchResult } from "../../functions/core/capping/decisions.ts";
 import { DEFAULT_REDELIVERY_MS, keptHorizonMs } from "../../functions/core/capping/policy.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { ValidationError } from "../../functions/core/shared/errors.ts";
-import { capPageKey, capRecordKey, capTagOf, recordRangeOf } from "../../functions/core/shared/keys.ts";
+import { capBlobKey, capPageKey, capRecordKey } from "../../functions/core/shared/keys.ts";
 import { countingCapStore } from "../../scripts/bench/capping-workloads.ts";
-import { decodeBlock, decodeRecord } from "../support/block.ts";
+import { decodeBlock, decodeRecord, readUserRecord } from "../support/block.ts";
 import { CappingModel } from "../support/capping-model.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
 import { DAY, HOUR, rulesOf, simplePolicy, T0 } from "../support/rules.ts";
@@ -103,6 +103,9 @@ describe("capping workloads", () => {
     expect(block.width).toBe(2);
     expect(block.history(200)).toEqual(["push:solo-0-200", "push:solo-1-200", "push:dense"]);
     expect(await cluster.hlen(capRecordKey(namespace, 0, 0))).toBe(0);
+    // 256 distinct histories passed the blob size: the range split into parts, and the block absorbed them all
+    expect((await cluster.getBuffer(capBlobKey(namespace, 0, 0)))?.[0]).toBe(2);
+    for (const user of users) expect(await readUserRecord(cluster, namespace, user)).toBeNull();
     expect(kinds(await capper.capBatch({ campaignId: "4th", channel: "push", userIds: users }))).toEqual(
       Array(256).fill("allowed"),
     );
@@ -205,9 +208,7 @@ describe("capping workloads", () => {
       expect(result.decisions[0]!.decision).toBe("allowed");
     }
     const now = T0 + 599_000;
-    const record = decodeRecord(
-      (await cluster.hgetBuffer(capRecordKey(namespace, capTagOf(user), recordRangeOf(user)), String(user)))!,
-    );
+    const record = decodeRecord((await readUserRecord(cluster, namespace, user))!);
     const windowPart = record.filter((send) => send.part === "window").map((send) => send.at);
     const tail = record.filter((send) => send.part === "tail").map((send) => send.at);
     // the window part: 1s backfill + 1s window + 5m skew = 302 s, as of the last write
@@ -244,9 +245,9 @@ describe("capping workloads", () => {
     expect([dense.decisions[5]!.decision, dense.decisions[7]!.decision]).toEqual(["capped", "allowed"]);
     const block = decodeBlock((await cluster.getBuffer(capPageKey(namespace, 0)))!);
     expect(block.history(7)).toEqual(["push:dense", "push:solo-d", "push:dense-2"]);
-    const records = capRecordKey(namespace, capTagOf(0), recordRangeOf(0));
-    expect(await cluster.hexists(records, "7")).toBe(0);
-    expect(await cluster.hexists(records, "5")).toBe(1);
+    // the block absorbed user 7's record; user 5's stays
+    expect(await readUserRecord(cluster, namespace, 7)).toBeNull();
+    expect(await readUserRecord(cluster, namespace, 5)).not.toBeNull();
     expect(
       kinds(await capper.capBatch({ campaignId: "dense-3", channel: "push", userIds: users })).slice(5, 8),
     ).toEqual(["capped", "allowed", "capped"]);

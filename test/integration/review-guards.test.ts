@@ -21,7 +21,7 @@ import { buildSegments } from "../../functions/core/capping/segment-builder.ts";
 import { Limiter } from "../../functions/core/limits/limiter.ts";
 import { QuotaSyncService } from "../../functions/core/quotas/quota-sync-service.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
-import { capIdentityKey, capRecordKey, capTagOf, recordRangeOf } from "../../functions/core/shared/keys.ts";
+import { capBlobKey, capIdentityKey, capTagOf, recordRangeOf } from "../../functions/core/shared/keys.ts";
 import { runCli } from "../../scripts/cli.ts";
 import type { LocalStack } from "../../scripts/local-stack.ts";
 import { waitForCluster } from "../../scripts/redis-cluster.ts";
@@ -1228,7 +1228,7 @@ describe("review: capping during a slot migration (DESIGN.md: exact; a fault not
     let decision: string | undefined;
     try {
       await startMove(slot, source, target);
-      await migrate(source.node, target.node, [capRecordKey(namespace, capTagOf(user), recordRangeOf(user))]);
+      await migrate(source.node, target.node, [capBlobKey(namespace, capTagOf(user), recordRangeOf(user))]);
       clock.advance(MINUTE);
       const second = send("c2").then((result) => result.decisions[0]?.decision);
       // the call gets its chance while the slot is split (declared keys: TRYAGAIN until the move ends)

@@ -1,5 +1,7 @@
 // Reads what lua/cap-sends.lua stores (a page block, format 5 or 4, and a user record) so tests can check it.
 import { decodeMulti } from "@msgpack/msgpack";
+import type { Redis } from "ioredis";
+import { capBlobKey, capRecordKey, capTagOf, recordRangeOf } from "../../functions/core/shared/keys.ts";
 
 export interface Block {
   width: number;
@@ -101,4 +103,43 @@ export function decodeRecord(value: Buffer): RecordSend[] {
     }
   }
   return sends;
+}
+
+/** The record blob of a range (lua/cap-sends.lua "Record blobs"): its users ascending and each one's record. */
+export function decodeRecordBlob(value: Buffer): Map<number, Buffer> {
+  if (value[0] !== 1) throw new Error(`not a record blob: format ${value[0]}`);
+  const users = value.readUIntBE(1, 3);
+  const classes = value.readUIntBE(4, 3);
+  const classNumbers = 10 + 4 * users;
+  const ends = classNumbers + 3 * users;
+  const data = ends + 4 * classes;
+  const endOf = (c: number) => (c === 0 ? 0 : value.readUInt32BE(ends + 4 * (c - 1)));
+  const records = new Map<number, Buffer>();
+  for (let i = 0; i < users; i++) {
+    const c = value.readUIntBE(classNumbers + 3 * i, 3);
+    records.set(value.readUInt32BE(10 + 4 * i), value.subarray(data + endOf(c - 1), data + endOf(c)));
+  }
+  return records;
+}
+
+/** The key of the blob (or blob part) that holds `user` in range `blobKey`, read through its directory. */
+export async function blobPartKey(redis: Pick<Redis, "getBuffer">, blobKey: string, user: number): Promise<string> {
+  const value = await redis.getBuffer(blobKey);
+  if (!value || value[0] !== 2) return blobKey;
+  let lowest = 0;
+  for (let q = 1; q < value.length; q += 4) if (value.readUInt32BE(q) <= user) lowest = value.readUInt32BE(q);
+  return `${blobKey}:${lowest}`;
+}
+
+/** A user's record wherever the script keeps it: its range's blob (through a directory), else its range's hash. */
+export async function readUserRecord(
+  redis: Pick<Redis, "getBuffer" | "hgetBuffer">,
+  namespace: string,
+  user: number,
+): Promise<Buffer | null> {
+  const blobKey = capBlobKey(namespace, capTagOf(user), recordRangeOf(user));
+  const part = await redis.getBuffer(await blobPartKey(redis, blobKey, user));
+  const inBlob = part ? decodeRecordBlob(part).get(user) : undefined;
+  if (inBlob) return inBlob;
+  return redis.hgetBuffer(capRecordKey(namespace, capTagOf(user), recordRangeOf(user)), String(user));
 }

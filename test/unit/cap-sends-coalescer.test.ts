@@ -13,7 +13,7 @@ function fakeStore(failing?: string) {
   const calls: { key: string; users: number }[] = [];
   const store: CapStore = {
     capSends: async (keys, args) => {
-      const users = args.slice(10).reduce((sum, spec) => sum + (spec.length - 5) / 2, 0);
+      const users = args.slice(11).reduce((sum, spec) => sum + (spec.length - 5) / 2, 0);
       calls.push({ key: keys[0] as string, users });
       if (keys[0] === failing) throw new Error(`no answer from ${failing}`);
       return Buffer.alloc(users);

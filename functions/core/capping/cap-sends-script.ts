@@ -83,6 +83,12 @@ export const MAX_USERS_PER_CALL = 1024;
 export const MAX_PARTIAL_PAGE_USERS_PER_CALL = 128;
 /** Script calls of one batch in flight at once: a 90,000-user sparse message never floods a shard. */
 export const MAX_CALLS_IN_FLIGHT = 16;
+/**
+ * A range's record blob (one string of its users' records, lua/cap-sends.lua) splits by ID past this size:
+ * a call rewrites the blobs of its users, so this bounds what one call copies (about 1,000 users of short
+ * histories: 1M IDs at random put about that many in a range).
+ */
+export const BLOB_SPLIT_BYTES = 8192;
 
 /** One cap as the script sees it. */
 export interface ScriptCap {
@@ -136,6 +142,8 @@ export interface CapSendsRequest {
   /** User IDs ascending (repeats allowed: each is decided once) and each one's segment, in step. */
   sortedIds: Uint32Array;
   segmentOf: Uint8Array;
+  /** A record blob past this many bytes splits in two (default BLOB_SPLIT_BYTES; tests make splits small). */
+  blobSplitBytes?: number;
 }
 
 export interface CapSendsCall {
@@ -498,6 +506,7 @@ function buildCall(request: CapSendsRequest, tag: number, runs: PageRun[], users
       : profiles.map((profile) => profile.retentions).join(","),
     capKeyPrefix(request.namespace, tag),
     [...rangeIndex.keys()].join(","),
+    String(request.blobSplitBytes ?? BLOB_SPLIT_BYTES),
     ...pageSpecs,
   ];
   return { keys, args, members, tag, pages: runs.map((run) => run.page) };

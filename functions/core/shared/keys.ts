@@ -3,7 +3,9 @@
 // Capping keys (see lua/cap-sends.lua) share one hash tag per CAP_TAGS-th group of USERS_PER_GROUP
 // consecutive user IDs, so one script call (one slot) decides many users, dense or sparse:
 //   <namespace>:cap:{<tag>}:ids          the tag's identity table
-//   <namespace>:cap:{<tag>}:r:<range>    user records of IDs in range (user ID >> RECORD_RANGE_BITS)
+//   <namespace>:cap:{<tag>}:u:<range>    the record blob of the IDs in range (user ID >> RECORD_RANGE_BITS),
+//                                        or its directory and parts u:<range>:<lowest ID> once it split
+//   <namespace>:cap:{<tag>}:r:<range>    busy users' records in range, and the records before the blobs
 //   <namespace>:cap:{<tag>}:p:<page>     the block of page (user ID / USERS_PER_PAGE), e.g. tg:cap:{208}:p:3906
 import { ValidationError } from "./errors.ts";
 
@@ -52,6 +54,10 @@ export function capKeyPrefix(namespace: string, tag: number): string {
 
 export function capIdentityKey(namespace: string, tag: number): string {
   return `${capKeyPrefix(namespace, tag)}ids`;
+}
+
+export function capBlobKey(namespace: string, tag: number, range: number): string {
+  return `${capKeyPrefix(namespace, tag)}u:${range}`;
 }
 
 export function capRecordKey(namespace: string, tag: number, range: number): string {
