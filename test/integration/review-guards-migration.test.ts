@@ -1,6 +1,6 @@
 // Review guards: one-declared-key cap-sends while its tag's slot migrates, the identity table moved ahead of
-// the page block (MIGRATE moves a slot's keys in batches, in no set order). The record-path case is an open
-// defect (review5-defects) until it is fixed.
+// the record hash, the page block or a blob's parts, and the other way round (MIGRATE moves a slot's keys in
+// batches, in no set order).
 import calculateSlot from "cluster-key-slot";
 import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -145,5 +145,46 @@ describe("review5: capping during a slot migration, the identity table moved fir
       (await capper.checkUser({ userId: users[3] as number, channel: "push", campaignId: "c3" })).decision,
     ];
     expect(await duringMoveOf(namespace, capTagOf(users[0] as number), [block], check)).toEqual(["capped"]);
+  });
+  it("a user whose tag's identity table was moved ahead of its record (resharding moves a slot's keys in batches, in no set order) is still capped (review5 defect, fixed)", async () => {
+    const namespace = uniqueNamespace();
+    const clock = fixedClock(T0);
+    const capper = new Capper({ store, rules: () => rules, clock, namespace });
+    const send = async (campaignId: string) =>
+      (await capper.capBatch({ campaignId, channel: "push", userIds: [7 * 1024 + 5] })).decisions.map(
+        (d) => d.decision,
+      );
+    expect(await send("c1")).toEqual(["allowed"]);
+    clock.advance(MINUTE);
+    expect(await duringMoveOfTableFirst(namespace, capTagOf(7 * 1024 + 5), () => send("c2"))).toEqual(["capped"]);
+  });
+
+  it("users whose records sit in a part of a split blob are still capped when the blob's directory moved ahead of that part", async () => {
+    const namespace = uniqueNamespace();
+    const clock = fixedClock(T0);
+    // small splits, so a few hundred sparse users make a directory and several parts
+    const capper = new Capper({ store, rules: () => rules, clock, namespace });
+    const users = Array.from({ length: 1_500 }, (_, j) => 17 * 1024 + 262_144 * j);
+    const send = async (campaignId: string) =>
+      (await capper.capBatch({ campaignId, channel: "push", userIds: users })).decisions.map((d) => d.decision);
+    expect(await send("c1")).toEqual(users.map(() => "allowed"));
+    const tag = capTagOf(users[0] as number);
+    const slot = calculateSlot(capIdentityKey(namespace, tag));
+    const owner = (await primariesOf(nodes)).find((p) => p.slots.some(([from, to]) => slot >= from && slot <= to));
+    const keys = (await owner?.node.call("CLUSTER", "GETKEYSINSLOT", String(slot), "100000")) as string[];
+    const mine = keys.filter((k) => k.startsWith(namespace));
+    const parts = mine.filter((k) => /:u:\d+:\d+$/.test(k));
+    expect(parts.length).toBeGreaterThan(1);
+    const first = mine.filter((k) => !parts.includes(k));
+    clock.advance(60_000);
+    expect(await duringMoveOf(namespace, tag, first, () => send("c2"))).toEqual(users.map(() => "capped"));
+    // and the other way round: the parts moved ahead of the directory and the identity table
+    clock.advance(60_000);
+    const now = (await primariesOf(nodes)).find((p) => p.slots.some(([from, to]) => slot >= from && slot <= to));
+    const after = ((await now?.node.call("CLUSTER", "GETKEYSINSLOT", String(slot), "100000")) as string[]).filter(
+      (k) => k.startsWith(namespace) && /:u:\d+:\d+$/.test(k),
+    );
+    expect(after.length).toBeGreaterThan(1);
+    expect(await duringMoveOf(namespace, tag, after, () => send("c3"))).toEqual(users.map(() => "capped"));
   });
 });
