@@ -924,6 +924,18 @@ local function readRange(hashIndex, ids)
   local root = range.root
   local value = redis.pcall('GET', root)
   if type(value) == 'table' then return value end
+  local exists = redis.pcall('EXISTS', range.hashKey)
+  if type(exists) == 'table' then return exists end
+  range.hashExists = exists == 1
+  range.hasRecords = value and true or range.hashExists
+  if range.hasRecords then
+    for _, spec in ipairs(ids.blockPages) do
+      local a, b, c = byte(spec, 3, 5)
+      local pageBase = ((a * 256 + b) * 256 + c) * PAGE_USERS
+      for u = 6, #spec, 2 do ids[#ids + 1] = pageBase + byte(spec, u) end
+    end
+  end
+  if #ids == 0 then return end
   if value and byte(value, 1) == BLOB_DIRECTORY then
     local bounds, partKeys = {}, { root }
     for q = 2, #value, 4 do bounds[#bounds + 1] = readFixed(value, q, 4) end
@@ -951,9 +963,6 @@ local function readRange(hashIndex, ids)
     range.parts[0] = blob
     for _, id in ipairs(ids) do blobOfUser[id] = blob end
   end
-  local exists = redis.pcall('EXISTS', range.hashKey)
-  if type(exists) == 'table' then return exists end
-  range.hashExists = exists == 1
   local missing = {}
   for _, id in ipairs(ids) do
     local record = blobRecord(blobOfUser[id], id)
@@ -1050,7 +1059,8 @@ end
 
 -- The user records of a block-path page's users (its page argument: offset, profile per user), by position, or nil
 -- when none of them has one (read with the call's other records beforehand).
-local function readPageRecords(pageBase, spec)
+local function readPageRecords(hashIndex, pageBase, spec)
+  if not ranges[hashIndex].hasRecords then return nil end
   local found, any = {}, false
   for u = 6, #spec, 2 do
     local record = records[pageBase + byte(spec, u)]
@@ -1422,7 +1432,7 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
   if type(block) == 'table' and block.err then return block end
   local existed = block ~= nil
   block = block or emptyBlock()
-  local records = readPageRecords(pageBase, spec)
+  local records = readPageRecords(hashIndex, pageBase, spec)
   local times = block.times
 
   -- per event: whether it is on the call's channel and the call's own send, worked out once per page
@@ -1815,11 +1825,16 @@ local function capSends(keys, args)
       pageHashes[page], pagePaths[page], pageNumbers[page], pageMarkers[page] = hashIndex, path, pageNumber, marker
       local ids = idsByRange[hashIndex]
       if ids == nil then
-        ids = {}
+        ids = { blockPages = {} }
         idsByRange[hashIndex] = ids
       end
       local pageBase = pageNumber * PAGE_USERS
-      for u = 6, #spec, 2 do ids[#ids + 1] = pageBase + byte(spec, u) end
+      if path == 0 then
+        for u = 6, #spec, 2 do ids[#ids + 1] = pageBase + byte(spec, u) end
+      else
+        -- a block-path page's users are looked up only in a range that holds records (not per user otherwise)
+        ids.blockPages[#ids.blockPages + 1] = spec
+      end
       if path == 0 then
         markerFields[#markerFields + 1] = marker
         markerPages[#markerPages + 1] = pageNumber
