@@ -17,13 +17,13 @@ afterAll(async () => {
   await cluster.quit();
 });
 
-// 3,000 users of tag 0, range 0, each alone on its page (record path): a blob of ~7 bytes a user splits past 8 KB
+// 3,000 users of tag 0, range 0, each alone on its page (record path): a blob of ~7 bytes a user splits past BLOB_SPLIT_BYTES, several times
 const USERS = Array.from({ length: 3_000 }, (_, j) => 262_144 * j + (j % 1024));
 const BUSY = [USERS[7] as number, USERS[1500] as number, USERS[2999] as number];
 const LIMIT = 100;
 
 describe("review: record blobs", () => {
-  it("decide as a ledger says with blobs split past 8 KB and busy users' records moving to the hash", async () => {
+  it("decide as a ledger says with blobs split past their size and busy users' records moving to the hash", async () => {
     await fc.assert(
       fc.asyncProperty(
         fc.array(
