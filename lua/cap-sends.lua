@@ -794,8 +794,10 @@ end
 -- at least as long as every part.
 -- A record over BIG_RECORD_BYTES (a busy user's) stays a field of the hash "<prefix>r:<range>" (the layout
 -- before the blobs, still read for every user not in a blob): rewriting it with every call of the range
--- would make the range's calls cost what the busy user's history costs. A user is in one of the two;
--- a write moves it where its new record belongs and deletes it from the other.
+-- would make the range's calls cost what the busy user's history costs. So does the record of a user a
+-- "+windows" call (a single-user check) writes while it is not in a blob: a check then rewrites one field,
+-- not its range's blob. A user is in one of the two; a write moves it where its new record belongs and
+-- deletes it from the other (a campaign call moves a checked user into the blob).
 local BLOB_RECORDS, BLOB_DIRECTORY, BLOB_HEADER, BIG_RECORD_BYTES = 1, 2, 10, 512
 local blobSplitBytes -- per call
 
@@ -985,7 +987,7 @@ local function storeRecord(hashIndex, id, record, retention)
   local range = ranges[hashIndex]
   if retention > range.retention then range.retention = retention end
   local blob = blobOfUser[id]
-  if record and #record > BIG_RECORD_BYTES then
+  if record and (#record > BIG_RECORD_BYTES or (withWindows and not blob.found[id])) then
     range.hashWrites[#range.hashWrites + 1] = format('%d', id)
     range.hashWrites[#range.hashWrites + 1] = record
     if blob.found[id] then blob.edits[id], blob.edited = false, true end

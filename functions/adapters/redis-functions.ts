@@ -44,6 +44,11 @@ export const evalScriptOf = (chunk: string): string => `return (function()\n${ch
 
 /** The reply of FUNCTION LOAD for a library the node already holds (same name, so the same code). */
 const ALREADY_LOADED = /^ERR Library '.*' already exists/;
+/**
+ * A write refused by a replica: a node the client still lists as a primary was demoted by a failover. It
+ * gets the library by replication from its new primary, so a load skips it.
+ */
+const READ_ONLY = /^READONLY /;
 /** The reply of FCALL for a function the node does not hold (a new or emptied node, FUNCTION FLUSH). */
 const NOT_FOUND = /^ERR Function not found/;
 
@@ -52,18 +57,29 @@ const isReply = (error: unknown, pattern: RegExp): boolean =>
 
 /**
  * Loads `library` on every primary of `cluster`. A node that holds it already answers "already exists"
- * before compiling anything, so this is cheap to repeat. Replicas get it by replication. Rejects as the
+ * before compiling anything, so this is cheap to repeat. Replicas get it by replication. A node demoted by a
+ * failover since the client last looked (READONLY) is skipped, and the primaries are looked up again and
+ * loaded once more, so the promoted node is not missed. Rejects as the
  * first failing node's command rejected (classified by the caller like any other reply or no-answer).
  */
 export async function loadLibrary(cluster: Cluster, library: RedisFunctionLibrary): Promise<void> {
+  const demoted = await Promise.all(cluster.nodes("master").map((node) => loadOn(node, library)));
+  if (!demoted.includes(true)) return;
+  // a failover the client has not seen: its new primary may be missing from the list, so look again once
+  await new Promise<void>((resolve, reject) =>
+    cluster.refreshSlotsCache((error) => (error ? reject(error) : resolve())),
+  );
   await Promise.all(cluster.nodes("master").map((node) => loadOn(node, library)));
 }
 
-function loadOn(node: ReturnType<Cluster["nodes"]>[number], library: RedisFunctionLibrary): Promise<void> {
+/** Resolves true when the node answered READONLY (no longer a primary). */
+function loadOn(node: ReturnType<Cluster["nodes"]>[number], library: RedisFunctionLibrary): Promise<boolean> {
   return node.function("LOAD", library.code).then(
-    () => undefined,
+    () => false,
     (error: unknown) => {
+      if (isReply(error, READ_ONLY)) return true;
       if (!isReply(error, ALREADY_LOADED)) throw error;
+      return false;
     },
   );
 }

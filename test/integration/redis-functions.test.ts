@@ -18,7 +18,8 @@ import { Capper } from "../../functions/core/capping/capper.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { StoreReplyError } from "../../functions/core/shared/errors.ts";
 import { capIdentityKey } from "../../functions/core/shared/keys.ts";
-import { clusterPorts, connectCluster, primariesOf, uniqueNamespace } from "../support/cluster.ts";
+import { waitForCluster } from "../../scripts/redis-cluster.ts";
+import { basePort, clusterPorts, connectCluster, primariesOf, uniqueNamespace } from "../support/cluster.ts";
 import { DAY, rulesOf, simplePolicy, T0 } from "../support/rules.ts";
 
 let cluster: TollgateCluster;
@@ -156,6 +157,31 @@ describe("Redis Functions (redis-functions.ts)", () => {
       for (const { node } of await primariesOf(nodes)) {
         for (const library of [older, newer]) await node.function("DELETE", library.name).catch(() => {});
       }
+    }
+  });
+});
+
+describe("loading through a failover the client has not seen", () => {
+  it("a load skips the demoted primary (READONLY) and loads the promoted replica", async () => {
+    const client = connectCluster();
+    const library = echoLibrary(`failover-${uniqueNamespace()}`);
+    try {
+      await client.cluster("SLOTS"); // connected, with the slot map as it is now
+      const roles = await Promise.all(nodes.map(async (node) => (await node.role())[0]));
+      const replica = nodes[roles.indexOf("slave")] as Redis;
+      await replica.call("CLUSTER", "FAILOVER");
+      for (let tries = 0; (await replica.role())[0] !== "master"; tries++) {
+        if (tries > 200) throw new Error("the replica was not promoted");
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      // the client still lists the demoted node as a primary: its load answers READONLY, and is skipped
+      await loadLibrary(client, library);
+      expect(await holds(replica, library)).toBe(true);
+      for (const { node } of await primariesOf(nodes)) expect(await holds(node, library)).toBe(true);
+    } finally {
+      for (const { node } of await primariesOf(nodes)) await node.function("DELETE", library.name).catch(() => {});
+      await client.quit();
+      await waitForCluster({ basePort });
     }
   });
 });
