@@ -125,7 +125,7 @@ export function decodeRecordBlob(value: Buffer): Map<number, Buffer> {
 /** The key of the blob (or blob part) that holds `user` in range `blobKey`, read through its directory. */
 export async function blobPartKey(redis: Pick<Redis, "getBuffer">, blobKey: string, user: number): Promise<string> {
   const value = await redis.getBuffer(blobKey);
-  if (!value || value[0] !== 2) return blobKey;
+  if (value?.[0] !== 2) return blobKey;
   let lowest = 0;
   for (let q = 1; q < value.length; q += 4) if (value.readUInt32BE(q) <= user) lowest = value.readUInt32BE(q);
   return `${blobKey}:${lowest}`;
