@@ -5,11 +5,11 @@
 // Rows: `/v1/frequency` checks (256 users of one page, push 1d max 10,000, anonymous, consuming), after the
 // first 600 checks; dense campaign calls (1,024 consecutive users per call, campaigns on days 1, 2, 3).
 // With old-script.lua (a plain EVAL script, e.g. `git show main:lua/cap-sends.lua`), it runs as a third row set.
-import { type ChildProcess, execFileSync, spawn } from "node:child_process";
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Redis } from "ioredis";
+import type { Redis } from "ioredis";
 import { load, tollgateLibrary } from "../../functions/adapters/lua-scripts.ts";
 import { evalScriptOf } from "../../functions/adapters/redis-functions.ts";
 import type { CapStore } from "../../functions/core/capping/cap-sends-script.ts";
@@ -18,53 +18,10 @@ import { parsePolicy } from "../../functions/core/capping/policy.ts";
 import { SegmentIndex } from "../../functions/core/capping/segment-index.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { isMain } from "../is-main.ts";
+import { dumpTotal, startCallgrindServer } from "./callgrind-server.ts";
 
 const T0 = Date.UTC(2026, 10, 2, 9);
 const DAY = 86_400_000;
-
-/** Ir of the dump in `dir` whose name ends with `suffix` (callgrind's `totals:` line). */
-function dumpTotal(dir: string, suffix: string): number {
-  const file = readdirSync(dir).find((name) => name.endsWith(suffix));
-  if (!file) throw new Error(`no callgrind dump *${suffix} in ${dir}`);
-  const match = /^totals:\s*(\d+)/m.exec(readFileSync(join(dir, file), "utf8"));
-  if (!match) throw new Error(`no totals in ${file}`);
-  return Number(match[1]);
-}
-
-async function startServer(port: number, dir: string): Promise<{ child: ChildProcess; redis: Redis }> {
-  const child = spawn(
-    "valgrind",
-    [
-      "--tool=callgrind",
-      "--toggle-collect=evalShaCommand",
-      "--toggle-collect=fcallCommand",
-      `--callgrind-out-file=${join(dir, "cg.out")}`,
-      "redis-server",
-      "--port",
-      String(port),
-      "--save",
-      "",
-      "--appendonly",
-      "no",
-    ],
-    { stdio: "ignore" },
-  );
-  for (let attempt = 0; ; attempt++) {
-    if (child.exitCode !== null) throw new Error(`valgrind exited (${child.exitCode}): is port ${port} free?`);
-    try {
-      const pong = execFileSync("redis-cli", ["-p", String(port), "ping"], {
-        encoding: "utf8",
-        stdio: ["ignore", "pipe", "ignore"],
-      });
-      if (pong.trim() === "PONG") break;
-    } catch {
-      // not listening yet
-    }
-    if (attempt > 150) throw new Error(`redis-server under valgrind did not start on port ${port}`);
-    await new Promise((resolve) => setTimeout(resolve, 200));
-  }
-  return { child, redis: new Redis({ port }) };
-}
 
 /** ioredis defines the Buffer-reply variants of EVALSHA and FCALL without typings. */
 type BufferScripts = {
@@ -97,7 +54,7 @@ interface Counts {
 
 async function count(port: number, how: { evalLua: string } | "function", checks: number, batches: number) {
   const dir = mkdtempSync(join(tmpdir(), "cap-sends-cg-"));
-  const { child, redis } = await startServer(port, dir);
+  const { child, redis } = await startCallgrindServer(port, dir, ["evalShaCommand", "fcallCommand"]);
   let dumps = 0;
   const dump = () => {
     execFileSync("callgrind_control", [`--dump=d${++dumps}`, String(child.pid)], { stdio: "ignore" });

@@ -2,68 +2,23 @@
 // evalGenericCommand), per call and per key: a figure the machine's load does not change. Usage:
 //   QUOTA_PORT=7745 [ROUNDS=50] [SHAPES=0,1] npx tsx scripts/bench/quota-sync-instructions.ts [script.lua ...]   (needs valgrind)
 // Each script given (default lua/quota-sync.lua) runs the shapes of quota-sync-cpu.ts on its own server.
-import { type ChildProcess, execFileSync, spawn } from "node:child_process";
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Redis } from "ioredis";
 import { ruleWriteCall } from "../../functions/core/quotas/quota-rule-script.ts";
 import { encodeSync } from "../../sdk/src/wire.ts";
 import { isMain } from "../is-main.ts";
+import { dumpTotal, startCallgrindServer } from "./callgrind-server.ts";
 import { SYNC_SHAPES, type SyncShape, syncRound } from "./quota-sync-cpu.ts";
 
 const T0 = Date.UTC(2026, 10, 2, 9);
 const WARM_ROUNDS = 20;
 
-/** Ir of the last dump in `dir` whose name has the given suffix (callgrind's `totals:` line). */
-function dumpTotal(dir: string, suffix: string): number {
-  const file = readdirSync(dir).find((name) => name.endsWith(suffix));
-  if (!file) throw new Error(`no callgrind dump *${suffix} in ${dir}`);
-  const match = /^totals:\s*(\d+)/m.exec(readFileSync(join(dir, file), "utf8"));
-  if (!match) throw new Error(`no totals in ${file}`);
-  return Number(match[1]);
-}
-
-async function startServer(port: number, dir: string): Promise<{ child: ChildProcess; redis: Redis }> {
-  const child = spawn(
-    "valgrind",
-    [
-      "--tool=callgrind",
-      "--toggle-collect=evalGenericCommand",
-      `--callgrind-out-file=${join(dir, "cg.out")}`,
-      "redis-server",
-      "--port",
-      String(port),
-      "--save",
-      "",
-      "--appendonly",
-      "no",
-    ],
-    { stdio: "ignore" },
-  );
-  for (let attempt = 0; ; attempt++) {
-    if (child.exitCode !== null) throw new Error(`valgrind exited (${child.exitCode}): is port ${port} free?`);
-    try {
-      if (
-        execFileSync("redis-cli", ["-p", String(port), "ping"], {
-          encoding: "utf8",
-          stdio: ["ignore", "pipe", "ignore"],
-        }).trim() === "PONG"
-      )
-        break;
-    } catch {
-      // not listening yet
-    }
-    if (attempt > 150) throw new Error(`redis-server under valgrind did not start on port ${port}`);
-    await new Promise((resolve) => setTimeout(resolve, 200));
-  }
-  return { child, redis: new Redis({ port }) };
-}
-
 /** Instructions per call of one shape: `rounds` rounds of 4 instances after a warm-up. */
 async function countShape(port: number, lua: string, shape: SyncShape, rounds: number): Promise<number> {
   const dir = mkdtempSync(join(tmpdir(), "quota-cg-"));
-  const { child, redis } = await startServer(port, dir);
+  const { child, redis } = await startCallgrindServer(port, dir, ["evalGenericCommand"]);
   try {
     const sha = (await redis.script("LOAD", lua)) as string;
     const write = ruleWriteCall({ namespace: "cg", name: "api", group: 0, rule: shape.rule, version: "v1", stamp: 1 });
