@@ -472,6 +472,32 @@ describe("capping engine on the cluster", () => {
     ]);
   });
 
+  it("a single-user check writes a user not in a blob as a field of its range's hash, and a campaign call moves it into the blob", async () => {
+    const namespace = uniqueNamespace();
+    const rules = rulesOf(simplePolicy({ push: [{ window: "1d", max: 2 }] }));
+    const { capper, clock } = clockedCapper(() => rules, { namespace });
+    const user = 7_777;
+    const hash = capRecordKey(namespace, capTagOf(user), recordRangeOf(user));
+    const blob = capBlobKey(namespace, capTagOf(user), recordRangeOf(user));
+    expect((await capper.checkUser({ userId: user, channel: "push", campaignId: "c1" })).allowed).toBe(true);
+    // the check's record is a hash field: no blob was written for it
+    expect(await cluster.hexists(hash, String(user))).toBe(1);
+    expect(await cluster.exists(blob)).toBe(0);
+    // a campaign call reaching the user moves its record into the blob, keeping the send counted
+    clock.advance(HOUR);
+    expect(kinds(await capper.capBatch({ campaignId: "c2", channel: "push", userIds: [user] }))).toEqual(["allowed"]);
+    expect(await cluster.hexists(hash, String(user))).toBe(0);
+    expect(await cluster.exists(blob)).toBe(1);
+    expect(decodeRecord((await readUserRecord(cluster, namespace, user))!).map((send) => send.at)).toEqual([
+      T0,
+      T0 + HOUR,
+    ]);
+    // a user in a blob stays there when checked; both earlier sends still count
+    clock.advance(HOUR);
+    expect((await capper.checkUser({ userId: user, channel: "push", campaignId: "c3" })).decision).toBe("capped");
+    expect(await cluster.hexists(hash, String(user))).toBe(0);
+  });
+
   it("recognises a dense redelivery (page block path) an hour later under 1-second caps when the queue can redeliver for an hour", async () => {
     const rules = rulesOf(simplePolicy({}, { push: [{ window: "1s", max: 1 }] }));
     const { capper, clock } = clockedCapper(() => rules, { redeliveryMs: HOUR });
