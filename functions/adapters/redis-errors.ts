@@ -25,7 +25,7 @@ const NOT_RUN = new Set([
 ]);
 
 /** The error kind of a Redis error reply: `ERR`, `CROSSSLOT`, `MOVED`, ... */
-export function replyCode(error: Error): string {
+function replyCode(error: Error): string {
   return error.message.split(" ", 1)[0] ?? "";
 }
 
