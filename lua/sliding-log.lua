@@ -1,10 +1,12 @@
 --[[ sliding-log.lua: the exact sliding log: every charged unit in (t - window, t] counts, with a running total
 so that a call reads only what changes, whatever the log's length.
 Defines ALGORITHMS['sliding-log'] (see limit-common.lua).
-State   KEYS[i] = a list: element 1 the running total (struct "<d", the sum of the costs below it), then one
-        element per millisecond that was charged, oldest first (struct "<dd": time ms, cost). Charges in
-        the same millisecond add up in one element, so many charges in one ms cost O(1) each and need no
-        unique members.
+State   KEYS[i] = a list: element 1 the head (struct "<dddd": the running total, i.e. the sum of the costs
+        below it, the number of entries below it, the newest entry's time and cost), then one element per
+        millisecond that was charged, oldest first (struct "<dd": time ms, cost). Charges in the same
+        millisecond add up in one element, so many charges in one ms cost O(1) each and need no unique
+        members. A head of 8 bytes (the total alone) is the layout before the head held the rest: it is
+        read with LLEN and the last element, and rewritten in the new layout by the next charge.
 Params  p1 max, p2 windowMs
 Allowed with t = max(now, the newest entry's time): the sum of costs in (t - window, t] + cost <= max
 Replay  a request dated before the newest entry is decided and recorded at the newest entry's time: the
@@ -18,32 +20,32 @@ ALGORITHMS['sliding-log'] = function(key, now, cost, p1, p2)
   local total, t, entries, newest, newestCost = 0, now, 0, nil, nil
   local head = call('LINDEX', key, 0)
   if head then
-    total = unpack('<d', head)
-    entries = call('LLEN', key) - 1
-    newest, newestCost = unpack('<dd', call('LINDEX', key, -1))
+    if #head == 8 then
+      -- the earlier layout: the total alone
+      total = unpack('<d', head)
+      entries = call('LLEN', key) - 1
+      newest, newestCost = unpack('<dd', call('LINDEX', key, -1))
+    else
+      total, entries, newest, newestCost = unpack('<dddd', head)
+    end
     if newest > t then t = newest end
   end
-  -- the oldest entries that have aged out at t: how many, and their costs. Mostly none or one, so the
-  -- oldest is read alone first; a longer run is read in growing chunks.
+  -- the oldest entries that have aged out at t: how many, and their costs. Mostly none or one, so a few
+  -- of the oldest are read first; a longer run is read in growing chunks.
   local cutoff, expired, expiredCost = t - window, 0, 0
-  if entries > 0 then
-    local oldest, oldestCost = unpack('<dd', call('LINDEX', key, 1))
-    if oldest <= cutoff then
-      expired, expiredCost = 1, oldestCost
-      local chunk, scanning = 16, true
-      while scanning and expired < entries do
-        local batch = call('LRANGE', key, 1 + expired, expired + chunk)
-        for i = 1, #batch do
-          local at, c = unpack('<dd', batch[i])
-          if at > cutoff then
-            scanning = false
-            break
-          end
-          expired, expiredCost = expired + 1, expiredCost + c
-        end
-        chunk = chunk * 2
+  local chunk, scanning = 4, entries > 0
+  while scanning and expired < entries do
+    local batch = call('LRANGE', key, 1 + expired, expired + chunk)
+    for i = 1, #batch do
+      local at, c = unpack('<dd', batch[i])
+      if at > cutoff then
+        scanning = false
+        break
       end
+      expired, expiredCost = expired + 1, expiredCost + c
     end
+    if #batch < chunk then scanning = false end
+    chunk = chunk * 4
   end
   local used = total - expiredCost
   if used + cost <= max then
@@ -51,14 +53,21 @@ ALGORITHMS['sliding-log'] = function(key, now, cost, p1, p2)
     if cost > 0 then resetAt = t + window elseif used > 0 then resetAt = newest + window end
     return true, max, max - used - cost, max - used, resetAt, 0, function()
       if cost == 0 then return end
-      -- drop the total and the aged-out entries, add this charge (to its ms if it has one), put the total back
-      call('LPOP', key, 1 + expired)
+      -- add this charge (to its ms if it has one), drop the aged-out entries, write the head
+      local count, lastCost = entries - expired + 1, cost
       if newest == t and expired < entries then
-        call('LSET', key, -1, struct.pack('<dd', t, newestCost + cost))
+        count, lastCost = entries - expired, newestCost + cost
+        call('LSET', key, -1, struct.pack('<dd', t, lastCost))
       else
         call('RPUSH', key, struct.pack('<dd', t, cost))
       end
-      call('LPUSH', key, struct.pack('<d', used + cost))
+      local newHead = struct.pack('<dddd', used + cost, count, t, lastCost)
+      if head and expired == 0 then
+        call('LSET', key, 0, newHead)
+      else
+        if head then call('LPOP', key, 1 + expired) end
+        call('LPUSH', key, newHead)
+      end
       call('PEXPIRE', key, ttlOf(t + window, window))
     end
   end

@@ -187,7 +187,7 @@ async function compare(
     ),
     ...Object.keys(specs).map((name) => row(`\`Limiter.check\` ${name} (validation, its script, result)`, name)),
     "",
-    "The sliding log, one key (window 100 s, max 100,000), Redis time per call from `INFO commandstats` (EVALSHA on the key's primary) and the round trip of sequential calls:",
+    "The sliding log, one key (window 100 s, max 100,000), Redis time per call from `INFO commandstats` (FCALL on the key's primary) and the round trip of sequential calls:",
     "",
     "| Sliding log call | Entries in the log | Redis time per call | Round trip p50 |",
     "|---|---|---|---|",
@@ -222,7 +222,7 @@ async function slidingLogCost(options: {
     }
     const stats = await primary.info("commandstats");
     primary.disconnect();
-    const usec = Number(/cmdstat_evalsha:calls=\d+,usec=\d+,usec_per_call=([\d.]+)/.exec(stats)?.[1] ?? Number.NaN);
+    const usec = Number(/cmdstat_fcall:calls=\d+,usec=\d+,usec_per_call=([\d.]+)/.exec(stats)?.[1] ?? Number.NaN);
     samples.sort((a, b) => a - b);
     rows.push(
       `| ${label} | ${entries.toLocaleString("en-US")} | ${(usec / 1000).toFixed(3)} ms | ${(samples[500] as number).toFixed(3)} ms |`,

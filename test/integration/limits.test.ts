@@ -356,11 +356,36 @@ describe("the sliding log", () => {
       await Promise.all(Array.from({ length: 300 }, () => limiter.check({ ...log, at: T })));
     }
     const key = limitKey(namespace, "sliding-log", "one-ms");
-    // the running total and one entry (struct-packed doubles, see lua/sliding-log.lua)
+    // the head (running total, entries, newest time and cost) and one entry (struct-packed doubles, see
+    // lua/sliding-log.lua)
     const list = await cluster.lrangeBuffer(key, 0, -1);
-    expect(list.map((b) => b.length)).toEqual([8, 16]);
-    expect([list[0]!.readDoubleLE(0), list[1]!.readDoubleLE(0), list[1]!.readDoubleLE(8)]).toEqual([3000, T, 3000]);
+    expect(list.map((b) => b.length)).toEqual([32, 16]);
+    const [head, entry] = list as [Buffer, Buffer];
+    expect([0, 8, 16, 24].map((at) => head.readDoubleLE(at))).toEqual([3000, 1, T, 3000]);
+    expect([entry.readDoubleLE(0), entry.readDoubleLE(8)]).toEqual([T, 3000]);
     expect(await limiter.check({ ...log, cost: 0, at: T + 1 })).toMatchObject({ remaining: 97_000 });
+  });
+
+  it("keeps the usage of a log written in the earlier layout (a head of the total alone) and rewrites its head", async () => {
+    const log = { key: "old-layout", algorithm: "sliding-log", max: 10, windowMs: MINUTE } as const;
+    const key = limitKey(namespace, "sliding-log", "old-layout");
+    const double = (...values: number[]) => {
+      const buffer = Buffer.alloc(8 * values.length);
+      values.forEach((value, i) => buffer.writeDoubleLE(value, 8 * i));
+      return buffer;
+    };
+    // 3 charged at T - 30 s and 4 at T - 10 s, as the earlier script wrote them
+    await cluster.rpush(key, double(7), double(T - 30_000, 3), double(T - 10_000, 4));
+    await cluster.pexpire(key, 10 * MINUTE);
+    expect(await limiter.check({ ...log, cost: 0, at: T })).toMatchObject({ allowed: true, remaining: 3 });
+    expect(await limiter.check({ ...log, cost: 3, at: T })).toMatchObject({ allowed: true, remaining: 0 });
+    expect(await limiter.check({ ...log, at: T + 1 })).toMatchObject({ allowed: false });
+    const list = await cluster.lrangeBuffer(key, 0, -1);
+    expect(list.map((b) => b.length)).toEqual([32, 16, 16, 16]);
+    // the charges of T - 30 s leave the window at T + 30 s: 3 free again, the head counts them out
+    expect(await limiter.check({ ...log, cost: 3, at: T + 30_000 })).toMatchObject({ allowed: true, remaining: 0 });
+    const after = await cluster.lrangeBuffer(key, 0, -1);
+    expect([0, 8, 16, 24].map((at) => (after[0] as Buffer).readDoubleLE(at))).toEqual([10, 3, T + 30_000, 3]);
   });
 });
 
