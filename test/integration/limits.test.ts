@@ -371,7 +371,7 @@ describe("the sliding log", () => {
     const key = limitKey(namespace, "sliding-log", "old-layout");
     const double = (...values: number[]) => {
       const buffer = Buffer.alloc(8 * values.length);
-      values.forEach((value, i) => buffer.writeDoubleLE(value, 8 * i));
+      for (const [i, value] of values.entries()) buffer.writeDoubleLE(value, 8 * i);
       return buffer;
     };
     // 3 charged at T - 30 s and 4 at T - 10 s, as the earlier script wrote them
