@@ -77,7 +77,7 @@ interface Row {
 }
 
 /** A deterministic stream of distinct user IDs below `limit`. */
-function scatteredIds(count: number, limit: number, seed: number): number[] {
+export function scatteredIds(count: number, limit: number, seed: number): number[] {
   const ids = new Set<number>();
   let state = seed >>> 0;
   while (ids.size < count) {
