@@ -1,7 +1,7 @@
 // A standalone redis-server under callgrind for the instruction-count probes (cap-sends, quota-sync):
 // instructions are counted only inside the commands named, and read back from callgrind's dumps.
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
-import { readdirSync, readFileSync } from "node:fs";
+import { readdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { Redis } from "ioredis";
 
@@ -51,4 +51,25 @@ export async function startCallgrindServer(
     await new Promise((resolve) => setTimeout(resolve, 200));
   }
   return { child, redis: new Redis({ port }) };
+}
+
+/** A function that dumps the counts so far (callgrind_control) and returns the instructions since the last dump. */
+export function dumper(child: ChildProcess, dir: string): () => number {
+  let dumps = 0;
+  return () => {
+    execFileSync("callgrind_control", [`--dump=d${++dumps}`, String(child.pid)], { stdio: "ignore" });
+    return dumpTotal(dir, `.${dumps}`);
+  };
+}
+
+/** Stops the server and removes its dumps (kept, and their directory printed, with KEEP_DUMPS=1). */
+export async function stopCallgrindServer(child: ChildProcess, redis: Redis, dir: string, what = "callgrind dumps") {
+  redis.disconnect();
+  if (child.exitCode === null && child.signalCode === null) {
+    const exited = new Promise((resolve) => child.once("exit", resolve));
+    child.kill("SIGTERM");
+    await exited;
+  }
+  if (process.env.KEEP_DUMPS) console.error(`${what}: ${dir}`);
+  else rmSync(dir, { recursive: true, force: true });
 }

@@ -1,12 +1,4 @@
-// Instructions a standalone redis-server executes per lua/cap-sends.lua call (callgrind, counted only within
-// EVALSHA and FCALL), as an EVAL script and as a Redis Function, on the same traffic: a figure the machine's
-// load does not change. Usage (needs valgrind):
-//   CG_PORT=7445 [CHECKS=512] [BATCHES=8] [ONLY=FCALL] [KEEP_DUMPS=1] npx tsx scripts/bench/cap-sends-instructions.ts [old-script.lua]
-// Rows: `/v1/frequency` checks (256 users of one page, push 1d max 10,000, anonymous, consuming), after the
-// first 600 checks; dense campaign calls (1,024 consecutive users per call, campaigns on days 1, 2, 3).
-// With old-script.lua (a plain EVAL script, e.g. `git show main:lua/cap-sends.lua`), it runs as a third row set.
-import { execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Redis } from "ioredis";
@@ -18,7 +10,7 @@ import { parsePolicy } from "../../functions/core/capping/policy.ts";
 import { SegmentIndex } from "../../functions/core/capping/segment-index.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { isMain } from "../is-main.ts";
-import { dumpTotal, startCallgrindServer } from "./callgrind-server.ts";
+import { dumper, startCallgrindServer, stopCallgrindServer } from "./callgrind-server.ts";
 
 const T0 = Date.UTC(2026, 10, 2, 9);
 const DAY = 86_400_000;
@@ -55,11 +47,7 @@ interface Counts {
 async function count(port: number, how: { evalLua: string } | "function", checks: number, batches: number) {
   const dir = mkdtempSync(join(tmpdir(), "cap-sends-cg-"));
   const { child, redis } = await startCallgrindServer(port, dir, ["evalShaCommand", "fcallCommand"]);
-  let dumps = 0;
-  const dump = () => {
-    execFileSync("callgrind_control", [`--dump=d${++dumps}`, String(child.pid)], { stdio: "ignore" });
-    return dumpTotal(dir, `.${dumps}`);
-  };
+  const dump = dumper(child, dir);
   try {
     const store = await storeOn(redis, how);
     const clock = fixedClock(T0);
@@ -86,14 +74,7 @@ async function count(port: number, how: { evalLua: string } | "function", checks
     }
     return counts;
   } finally {
-    redis.disconnect();
-    if (child.exitCode === null && child.signalCode === null) {
-      const exited = new Promise((resolve) => child.once("exit", resolve));
-      child.kill("SIGTERM");
-      await exited;
-    }
-    if (process.env.KEEP_DUMPS) console.error(`callgrind dumps: ${dir}`);
-    else rmSync(dir, { recursive: true, force: true });
+    await stopCallgrindServer(child, redis, dir);
   }
 }
 

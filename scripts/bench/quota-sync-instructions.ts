@@ -3,13 +3,13 @@
 //   QUOTA_PORT=7745 [ROUNDS=50] [SHAPES=0,1] npx tsx scripts/bench/quota-sync-instructions.ts [script.lua ...]   (needs valgrind)
 // Each script given (default lua/quota-sync.lua) runs the shapes of quota-sync-cpu.ts on its own server.
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ruleWriteCall } from "../../functions/core/quotas/quota-rule-script.ts";
 import { encodeSync } from "../../sdk/src/wire.ts";
 import { isMain } from "../is-main.ts";
-import { dumpTotal, startCallgrindServer } from "./callgrind-server.ts";
+import { dumpTotal, startCallgrindServer, stopCallgrindServer } from "./callgrind-server.ts";
 import { SYNC_SHAPES, type SyncShape, syncRound } from "./quota-sync-cpu.ts";
 
 const T0 = Date.UTC(2026, 10, 2, 9);
@@ -42,14 +42,7 @@ async function countShape(port: number, lua: string, shape: SyncShape, rounds: n
     execFileSync("callgrind_control", ["--dump=measured", String(child.pid)], { stdio: "ignore" });
     return dumpTotal(dir, ".2") / (rounds * 4);
   } finally {
-    redis.disconnect();
-    if (child.exitCode === null && child.signalCode === null) {
-      const exited = new Promise((resolve) => child.once("exit", resolve));
-      child.kill("SIGTERM");
-      await exited;
-    }
-    if (process.env.KEEP_DUMPS) console.error(`callgrind dumps of ${shape.name} × ${shape.keysPerCall}: ${dir}`);
-    else rmSync(dir, { recursive: true, force: true });
+    await stopCallgrindServer(child, redis, dir, `callgrind dumps of ${shape.name} × ${shape.keysPerCall}`);
   }
 }
 

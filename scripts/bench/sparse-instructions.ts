@@ -1,10 +1,4 @@
-// Instructions a standalone redis-server executes per sparse decision (callgrind, counted only within FCALL):
-// IDs at random in 0..2^31, two campaigns a day apart (caps 1/1d, 2/7d), 10,000-ID batches all in flight
-// through Capper.capBatch (so they coalesce into one call per tag), as the bench's sparse row. A figure the
-// machine's load does not change. Usage (needs valgrind):
-//   CG_PORT=7446 [USERS=20000] [KEEP_DUMPS=1] npx tsx scripts/bench/sparse-instructions.ts
-import { execFileSync } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { tollgateLibrary } from "../../functions/adapters/lua-scripts.ts";
@@ -14,7 +8,7 @@ import { parsePolicy } from "../../functions/core/capping/policy.ts";
 import { SegmentIndex } from "../../functions/core/capping/segment-index.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { isMain } from "../is-main.ts";
-import { dumpTotal, startCallgrindServer } from "./callgrind-server.ts";
+import { dumper, startCallgrindServer, stopCallgrindServer } from "./callgrind-server.ts";
 import { scatteredIds } from "./capping-workloads.ts";
 
 const T0 = Date.UTC(2026, 10, 2, 9);
@@ -26,11 +20,7 @@ if (isMain(import.meta)) {
   const users = Number(process.env.USERS ?? 20_000);
   const dir = mkdtempSync(join(tmpdir(), "sparse-cg-"));
   const { child, redis } = await startCallgrindServer(port, dir, ["fcallCommand"]);
-  let dumps = 0;
-  const dump = () => {
-    execFileSync("callgrind_control", [`--dump=d${++dumps}`, String(child.pid)], { stdio: "ignore" });
-    return dumpTotal(dir, `.${dumps}`);
-  };
+  const dump = dumper(child, dir);
   try {
     await redis.function("LOAD", tollgateLibrary.code);
     const name = tollgateLibrary.functions.capSends;
@@ -79,13 +69,6 @@ if (isMain(import.meta)) {
       );
     }
   } finally {
-    redis.disconnect();
-    if (child.exitCode === null && child.signalCode === null) {
-      const exited = new Promise((resolve) => child.once("exit", resolve));
-      child.kill("SIGTERM");
-      await exited;
-    }
-    if (process.env.KEEP_DUMPS) console.error(`callgrind dumps: ${dir}`);
-    else rmSync(dir, { recursive: true, force: true });
+    await stopCallgrindServer(child, redis, dir);
   }
 }
