@@ -100,7 +100,9 @@ for w, m in string.gmatch(limitsText, '(%d+):(%d+)') do
   else
     addPart(limit, 'a', w / limit.q + 1)
   end
-  limit.first = limit.parts[1]
+  limit.first, limit.second = limit.parts[1], limit.parts[2]
+  -- strict grants from at least twice what a bucket frees at the limit's rate (below)
+  limit.floor = 2 * m * limit.q / w
   if slowest == nil or m / w < slowest then slowest = m / w end
 end
 reply[6], reply[7] = mode, #limits
@@ -179,6 +181,8 @@ end
 local RINGS = #ringList
 local HEADER = 3 + 3 * RINGS + #windows
 local HEADER_FORMAT = '<' .. string.rep('d', HEADER)
+-- where the windows' sums start in the header
+local SUMS_AT = 3 + 3 * RINGS
 -- a slot is an unsigned 32-bit count: a reservation only happens below max (at most 10^9) and is at most
 -- max, so it always fits; usage beyond reservations is capped at SLOT_MAX (far beyond any limit)
 local SLOT, SLOT_BYTES, SLOT_MAX = '<I4', 4, 4294967295
@@ -190,6 +194,13 @@ for _, ring in ipairs(ringList) do
   offset = offset + ring.size * SLOT_BYTES
 end
 local RING_BYTES = offset
+-- the rings of each kind, and those a grant is reserved in (every kind but strict's spent tokens)
+local ringsOf, reserveRings = { a = {}, g = {}, s = {} }, {}
+for _, ring in ipairs(ringList) do
+  local list = ringsOf[ring.kind]
+  list[#list + 1] = ring
+  if ring.kind ~= 's' then reserveRings[#reserveRings + 1] = ring end
+end
 -- the b3 format: one blob 'b', the header (demand, its time, the mark, each ring's cursor, each window's
 -- sum) then the rings' slots as in 'r'
 local B3_HEADER = 3 + RINGS + #windows
@@ -199,10 +210,19 @@ local INSTANCE_FIELD = 'i:' .. instance
 local INSTANCE_FORMAT = '<ddddd'
 local KEY_TTL = longest + 2000
 
--- the key being updated: its stored slots ('r'), and per ring its two latest buckets (hot0: the cursor's,
+-- the key being updated: its stored slots ('r', read only when an older bucket is read or 'r' is
+-- rewritten: most syncs touch only the two latest buckets, whose counts are in 'h'; false: none stored,
+-- or not of this layout's size, read as 0), and per ring its two latest buckets (hot0: the cursor's,
 -- hot1: the one before), the older slots changed (index -> value), whether any changed and whether the
 -- stored slots count as 0 (a new key, or a ring that moved on by its whole size)
-local slots = nil
+local slots, slotsKey = nil, nil
+local function storedSlots()
+  if slots == nil then
+    local stored = redis.call('HGET', slotsKey, 'r')
+    slots = stored and #stored == RING_BYTES and stored or false
+  end
+  return slots
+end
 
 local function read(ring, bucket)
   local c = ring.cur
@@ -212,7 +232,9 @@ local function read(ring, bucket)
   local value = ring.vals[index]
   if value ~= nil then return value end
   if ring.zero then return 0 end
-  return (struct.unpack(SLOT, slots, ring.base + index * SLOT_BYTES + 1))
+  local stored = slots or storedSlots()
+  if not stored then return 0 end
+  return (struct.unpack(SLOT, stored, ring.base + index * SLOT_BYTES + 1))
 end
 
 local function write(ring, bucket, value)
@@ -247,22 +269,20 @@ local function addTo(ring, at, count)
 end
 
 local function add(kind, at, count)
-  for k = 1, #ringList do
-    if ringList[k].kind == kind then addTo(ringList[k], at, count) end
-  end
+  local list = ringsOf[kind]
+  for k = 1, #list do addTo(list[k], at, count) end
 end
 
 -- reserves `amount` in the ring's current bucket, not now's: a caller whose clock is behind cannot age
 -- a grant early (strict: in the grants' rings)
 local function reserve(amount)
-  for k = 1, #ringList do
-    local ring = ringList[k]
-    if ring.kind ~= 's' then
-      ring.hot0 = ring.hot0 + amount
-      for w = 1, #ring.windows do
-        local window = ring.windows[w]
-        window.sum = window.sum + amount
-      end
+  for k = 1, #reserveRings do
+    local ring = reserveRings[k]
+    ring.hot0 = ring.hot0 + amount
+    local parts = ring.windows
+    for w = 1, #parts do
+      local window = parts[w]
+      window.sum = window.sum + amount
     end
   end
 end
@@ -277,11 +297,11 @@ local function grantTime()
   return at
 end
 
--- what a limit's window holds: the sum of its parts
+-- what a limit's window holds: the sum of its parts (one, or strict's two)
 local function limitSum(limit)
-  local sum = 0
-  for k = 1, #limit.parts do sum = sum + limit.parts[k].sum end
-  return sum
+  local second = limit.second
+  if second then return limit.first.sum + second.sum end
+  return limit.first.sum
 end
 
 -- the new 'r': per ring, pieces of the stored one (or of zeros) with the changed slots packed in between
@@ -292,8 +312,8 @@ local function ringBytes()
     local changed = {}
     for index in pairs(ring.vals) do changed[#changed + 1] = index end
     if #changed > 1 then table.sort(changed) end
-    local source, start = slots, ring.base + 1
-    if ring.zero then source, start = string.rep('\0\0\0\0', ring.size), 1 end
+    local source, start = not ring.zero and (slots or storedSlots()), ring.base + 1
+    if not source then source, start = string.rep('\0\0\0\0', ring.size), 1 end
     local from, last = start, start + ring.size * SLOT_BYTES - 1
     for c = 1, #changed do
       local index = changed[c]
@@ -313,20 +333,18 @@ for i = 4, #KEYS do
   local key = KEYS[i]
   local entry = ARGV[i + 2]
   local offered, want, usages, refunds = struct.unpack('<dddd', entry)
-  local meta = redis.call('HMGET', key, 'L', 'h', 'r', INSTANCE_FIELD)
+  local meta = redis.call('HMGET', key, 'L', 'h', INSTANCE_FIELD)
   local writeLayout = meta[1] ~= layout
   local stored = nil
-  slots = meta[3]
+  slots, slotsKey = false, key
   if not writeLayout then
-    if meta[2] and #meta[2] == HEADER * 8 and slots and #slots == RING_BYTES then
+    if meta[2] and #meta[2] == HEADER * 8 then
       stored = { struct.unpack(HEADER_FORMAT, meta[2]) }
-    else
-      slots = nil
+      slots = nil -- read when needed
     end
   elseif meta[1] == previousLayout then
     -- stored as b3: the same counts, read from its blob (written as b4 below; a read converts nothing)
     local blob = redis.call('HGET', key, 'b')
-    slots = nil
     if blob and #blob == B3_HEADER * 8 + RING_BYTES then
       local old = { struct.unpack(B3_FORMAT, blob) }
       slots = string.sub(blob, B3_HEADER * 8 + 1)
@@ -344,9 +362,12 @@ for i = 4, #KEYS do
     -- another bucket layout: the key starts again
     if not reading then redis.call('DEL', key) end
     meta = {}
-    slots = nil
   end
-  for j = 1, #windows do windows[j].sum = stored and stored[3 + 3 * RINGS + j] or 0 end
+  if stored then
+    for j = 1, #windows do windows[j].sum = stored[SUMS_AT + j] end
+  else
+    for j = 1, #windows do windows[j].sum = 0 end
+  end
   for r = 1, #ringList do
     local ring = ringList[r]
     local c = ring.now
@@ -395,8 +416,9 @@ for i = 4, #KEYS do
 
   -- this instance's own demand and its last approximate grant
   local ownStored, ownAtStored, grantSeq, grantAt, credit = nil, nil, 0, 0, 0
-  if meta[4] and #meta[4] == 40 then
-    ownStored, ownAtStored, grantSeq, grantAt, credit = struct.unpack(INSTANCE_FORMAT, meta[4])
+  local instanceStored = meta[3]
+  if instanceStored and #instanceStored == 40 then
+    ownStored, ownAtStored, grantSeq, grantAt, credit = struct.unpack(INSTANCE_FORMAT, instanceStored)
   end
 
   -- approximate: this instance's previous allowance was reserved when granted; the usage reported now
@@ -447,7 +469,9 @@ for i = 4, #KEYS do
   local tight, remaining = nil, nil
   for j = 1, #limits do
     local limit = limits[j]
-    local left = limit.max - limitSum(limit)
+    local second = limit.second
+    local left = limit.max - limit.first.sum
+    if second then left = left - second.sum end
     if remaining == nil or left < remaining then tight, remaining = limit, left end
   end
   -- strict: the instance's part of what is left, or of twice what a bucket frees at the limit's rate when
@@ -457,7 +481,7 @@ for i = 4, #KEYS do
   -- syncs of an interval left about a third of it ungranted ((1 - 1/N)^N), with two about an eighth
   -- (e^-2). No floor as strict's: the small remainder kept absorbs what instances spend outside their
   -- reservation (late replies), and granting it all raised the over-admission under load
-  local fair = share * math.max(remaining, 2 * tight.max * tight.q / tight.w)
+  local fair = share * math.max(remaining, tight.floor)
   local amount, denyUntil = 0, 0
   if strict then
     if applied and want > 0 and remaining > 0 then
@@ -491,7 +515,7 @@ for i = 4, #KEYS do
       head[1 + 3 * r], head[2 + 3 * r], head[3 + 3 * r] = ring.cur, ring.hot0, ring.hot1
       dirty = dirty or ring.dirty
     end
-    for j = 1, #windows do head[3 + 3 * RINGS + j] = windows[j].sum end
+    for j = 1, #windows do head[SUMS_AT + j] = windows[j].sum end
     local header = struct.pack(HEADER_FORMAT, unpack(head, 1, HEADER))
     local instanceValue = struct.pack(INSTANCE_FORMAT, own, ownAt, grantSeq, grantAt, credit)
     if writeLayout then
@@ -502,7 +526,7 @@ for i = 4, #KEYS do
     else
       redis.call('HSET', key, 'h', header, INSTANCE_FIELD, instanceValue)
     end
-    if not meta[4] then added = 1 end
+    if not instanceStored then added = 1 end
     if refresh then redis.call('PEXPIRE', key, KEY_TTL) end
   end
   -- an instance new to the key: when the key holds many more instances than sync the group lately, the
@@ -518,10 +542,9 @@ for i = 4, #KEYS do
     if #gone > 0 then redis.call('HDEL', key, unpack(gone)) end
   end
 
-  reply[#reply + 1] = amount
-  reply[#reply + 1] = now + lease
-  reply[#reply + 1] = denyUntil
-  reply[#reply + 1] = (tight.first.ring.cur + tight.first.span) * tight.q
-  for j = 1, #limits do reply[#reply + 1] = limitSum(limits[j]) end
+  local n = #reply
+  reply[n + 1], reply[n + 2], reply[n + 3] = amount, now + lease, denyUntil
+  reply[n + 4] = (tight.first.ring.cur + tight.first.span) * tight.q
+  for j = 1, #limits do reply[n + 4 + j] = limitSum(limits[j]) end
 end
 return reply
