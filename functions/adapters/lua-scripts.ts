@@ -57,3 +57,10 @@ export const limitLibrary = defineLibrary({
  * re-created its ~60 functions (docs/DECISIONS.md, "cap-sends as a Redis Function").
  */
 export const tollgateLibrary = defineLibrary({ capSends: load("cap-sends") });
+
+/**
+ * Quotas' sync script as a Redis Function, a library of its own (the engine's changes leave its name alone):
+ * a rule's rings, windows and formats are built once per rule text and node, and its functions once per
+ * node; as an EVAL script every call built them again (docs/DECISIONS.md, "quota-sync as a Redis Function").
+ */
+export const quotaLibrary = defineLibrary({ quotaSync: load("quota-sync") });

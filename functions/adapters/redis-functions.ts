@@ -108,7 +108,7 @@ function reload(cluster: Cluster, library: RedisFunctionLibrary): Promise<void> 
  */
 type Fcalls = Cluster & {
   fcallBuffer(fn: string, numberOfKeys: number, ...keysAndArgs: (string | Buffer)[]): Promise<Buffer>;
-  fcall(fn: string, numberOfKeys: number, ...keysAndArgs: string[]): Promise<unknown>;
+  fcall(fn: string, numberOfKeys: number, ...keysAndArgs: (string | number | Buffer)[]): Promise<unknown>;
 };
 
 /**
@@ -146,7 +146,7 @@ export function fcall<T, Name extends string = string>(
   library: RedisFunctionLibrary<Name>,
   name: Name,
   keys: readonly string[],
-  args: readonly string[],
+  args: readonly (string | number | Buffer)[],
 ): Promise<T> {
   return withLibrary(
     cluster,

@@ -1,23 +1,12 @@
-// The QuotaStore over the Redis Cluster: lua/quota-sync.lua called by SHA, and the per-slot-group copies
-// of each rule's configuration that the script reads in its own slot.
+// The QuotaStore over the Redis Cluster: lua/quota-sync.lua as a Redis Function (FCALL), and the
+// per-slot-group copies of each rule's configuration that the script reads in its own slot.
 import type { Cluster } from "ioredis";
 import { decodeSync, encodeSync, type QuotaRule, type SyncReply, type SyncRequest } from "../../sdk/src/wire.ts";
 import { ruleWriteCall } from "../core/quotas/quota-rule-script.ts";
 import type { QuotaStore } from "../core/quotas/quota-store.ts";
-import { load as loadLua } from "./lua-scripts.ts";
+import { load as loadLua, quotaLibrary } from "./lua-scripts.ts";
 import { redisCallsOf } from "./redis-cluster.ts";
-
-type QuotaSyncCommand = (numberOfKeys: number, ...keysAndArgs: Array<string | number | Buffer>) => Promise<unknown>;
-
-/**
- * The script takes a variable number of keys: ioredis routes an autopipelined call by its first *string*
- * argument, so the key count goes first as a number and the first key decides the node.
- */
-function quotaSyncCommand(cluster: Cluster): QuotaSyncCommand {
-  const commands = cluster as unknown as { quotaSync?: QuotaSyncCommand };
-  if (!commands.quotaSync) cluster.defineCommand("quotaSync", { lua: loadLua("quota-sync") });
-  return commands.quotaSync!.bind(cluster);
-}
+import { fcall } from "./redis-functions.ts";
 
 type QuotaRuleCommand = (key: string, ...args: Array<string | number>) => Promise<unknown>;
 
@@ -28,7 +17,6 @@ function quotaRuleCommand(cluster: Cluster): QuotaRuleCommand {
 }
 
 export class RedisQuotaStore implements QuotaStore {
-  private readonly command: QuotaSyncCommand;
   private readonly ruleCommand: QuotaRuleCommand;
 
   constructor(
@@ -37,7 +25,6 @@ export class RedisQuotaStore implements QuotaStore {
     /** How long one sync call may take, retries included. */
     private readonly deadlineMs = 2_000,
   ) {
-    this.command = quotaSyncCommand(cluster);
     this.ruleCommand = quotaRuleCommand(cluster);
   }
 
@@ -62,7 +49,7 @@ export class RedisQuotaStore implements QuotaStore {
     const reply = await redisCallsOf(this.cluster).call(
       `quota-sync on ${keys[0]}`,
       keys,
-      () => this.command(keys.length, ...keys, ...args),
+      () => fcall(this.cluster, quotaLibrary, "quotaSync", keys, args),
       { deadlineMs: this.deadlineMs, retryOn: "no-answer" },
     );
     return decodeSync(reply, request);

@@ -1,7 +1,7 @@
 // Opens a cluster client's connections before the first request (a Lambda's init phase): the slot map,
 // one connection per primary (TCP, TLS, AUTH) and the Redis Functions library loaded on each, so no request pays.
 import type { Cluster } from "ioredis";
-import { limitLibrary, tollgateLibrary } from "./lua-scripts.ts";
+import { limitLibrary, quotaLibrary, tollgateLibrary } from "./lua-scripts.ts";
 import { loadLibrary } from "./redis-functions.ts";
 
 export interface WarmUpReport {
@@ -31,7 +31,7 @@ export async function warmUp(cluster: Cluster, options: { timeoutMs: number }): 
     primaries = nodes.length;
     await Promise.all(nodes.map((node) => node.ping()));
     // compiled once per node (and replicated); a node that holds this version answers at once
-    await Promise.all([loadLibrary(cluster, tollgateLibrary), loadLibrary(cluster, limitLibrary)]);
+    await Promise.all([tollgateLibrary, limitLibrary, quotaLibrary].map((library) => loadLibrary(cluster, library)));
   };
   try {
     await Promise.race([work(), timeout]);

@@ -1,11 +1,14 @@
 // Instructions a standalone redis-server executes inside lua/quota-sync.lua (callgrind, counted only within
-// evalGenericCommand), per call and per key: a figure the machine's load does not change. Usage:
-//   QUOTA_PORT=7745 [ROUNDS=50] [SHAPES=0,1] npx tsx scripts/bench/quota-sync-instructions.ts [script.lua ...]   (needs valgrind)
-// Each script given (default lua/quota-sync.lua) runs the shapes of quota-sync-cpu.ts on its own server.
+// EVALSHA and FCALL), per call and per key: a figure the machine's load does not change. Usage:
+//   QUOTA_PORT=7745 [ROUNDS=50] [SHAPES=0,1] [ONLY=FCALL] npx tsx scripts/bench/quota-sync-instructions.ts [script.lua ...]   (needs valgrind)
+// Each script given (default lua/quota-sync.lua) runs the shapes of quota-sync-cpu.ts on its own server,
+// as a Redis Function (FCALL, as the check API's store calls it) and as an EVAL script (EVALSHA, as the
+// SDK's direct transport calls it).
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { defineLibrary, evalScriptOf } from "../../functions/adapters/redis-functions.ts";
 import { ruleWriteCall } from "../../functions/core/quotas/quota-rule-script.ts";
 import { encodeSync } from "../../sdk/src/wire.ts";
 import { isMain } from "../is-main.ts";
@@ -16,11 +19,23 @@ const T0 = Date.UTC(2026, 10, 2, 9);
 const WARM_ROUNDS = 20;
 
 /** Instructions per call of one shape: `rounds` rounds of 4 instances after a warm-up. */
-async function countShape(port: number, lua: string, shape: SyncShape, rounds: number): Promise<number> {
+async function countShape(
+  port: number,
+  chunk: string,
+  how: "FCALL" | "EVALSHA",
+  shape: SyncShape,
+  rounds: number,
+): Promise<number> {
   const dir = mkdtempSync(join(tmpdir(), "quota-cg-"));
-  const { child, redis } = await startCallgrindServer(port, dir, ["evalGenericCommand"]);
+  const { child, redis } = await startCallgrindServer(port, dir, ["evalGenericCommand", "fcallCommand"]);
   try {
-    const sha = (await redis.script("LOAD", lua)) as string;
+    const library = defineLibrary({ quotaSync: chunk });
+    await redis.function("LOAD", library.code);
+    const sha = (await redis.script("LOAD", evalScriptOf(chunk))) as string;
+    const call = (keys: string[], args: Array<string | number | Buffer>) =>
+      how === "FCALL"
+        ? redis.fcall(library.functions.quotaSync, keys.length, ...keys, ...args)
+        : redis.evalsha(sha, keys.length, ...keys, ...args);
     const write = ruleWriteCall({ namespace: "cg", name: "api", group: 0, rule: shape.rule, version: "v1", stamp: 1 });
     await redis.eval(
       readFileSync(new URL("../../lua/quota-rule.lua", import.meta.url), "utf8"),
@@ -32,7 +47,7 @@ async function countShape(port: number, lua: string, shape: SyncShape, rounds: n
       for (let round = from; round <= to; round++) {
         for (const request of syncRound(shape, round, T0 + round * 50)) {
           const { keys, args } = encodeSync("cg", request, T0 + round * 50);
-          await redis.evalsha(sha, keys.length, ...keys, ...args);
+          await call(keys, args);
         }
       }
     };
@@ -52,18 +67,25 @@ if (isMain(import.meta)) {
   // SHAPES=0,1: only those rows of SYNC_SHAPES
   const only = process.env.SHAPES?.split(",").map(Number);
   const scripts = process.argv.length > 2 ? process.argv.slice(2) : ["lua/quota-sync.lua"];
-  console.log("| Script | Rule | Keys per call | Instructions per call | per key (over the 1-key call) |");
-  console.log("|---|---|---|---|---|");
+  const ways = (["FCALL", "EVALSHA"] as const).filter((way) => !process.env.ONLY || process.env.ONLY === way);
+  console.log(
+    "| Script | Called by | Rule | Keys per call | Instructions per call | per key in the call | per key over the 1-key call |",
+  );
+  console.log("|---|---|---|---|---|---|---|");
   for (const path of scripts) {
-    const lua = readFileSync(path, "utf8");
-    const perCall = new Map<string, number>();
-    for (const [index, shape] of SYNC_SHAPES.entries()) {
-      if (only && !only.includes(index)) continue;
-      const ir = await countShape(port, lua, shape, rounds);
-      const single = perCall.get(shape.name);
-      if (shape.keysPerCall === 1) perCall.set(shape.name, ir);
-      const perKey = single === undefined ? "—" : ((ir - single) / (shape.keysPerCall - 1)).toFixed(0);
-      console.log(`| ${path} | ${shape.name} | ${shape.keysPerCall} | ${ir.toFixed(0)} | ${perKey} |`);
+    const chunk = readFileSync(path, "utf8");
+    for (const how of ways) {
+      const perCall = new Map<string, number>();
+      for (const [index, shape] of SYNC_SHAPES.entries()) {
+        if (only && !only.includes(index)) continue;
+        const ir = await countShape(port, chunk, how, shape, rounds);
+        const single = perCall.get(shape.name);
+        if (shape.keysPerCall === 1) perCall.set(shape.name, ir);
+        const over = single === undefined ? "—" : ((ir - single) / (shape.keysPerCall - 1)).toFixed(0);
+        console.log(
+          `| ${path} | ${how} | ${shape.name} | ${shape.keysPerCall} | ${ir.toFixed(0)} | ${(ir / shape.keysPerCall).toFixed(0)} | ${over} |`,
+        );
+      }
     }
   }
 }

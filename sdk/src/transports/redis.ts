@@ -30,7 +30,9 @@ function quotaSyncLua(): string {
   const file = LUA_CANDIDATES.find((candidate) => existsSync(candidate));
   if (!file)
     throw new QuotasConfigError("redis", `quota-sync.lua not found (${LUA_CANDIDATES.map(String).join(", ")})`);
-  script = readFileSync(file, "utf8");
+  // the file is a chunk that returns the call as a function of (KEYS, ARGV), as a Redis Function is
+  // registered; as an EVAL script it runs the chunk, then the function
+  script = `return (function()\n${readFileSync(file, "utf8")}\nend)()(KEYS, ARGV)`;
   return script;
 }
 
