@@ -153,7 +153,6 @@ end
 local now, ringList, ringsOf, reserveRings, RING_BYTES
 
 local function decay(count, at)
-  if not count then return 0, now end
   if now > at then return count * math.exp((at - now) / DEMAND_TAU_MS), now end
   return count, at
 end
@@ -308,6 +307,7 @@ return function(KEYS, ARGV)
   -- no configuration, or a removed rule's tombstone (lua/quota-rule.lua)
   if not version or version == '' then return { 2, 'norule', now, '', '', '', 0, 0 } end
   local reply = { 2, 'applied', now, version, version == seen and '' or ruleText }
+  local n = 8 -- the reply's last entry
 
   local P = prepare(ruleText)
   local mode, lease, strict, limits, windows = P.mode, P.lease, P.strict, P.limits, P.windows
@@ -500,8 +500,10 @@ return function(KEYS, ARGV)
 
     -- demand: the key's offered requests and this instance's, as counts decaying with DEMAND_TAU_MS;
     -- the instance's share is its part of the recent demand
-    local demand, demandAt = decay(stored and stored[1], stored and stored[2])
-    local own, ownAt = decay(ownStored, ownAtStored)
+    local demand, demandAt = 0, now
+    if stored then demand, demandAt = decay(stored[1], stored[2]) end
+    local own, ownAt = 0, now
+    if ownStored then own, ownAt = decay(ownStored, ownAtStored) end
     if applied then
       demand, own = demand + offered, own + offered
     end
@@ -585,10 +587,15 @@ return function(KEYS, ARGV)
       if #gone > 0 then redis.call('HDEL', key, unpack(gone)) end
     end
 
-    local n = #reply
     reply[n + 1], reply[n + 2], reply[n + 3] = amount, now + lease, denyUntil
     reply[n + 4] = (tight.first.ring.cur + tight.first.span) * tight.q
-    for j = 1, #limits do reply[n + 4 + j] = limitSum(limits[j]) end
+    n = n + 4
+    for j = 1, #limits do
+      local limit = limits[j]
+      local second = limit.second
+      n = n + 1
+      reply[n] = second and limit.first.sum + second.sum or limit.first.sum
+    end
   end
   return reply
 end

@@ -2,8 +2,8 @@
 // once per primary and called by FCALL: the engine's in tollgateLibrary, the rate-limit scripts in
 // limitLibrary (called by RedisLimitStore).
 import { existsSync, readFileSync } from "node:fs";
+import { defineLibrary } from "../../sdk/src/transports/redis-functions.ts";
 import { ALGORITHMS, type Algorithm } from "../core/limits/limit-specs.ts";
-import { defineLibrary } from "./redis-functions.ts";
 
 /**
  * In the repository the scripts are at ../../lua/ from this file; in a Lambda bundle (one file), the

@@ -2,12 +2,12 @@
 // command on its own, and the stores over it, whose calls go through RedisCalls (readiness, deadline,
 // jittered retries, circuit breaker, errors classified once).
 import { Cluster, type ClusterNode } from "ioredis";
+import { fcall, fcallBuffer } from "../../sdk/src/transports/redis-functions.ts";
 import type { CapStore } from "../core/capping/cap-sends-script.ts";
 import type { LimitStore } from "../core/limits/limit-script.ts";
 import type { Algorithm } from "../core/limits/limit-specs.ts";
 import { LIMIT_FUNCTIONS, limitLibrary, tollgateLibrary } from "./lua-scripts.ts";
 import { type CallOptions, RedisCalls, type RedisCircuitOptions } from "./redis-calls.ts";
-import { fcall, fcallBuffer } from "./redis-functions.ts";
 
 export interface RedisClusterConfig {
   /** Startup nodes: the configuration endpoint on ElastiCache, any nodes locally. */

@@ -1,8 +1,8 @@
 // Opens a cluster client's connections before the first request (a Lambda's init phase): the slot map,
 // one connection per primary (TCP, TLS, AUTH) and the Redis Functions library loaded on each, so no request pays.
 import type { Cluster } from "ioredis";
+import { loadLibrary } from "../../sdk/src/transports/redis-functions.ts";
 import { limitLibrary, quotaLibrary, tollgateLibrary } from "./lua-scripts.ts";
-import { loadLibrary } from "./redis-functions.ts";
 
 export interface WarmUpReport {
   /** Every primary answered and holds the functions library. */

@@ -3,12 +3,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Redis } from "ioredis";
 import { load, tollgateLibrary } from "../../functions/adapters/lua-scripts.ts";
-import { evalScriptOf } from "../../functions/adapters/redis-functions.ts";
 import type { CapStore } from "../../functions/core/capping/cap-sends-script.ts";
 import { Capper } from "../../functions/core/capping/capper.ts";
 import { parsePolicy } from "../../functions/core/capping/policy.ts";
 import { SegmentIndex } from "../../functions/core/capping/segment-index.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
+import { evalScriptOf } from "../../sdk/src/transports/redis-functions.ts";
 import { isMain } from "../is-main.ts";
 import { dumper, startCallgrindServer, stopCallgrindServer } from "./callgrind-server.ts";
 

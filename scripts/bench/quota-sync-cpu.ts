@@ -60,7 +60,7 @@ async function scriptStats(primaries: Redis[]): Promise<{ usec: number; calls: n
   let cpu = 0;
   for (const node of primaries) {
     const info = await node.info("all");
-    for (const match of info.matchAll(/^cmdstat_(?:eval|evalsha):calls=(\d+),usec=(\d+),/gm)) {
+    for (const match of info.matchAll(/^cmdstat_(?:eval|evalsha|fcall):calls=(\d+),usec=(\d+),/gm)) {
       calls += Number(match[1]);
       usec += Number(match[2]);
     }

@@ -227,7 +227,7 @@ async function scriptUsec(primaries: Redis[]): Promise<number> {
   let usec = 0;
   for (const p of primaries) {
     const info = await p.info("commandstats").catch(() => "");
-    for (const m of info.matchAll(/cmdstat_(evalsha|eval):calls=\d+,usec=(\d+)/g)) usec += Number(m[2]);
+    for (const m of info.matchAll(/cmdstat_(evalsha|eval|fcall):calls=\d+,usec=(\d+)/g)) usec += Number(m[2]);
   }
   return usec;
 }

@@ -7,11 +7,11 @@ import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { limitLibrary } from "../../functions/adapters/lua-scripts.ts";
 import { createRedisCluster, RedisLimitStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
-import { loadLibrary } from "../../functions/adapters/redis-functions.ts";
 import { Limiter } from "../../functions/core/limits/limiter.ts";
 import { StoreReplyError, StoreUnavailableError } from "../../functions/core/shared/errors.ts";
 import { limitKey } from "../../functions/core/shared/keys.ts";
 import { waitForCluster } from "../../scripts/redis-cluster.ts";
+import { loadLibrary } from "../../sdk/src/transports/redis-functions.ts";
 import { basePort, clusterPorts, primariesOf, uniqueNamespace } from "../support/cluster.ts";
 
 let cluster: TollgateCluster;

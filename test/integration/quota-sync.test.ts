@@ -2,12 +2,13 @@
 // a recomputing reference model, strict mode's limit over every window, shares, deny-until and config.
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { load as loadLua } from "../../functions/adapters/lua-scripts.ts";
+import { quotaLibrary } from "../../functions/adapters/lua-scripts.ts";
 import type { TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
 import { RedisQuotaStore } from "../../functions/adapters/redis-quota-store.ts";
 import { parsePolicy } from "../../functions/core/capping/policy.ts";
 import { QuotaSyncService, rulesStamp } from "../../functions/core/quotas/quota-sync-service.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
+import { fcall } from "../../sdk/src/transports/redis-functions.ts";
 import {
   PROTOCOL,
   type QuotaRule,
@@ -429,17 +430,13 @@ describe("quota-sync.lua", () => {
     const { config, sequences, instances } = slotGroupKeys(namespace, "api", 0);
     const stateKey = quotaKey(slotGroupPrefix(namespace, "api", 0), "k");
     const keys = [config, sequences, instances, stateKey];
-    const script = loadLua("quota-sync");
+    const sync = (args: (string | number | Buffer)[]) => fcall(cluster, quotaLibrary, "quotaSync", keys, args);
     // protocol 1: usage "at:count", refunds, offered, want as text
-    await expect(cluster.eval(script, 4, ...keys, 1, T0, "i", 1, "v1", `${T0}:5`, "", 5, 0)).rejects.toThrow(
-      /protocol 2 expected, got 1/,
-    );
+    await expect(sync([1, T0, "i", 1, "v1", `${T0}:5`, "", 5, 0])).rejects.toThrow(/protocol 2 expected, got 1/);
     // one usage pair announced, none sent
     const short = Buffer.alloc(32);
     for (const [i, value] of [5, 0, 1, 0].entries()) short.writeDoubleLE(value, 8 * i);
-    await expect(cluster.eval(script, 4, ...keys, PROTOCOL, T0, "i", 1, "v1", short)).rejects.toThrow(
-      /malformed entry 1/,
-    );
+    await expect(sync([PROTOCOL, T0, "i", 1, "v1", short])).rejects.toThrow(/malformed entry 1/);
     expect(await cluster.exists(stateKey, sequences)).toBe(0);
     const read = await store.read(call("", 0, [entry("k")]), T0);
     expect(read.entries[0]!.used).toEqual([0]);

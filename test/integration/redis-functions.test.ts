@@ -6,19 +6,19 @@ import { Cluster, Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { load } from "../../functions/adapters/lua-scripts.ts";
 import { RedisCapStore, redisCallsOf, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
-import {
-  defineLibrary,
-  evalScriptOf,
-  fcallBuffer,
-  loadLibrary,
-  type RedisFunctionLibrary,
-} from "../../functions/adapters/redis-functions.ts";
 import type { CapStore } from "../../functions/core/capping/cap-sends-script.ts";
 import { Capper } from "../../functions/core/capping/capper.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { StoreReplyError } from "../../functions/core/shared/errors.ts";
 import { capIdentityKey } from "../../functions/core/shared/keys.ts";
 import { waitForCluster } from "../../scripts/redis-cluster.ts";
+import {
+  defineLibrary,
+  evalScriptOf,
+  fcallBuffer,
+  loadLibrary,
+  type RedisFunctionLibrary,
+} from "../../sdk/src/transports/redis-functions.ts";
 import { basePort, clusterPorts, connectCluster, primariesOf, uniqueNamespace } from "../support/cluster.ts";
 import { DAY, rulesOf, simplePolicy, T0 } from "../support/rules.ts";
 

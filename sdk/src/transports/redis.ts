@@ -1,13 +1,13 @@
-// Direct transport, for services inside the VPC: lua/quota-sync.lua on the Tollgate Redis Cluster, loaded
-// once per connection and called by SHA (ioredis defineCommand falls back to EVAL on NOSCRIPT, after a
-// failover or SCRIPT FLUSH). One call per slot group: every key of a call shares one hash tag.
+// Direct transport, for services inside the VPC: lua/quota-sync.lua on the Tollgate Redis Cluster as a
+// Redis Function (FCALL; the library is loaded on every primary where a call finds it missing: a new
+// cluster, a node added empty, FUNCTION FLUSH). The Tollgate service loads the same library, so both share
+// it. One call per slot group: every key of a call shares one hash tag.
 import { existsSync, readFileSync } from "node:fs";
 import type { Cluster, Redis } from "ioredis";
 import { QuotasConfigError, StoreUnreachableError, SyncRejectedError } from "../errors.ts";
 import type { QuotaTransport } from "../quotas.ts";
 import { DEFAULT_NAMESPACE, decodeSync, encodeSync, NAME_PATTERN, type SyncReply, type SyncRequest } from "../wire.ts";
-
-type QuotaSyncCommand = (numberOfKeys: number, ...keysAndArgs: Array<string | number | Buffer>) => Promise<unknown>;
+import { defineLibrary, fcall, type RedisFunctionLibrary } from "./redis-functions.ts";
 
 export interface RedisTransportOptions {
   /** The caller's ioredis Cluster (or a single Redis for tests); the SDK never closes it. */
@@ -24,33 +24,29 @@ const LUA_CANDIDATES = [
   new URL("../../../lua/quota-sync.lua", import.meta.url),
 ];
 
-let script: string | undefined;
-function quotaSyncLua(): string {
-  if (script !== undefined) return script;
+let library: RedisFunctionLibrary<"quotaSync"> | undefined;
+/** The library of quota-sync.lua alone: the same chunk as the service's `quotaLibrary`, so the same name. */
+function quotaSyncLibrary(): RedisFunctionLibrary<"quotaSync"> {
+  if (library !== undefined) return library;
   const file = LUA_CANDIDATES.find((candidate) => existsSync(candidate));
   if (!file)
     throw new QuotasConfigError("redis", `quota-sync.lua not found (${LUA_CANDIDATES.map(String).join(", ")})`);
-  // the file is a chunk that returns the call as a function of (KEYS, ARGV), as a Redis Function is
-  // registered; as an EVAL script it runs the chunk, then the function
-  script = `return (function()\n${readFileSync(file, "utf8")}\nend)()(KEYS, ARGV)`;
-  return script;
+  library = defineLibrary({ quotaSync: readFileSync(file, "utf8") });
+  return library;
 }
 
 export function redisTransport(options: RedisTransportOptions): QuotaTransport {
   const namespace = options.namespace ?? DEFAULT_NAMESPACE;
   if (!NAME_PATTERN.test(namespace)) throw new QuotasConfigError("namespace", `expected ${NAME_PATTERN}`);
   const timeoutMs = options.timeoutMs ?? 500;
-  const redis = options.redis as (Cluster | Redis) & { tollgateQuotaSync?: QuotaSyncCommand };
-  // The key count goes first, as a number: ioredis routes a cluster call by its first string argument,
-  // which is then the first key, and every key of a call shares its slot.
-  if (!redis.tollgateQuotaSync) redis.defineCommand("tollgateQuotaSync", { lua: quotaSyncLua() });
-  const command = (redis.tollgateQuotaSync as QuotaSyncCommand).bind(redis);
+  const { redis } = options;
+  const quotaSync = quotaSyncLibrary();
   return {
     async sync(request: SyncRequest, now: number): Promise<SyncReply> {
       const { keys, args } = encodeSync(namespace, request, now);
       let raw: unknown;
       try {
-        raw = await withTimeout(command(keys.length, ...keys, ...args), timeoutMs);
+        raw = await withTimeout(fcall(redis, quotaSync, "quotaSync", keys, args), timeoutMs);
       } catch (error) {
         throw classify(error, request);
       }

@@ -1,11 +1,12 @@
 // The SDK against the real Redis Cluster through the direct transport: N instances sharing one key,
-// idempotent resends, an emptied script cache, an operator's change, and a stopped primary. Time is the
+// idempotent resends, a primary without the library, an operator's change, and a stopped primary. Time is the
 // instances' injected clock (the script takes `now` from the call): no sleeps.
 import { readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import calculateSlot from "cluster-key-slot";
 import type { Cluster } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { quotaLibrary } from "../../../functions/adapters/lua-scripts.ts";
 import { RedisQuotaStore } from "../../../functions/adapters/redis-quota-store.ts";
 import { basePort, connectCluster, uniqueNamespace } from "../../../test/support/cluster.ts";
 import { createQuotas, type Quotas } from "../../src/quotas.ts";
@@ -146,15 +147,17 @@ describe("direct transport", () => {
     expect(again).toMatchObject({ status: "duplicate", entries: [{ key: "k", allowance, used: [7 + allowance] }] });
   });
 
-  it("works after the script cache is emptied on every primary (NOSCRIPT: loaded again, by ioredis)", async () => {
+  it("loads quota-sync where a primary lacks it (a new cluster, a node added empty, FUNCTION FLUSH): the service's own library, shared", async () => {
     const namespace = uniqueNamespace();
     await publish(namespace, "api", rule, "v1");
     const transport = redisTransport({ redis: cluster, namespace });
     await transport.sync(request(1, 1), T0);
-    await Promise.all(cluster.nodes("master").map((node) => node.script("FLUSH")));
+    const primaries = cluster.nodes("master");
+    await Promise.all(primaries.map((node) => node.function("DELETE", quotaLibrary.name)));
     const reply = await transport.sync(request(2, 2), T0 + 50);
     const { allowance } = reply.entries[0] as { allowance: number };
     expect(reply).toMatchObject({ status: "applied", entries: [{ used: [3 + allowance] }] });
+    for (const node of primaries) expect(await node.function("LIST", "LIBRARYNAME", quotaLibrary.name)).toHaveLength(1);
   });
 
   it("an operator's change reaches an instance in its next sync", async () => {

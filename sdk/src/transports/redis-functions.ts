@@ -1,7 +1,16 @@
 // Lua scripts run as Redis Functions: one library per version of the code, loaded once per primary
 // (FUNCTION LOAD), each script called by FCALL, so a call runs only its function, not the script's chunk.
+// The SDK's direct transport runs quota-sync this way, and so does the Tollgate service (its engine, rate
+// limits and the check API's quota sync): the same chunk makes the same library, shared on a cluster.
 import { createHash } from "node:crypto";
-import { type Cluster, ReplyError } from "ioredis";
+import { type Cluster, type Redis, ReplyError } from "ioredis";
+
+/** A cluster client, or a single Redis (tests, a standalone deployment). */
+type Client = Cluster | Redis;
+
+/** The primaries of `client`: its own node when it is not a cluster client. */
+const primariesOf = (client: Client): Redis[] =>
+  client.isCluster ? (client as Cluster).nodes("master") : [client as Redis];
 
 /** ioredis re-exports redis-errors' ReplyError without typings: every error reply Redis sent is one. */
 const RedisReplyError = ReplyError as abstract new (...args: never[]) => Error;
@@ -62,18 +71,18 @@ const isReply = (error: unknown, pattern: RegExp): boolean =>
  * loaded once more, so the promoted node is not missed. Rejects as the
  * first failing node's command rejected (classified by the caller like any other reply or no-answer).
  */
-export async function loadLibrary(cluster: Cluster, library: RedisFunctionLibrary): Promise<void> {
-  const demoted = await Promise.all(cluster.nodes("master").map((node) => loadOn(node, library)));
-  if (!demoted.includes(true)) return;
+export async function loadLibrary(client: Client, library: RedisFunctionLibrary): Promise<void> {
+  const demoted = await Promise.all(primariesOf(client).map((node) => loadOn(node, library)));
+  if (!demoted.includes(true) || !client.isCluster) return;
   // a failover the client has not seen: its new primary may be missing from the list, so look again once
   await new Promise<void>((resolve, reject) =>
-    cluster.refreshSlotsCache((error) => (error ? reject(error) : resolve())),
+    (client as Cluster).refreshSlotsCache((error) => (error ? reject(error) : resolve())),
   );
-  await Promise.all(cluster.nodes("master").map((node) => loadOn(node, library)));
+  await Promise.all(primariesOf(client).map((node) => loadOn(node, library)));
 }
 
 /** Resolves true when the node answered READONLY (no longer a primary). */
-function loadOn(node: ReturnType<Cluster["nodes"]>[number], library: RedisFunctionLibrary): Promise<boolean> {
+function loadOn(node: Redis, library: RedisFunctionLibrary): Promise<boolean> {
   return node.function("LOAD", library.code).then(
     () => false,
     (error: unknown) => {
@@ -85,9 +94,9 @@ function loadOn(node: ReturnType<Cluster["nodes"]>[number], library: RedisFuncti
 }
 
 /** One load at a time per client and library: a flushed node's concurrent calls wait on the same load. */
-const reloads = new WeakMap<Cluster, Map<string, Promise<void>>>();
+const reloads = new WeakMap<Client, Map<string, Promise<void>>>();
 
-function reload(cluster: Cluster, library: RedisFunctionLibrary): Promise<void> {
+function reload(cluster: Client, library: RedisFunctionLibrary): Promise<void> {
   let byLibrary = reloads.get(cluster);
   if (!byLibrary) {
     byLibrary = new Map();
@@ -106,7 +115,7 @@ function reload(cluster: Cluster, library: RedisFunctionLibrary): Promise<void> 
  * `callBuffer("fcall", ...)`: with auto-pipelining, ioredis 6 drops a generic call's command name (the
  * first argument is sent as it).
  */
-type Fcalls = Cluster & {
+type Fcalls = Client & {
   fcallBuffer(fn: string, numberOfKeys: number, ...keysAndArgs: (string | Buffer)[]): Promise<Buffer>;
   fcall(fn: string, numberOfKeys: number, ...keysAndArgs: (string | number | Buffer)[]): Promise<unknown>;
 };
@@ -117,7 +126,7 @@ type Fcalls = Cluster & {
  * every primary and the call sent once more. A failed load rejects as its reply came (an outage or an
  * error reply), never as "Function not found".
  */
-function withLibrary<T>(cluster: Cluster, library: RedisFunctionLibrary, send: () => Promise<T>): Promise<T> {
+function withLibrary<T>(cluster: Client, library: RedisFunctionLibrary, send: () => Promise<T>): Promise<T> {
   return send().catch((error: unknown) => {
     if (!isReply(error, NOT_FOUND)) throw error;
     return reload(cluster, library).then(send);
@@ -126,7 +135,7 @@ function withLibrary<T>(cluster: Cluster, library: RedisFunctionLibrary, send: (
 
 /** FCALL of `library`'s function `name` with its reply as Buffers (ioredis routes it by its first key). */
 export function fcallBuffer<Name extends string>(
-  cluster: Cluster,
+  cluster: Client,
   library: RedisFunctionLibrary<Name>,
   name: Name,
   keys: readonly string[],
@@ -142,7 +151,7 @@ export function fcallBuffer<Name extends string>(
  * array of them as an array), for replies without binary strings: the rate-limit functions'.
  */
 export function fcall<T, Name extends string = string>(
-  cluster: Cluster,
+  cluster: Client,
   library: RedisFunctionLibrary<Name>,
   name: Name,
   keys: readonly string[],
