@@ -45,6 +45,9 @@ local SLOT, SLOT_BYTES, SLOT_MAX = '<I4', 4, 4294967295
 -- own demand, its time, and the last approximate grant: its seq (0: none), time and amount
 local INSTANCE_FORMAT = '<ddddd'
 local PAIR_FORMAT = '<dd'
+-- the standard functions the per-key path calls, bound at the start of every call (Redis 7.0 runs a
+-- library's top level with only `redis` in reach): a local is one VM step, a global's field three
+local floor, min, max, exp, spack, sunpack, rcall
 
 -- The rule of a call, prepared from its text (cached per text: a node holds few rules, and a policy that
 -- changes often starts the cache again past PREPARED_MAX texts):
@@ -153,7 +156,7 @@ end
 local now, ringList, ringsOf, reserveRings, RING_BYTES
 
 local function decay(count, at)
-  if now > at then return count * math.exp((at - now) / DEMAND_TAU_MS), now end
+  if now > at then return count * exp((at - now) / DEMAND_TAU_MS), now end
   return count, at
 end
 
@@ -175,7 +178,7 @@ end
 local slots, slotsKey = nil, nil
 local function storedSlots()
   if slots == nil then
-    local stored = redis.call('HGET', slotsKey, 'r')
+    local stored = rcall('HGET', slotsKey, 'r')
     slots = stored and #stored == RING_BYTES and stored or false
   end
   return slots
@@ -191,7 +194,7 @@ local function read(ring, bucket)
   if ring.zero then return 0 end
   local stored = slots or storedSlots()
   if not stored then return 0 end
-  return (struct.unpack(SLOT, stored, ring.base + index * SLOT_BYTES + 1))
+  return (sunpack(SLOT, stored, ring.base + index * SLOT_BYTES + 1))
 end
 
 local function write(ring, bucket, value)
@@ -211,7 +214,7 @@ end
 local function addTo(ring, at, count)
   if at > now then at = now end
   local c = ring.cur
-  local bucket = math.floor(at / ring.q)
+  local bucket = floor(at / ring.q)
   if bucket > c then bucket = c end
   if bucket > c - ring.size then
     local value = read(ring, bucket)
@@ -276,7 +279,7 @@ local function ringBytes()
       local index = changed[c]
       local at = start + index * SLOT_BYTES
       if at > from then parts[#parts + 1] = string.sub(source, from, at - 1) end
-      parts[#parts + 1] = struct.pack(SLOT, ring.vals[index])
+      parts[#parts + 1] = spack(SLOT, ring.vals[index])
       from = at + SLOT_BYTES
     end
     if from <= last then parts[#parts + 1] = string.sub(source, from, last) end
@@ -288,6 +291,8 @@ local head = {}
 return function(KEYS, ARGV)
   -- another protocol's arguments would be read as garbage: a caller with an older copy of wire.ts
   if ARGV[1] ~= '2' then return redis.error_reply('ERR quota-sync: protocol 2 expected, got ' .. ARGV[1]) end
+  floor, min, max, exp = math.floor, math.min, math.max, math.exp
+  spack, sunpack, rcall = struct.pack, struct.unpack, redis.call
   now = tonumber(ARGV[2])
   local instance, seq, seen = ARGV[3], tonumber(ARGV[4]), ARGV[5]
   -- every entry is checked before anything is written (a script's writes stay when it fails later): little-
@@ -297,12 +302,12 @@ return function(KEYS, ARGV)
     local entry = ARGV[i + 2]
     local size = #entry
     if size < 32 then return redis.error_reply('ERR quota-sync: malformed entry ' .. (i - 3)) end
-    local usages, refunds = struct.unpack('<dd', entry, 17)
+    local usages, refunds = sunpack('<dd', entry, 17)
     if size ~= 32 + 16 * (usages + refunds) then return redis.error_reply('ERR quota-sync: malformed entry ' .. (i - 3)) end
   end
   local reading = instance == ''
 
-  local cfg = redis.call('HMGET', KEYS[1], 'v', 'r')
+  local cfg = rcall('HMGET', KEYS[1], 'v', 'r')
   local version, ruleText = cfg[1], cfg[2]
   -- no configuration, or a removed rule's tombstone (lua/quota-rule.lua)
   if not version or version == '' then return { 2, 'norule', now, '', '', '', 0, 0 } end
@@ -317,13 +322,13 @@ return function(KEYS, ARGV)
   ringList, ringsOf, reserveRings, RING_BYTES = P.ringList, P.ringsOf, P.reserveRings, P.RING_BYTES
   for r = 1, RINGS do
     local ring = ringList[r]
-    ring.now = math.floor(now / ring.q)
+    ring.now = floor(now / ring.q)
   end
   reply[6], reply[7] = mode, #limits
 
   -- idempotency: highest seq applied, and a mask of which of the REORDER seqs below it were applied
   local status = 'applied'
-  local record = redis.call('HGET', KEYS[2], instance)
+  local record = rcall('HGET', KEYS[2], instance)
   local high, mask = 0, 0
   if record then
     local h, m = string.match(record, '^(%d+):(%-?%d+)$')
@@ -350,52 +355,52 @@ return function(KEYS, ARGV)
   local applied = status == 'applied' and not reading
   reply[2] = status
   -- %d, not tostring: a seq of 15 digits or more (the schema allows up to 2^53 - 1) would be written 1e+14
-  if applied then redis.call('HSET', KEYS[2], instance, string.format('%d:%d', high, mask)) end
+  if applied then rcall('HSET', KEYS[2], instance, string.format('%d:%d', high, mask)) end
 
   -- the seq and instance records outlive the longest window, so a replay they no longer know about only
   -- carries usage too old to count; their expiry is pushed on for new members and every 16th seq
-  local retention = math.max(longest, 60000) + 60000
-  local newInstance = not reading and redis.call('ZADD', KEYS[3], now, instance) == 1
+  local retention = max(longest, 60000) + 60000
+  local newInstance = not reading and rcall('ZADD', KEYS[3], now, instance) == 1
   if newInstance or (not reading and seq % 16 == 0) then
-    local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now - retention, 'LIMIT', 0, 32)
+    local gone = rcall('ZRANGEBYSCORE', KEYS[3], '-inf', now - retention, 'LIMIT', 0, 32)
     if #gone > 0 then
-      redis.call('ZREM', KEYS[3], unpack(gone))
-      redis.call('HDEL', KEYS[2], unpack(gone))
+      rcall('ZREM', KEYS[3], unpack(gone))
+      rcall('HDEL', KEYS[2], unpack(gone))
     end
-    redis.call('PEXPIRE', KEYS[2], retention)
-    redis.call('PEXPIRE', KEYS[3], retention)
+    rcall('PEXPIRE', KEYS[2], retention)
+    rcall('PEXPIRE', KEYS[3], retention)
   end
-  local instances = redis.call('ZCOUNT', KEYS[3], now - ACTIVE_MS, '+inf')
+  local instances = rcall('ZCOUNT', KEYS[3], now - ACTIVE_MS, '+inf')
   reply[8] = instances
   -- in requests over one DEMAND_TAU_MS
-  local pseudo = slowest * DEMAND_TAU_MS * PSEUDO_DEMAND / math.max(instances, 1)
+  local pseudo = slowest * DEMAND_TAU_MS * PSEUDO_DEMAND / max(instances, 1)
 
   local INSTANCE_FIELD = 'i:' .. instance
 
   for i = 4, #KEYS do
     local key = KEYS[i]
     local entry = ARGV[i + 2]
-    local offered, want, usages, refunds = struct.unpack('<dddd', entry)
-    local meta = redis.call('HMGET', key, 'L', 'h', INSTANCE_FIELD)
+    local offered, want, usages, refunds = sunpack('<dddd', entry)
+    local meta = rcall('HMGET', key, 'L', 'h', INSTANCE_FIELD)
     local writeLayout = meta[1] ~= layout
     local stored = nil
     slots, slotsKey = false, key
     if not writeLayout then
       if meta[2] and #meta[2] == HEADER * 8 then
-        stored = { struct.unpack(HEADER_FORMAT, meta[2]) }
+        stored = { sunpack(HEADER_FORMAT, meta[2]) }
         slots = nil -- read when needed
       end
     elseif meta[1] == previousLayout then
       -- stored as b3: the same counts, read from its blob (written as b4 below; a read converts nothing)
-      local blob = redis.call('HGET', key, 'b')
+      local blob = rcall('HGET', key, 'b')
       if blob and #blob == B3_HEADER * 8 + RING_BYTES then
-        local old = { struct.unpack(B3_FORMAT, blob) }
+        local old = { sunpack(B3_FORMAT, blob) }
         slots = string.sub(blob, B3_HEADER * 8 + 1)
         stored = { old[1], old[2], old[3] }
         for r = 1, RINGS do
           local ring, c = ringList[r], old[3 + r]
           local slot = function(bucket)
-            return (struct.unpack(SLOT, slots, ring.base + (bucket % ring.size) * SLOT_BYTES + 1))
+            return (sunpack(SLOT, slots, ring.base + (bucket % ring.size) * SLOT_BYTES + 1))
           end
           stored[1 + 3 * r], stored[2 + 3 * r], stored[3 + 3 * r] = c, slot(c), slot(c - 1)
         end
@@ -403,7 +408,7 @@ return function(KEYS, ARGV)
       end
     elseif meta[1] then
       -- another bucket layout: the key starts again
-      if not reading then redis.call('DEL', key) end
+      if not reading then rcall('DEL', key) end
       meta = {}
     end
     if stored then
@@ -461,7 +466,7 @@ return function(KEYS, ARGV)
     local ownStored, ownAtStored, grantSeq, grantAt, credit = nil, nil, 0, 0, 0
     local instanceStored = meta[3]
     if instanceStored and #instanceStored == 40 then
-      ownStored, ownAtStored, grantSeq, grantAt, credit = struct.unpack(INSTANCE_FORMAT, instanceStored)
+      ownStored, ownAtStored, grantSeq, grantAt, credit = sunpack(INSTANCE_FORMAT, instanceStored)
     end
 
     -- approximate: this instance's previous allowance was reserved when granted; the usage reported now
@@ -471,8 +476,8 @@ return function(KEYS, ARGV)
     if applied and not strict then
       local left = credit
       for u = 0, usages - 1 do
-        local at, count = struct.unpack(PAIR_FORMAT, entry, 33 + 16 * u)
-        local take = math.min(left, count)
+        local at, count = sunpack(PAIR_FORMAT, entry, 33 + 16 * u)
+        local take = min(left, count)
         left = left - take
         if count > take then add('a', at, count - take) end
       end
@@ -482,16 +487,16 @@ return function(KEYS, ARGV)
     -- and count from now over W instead (spent before now, they are in no window that starts after now - W)
     if applied and strict then
       for u = usages, usages + refunds - 1 do
-        local at, count = struct.unpack(PAIR_FORMAT, entry, 33 + 16 * u)
+        local at, count = sunpack(PAIR_FORMAT, entry, 33 + 16 * u)
         add('g', at, -count)
       end
       for u = 0, usages - 1 do
-        local at, count = struct.unpack(PAIR_FORMAT, entry, 33 + 16 * u)
-        at = math.min(at, now)
+        local at, count = sunpack(PAIR_FORMAT, entry, 33 + 16 * u)
+        at = min(at, now)
         -- a limit whose window no longer counts the grant has no use for its tokens either
         for j = 1, #limits do
           local grants, spent = limits[j].parts[1], limits[j].parts[2]
-          local bucket = math.min(math.floor(at / grants.ring.q), grants.ring.cur)
+          local bucket = min(floor(at / grants.ring.q), grants.ring.cur)
           if bucket > grants.ring.cur - grants.span then addTo(spent.ring, now, count) end
         end
         add('g', at, -count)
@@ -526,17 +531,17 @@ return function(KEYS, ARGV)
     -- syncs of an interval left about a third of it ungranted ((1 - 1/N)^N), with two about an eighth
     -- (e^-2). No floor as strict's: the small remainder kept absorbs what instances spend outside their
     -- reservation (late replies), and granting it all raised the over-admission under load
-    local fair = share * math.max(remaining, tight.floor)
+    local fair = share * max(remaining, tight.floor)
     local amount, denyUntil = 0, 0
     if strict then
       if applied and want > 0 and remaining > 0 then
-        amount = math.min(want, remaining, math.ceil(fair))
+        amount = min(want, remaining, math.ceil(fair))
         reserve(amount)
         remaining = remaining - amount
       end
     elseif applied then
       if remaining > 0 then
-        amount = math.floor(math.min(remaining, 2 * share * remaining))
+        amount = floor(min(remaining, 2 * share * remaining))
         -- never more than about two intervals of what this instance was offered in its last one: a
         -- reservation it would not spend is capacity the other instances cannot have until its next sync
         if amount > 2 * offered + 1 then amount = 2 * offered + 1 end
@@ -561,30 +566,30 @@ return function(KEYS, ARGV)
         dirty = dirty or ring.dirty
       end
       for j = 1, #windows do head[SUMS_AT + j] = windows[j].sum end
-      local header = struct.pack(HEADER_FORMAT, unpack(head, 1, HEADER))
-      local instanceValue = struct.pack(INSTANCE_FORMAT, own, ownAt, grantSeq, grantAt, credit)
+      local header = spack(HEADER_FORMAT, unpack(head, 1, HEADER))
+      local instanceValue = spack(INSTANCE_FORMAT, own, ownAt, grantSeq, grantAt, credit)
       if writeLayout then
-        redis.call('HSET', key, 'h', header, 'r', ringBytes(), INSTANCE_FIELD, instanceValue, 'L', layout)
-        if meta[1] == previousLayout then redis.call('HDEL', key, 'b') end
+        rcall('HSET', key, 'h', header, 'r', ringBytes(), INSTANCE_FIELD, instanceValue, 'L', layout)
+        if meta[1] == previousLayout then rcall('HDEL', key, 'b') end
       elseif dirty then
-        redis.call('HSET', key, 'h', header, 'r', ringBytes(), INSTANCE_FIELD, instanceValue)
+        rcall('HSET', key, 'h', header, 'r', ringBytes(), INSTANCE_FIELD, instanceValue)
       else
-        redis.call('HSET', key, 'h', header, INSTANCE_FIELD, instanceValue)
+        rcall('HSET', key, 'h', header, INSTANCE_FIELD, instanceValue)
       end
       if not instanceStored then added = 1 end
-      if refresh then redis.call('PEXPIRE', key, KEY_TTL) end
+      if refresh then rcall('PEXPIRE', key, KEY_TTL) end
     end
     -- an instance new to the key: when the key holds many more instances than sync the group lately, the
     -- fields of those silent for longer than the seq records are kept go (their grants left every window)
-    if added > 0 and redis.call('HLEN', key) > 2 * instances + 10 then
-      local all = redis.call('HGETALL', key)
+    if added > 0 and rcall('HLEN', key) > 2 * instances + 10 then
+      local all = rcall('HGETALL', key)
       local gone = {}
       for f = 1, #all, 2 do
-        if string.sub(all[f], 1, 2) == 'i:' and (struct.unpack('<d', all[f + 1], 9)) < now - retention then
+        if string.sub(all[f], 1, 2) == 'i:' and (sunpack('<d', all[f + 1], 9)) < now - retention then
           gone[#gone + 1] = all[f]
         end
       end
-      if #gone > 0 then redis.call('HDEL', key, unpack(gone)) end
+      if #gone > 0 then rcall('HDEL', key, unpack(gone)) end
     end
 
     reply[n + 1], reply[n + 2], reply[n + 3] = amount, now + lease, denyUntil
