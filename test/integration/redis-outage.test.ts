@@ -4,9 +4,11 @@
 import { afterAll, beforeAll, expect, it } from "vitest";
 import type { LocalStack } from "../../scripts/local-stack.ts";
 import { startCluster, stopCluster } from "../../scripts/redis-cluster.ts";
+import { basePort } from "../support/cluster.ts";
 import { drainDelivery, invoke, receive, sendRaw, testStack, uploadRules } from "../support/pipeline.ts";
 
-const OUTAGE_PORT = Number(process.env.REDIS_OUTAGE_BASE_PORT ?? 7300);
+// beside the suite's own cluster (7300 by default): two suites on one machine never share it
+const OUTAGE_PORT = Number(process.env.REDIS_OUTAGE_BASE_PORT ?? basePort + 300);
 const policy = {
   version: "outage.1",
   channels: ["push"],
