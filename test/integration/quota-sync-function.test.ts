@@ -8,8 +8,17 @@ import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { load, quotaLibrary } from "../../functions/adapters/lua-scripts.ts";
 import type { TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
+import { RedisQuotaStore } from "../../functions/adapters/redis-quota-store.ts";
 import { evalScriptOf, fcall } from "../../sdk/src/transports/redis-functions.ts";
-import { encodeRule, PROTOCOL, type QuotaRule, quotaKey, slotGroupKeys, slotGroupPrefix } from "../../sdk/src/wire.ts";
+import {
+  encodeRule,
+  encodeSync,
+  PROTOCOL,
+  type QuotaRule,
+  quotaKey,
+  slotGroupKeys,
+  slotGroupPrefix,
+} from "../../sdk/src/wire.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
 import { T0 } from "../support/rules.ts";
 
@@ -404,5 +413,47 @@ describe("quota-sync as a Redis Function", () => {
       ),
       { numRuns: Number(process.env.QS_RUNS ?? 20), endOnFailure: true },
     );
+  });
+});
+
+describe("quota-sync as a Redis Function, on a full node", () => {
+  it('a read (instance "", `tollgate quotas usage`) answers on a node past maxmemory, as the script did by EVAL: reads write nothing', async () => {
+    const namespace = uniqueNamespace();
+    const rule: QuotaRule = {
+      mode: "approximate",
+      leaseMs: 1000,
+      fallback: "share",
+      slotGroups: 1,
+      limits: [{ windowMs: 1000, max: 100 }],
+    };
+    const store = new RedisQuotaStore(cluster, namespace);
+    await store.publish("api", rule, "v1", 1, 1);
+    const sync = (instanceId: string, seq: number) => ({
+      instanceId,
+      rule: "api",
+      group: 0,
+      seq,
+      configVersion: "v1",
+      entries: [{ key: "k", usage: [[T0, 3]] as [number, number][], refunds: [], offered: 3, want: 0 }],
+    });
+    const applied = await store.sync(sync("a", 1), T0);
+    const { keys, args } = encodeSync(namespace, sync("", 0), T0 + 10, { read: true });
+    // a full cache fails writes (noeviction, infra/cache.ts); what it holds can still be read
+    const primaries = cluster.nodes("master");
+    const limits = await Promise.all(primaries.map((node) => node.config("GET", "maxmemory") as Promise<string[]>));
+    let byEval: unknown;
+    let read: unknown;
+    try {
+      await Promise.all(primaries.map((node) => node.config("SET", "maxmemory", "1")));
+      byEval = await cluster.eval(FRESH, keys.length, ...keys, ...args);
+      // a function registered without flags may write, so Redis refuses to start it past maxmemory (OOM),
+      // where a script without a shebang fails only at its first write, and a read makes none
+      read = await store.read(sync("", 0), T0 + 10).catch((error: Error) => error);
+    } finally {
+      await Promise.all(primaries.map((node, i) => node.config("SET", "maxmemory", limits[i]![1]!)));
+    }
+    // the same chunk by EVAL reads the key: its one window holds the usage and the allowance
+    expect((byEval as unknown[]).at(-1)).toBe(applied.entries[0]!.used[0]);
+    expect(read).toMatchObject({ entries: [{ used: applied.entries[0]!.used }] });
   });
 });
