@@ -2,6 +2,7 @@
 // once per primary and called by FCALL: the engine's in tollgateLibrary, the rate-limit scripts in
 // limitLibrary (called by RedisLimitStore).
 import { existsSync, readFileSync } from "node:fs";
+import { quotaLibraryOf } from "../../sdk/src/transports/redis.ts";
 import { defineLibrary } from "../../sdk/src/transports/redis-functions.ts";
 import { ALGORITHMS, type Algorithm } from "../core/limits/limit-specs.ts";
 
@@ -59,8 +60,9 @@ export const limitLibrary = defineLibrary({
 export const tollgateLibrary = defineLibrary({ capSends: load("cap-sends") });
 
 /**
- * Quotas' sync script as a Redis Function, a library of its own (the engine's changes leave its name alone):
+ * Quotas' sync script as a Redis Function, a library of its own (the engine's changes leave its name alone),
+ * the SDK's direct transport loads the same (`quotaLibraryOf`); reads go to `quotaRead` (`no-writes`):
  * a rule's rings, windows and formats are built once per rule text and node, and its functions once per
  * node; as an EVAL script every call built them again (docs/DECISIONS.md, "quota-sync as a Redis Function").
  */
-export const quotaLibrary = defineLibrary({ quotaSync: load("quota-sync") });
+export const quotaLibrary = quotaLibraryOf(load("quota-sync"));

@@ -49,7 +49,7 @@ export class RedisQuotaStore implements QuotaStore {
     const reply = await redisCallsOf(this.cluster).call(
       `quota-sync on ${keys[0]}`,
       keys,
-      () => fcall(this.cluster, quotaLibrary, "quotaSync", keys, args),
+      () => fcall(this.cluster, quotaLibrary, read ? "quotaRead" : "quotaSync", keys, args),
       { deadlineMs: this.deadlineMs, retryOn: "no-answer" },
     );
     return decodeSync(reply, request);

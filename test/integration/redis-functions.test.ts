@@ -169,8 +169,11 @@ describe("loading through a failover the client has not seen", () => {
       await client.cluster("SLOTS"); // connected, with the slot map as it is now
       const roles = await Promise.all(nodes.map(async (node) => (await node.role())[0]));
       const replica = nodes[roles.indexOf("slave")] as Redis;
+      const masterPort = Number((await replica.role())[2]);
+      const demoted = nodes.find((node) => node.options.port === masterPort) as Redis;
       await replica.call("CLUSTER", "FAILOVER");
-      for (let tries = 0; (await replica.role())[0] !== "master"; tries++) {
+      // promoted, and the old primary a replica already: a load it accepted in between would be lost
+      for (let tries = 0; (await replica.role())[0] !== "master" || (await demoted.role())[0] !== "slave"; tries++) {
         if (tries > 200) throw new Error("the replica was not promoted");
         await new Promise((resolve) => setTimeout(resolve, 50));
       }

@@ -3,7 +3,7 @@
 // The SDK's direct transport runs quota-sync this way, and so does the Tollgate service (its engine, rate
 // limits and the check API's quota sync): the same chunk makes the same library, shared on a cluster.
 import { createHash } from "node:crypto";
-import { type Cluster, type Redis, ReplyError } from "ioredis";
+import type { Cluster, Redis } from "ioredis";
 
 /** A cluster client, or a single Redis (tests, a standalone deployment). */
 type Client = Cluster | Redis;
@@ -11,9 +11,6 @@ type Client = Cluster | Redis;
 /** The primaries of `client`: its own node when it is not a cluster client. */
 const primariesOf = (client: Client): Redis[] =>
   client.isCluster ? (client as Cluster).nodes("master") : [client as Redis];
-
-/** ioredis re-exports redis-errors' ReplyError without typings: every error reply Redis sent is one. */
-const RedisReplyError = ReplyError as abstract new (...args: never[]) => Error;
 
 /**
  * A library of Lua scripts. Each script is a chunk that returns the function to register, which Redis then
@@ -29,18 +26,32 @@ export interface RedisFunctionLibrary<Name extends string = string> {
   readonly functions: Readonly<Record<Name, string>>;
 }
 
-/** The library of `chunks` (script name -> Lua chunk returning its function); names are `[A-Za-z0-9_]`. */
-export function defineLibrary<Name extends string>(chunks: Readonly<Record<Name, string>>): RedisFunctionLibrary<Name> {
-  const entries = Object.entries(chunks) as [Name, string][];
+/**
+ * A script of a library: a Lua chunk returning its function, or the chunk and the flags its function is
+ * registered with. A function without flags may write, so Redis refuses to start it on a node past
+ * `maxmemory` (OOM) even when this call would write nothing; `no-writes` makes it a reader, which Redis
+ * runs there (and which fails if it tries a write).
+ */
+export type LibraryScript = string | { readonly chunk: string; readonly flags: readonly ("no-writes" | "allow-oom")[] };
+
+/** The library of `scripts` (script name -> its chunk, and its flags); names are `[A-Za-z0-9_]`. */
+export function defineLibrary<Name extends string>(
+  scripts: Readonly<Record<Name, LibraryScript>>,
+): RedisFunctionLibrary<Name> {
+  const entries = Object.entries(scripts) as [Name, LibraryScript][];
   for (const [name] of entries) {
     if (!/^[A-Za-z][A-Za-z0-9_]*$/.test(name)) throw new Error(`Redis function name "${name}": letters, digits, _`);
   }
+  // the hash covers the flags too: a node holding the library answers "already exists" to the same name
   const sha8 = createHash("sha1").update(JSON.stringify(entries)).digest("hex").slice(0, 8);
   const functions = Object.fromEntries(entries.map(([name]) => [name, `${name}_${sha8}`])) as Record<Name, string>;
   // each chunk inside its own function: its locals stay its own, and its `return` hands over the callback
-  const body = entries.map(
-    ([name, lua]) => `redis.register_function('${functions[name]}', (function()\n${lua}\nend)())`,
-  );
+  const body = entries.map(([name, script]) => {
+    const callback = `(function()\n${typeof script === "string" ? script : script.chunk}\nend)()`;
+    if (typeof script === "string") return `redis.register_function('${functions[name]}', ${callback})`;
+    const flags = script.flags.map((flag) => `'${flag}'`).join(", ");
+    return `redis.register_function{function_name = '${functions[name]}', callback = ${callback}, flags = { ${flags} }}`;
+  });
   const libraryName = `tollgate_${sha8}`;
   return { name: libraryName, code: [`#!lua name=${libraryName}`, ...body].join("\n"), functions };
 }
@@ -61,8 +72,9 @@ const READ_ONLY = /^READONLY /;
 /** The reply of FCALL for a function the node does not hold (a new or emptied node, FUNCTION FLUSH). */
 const NOT_FOUND = /^ERR Function not found/;
 
+/** By name, not `instanceof`: a service and this package may each have their own copy of ioredis. */
 const isReply = (error: unknown, pattern: RegExp): boolean =>
-  error instanceof RedisReplyError && pattern.test(error.message);
+  error instanceof Error && error.name === "ReplyError" && pattern.test(error.message);
 
 /**
  * Loads `library` on every primary of `cluster`. A node that holds it already answers "already exists"

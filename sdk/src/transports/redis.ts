@@ -24,14 +24,23 @@ const LUA_CANDIDATES = [
   new URL("../../../lua/quota-sync.lua", import.meta.url),
 ];
 
-let library: RedisFunctionLibrary<"quotaSync"> | undefined;
-/** The library of quota-sync.lua alone: the same chunk as the service's `quotaLibrary`, so the same name. */
-function quotaSyncLibrary(): RedisFunctionLibrary<"quotaSync"> {
+/**
+ * quota-sync's library, as the SDK and the Tollgate service both load it (the same chunk and flags make the
+ * same name, so they share it): `quotaSync`, and `quotaRead`, the same chunk registered `no-writes` for
+ * reads (instance "": `tollgate quotas usage`), which a node past `maxmemory` still runs.
+ */
+export function quotaLibraryOf(chunk: string): RedisFunctionLibrary<"quotaSync" | "quotaRead"> {
+  return defineLibrary({ quotaSync: chunk, quotaRead: { chunk, flags: ["no-writes"] } });
+}
+
+let library: RedisFunctionLibrary<"quotaSync" | "quotaRead"> | undefined;
+/** The library of the quota-sync.lua beside the package: the service's `quotaLibrary`. */
+function quotaSyncLibrary(): RedisFunctionLibrary<"quotaSync" | "quotaRead"> {
   if (library !== undefined) return library;
   const file = LUA_CANDIDATES.find((candidate) => existsSync(candidate));
   if (!file)
     throw new QuotasConfigError("redis", `quota-sync.lua not found (${LUA_CANDIDATES.map(String).join(", ")})`);
-  library = defineLibrary({ quotaSync: readFileSync(file, "utf8") });
+  library = quotaLibraryOf(readFileSync(file, "utf8"));
   return library;
 }
 
@@ -56,13 +65,19 @@ export function redisTransport(options: RedisTransportOptions): QuotaTransport {
 }
 
 /**
- * "Redis did not answer" is not "Redis answered with an error": a plain ERR reply is a refused call (a
- * bug, or a script error), everything else (no connection, timeout, MOVED/ASK/TRYAGAIN/CLUSTERDOWN) is
- * the store being unreachable for now, and the same request is sent again.
+ * Error replies that Redis sends instead of running the command (a topology change, a node that cannot
+ * serve yet, a script hogging it): the store is unreachable for now, and the same request goes again.
+ */
+const NOT_RUN = new Set(["MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN", "LOADING", "MASTERDOWN", "READONLY", "BUSY"]);
+
+/**
+ * "Redis did not answer" is not "Redis answered with an error": an error reply is a refused call (a bug,
+ * a script error, OOM, an ACL without the right) unless it is one of NOT_RUN; everything else (no
+ * connection, a timeout) is the store being unreachable for now, and the same request is sent again.
  */
 function classify(error: unknown, request: SyncRequest): Error {
   const what = `quota sync of ${request.rule}.${request.group}`;
-  if (error instanceof Error && error.name === "ReplyError" && error.message.startsWith("ERR ")) {
+  if (error instanceof Error && error.name === "ReplyError" && !NOT_RUN.has(error.message.split(" ", 1)[0] ?? "")) {
     return new SyncRejectedError(`${what}: ${error.message}`, { cause: error });
   }
   return new StoreUnreachableError(`${what}: ${(error as Error).message}`, { cause: error });

@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { quotaLibrary } from "../../../functions/adapters/lua-scripts.ts";
 import { RedisQuotaStore } from "../../../functions/adapters/redis-quota-store.ts";
 import { basePort, connectCluster, uniqueNamespace } from "../../../test/support/cluster.ts";
+import { SyncRejectedError } from "../../src/errors.ts";
 import { createQuotas, type Quotas } from "../../src/quotas.ts";
 import { redisTransport } from "../../src/transports/redis.ts";
 import { type QuotaRule, type SyncRequest, slotGroupPrefix } from "../../src/wire.ts";
@@ -167,6 +168,14 @@ describe("direct transport", () => {
     const owner = cluster.slots[calculateSlot(`${slotGroupPrefix(namespace, "api", 0)}:cfg`)]?.[0];
     const node = cluster.nodes("master").find((n) => `${n.options.host}:${n.options.port}` === owner);
     expect(await node?.function("LIST", "LIBRARYNAME", quotaLibrary.name)).toHaveLength(1);
+  });
+
+  it("an error reply proves Redis answered: a key of another type (WRONGTYPE) is a refused sync, not an unreachable store", async () => {
+    const namespace = uniqueNamespace();
+    await cluster.set(`${slotGroupPrefix(namespace, "api", 0)}:cfg`, "not a hash");
+    const sync = redisTransport({ redis: cluster, namespace }).sync(request(1, 1), T0);
+    await expect(sync).rejects.toBeInstanceOf(SyncRejectedError);
+    await expect(sync).rejects.toThrow(/WRONGTYPE/);
   });
 
   it("an operator's change reaches an instance in its next sync", async () => {
