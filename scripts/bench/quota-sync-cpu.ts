@@ -50,7 +50,7 @@ function approximate(limits: QuotaRule["limits"]): QuotaRule {
 }
 
 /**
- * On the given primaries: µs and calls of EVAL + EVALSHA (commandstats: time inside the script, which
+ * On the given primaries: µs and calls of FCALL, EVAL and EVALSHA (commandstats: time inside the script, which
  * a busy machine stretches when it preempts Redis) and the processes' CPU time in µs (INFO cpu: what
  * Redis really spent, parsing and replies included).
  */
