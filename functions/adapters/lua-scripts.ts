@@ -3,7 +3,7 @@
 // limitLibrary (called by RedisLimitStore).
 import { existsSync, readFileSync } from "node:fs";
 import { quotaLibraryOf } from "../../sdk/src/transports/redis.ts";
-import { defineLibrary } from "../../sdk/src/transports/redis-functions.ts";
+import { defineLibrary, type LibraryScript } from "../../sdk/src/transports/redis-functions.ts";
 import { ALGORITHMS, type Algorithm } from "../core/limits/limit-specs.ts";
 
 /**
@@ -24,7 +24,7 @@ export function load(name: string): string {
 const common = load("limit-common");
 
 /** The chunk of POST /v1/limit per algorithm: only that algorithm is defined in it. */
-const limitChunks = Object.fromEntries(
+const limitChunksByAlgorithm = Object.fromEntries(
   ALGORITHMS.map((algorithm) => [algorithm, [common, load(algorithm), load("limit")].join("\n")]),
 ) as Record<Algorithm, string>;
 
@@ -37,19 +37,33 @@ export const LIMIT_FUNCTIONS = {
   gcra: "limit_gcra",
 } as const satisfies Record<Algorithm, string>;
 
+/** The reader of each rate-limit function: the same chunk registered `no-writes`, for peeks (every cost 0). */
+export const readerOf = <Name extends string>(name: Name): `${Name}_read` => `${name}_read`;
+
 /**
  * The rate-limit scripts as Redis Functions (redis-functions.ts), a library of their own (a change to the
  * engine's scripts leaves their names alone): POST /v1/limit's chunk per algorithm, and POST /v1/limits'
  * chunk (every algorithm, any number of keys, 1 .. MAX_LIMITS, of one hash tag) as `limits`. As EVAL
  * scripts every call re-ran the chunk, defining limit-common's and the algorithm's functions again: about a
- * third of a fixed-window call's instructions (docs/DECISIONS.md, "Rate-limit fast path").
+ * third of a fixed-window call's instructions (docs/DECISIONS.md, "Rate-limit fast path"). Each is also
+ * registered `no-writes` as `<name>_read`, which a peek (cost 0: nothing is written) calls: Redis refuses
+ * to start a function without flags on a node past `maxmemory`, where a peek by EVAL still answered.
  */
-export const limitLibrary = defineLibrary({
-  ...(Object.fromEntries(ALGORITHMS.map((algorithm) => [LIMIT_FUNCTIONS[algorithm], limitChunks[algorithm]])) as Record<
-    (typeof LIMIT_FUNCTIONS)[Algorithm],
-    string
-  >),
+const limitChunks = {
+  ...(Object.fromEntries(
+    ALGORITHMS.map((algorithm) => [LIMIT_FUNCTIONS[algorithm], limitChunksByAlgorithm[algorithm]]),
+  ) as Record<(typeof LIMIT_FUNCTIONS)[Algorithm], string>),
   limits: [common, ...ALGORITHMS.map(load), load("limits")].join("\n"),
+};
+type LimitFunction = keyof typeof limitChunks;
+export const limitLibrary = defineLibrary({
+  ...limitChunks,
+  ...(Object.fromEntries(
+    Object.entries(limitChunks).map(([name, chunk]): [string, LibraryScript] => [
+      readerOf(name),
+      { chunk, flags: ["no-writes"] },
+    ]),
+  ) as Record<`${LimitFunction}_read`, LibraryScript>),
 });
 
 /**

@@ -6,7 +6,7 @@ import { fcall, fcallBuffer } from "../../sdk/src/transports/redis-functions.ts"
 import type { CapStore } from "../core/capping/cap-sends-script.ts";
 import type { LimitStore } from "../core/limits/limit-script.ts";
 import type { Algorithm } from "../core/limits/limit-specs.ts";
-import { LIMIT_FUNCTIONS, limitLibrary, tollgateLibrary } from "./lua-scripts.ts";
+import { LIMIT_FUNCTIONS, limitLibrary, readerOf, tollgateLibrary } from "./lua-scripts.ts";
 import { type CallOptions, RedisCalls, type RedisCircuitOptions } from "./redis-calls.ts";
 
 export interface RedisClusterConfig {
@@ -151,9 +151,11 @@ export class RedisLimitStore implements LimitStore {
     };
   }
 
+  /** A peek (cost "0", ARGV[2]) goes to the algorithm's reader, which a node past maxmemory still runs. */
   runLimit(algorithm: Algorithm, key: string, args: readonly string[]): Promise<number[]> {
-    const name = LIMIT_FUNCTIONS[algorithm];
-    if (!name) throw new Error(`no limit function for ${algorithm}`);
+    const writer = LIMIT_FUNCTIONS[algorithm];
+    if (!writer) throw new Error(`no limit function for ${algorithm}`);
+    const name = args[1] === "0" ? readerOf(writer) : writer;
     return this.calls.call(
       `limit on ${key}`,
       [key],
@@ -162,11 +164,15 @@ export class RedisLimitStore implements LimitStore {
     );
   }
 
+  /** Every cost "0" (ARGV: now, then per limit its algorithm, cost and four parameters): the reader. */
   runLimits(keys: readonly string[], args: readonly string[]): Promise<number[]> {
+    let peek = true;
+    for (let cost = 2; cost < args.length; cost += 6) if (args[cost] !== "0") peek = false;
+    const name = peek ? readerOf("limits") : "limits";
     return this.calls.call(
       `limits on ${keys[0]}`,
       keys,
-      () => fcall<number[], keyof typeof limitLibrary.functions>(this.cluster, limitLibrary, "limits", keys, args),
+      () => fcall<number[], keyof typeof limitLibrary.functions>(this.cluster, limitLibrary, name, keys, args),
       this.callOptions,
     );
   }

@@ -170,4 +170,38 @@ describe("rate-limit scripts as Redis Functions", () => {
     expect(stats).not.toMatch(/cmdstat_function\|load:/);
     expect(await cluster.hget(stateKey, "field")).toBe("1");
   });
+
+  it("answers a peek (cost 0) of every algorithm, one limit or several, on a node past maxmemory, where a charge is refused (OOM)", async () => {
+    const namespace = uniqueNamespace();
+    const limiter = limiterOf(namespace);
+    const specs = [
+      { algorithm: "fixed-window", max: 5, windowMs: 60_000 },
+      { algorithm: "sliding-window", max: 5, windowMs: 60_000 },
+      { algorithm: "sliding-log", max: 5, windowMs: 60_000 },
+      { algorithm: "token-bucket", max: 5, refillAmount: 1, refillEveryMs: 1_000 },
+      { algorithm: "gcra", burst: 4, count: 5, periodMs: 60_000 },
+    ] as const;
+    for (const spec of specs) await limiter.check({ ...spec, key: "full" });
+    await loadLibrary(cluster, limitLibrary);
+    const all = await primaries();
+    const before = await Promise.all(all.map(({ node }) => node.config("GET", "maxmemory") as Promise<string[]>));
+    try {
+      await Promise.all(all.map(({ node }) => node.config("SET", "maxmemory", "1")));
+      for (const spec of specs) {
+        expect((await limiter.check({ ...spec, key: "full", cost: 0 })).remaining).toBe(4);
+        const charge = await rejectionOf(limiter.check({ ...spec, key: "full" }));
+        expect(charge).toBeInstanceOf(StoreReplyError);
+        expect(charge.message).toContain("OOM");
+      }
+      // several limits of one scope, all peeks: the multi-limit reader (fresh keys: each has its whole limit)
+      const several = await limiter.checkAll({
+        scope: "full",
+        limits: specs.map((spec, i) => ({ ...spec, key: `k${i}` })),
+        cost: 0,
+      });
+      expect(several.results.map((result) => result.remaining)).toEqual([5, 5, 5, 5, 5]);
+    } finally {
+      await Promise.all(all.map(({ node }, i) => node.config("SET", "maxmemory", before[i]![1]!)));
+    }
+  });
 });
