@@ -803,7 +803,8 @@ local blobSplitBytes -- per call
 
 local function readBlobValue(key, low, value)
   local blob = { key = key, low = low, existed = value ~= false, value = value or '', n = 0, classes = 0,
-    live = 0, positions = {}, found = {}, edits = {}, edited = false, classValues = {} }
+    live = 0, positions = {}, editIds = {}, editRecords = {}, lastEdit = -1, unsorted = false, edited = false,
+    classValues = {} }
   if value then
     blob.n, blob.classes, blob.live = readFixed(value, 2, 3), readFixed(value, 5, 3), readFixed(value, 8, 3)
   end
@@ -822,20 +823,36 @@ local function blobClassValue(blob, class)
   end
   return known
 end
--- The record of user `id` in the blob (nil when it has none); where it is (or would go) kept for the write.
+-- The record of user `id` in the blob (nil when it has none); where it is, or would
+-- go, kept for the write in blob.positions[id]: its position when found, minus the position it would take when
+-- not. The ID is looked for with string.find over the ID section (in C; a hit must be aligned on an ID), and
+-- only an ID that is not there is placed by a binary search.
 local function blobRecord(blob, id)
-  local value, low, high = blob.value, 1, blob.n
+  local value, n = blob.value, blob.n
+  if n == 0 then
+    blob.positions[id] = -1
+    return nil
+  end
+  local packed, first, stop = fixedNumber(id, 4), BLOB_HEADER + 1, BLOB_HEADER + 4 * n
+  local from = first
+  while true do
+    local found = string.find(value, packed, from, true)
+    if found == nil or found > stop then break end
+    if (found - first) % 4 == 0 then
+      local position = (found - first) / 4 + 1
+      blob.positions[id] = position
+      local a, b, c = byte(value, blob.classNumbers + 3 * position - 3, blob.classNumbers + 3 * position - 1)
+      return blobClassValue(blob, (a * 256 + b) * 256 + c)
+    end
+    from = found + 1
+  end
+  local low, high = 1, n
   while low <= high do
     local middle = floor((low + high) / 2)
     local a, b, c, d = byte(value, BLOB_HEADER + 4 * middle - 3, BLOB_HEADER + 4 * middle)
-    local found = ((a * 256 + b) * 256 + c) * 256 + d
-    if found == id then
-      blob.positions[id], blob.found[id] = middle, true
-      return blobClassValue(blob, readFixed(value, blob.classNumbers + 3 * (middle - 1), 3))
-    end
-    if found < id then low = middle + 1 else high = middle - 1 end
+    if ((a * 256 + b) * 256 + c) * 256 + d < id then low = middle + 1 else high = middle - 1 end
   end
-  blob.positions[id], blob.found[id] = low, false
+  blob.positions[id] = -low
   return nil
 end
 -- A blob's value built from scratch: ids ascending, each one's record; equal records stored once.
@@ -865,39 +882,63 @@ local function blobUsers(value)
   end
   return ids, values
 end
--- The blob's value after the call's edits (user ID -> new record, or false: the user leaves): slices of the
--- old value between the edited users, the new records appended as classes (each distinct one once).
+-- The blob's value after the call's edits (blob.editIds ascending, each one's new record in blob.editRecords,
+-- or false: the user leaves): slices of the old value between the edited users, the new records appended as
+-- classes (each distinct one once). A user that stays keeps its ID bytes: only its class number changes, so
+-- the ID section of a call that adds and removes nobody is one slice.
 local function blobAfterEdits(blob)
-  local edited = {}
-  for id in pairs(blob.edits) do edited[#edited + 1] = id end
-  table.sort(edited)
-  local value, n, classes = blob.value, blob.n, blob.classes
+  local editIds, editRecords = blob.editIds, blob.editRecords
+  if blob.unsorted then
+    -- edits out of ID order (not the order calls make them): the last edit of each user, sorted
+    local last, ids = {}, {}
+    for k = 1, #editIds do
+      if last[editIds[k]] == nil then ids[#ids + 1] = editIds[k] end
+      last[editIds[k]] = editRecords[k]
+    end
+    table.sort(ids)
+    editIds, editRecords = ids, {}
+    for k = 1, #ids do editRecords[k] = last[ids[k]] end
+  end
+  local value, n, classes, positions = blob.value, blob.n, blob.classes, blob.positions
   local dataSize = classes > 0 and readFixed(value, blob.ends + 4 * (classes - 1), 4) or 0
-  local idParts, classParts, newEnds, newValues, newClassOf = {}, {}, {}, {}, {}
-  local nextKept, count = 1, 0
-  local function keep(upTo)
-    if upTo >= nextKept then
-      idParts[#idParts + 1] = sub(value, BLOB_HEADER + 4 * nextKept - 3, BLOB_HEADER + 4 * upTo)
-      classParts[#classParts + 1] = sub(value, blob.classNumbers + 3 * (nextKept - 1), blob.classNumbers + 3 * upTo - 1)
-      count = count + upTo - nextKept + 1
+  -- old user i's ID is at idBase + 4i (4 bytes), its class number at classBase + 3i (3 bytes)
+  local idBase, classBase = BLOB_HEADER - 3, blob.classNumbers - 3
+  local idParts, classParts, newEnds, newValues, classBytesOf = {}, {}, {}, {}, {}
+  -- the first old user whose ID (class number) is not yet in idParts (classParts)
+  local idsFrom, classesFrom, count = 1, 1, n
+  for k = 1, #editIds do
+    local id, record = editIds[k], editRecords[k]
+    local position = positions[id]
+    local found = position > 0
+    if not found then position = -position end
+    -- old users before `position` keep their class numbers; a user that comes or goes cuts the ID section too
+    if position > classesFrom then
+      classParts[#classParts + 1] = sub(value, classBase + 3 * classesFrom, classBase + 3 * position - 1)
     end
-  end
-  for _, id in ipairs(edited) do
-    local position, record = blob.positions[id], blob.edits[id]
-    keep(position - 1)
-    nextKept = blob.found[id] and position + 1 or position
+    classesFrom = found and position + 1 or position
+    if not found or not record then
+      if position > idsFrom then idParts[#idParts + 1] = sub(value, idBase + 4 * idsFrom, idBase + 4 * position - 1) end
+      idsFrom = classesFrom
+    end
     if record then
-      local class = newClassOf[record]
-      if class == nil then
+      local classBytes = classBytesOf[record]
+      if classBytes == nil then
         classes, dataSize = classes + 1, dataSize + #record
-        class = classes
-        newEnds[#newEnds + 1], newValues[#newValues + 1], newClassOf[record] = fixedNumber(dataSize, 4), record, class
+        classBytes = fixedNumber(classes, 3)
+        newEnds[#newEnds + 1], newValues[#newValues + 1], classBytesOf[record] = fixedNumber(dataSize, 4), record,
+          classBytes
       end
-      idParts[#idParts + 1], classParts[#classParts + 1] = fixedNumber(id, 4), fixedNumber(class, 3)
-      count = count + 1
+      classParts[#classParts + 1] = classBytes
+      if not found then
+        idParts[#idParts + 1] = fixedNumber(id, 4)
+        count = count + 1
+      end
+    elseif found then
+      count = count - 1
     end
   end
-  keep(n)
+  if n >= idsFrom then idParts[#idParts + 1] = sub(value, idBase + 4 * idsFrom, idBase + 4 * n + 3) end
+  if n >= classesFrom then classParts[#classParts + 1] = sub(value, classBase + 3 * classesFrom, classBase + 3 * n + 2) end
   return char(BLOB_RECORDS) .. fixedNumber(count, 3) .. fixedNumber(classes, 3) .. fixedNumber(blob.live, 3) ..
     concat(idParts) .. concat(classParts) .. sub(value, blob.ends, blob.data - 1) .. concat(newEnds) ..
     sub(value, blob.data) .. concat(newValues), count, classes
@@ -905,8 +946,8 @@ end
 
 -- Per range of the call (a page argument's byte 1): its blob or directory and parts, its old-layout hash.
 local ranges -- per call
--- The record of each user of the call (false: none) and the blob it is in or goes to; users whose record is
--- a field of the old-layout hash.
+-- The record of each user of the call (false: none) and, in a range split into parts, the part it is in or
+-- goes to; users whose record is a field of the old-layout hash.
 local records, blobOfUser, inHash -- per call
 
 -- The lowest ID of the part that holds `id` (bounds: the directory's, ascending from 0).
@@ -959,17 +1000,20 @@ local function readRange(hashIndex, ids)
       local lowest = tonumber(sub(key, #root + 2))
       range.parts[lowest] = readBlobValue(key, lowest, redis.call('GET', key))
     end
-    for _, id in ipairs(ids) do blobOfUser[id] = range.parts[partOf(bounds, id)] end
-  else
-    local blob = readBlobValue(root, 0, value)
-    range.parts[0] = blob
-    for _, id in ipairs(ids) do blobOfUser[id] = blob end
   end
-  local missing = {}
-  for _, id in ipairs(ids) do
-    local record = blobRecord(blobOfUser[id], id)
+  -- a range without a directory has one blob (blobOfUser names the part only where there are parts)
+  local single = range.bounds == nil and readBlobValue(root, 0, value)
+  if single then range.parts[0] = single end
+  local missing, hashExists, bounds, parts = {}, range.hashExists, range.bounds, range.parts
+  for i = 1, #ids do
+    local id, blob = ids[i], single
+    if not single then
+      blob = parts[partOf(bounds, id)]
+      blobOfUser[id] = blob
+    end
+    local record = blobRecord(blob, id)
     records[id] = record or false
-    if not record and range.hashExists then missing[#missing + 1] = id end
+    if not record and hashExists then missing[#missing + 1] = id end
   end
   if #missing > 0 then
     local names = {}
@@ -986,15 +1030,22 @@ end
 local function storeRecord(hashIndex, id, record, retention)
   local range = ranges[hashIndex]
   if retention > range.retention then range.retention = retention end
-  local blob = blobOfUser[id]
-  if record and (#record > BIG_RECORD_BYTES or (withWindows and not blob.found[id])) then
+  local blob = range.bounds and blobOfUser[id] or range.parts[0]
+  local inBlob = blob.positions[id] > 0
+  if record and (#record > BIG_RECORD_BYTES or (withWindows and not inBlob)) then
     range.hashWrites[#range.hashWrites + 1] = format('%d', id)
     range.hashWrites[#range.hashWrites + 1] = record
-    if blob.found[id] then blob.edits[id], blob.edited = false, true end
-    return
+    if inBlob then record = false else return end
+  elseif inHash[id] then
+    range.hashDeletes[#range.hashDeletes + 1] = format('%d', id)
   end
-  if inHash[id] then range.hashDeletes[#range.hashDeletes + 1] = format('%d', id) end
-  if record or blob.found[id] then blob.edits[id], blob.edited = record, true end
+  if record or inBlob then
+    -- edits come in ID order per blob (pages ascend, a page's users too); blobAfterEdits() sorts them otherwise
+    if id <= blob.lastEdit then blob.unsorted = true end
+    blob.lastEdit = id
+    blob.editIds[#blob.editIds + 1], blob.editRecords[#blob.editRecords + 1] = id, record
+    blob.edited = true
+  end
 end
 
 -- A blob's new value written, rebuilt when dead classes piled up, split when past the size; returns the
