@@ -44,9 +44,12 @@ ARGV[8]  retentions of each profile, ","-separated, each "<kept ms>:<window ms>"
 ARGV[9]  the key prefix "<namespace>:cap:{<tag>}:" (KEYS[1] must be "<prefix>ids")
 ARGV[10] the record ranges the call reads, ","-separated (S of them, decimal)
 ARGV[11] the size in bytes past which a record blob splits
-ARGV[11+p] page p: byte 1 the index (1..S) of its record range, byte 2 the path (1: block, 0: user
-         records), bytes 3-5 the page number (user ID / 256, big endian), then per user 2 bytes: offset in
-         the page (0..255) and profile number (0-based in ARGV[7]); offsets ascending, no repeats
+ARGV[11+p] page p (1..P, P = (#ARGV - 11) / 2): byte 1 the index (1..S) of its record range, byte 2 the path
+         (1: block, 0: user records), bytes 3-5 the page number (user ID / 256, big endian), then per user
+         2 bytes: offset in the page (0..255) and profile number (0-based in ARGV[7]); offsets ascending, no
+         repeats
+ARGV[11+P+p] page p's name "p:<page number>" (decimal): its marker field in the identity table, and its block
+         key after the prefix (sent made: formatting it here cost a sparse call ~2k instructions a page)
 Reply    one byte per user in argument order: 0 allowed (counted), 1 duplicate, 2 exempt (counted without
          checks), 3+i capped by cap i (0-based) of its profile. With "+windows", then a line per user in
          argument order, "<retry at> <used> <reset at> ...\n" with a pair per cap of its profile, as of the
@@ -1445,11 +1448,11 @@ end
 
 -- Users of a page written through user records (read beforehand into `records`, by user ID); the page's
 -- block, if any, is only read.
-local function runRecordPage(spec, blockKey, hashIndex, pageBase, records, page, marked)
+local function runRecordPage(spec, blockKey, hashIndex, pageBase, records, pageName, marked)
   -- only a page marked in the identity table can have a block: an unmarked one costs no read
   local block = marked and readBlock(blockKey) or nil
   if type(block) == 'table' and block.err then return block end
-  if marked and block == nil and not peek then redis.call('HDEL', identityTableKey, 'p:' .. page) end
+  if marked and block == nil and not peek then redis.call('HDEL', identityTableKey, pageName) end
   local classOfUser = block and classesOfUsers(block.userClasses)
   for index = 1, (#spec - 5) / 2 do
     local offset, profileNumber = byte(spec, 4 + 2 * index, 5 + 2 * index)
@@ -1480,7 +1483,7 @@ end
 -- Per user only table lookups: decisions per (profile, class) and the class after an append are worked out
 -- once per call, because users of a page mostly share a history.
 local markedPagesToWrite -- per call
-local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
+local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageName)
   local block = readBlock(blockKey)
   if type(block) == 'table' and block.err then return block end
   local existed = block ~= nil
@@ -1679,7 +1682,7 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
     local ttl = ttlFor(longestRetention)
     if existed then ttl = math.max(ttl, redis.call('PTTL', blockKey)) end
     -- the marker that tells record-path calls to read this block lives at least as long as the block
-    if not existed then markedPagesToWrite[#markedPagesToWrite + 1] = pageNumber end
+    if not existed then markedPagesToWrite[#markedPagesToWrite + 1] = pageName end
     identityTableTtl = math.max(identityTableTtl, ttl)
     redis.call('SET', blockKey, cmsgpack.pack(FORMAT, block.width, block.compactAt, block.classLimit,
       block.identities, block.times, block.eventIdentities, block.classes, uniform or userClasses), 'PX', ttl)
@@ -1857,15 +1860,18 @@ end
 local function capSends(keys, args)
   local failure = beginCall(keys, args)
   if failure then return failure end
-  local pageCount = #args - FIRST_PAGE_ARG
+  local pageCount = (#args - FIRST_PAGE_ARG) / 2
+  -- page p's name is args[names + p]
+  local names = FIRST_PAGE_ARG + pageCount
+  if pageCount % 1 ~= 0 then return redis.error_reply('ERR cap-sends: a page argument without its name') end
 
   -- the user records of every page (one GET per blob), and in one HMGET of the identity table this call's
-  -- identity number and which of the record-path pages have a block
-  local markedPages = {}
-  -- each page argument's header, parsed once: its record hash, its path, its page number, "p:<page>"
-  local pageHashes, pagePaths, pageNumbers, pageMarkers = {}, {}, {}, {}
+  -- identity number and which of the record-path pages have a block (marked[p])
+  local marked = {}
+  -- each page argument's header, parsed once: its record hash, its path, its page number
+  local pageHashes, pagePaths, pageNumbers = {}, {}, {}
   do
-    local idsByRange, markerFields, markerPages = {}, { 'i:' .. identity }, {}
+    local idsByRange, anyRecordPage = {}, false
     for page = 1, pageCount do
       local spec = args[FIRST_PAGE_ARG + page]
       local hashIndex, path, a, b, c = byte(spec, 1, 5)
@@ -1874,30 +1880,27 @@ local function capSends(keys, args)
         return redis.error_reply(format('ERR cap-sends: page %d (record hash %d) is not of the tag of %s', pageNumber,
           hashIndex, identityTableKey))
       end
-      local marker = format('p:%d', pageNumber)
-      pageHashes[page], pagePaths[page], pageNumbers[page], pageMarkers[page] = hashIndex, path, pageNumber, marker
+      pageHashes[page], pagePaths[page], pageNumbers[page] = hashIndex, path, pageNumber
       local ids = idsByRange[hashIndex]
       if ids == nil then
         ids = { blockPages = {} }
         idsByRange[hashIndex] = ids
       end
-      local pageBase = pageNumber * PAGE_USERS
       if path == 0 then
+        anyRecordPage = true
+        local pageBase = pageNumber * PAGE_USERS
         for u = 6, #spec, 2 do ids[#ids + 1] = pageBase + byte(spec, u) end
       else
         -- a block-path page's users are looked up only in a range that holds records (not per user otherwise)
         ids.blockPages[#ids.blockPages + 1] = spec
       end
-      if path == 0 then
-        markerFields[#markerFields + 1] = marker
-        markerPages[#markerPages + 1] = pageNumber
-      end
     end
-    -- a call of block-path pages only reads its identity number when a user record needs it
-    if #markerPages > 0 then
-      local found = redis.call('HMGET', identityTableKey, unpackList(markerFields))
+    -- a call of block-path pages only reads its identity number when a user record needs it; the markers of
+    -- its block-path pages come along (the names as they were sent), and are not looked at
+    if anyRecordPage then
+      local found = redis.call('HMGET', identityTableKey, 'i:' .. identity, unpackList(args, names + 1, #args))
       myNumber = tonumber(found[1] or nil) or false
-      for i = 1, #markerPages do markedPages[markerPages[i]] = found[i + 1] and true or false end
+      for page = 1, pageCount do marked[page] = pagePaths[page] == 0 and found[page + 1] and true or false end
     end
     -- Every undeclared key the call may read, touched once before anything is written: while the slot
     -- migrates, Redis refuses a script's access to a key that is not (or no longer) here, and a call that
@@ -1911,9 +1914,7 @@ local function capSends(keys, args)
       touched[#touched + 1] = range.hashKey
     end
     for page = 1, pageCount do
-      if pagePaths[page] == 1 or markedPages[pageNumbers[page]] then
-        touched[#touched + 1] = keyPrefix .. pageMarkers[page]
-      end
+      if pagePaths[page] == 1 or marked[page] then touched[#touched + 1] = keyPrefix .. args[names + page] end
     end
     if #touched > 0 then
       local probe = redis.pcall('EXISTS', unpackList(touched))
@@ -1930,16 +1931,15 @@ local function capSends(keys, args)
   end
 
   for page = 1, pageCount do
-    local spec, hashIndex, pageNumber = args[FIRST_PAGE_ARG + page], pageHashes[page], pageNumbers[page]
-    local pageBase = pageNumber * PAGE_USERS
+    local spec, hashIndex, pageName = args[FIRST_PAGE_ARG + page], pageHashes[page], args[names + page]
+    local pageBase = pageNumbers[page] * PAGE_USERS
     local failure
     if pagePaths[page] == 1 then
-      failure = runBlockPage(spec, keyPrefix .. pageMarkers[page], hashIndex, pageBase, pageNumber)
+      failure = runBlockPage(spec, keyPrefix .. pageName, hashIndex, pageBase, pageName)
     else
       -- the block's name only for a page that has one (a sparse call's pages mostly have none)
-      local marked = markedPages[pageNumber]
-      failure = runRecordPage(spec, marked and keyPrefix .. pageMarkers[page], hashIndex, pageBase, records, pageNumber,
-        marked)
+      local isMarked = marked[page]
+      failure = runRecordPage(spec, isMarked and keyPrefix .. pageName, hashIndex, pageBase, records, pageName, isMarked)
     end
     if failure then return failure end
   end
@@ -1951,8 +1951,8 @@ local function capSends(keys, args)
   end
   if identityRetention > 0 then identityTableTtl = math.max(identityTableTtl, ttlFor(identityRetention)) end
   local markers = {}
-  for _, pageNumber in ipairs(markedPagesToWrite) do
-    markers[#markers + 1] = 'p:' .. pageNumber
+  for _, pageName in ipairs(markedPagesToWrite) do
+    markers[#markers + 1] = pageName
     markers[#markers + 1] = 1
   end
   if myNumberWritten and myNumber then
