@@ -806,7 +806,7 @@ local blobSplitBytes -- per call
 
 local function readBlobValue(key, low, value)
   local blob = { key = key, low = low, existed = value ~= false, value = value or '', n = 0, classes = 0,
-    live = 0, positions = {}, editIds = {}, editRecords = {}, lastEdit = -1, unsorted = false, edited = false,
+    live = 0, positions = {}, packedOf = {}, editIds = {}, editRecords = {}, lastEdit = -1, unsorted = false, edited = false,
     classValues = {} }
   if value then
     blob.n, blob.classes, blob.live = readFixed(value, 2, 3), readFixed(value, 5, 3), readFixed(value, 8, 3)
@@ -826,17 +826,17 @@ local function blobClassValue(blob, class)
   end
   return known
 end
--- The record of user `id` in the blob (nil when it has none); where it is, or would
+-- The record of user `id` (`packed`: its 4 ID bytes) in the blob (nil when it has none); where it is, or would
 -- go, kept for the write in blob.positions[id]: its position when found, minus the position it would take when
--- not. The ID is looked for with string.find over the ID section (in C; a hit must be aligned on an ID), and
+-- not (and then its ID bytes in blob.packedOf[id]). The ID is looked for with string.find over the ID section (in C; a hit must be aligned on an ID), and
 -- only an ID that is not there is placed by a binary search.
-local function blobRecord(blob, id)
+local function blobRecord(blob, id, packed)
   local value, n = blob.value, blob.n
   if n == 0 then
-    blob.positions[id] = -1
+    blob.positions[id], blob.packedOf[id] = -1, packed
     return nil
   end
-  local packed, first, stop = fixedNumber(id, 4), BLOB_HEADER + 1, BLOB_HEADER + 4 * n
+  local first, stop = BLOB_HEADER + 1, BLOB_HEADER + 4 * n
   local from = first
   while true do
     local found = string.find(value, packed, from, true)
@@ -845,7 +845,8 @@ local function blobRecord(blob, id)
       local position = (found - first) / 4 + 1
       blob.positions[id] = position
       local a, b, c = byte(value, blob.classNumbers + 3 * position - 3, blob.classNumbers + 3 * position - 1)
-      return blobClassValue(blob, (a * 256 + b) * 256 + c)
+      local class = (a * 256 + b) * 256 + c
+      return blob.classValues[class] or blobClassValue(blob, class)
     end
     from = found + 1
   end
@@ -855,7 +856,7 @@ local function blobRecord(blob, id)
     local a, b, c, d = byte(value, BLOB_HEADER + 4 * middle - 3, BLOB_HEADER + 4 * middle)
     if ((a * 256 + b) * 256 + c) * 256 + d < id then low = middle + 1 else high = middle - 1 end
   end
-  blob.positions[id] = -low
+  blob.positions[id], blob.packedOf[id] = -low, packed
   return nil
 end
 -- A blob's value built from scratch: ids ascending, each one's record; equal records stored once.
@@ -933,7 +934,7 @@ local function blobAfterEdits(blob)
       end
       classParts[#classParts + 1] = classBytes
       if not found then
-        idParts[#idParts + 1] = fixedNumber(id, 4)
+        idParts[#idParts + 1] = blob.packedOf[id]
         count = count + 1
       end
     elseif found then
@@ -974,11 +975,15 @@ local function readRange(hashIndex, ids)
   if type(exists) == 'table' then return exists end
   range.hashExists = exists == 1
   range.hasRecords = value and true or range.hashExists
+  local packs = ids.packed
   if range.hasRecords then
     for _, spec in ipairs(ids.blockPages) do
       local a, b, c = byte(spec, 3, 5)
       local pageBase = ((a * 256 + b) * 256 + c) * PAGE_USERS
-      for u = 6, #spec, 2 do ids[#ids + 1] = pageBase + byte(spec, u) end
+      for u = 6, #spec, 2 do
+        local offset = byte(spec, u)
+        ids[#ids + 1], packs[#ids + 1] = pageBase + offset, char(a, b, c, offset)
+      end
     end
   end
   if #ids == 0 then return end
@@ -986,8 +991,8 @@ local function readRange(hashIndex, ids)
     local bounds, partKeys = {}, { root }
     for q = 2, #value, 4 do bounds[#bounds + 1] = readFixed(value, q, 4) end
     range.bounds, range.directoryValue = bounds, value
-    for _, id in ipairs(ids) do
-      local lowest = partOf(bounds, id)
+    for i = 1, #ids do
+      local lowest = partOf(bounds, ids[i])
       local part = range.parts[lowest]
       if part == nil then
         partKeys[#partKeys + 1] = root .. ':' .. lowest
@@ -1008,13 +1013,28 @@ local function readRange(hashIndex, ids)
   local single = range.bounds == nil and readBlobValue(root, 0, value)
   if single then range.parts[0] = single end
   local missing, hashExists, bounds, parts = {}, range.hashExists, range.bounds, range.parts
+  local find, first = string.find, BLOB_HEADER + 1
   for i = 1, #ids do
     local id, blob = ids[i], single
     if not single then
       blob = parts[partOf(bounds, id)]
       blobOfUser[id] = blob
     end
-    local record = blobRecord(blob, id)
+    -- blobRecord() inline for an empty blob and a user found at the first try (an ID of a sparse blob seldom
+    -- appears misaligned)
+    local record, value, packed = nil, blob.value, packs[i]
+    local found = blob.n > 0 and find(value, packed, first, true)
+    if blob.n == 0 then
+      blob.positions[id], blob.packedOf[id] = -1, packed
+    elseif found and found < blob.classNumbers and (found - first) % 4 == 0 then
+      local position = (found - first) / 4 + 1
+      blob.positions[id] = position
+      local a, b, c = byte(value, blob.classNumbers + 3 * position - 3, blob.classNumbers + 3 * position - 1)
+      local class = (a * 256 + b) * 256 + c
+      record = blob.classValues[class] or blobClassValue(blob, class)
+    else
+      record = blobRecord(blob, id, packed)
+    end
     records[id] = record or false
     if not record and hashExists then missing[#missing + 1] = id end
   end
@@ -1424,7 +1444,7 @@ local function isRecorded(code) return not peek and (code == 0 or code == REPLY_
 local identityTableTtl -- per call
 
 -- The outcome for a user of profile `profileNumber` with record value `value` (false: none) and no block:
--- { reply code, the record after the call or false }. Worked out once per (profile, value) per call: a
+-- { reply code, the record after the call or false, the profile's retention }. Worked out once per (profile, value) per call: a
 -- sparse campaign's users mostly hold the same record bytes (the same sends of the same campaigns), so a
 -- call decides each distinct history once, as the block path does per class.
 local NO_RECORD = false
@@ -1440,7 +1460,8 @@ local function recordOutcome(profileNumber, profile, value)
     local record = value and readRecord(value) or nil
     local n, times, onChannel, isMine, duplicate = liveSends(profile, nil, 0, record)
     local code = duplicate and REPLY_DUPLICATE or decide(profile, n, times, onChannel, isMine)
-    outcome = { code, isRecorded(code) and recordWith(record, profile, at, myIdentityNumber(true)) or false }
+    outcome = { code, isRecorded(code) and recordWith(record, profile, at, myIdentityNumber(true)) or false,
+      profile.retention }
     byValue[value] = outcome
   end
   return outcome
@@ -1866,41 +1887,51 @@ local function capSends(keys, args)
   if pageCount % 1 ~= 0 then return redis.error_reply('ERR cap-sends: a page argument without its name') end
 
   -- the user records of every page (one GET per blob), and in one HMGET of the identity table this call's
-  -- identity number and which of the record-path pages have a block (marked[p])
-  local marked = {}
+  -- identity number and which of the record-path pages have a block (markers[p + 1] set, p a record-path page;
+  -- a block-path page's marker comes along, and is not looked at)
+  local markers = {}
   -- each page argument's header, parsed once: its record hash, its path, its page number
   local pageHashes, pagePaths, pageNumbers = {}, {}, {}
   do
     local idsByRange, anyRecordPage = {}, false
     for page = 1, pageCount do
       local spec = args[FIRST_PAGE_ARG + page]
-      local hashIndex, path, a, b, c = byte(spec, 1, 5)
+      local hashIndex, path, a, b, c, firstOffset = byte(spec, 1, 6)
       local pageNumber = (a * 256 + b) * 256 + c
-      if floor(pageNumber / 4) % 256 ~= callTag or ranges[hashIndex] == nil then
+      -- the tag: (page number / 4) mod 256, from its two low bytes
+      if (b % 4) * 64 + (c - c % 4) / 4 ~= callTag or ranges[hashIndex] == nil then
         return redis.error_reply(format('ERR cap-sends: page %d (record hash %d) is not of the tag of %s', pageNumber,
           hashIndex, identityTableKey))
       end
       pageHashes[page], pagePaths[page], pageNumbers[page] = hashIndex, path, pageNumber
       local ids = idsByRange[hashIndex]
       if ids == nil then
-        ids = { blockPages = {} }
+        -- the IDs of the range's record-path users, each one's 4 bytes in `packed`
+        ids = { packed = {}, blockPages = {} }
         idsByRange[hashIndex] = ids
       end
       if path == 0 then
         anyRecordPage = true
-        local pageBase = pageNumber * PAGE_USERS
-        for u = 6, #spec, 2 do ids[#ids + 1] = pageBase + byte(spec, u) end
+        local pageBase, packs, n = pageNumber * PAGE_USERS, ids.packed, #ids + 1
+        -- a sparse page has one user: its page number and offset are its 4 ID bytes
+        if #spec == 7 then
+          ids[n], packs[n] = pageBase + firstOffset, sub(spec, 3, 6)
+        else
+          for u = 6, #spec, 2 do
+            local offset = byte(spec, u)
+            ids[n], packs[n] = pageBase + offset, char(a, b, c, offset)
+            n = n + 1
+          end
+        end
       else
         -- a block-path page's users are looked up only in a range that holds records (not per user otherwise)
         ids.blockPages[#ids.blockPages + 1] = spec
       end
     end
-    -- a call of block-path pages only reads its identity number when a user record needs it; the markers of
-    -- its block-path pages come along (the names as they were sent), and are not looked at
+    -- a call of block-path pages only reads its identity number when a user record needs it
     if anyRecordPage then
-      local found = redis.call('HMGET', identityTableKey, 'i:' .. identity, unpackList(args, names + 1, #args))
-      myNumber = tonumber(found[1] or nil) or false
-      for page = 1, pageCount do marked[page] = pagePaths[page] == 0 and found[page + 1] and true or false end
+      markers = redis.call('HMGET', identityTableKey, 'i:' .. identity, unpackList(args, names + 1, #args))
+      myNumber = tonumber(markers[1] or nil) or false
     end
     -- Every undeclared key the call may read, touched once before anything is written: while the slot
     -- migrates, Redis refuses a script's access to a key that is not (or no longer) here, and a call that
@@ -1914,7 +1945,7 @@ local function capSends(keys, args)
       touched[#touched + 1] = range.hashKey
     end
     for page = 1, pageCount do
-      if pagePaths[page] == 1 or marked[page] then touched[#touched + 1] = keyPrefix .. args[names + page] end
+      if pagePaths[page] == 1 or markers[page + 1] then touched[#touched + 1] = keyPrefix .. args[names + page] end
     end
     if #touched > 0 then
       local probe = redis.pcall('EXISTS', unpackList(touched))
@@ -1931,15 +1962,45 @@ local function capSends(keys, args)
   end
 
   for page = 1, pageCount do
-    local spec, hashIndex, pageName = args[FIRST_PAGE_ARG + page], pageHashes[page], args[names + page]
+    local spec, hashIndex = args[FIRST_PAGE_ARG + page], pageHashes[page]
     local pageBase = pageNumbers[page] * PAGE_USERS
     local failure
     if pagePaths[page] == 1 then
+      local pageName = args[names + page]
       failure = runBlockPage(spec, keyPrefix .. pageName, hashIndex, pageBase, pageName)
-    else
+    elseif markers[page + 1] or withWindows then
       -- the block's name only for a page that has one (a sparse call's pages mostly have none)
-      local isMarked = marked[page]
+      local pageName, isMarked = args[names + page], markers[page + 1] and true or false
       failure = runRecordPage(spec, isMarked and keyPrefix .. pageName, hashIndex, pageBase, records, pageName, isMarked)
+    else
+      -- a record-path page without a block, and no windows to report (every page of a sparse campaign): each
+      -- user's outcome is that of its (profile, record) pair, as runRecordPage() finds it, inline here (a
+      -- function call per user costs what the rest of its decision does); a user in a range of one blob whose
+      -- new record goes to the blob (storeRecord()'s rule) joins the blob's edits here too
+      local range = ranges[hashIndex]
+      local blob = range.bounds == nil and range.parts[0]
+      for u = 6, #spec, 2 do
+        local offset, profileNumber = byte(spec, u, u + 1)
+        local userId = pageBase + offset
+        local value, byValue = records[userId] or NO_RECORD, recordOutcomes[profileNumber]
+        local outcome = byValue and byValue[value]
+        if outcome == nil then
+          local profile = profiles[profileNumber]
+          if profile == nil then return redis.error_reply('ERR cap-sends: unknown profile ' .. profileNumber) end
+          outcome = recordOutcome(profileNumber, profile, value)
+        end
+        reply[#reply + 1] = outcome[1]
+        local written = outcome[2]
+        if written then
+          if blob and #written <= BIG_RECORD_BYTES and not inHash[userId] and userId > blob.lastEdit then
+            if outcome[3] > range.retention then range.retention = outcome[3] end
+            local k = #blob.editIds + 1
+            blob.editIds[k], blob.editRecords[k], blob.lastEdit, blob.edited = userId, written, userId, true
+          else
+            storeRecord(hashIndex, userId, written, outcome[3])
+          end
+        end
+      end
     end
     if failure then return failure end
   end
