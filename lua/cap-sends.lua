@@ -70,7 +70,7 @@ stable between compactions, which happen when the event count reaches compactAt 
 
 -- The standard library's functions used everywhere, as locals. A function library's top level runs with only
 -- the `redis` API in reach (Redis 7.0: `string` is not a global at load), so beginCall() sets them.
-local byte, sub, char, floor, concat, unpackList, format -- per call (the same functions every call)
+local byte, sub, char, floor, concat, unpackList, format, find -- per call (the same functions every call)
 
 -- The library is loaded once per primary (FUNCTION LOAD) and every function below is defined then, not per
 -- call. What a call is about lives in the locals declared bare below ("per call"): capSends() at the end
@@ -839,7 +839,7 @@ local function blobRecord(blob, id, packed)
   local first, stop = BLOB_HEADER + 1, BLOB_HEADER + 4 * n
   local from = first
   while true do
-    local found = string.find(value, packed, from, true)
+    local found = find(value, packed, from, true)
     if found == nil or found > stop then break end
     if (found - first) % 4 == 0 then
       local position = (found - first) / 4 + 1
@@ -964,17 +964,56 @@ local function partOf(bounds, id)
   return bounds[low]
 end
 
--- Reads a range's blob (or directory and the parts of `ids`), its hash's existence, and the records of
--- `ids`. Refused keys (a slot migrating) return the error; nothing is written before every read is done.
-local function readRange(hashIndex, ids)
-  local range = ranges[hashIndex]
-  local root = range.root
-  local value = redis.pcall('GET', root)
+-- Reads a range's blob or directory and whether its old-layout hash exists, before the page arguments are
+-- parsed: a range of one blob (range.single) then looks its record-path users up as they are parsed
+-- (lookUpUser()), the others wait for readRange(). Refused keys (a slot migrating) return the error; nothing
+-- is written before every read is done.
+local function readRangeRoot(range)
+  local value = redis.pcall('GET', range.root)
   if type(value) == 'table' then return value end
   local exists = redis.pcall('EXISTS', range.hashKey)
   if type(exists) == 'table' then return exists end
   range.hashExists = exists == 1
   range.hasRecords = value and true or range.hashExists
+  range.rootValue = value
+  -- the users whose record may be a field of the hash (not in the blob, the hash exists)
+  range.missing = {}
+  if not (value and byte(value, 1) == BLOB_DIRECTORY) then
+    range.single = readBlobValue(range.root, 0, value)
+    range.parts[0] = range.single
+  end
+end
+
+-- The record of user `id` (`packed`: its 4 ID bytes) of `range` from `blob` into records[id] (false: none).
+-- (blobRecord() inline for an empty blob and a user found at the first try: an ID of a sparse blob seldom
+-- appears misaligned)
+local function lookUpUser(range, blob, id, packed)
+  local record
+  if blob.n == 0 then
+    blob.positions[id], blob.packedOf[id] = -1, packed
+  else
+    local value, first = blob.value, BLOB_HEADER + 1
+    local found = find(value, packed, first, true)
+    if found and found < blob.classNumbers and (found - first) % 4 == 0 then
+      local position = (found - first) / 4 + 1
+      blob.positions[id] = position
+      local a, b, c = byte(value, blob.classNumbers + 3 * position - 3, blob.classNumbers + 3 * position - 1)
+      local class = (a * 256 + b) * 256 + c
+      record = blob.classValues[class] or blobClassValue(blob, class)
+    else
+      record = blobRecord(blob, id, packed)
+    end
+  end
+  records[id] = record or false
+  if not record and range.hashExists then range.missing[#range.missing + 1] = id end
+end
+
+-- Reads the parts of a directory range that `ids` (its record-path users not yet looked up, with their 4 ID
+-- bytes in ids.packed) and the users of its block-path pages (only where the range holds records) fall in,
+-- looks those users up, and reads the records of the range's users that may be fields of its hash.
+local function readRange(hashIndex, ids)
+  local range = ranges[hashIndex]
+  local root, value = range.root, range.rootValue
   local packs = ids.packed
   if range.hasRecords then
     for _, spec in ipairs(ids.blockPages) do
@@ -986,8 +1025,7 @@ local function readRange(hashIndex, ids)
       end
     end
   end
-  if #ids == 0 then return end
-  if value and byte(value, 1) == BLOB_DIRECTORY then
+  if not range.single and #ids > 0 then
     local bounds, partKeys = {}, { root }
     for q = 2, #value, 4 do bounds[#bounds + 1] = readFixed(value, q, 4) end
     range.bounds, range.directoryValue = bounds, value
@@ -1009,35 +1047,17 @@ local function readRange(hashIndex, ids)
       range.parts[lowest] = readBlobValue(key, lowest, redis.call('GET', key))
     end
   end
-  -- a range without a directory has one blob (blobOfUser names the part only where there are parts)
-  local single = range.bounds == nil and readBlobValue(root, 0, value)
-  if single then range.parts[0] = single end
-  local missing, hashExists, bounds, parts = {}, range.hashExists, range.bounds, range.parts
-  local find, first = string.find, BLOB_HEADER + 1
+  local single, bounds, parts = range.single, range.bounds, range.parts
   for i = 1, #ids do
     local id, blob = ids[i], single
     if not single then
+      -- blobOfUser names the part only where there are parts
       blob = parts[partOf(bounds, id)]
       blobOfUser[id] = blob
     end
-    -- blobRecord() inline for an empty blob and a user found at the first try (an ID of a sparse blob seldom
-    -- appears misaligned)
-    local record, value, packed = nil, blob.value, packs[i]
-    local found = blob.n > 0 and find(value, packed, first, true)
-    if blob.n == 0 then
-      blob.positions[id], blob.packedOf[id] = -1, packed
-    elseif found and found < blob.classNumbers and (found - first) % 4 == 0 then
-      local position = (found - first) / 4 + 1
-      blob.positions[id] = position
-      local a, b, c = byte(value, blob.classNumbers + 3 * position - 3, blob.classNumbers + 3 * position - 1)
-      local class = (a * 256 + b) * 256 + c
-      record = blob.classValues[class] or blobClassValue(blob, class)
-    else
-      record = blobRecord(blob, id, packed)
-    end
-    records[id] = record or false
-    if not record and hashExists then missing[#missing + 1] = id end
+    lookUpUser(range, blob, id, packs[i])
   end
+  local missing = range.missing
   if #missing > 0 then
     local names = {}
     for i = 1, #missing do names[i] = format('%d', missing[i]) end
@@ -1842,8 +1862,8 @@ end
 -- Sets every per-call local from the call's keys and arguments (the header above states them): the tables the
 -- functions fill start empty, the flags false. Returns an error reply, or nothing.
 local function beginCall(keys, args)
-  byte, sub, char, floor, concat, unpackList, format = string.byte, string.sub, string.char, math.floor,
-    table.concat, unpack, string.format
+  byte, sub, char, floor, concat, unpackList, format, find = string.byte, string.sub, string.char, math.floor,
+    table.concat, unpack, string.format, string.find
   now = tonumber(args[1])
   at = tonumber(args[2])
   peek = sub(args[3], 1, 4) == 'peek'
@@ -1885,6 +1905,12 @@ local function capSends(keys, args)
   -- page p's name is args[names + p]
   local names = FIRST_PAGE_ARG + pageCount
   if pageCount % 1 ~= 0 then return redis.error_reply('ERR cap-sends: a page argument without its name') end
+  for _, range in ipairs(ranges) do
+    local refused = readRangeRoot(range)
+    if refused then
+      return redis.error_reply('TRYAGAIN cap-sends: a key of ' .. keyPrefix .. ' is not on this node: ' .. refused.err)
+    end
+  end
 
   -- the user records of every page (one GET per blob), and in one HMGET of the identity table this call's
   -- identity number and which of the record-path pages have a block (markers[p + 1] set, p a record-path page;
@@ -1912,15 +1938,22 @@ local function capSends(keys, args)
       end
       if path == 0 then
         anyRecordPage = true
-        local pageBase, packs, n = pageNumber * PAGE_USERS, ids.packed, #ids + 1
+        local pageBase, range = pageNumber * PAGE_USERS, ranges[hashIndex]
+        local single = range.single
         -- a sparse page has one user: its page number and offset are its 4 ID bytes
-        if #spec == 7 then
-          ids[n], packs[n] = pageBase + firstOffset, sub(spec, 3, 6)
+        if #spec == 7 and single then
+          lookUpUser(range, single, pageBase + firstOffset, sub(spec, 3, 6))
         else
+          local packs, n = ids.packed, #ids + 1
           for u = 6, #spec, 2 do
             local offset = byte(spec, u)
-            ids[n], packs[n] = pageBase + offset, char(a, b, c, offset)
-            n = n + 1
+            local id, packed = pageBase + offset, char(a, b, c, offset)
+            if single then
+              lookUpUser(range, single, id, packed)
+            else
+              ids[n], packs[n] = id, packed
+              n = n + 1
+            end
           end
         end
       else
