@@ -806,8 +806,8 @@ local blobSplitBytes -- per call
 
 local function readBlobValue(key, low, value)
   local blob = { key = key, low = low, existed = value ~= false, value = value or '', n = 0, classes = 0,
-    live = 0, positions = {}, packedOf = {}, editIds = {}, editRecords = {}, lastEdit = -1, unsorted = false, edited = false,
-    classValues = {} }
+    live = 0, positions = {}, packedOf = {}, editIds = {}, editRecords = {}, lastEdit = -1, unsorted = false,
+    edited = false, classValues = {} }
   if value then
     blob.n, blob.classes, blob.live = readFixed(value, 2, 3), readFixed(value, 5, 3), readFixed(value, 8, 3)
   end
@@ -828,8 +828,8 @@ local function blobClassValue(blob, class)
 end
 -- The record of user `id` (`packed`: its 4 ID bytes) in the blob (nil when it has none); where it is, or would
 -- go, kept for the write in blob.positions[id]: its position when found, minus the position it would take when
--- not (and then its ID bytes in blob.packedOf[id]). The ID is looked for with string.find over the ID section (in C; a hit must be aligned on an ID), and
--- only an ID that is not there is placed by a binary search.
+-- not (and then its ID bytes in blob.packedOf[id]). The ID is looked for with string.find over the ID section
+-- (in C; a hit must be aligned on an ID), and only an ID that is not there is placed by a binary search.
 local function blobRecord(blob, id, packed)
   local value, n = blob.value, blob.n
   if n == 0 then
@@ -942,7 +942,9 @@ local function blobAfterEdits(blob)
     end
   end
   if n >= idsFrom then idParts[#idParts + 1] = sub(value, idBase + 4 * idsFrom, idBase + 4 * n + 3) end
-  if n >= classesFrom then classParts[#classParts + 1] = sub(value, classBase + 3 * classesFrom, classBase + 3 * n + 2) end
+  if n >= classesFrom then
+    classParts[#classParts + 1] = sub(value, classBase + 3 * classesFrom, classBase + 3 * n + 2)
+  end
   return char(BLOB_RECORDS) .. fixedNumber(count, 3) .. fixedNumber(classes, 3) .. fixedNumber(blob.live, 3) ..
     concat(idParts) .. concat(classParts) .. sub(value, blob.ends, blob.data - 1) .. concat(newEnds) ..
     sub(value, blob.data) .. concat(newValues), count, classes
@@ -950,7 +952,7 @@ end
 
 -- Per range of the call (a page argument's byte 1): its blob or directory and parts, its old-layout hash.
 local ranges -- per call
--- The record of each user of the call (false: none) and, in a range split into parts, the part it is in or
+-- The record of each user of the call (nil: none) and, in a range split into parts, the part it is in or
 -- goes to; users whose record is a field of the old-layout hash.
 local records, blobOfUser, inHash -- per call
 
@@ -978,13 +980,17 @@ local function readRangeRoot(range)
   range.rootValue = value
   -- the users whose record may be a field of the hash (not in the blob, the hash exists)
   range.missing = {}
+  -- the users of its record-path pages not looked up while parsed (their 4 ID bytes in `packed`), and its
+  -- block-path pages
+  range.ids = { packed = {}, blockPages = {} }
   if not (value and byte(value, 1) == BLOB_DIRECTORY) then
     range.single = readBlobValue(range.root, 0, value)
     range.parts[0] = range.single
   end
 end
 
--- The record of user `id` (`packed`: its 4 ID bytes) of `range` from `blob` into records[id] (false: none).
+-- The record of user `id` (`packed`: its 4 ID bytes) of `range` from `blob` into records[id] (nil: none; a
+-- sparse campaign's users mostly have none, and a table entry costs what a lookup does).
 -- (blobRecord() inline for an empty blob and a user found at the first try: an ID of a sparse blob seldom
 -- appears misaligned)
 local function lookUpUser(range, blob, id, packed)
@@ -1004,8 +1010,11 @@ local function lookUpUser(range, blob, id, packed)
       record = blobRecord(blob, id, packed)
     end
   end
-  records[id] = record or false
-  if not record and range.hashExists then range.missing[#range.missing + 1] = id end
+  if record then
+    records[id] = record
+  elseif range.hashExists then
+    range.missing[#range.missing + 1] = id
+  end
 end
 
 -- Reads the parts of a directory range that `ids` (its record-path users not yet looked up, with their 4 ID
@@ -1159,7 +1168,7 @@ local function readPageRecords(hashIndex, pageBase, spec)
   if not ranges[hashIndex].hasRecords then return nil end
   local found, any = {}, false
   for u = 6, #spec, 2 do
-    local record = records[pageBase + byte(spec, u)]
+    local record = records[pageBase + byte(spec, u)] or false
     found[#found + 1] = record
     if record then any = true end
   end
@@ -1917,28 +1926,22 @@ local function capSends(keys, args)
   -- a block-path page's marker comes along, and is not looked at)
   local markers = {}
   -- each page argument's header, parsed once: its record hash, its path, its page number
-  local pageHashes, pagePaths, pageNumbers = {}, {}, {}
+  local pageHashes, pagePaths, pageBases = {}, {}, {}
   do
-    local idsByRange, anyRecordPage = {}, false
+    local anyRecordPage = false
     for page = 1, pageCount do
       local spec = args[FIRST_PAGE_ARG + page]
       local hashIndex, path, a, b, c, firstOffset = byte(spec, 1, 6)
-      local pageNumber = (a * 256 + b) * 256 + c
+      local pageNumber, range = (a * 256 + b) * 256 + c, ranges[hashIndex]
       -- the tag: (page number / 4) mod 256, from its two low bytes
-      if (b % 4) * 64 + (c - c % 4) / 4 ~= callTag or ranges[hashIndex] == nil then
+      if (b % 4) * 64 + (c - c % 4) / 4 ~= callTag or range == nil then
         return redis.error_reply(format('ERR cap-sends: page %d (record hash %d) is not of the tag of %s', pageNumber,
           hashIndex, identityTableKey))
       end
-      pageHashes[page], pagePaths[page], pageNumbers[page] = hashIndex, path, pageNumber
-      local ids = idsByRange[hashIndex]
-      if ids == nil then
-        -- the IDs of the range's record-path users, each one's 4 bytes in `packed`
-        ids = { packed = {}, blockPages = {} }
-        idsByRange[hashIndex] = ids
-      end
+      local pageBase, ids = pageNumber * PAGE_USERS, range.ids
+      pageHashes[page], pagePaths[page], pageBases[page] = hashIndex, path, pageBase
       if path == 0 then
         anyRecordPage = true
-        local pageBase, range = pageNumber * PAGE_USERS, ranges[hashIndex]
         local single = range.single
         -- a sparse page has one user: its page number and offset are its 4 ID bytes
         if #spec == 7 and single then
@@ -1986,8 +1989,8 @@ local function capSends(keys, args)
         return redis.error_reply('TRYAGAIN cap-sends: a key of ' .. keyPrefix .. ' is not on this node: ' .. probe.err)
       end
     end
-    for hashIndex, ids in pairs(idsByRange) do
-      local refused = readRange(hashIndex, ids)
+    for hashIndex, range in ipairs(ranges) do
+      local refused = readRange(hashIndex, range.ids)
       if refused then
         return redis.error_reply('TRYAGAIN cap-sends: a key of ' .. keyPrefix .. ' is not on this node: ' .. refused.err)
       end
@@ -1996,7 +1999,7 @@ local function capSends(keys, args)
 
   for page = 1, pageCount do
     local spec, hashIndex = args[FIRST_PAGE_ARG + page], pageHashes[page]
-    local pageBase = pageNumbers[page] * PAGE_USERS
+    local pageBase = pageBases[page]
     local failure
     if pagePaths[page] == 1 then
       local pageName = args[names + page]
@@ -2004,14 +2007,15 @@ local function capSends(keys, args)
     elseif markers[page + 1] or withWindows then
       -- the block's name only for a page that has one (a sparse call's pages mostly have none)
       local pageName, isMarked = args[names + page], markers[page + 1] and true or false
-      failure = runRecordPage(spec, isMarked and keyPrefix .. pageName, hashIndex, pageBase, records, pageName, isMarked)
+      failure = runRecordPage(spec, isMarked and keyPrefix .. pageName, hashIndex, pageBase, records, pageName,
+        isMarked)
     else
       -- a record-path page without a block, and no windows to report (every page of a sparse campaign): each
       -- user's outcome is that of its (profile, record) pair, as runRecordPage() finds it, inline here (a
       -- function call per user costs what the rest of its decision does); a user in a range of one blob whose
       -- new record goes to the blob (storeRecord()'s rule) joins the blob's edits here too
       local range = ranges[hashIndex]
-      local blob = range.bounds == nil and range.parts[0]
+      local blob = range.single
       for u = 6, #spec, 2 do
         local offset, profileNumber = byte(spec, u, u + 1)
         local userId = pageBase + offset
