@@ -807,7 +807,7 @@ local blobSplitBytes -- per call
 local function readBlobValue(key, low, value)
   local blob = { key = key, low = low, existed = value ~= false, value = value or '', n = 0, classes = 0,
     live = 0, positions = {}, packedOf = {}, editIds = {}, editRecords = {}, lastEdit = -1, unsorted = false,
-    edited = false, classValues = {} }
+    edited = false, classValues = {}, placedId = -1, placedAt = 1 }
   if value then
     blob.n, blob.classes, blob.live = readFixed(value, 2, 3), readFixed(value, 5, 3), readFixed(value, 8, 3)
   end
@@ -850,13 +850,29 @@ local function blobRecord(blob, id, packed)
     end
     from = found + 1
   end
+  -- a call's users come in ascending order (its pages ascend), so an absent user's place is at or after the
+  -- last one placed: from there, IDs 1, 2, 4, ... further bound the binary search (a campaign reaching many
+  -- of a blob's users looks at a few IDs each, not log n)
   local low, high = 1, n
+  if id > blob.placedId then
+    low = blob.placedAt
+    local step = 1
+    while low + step - 1 < n do
+      local probe = low + step - 1
+      local a, b, c, d = byte(value, BLOB_HEADER + 4 * probe - 3, BLOB_HEADER + 4 * probe)
+      if ((a * 256 + b) * 256 + c) * 256 + d >= id then
+        high = probe
+        break
+      end
+      low, step = probe + 1, step * 2
+    end
+  end
   while low <= high do
     local middle = floor((low + high) / 2)
     local a, b, c, d = byte(value, BLOB_HEADER + 4 * middle - 3, BLOB_HEADER + 4 * middle)
     if ((a * 256 + b) * 256 + c) * 256 + d < id then low = middle + 1 else high = middle - 1 end
   end
-  blob.positions[id], blob.packedOf[id] = -low, packed
+  blob.positions[id], blob.packedOf[id], blob.placedId, blob.placedAt = -low, packed, id, low
   return nil
 end
 -- A blob's value built from scratch: ids ascending, each one's record; equal records stored once.
