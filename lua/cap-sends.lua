@@ -44,9 +44,12 @@ ARGV[8]  retentions of each profile, ","-separated, each "<kept ms>:<window ms>"
 ARGV[9]  the key prefix "<namespace>:cap:{<tag>}:" (KEYS[1] must be "<prefix>ids")
 ARGV[10] the record ranges the call reads, ","-separated (S of them, decimal)
 ARGV[11] the size in bytes past which a record blob splits
-ARGV[11+p] page p: byte 1 the index (1..S) of its record range, byte 2 the path (1: block, 0: user
-         records), bytes 3-5 the page number (user ID / 256, big endian), then per user 2 bytes: offset in
-         the page (0..255) and profile number (0-based in ARGV[7]); offsets ascending, no repeats
+ARGV[11+p] page p (1..P, P = (#ARGV - 11) / 2): byte 1 the index (1..S) of its record range, byte 2 the path
+         (1: block, 0: user records), bytes 3-5 the page number (user ID / 256, big endian), then per user
+         2 bytes: offset in the page (0..255) and profile number (0-based in ARGV[7]); offsets ascending, no
+         repeats
+ARGV[11+P+p] page p's name "p:<page number>" (decimal): its marker field in the identity table, and its block
+         key after the prefix (sent made: formatting it here cost a sparse call ~2k instructions a page)
 Reply    one byte per user in argument order: 0 allowed (counted), 1 duplicate, 2 exempt (counted without
          checks), 3+i capped by cap i (0-based) of its profile. With "+windows", then a line per user in
          argument order, "<retry at> <used> <reset at> ...\n" with a pair per cap of its profile, as of the
@@ -67,7 +70,7 @@ stable between compactions, which happen when the event count reaches compactAt 
 
 -- The standard library's functions used everywhere, as locals. A function library's top level runs with only
 -- the `redis` API in reach (Redis 7.0: `string` is not a global at load), so beginCall() sets them.
-local byte, sub, char, floor, concat, unpackList, format -- per call (the same functions every call)
+local byte, sub, char, floor, concat, unpackList, format, find -- per call (the same functions every call)
 
 -- The library is loaded once per primary (FUNCTION LOAD) and every function below is defined then, not per
 -- call. What a call is about lives in the locals declared bare below ("per call"): capSends() at the end
@@ -803,7 +806,8 @@ local blobSplitBytes -- per call
 
 local function readBlobValue(key, low, value)
   local blob = { key = key, low = low, existed = value ~= false, value = value or '', n = 0, classes = 0,
-    live = 0, positions = {}, found = {}, edits = {}, edited = false, classValues = {} }
+    live = 0, positions = {}, packedOf = {}, editIds = {}, editRecords = {}, lastEdit = -1, unsorted = false,
+    edited = false, classValues = {}, placedId = -1, placedAt = 1 }
   if value then
     blob.n, blob.classes, blob.live = readFixed(value, 2, 3), readFixed(value, 5, 3), readFixed(value, 8, 3)
   end
@@ -822,20 +826,53 @@ local function blobClassValue(blob, class)
   end
   return known
 end
--- The record of user `id` in the blob (nil when it has none); where it is (or would go) kept for the write.
-local function blobRecord(blob, id)
-  local value, low, high = blob.value, 1, blob.n
+-- The record of user `id` (`packed`: its 4 ID bytes) in the blob (nil when it has none); where it is, or would
+-- go, kept for the write in blob.positions[id]: its position when found, minus the position it would take when
+-- not (and then its ID bytes in blob.packedOf[id]). The ID is looked for with string.find over the ID section
+-- (in C; a hit must be aligned on an ID), and only an ID that is not there is placed by a binary search.
+local function blobRecord(blob, id, packed)
+  local value, n = blob.value, blob.n
+  if n == 0 then
+    blob.positions[id], blob.packedOf[id] = -1, packed
+    return nil
+  end
+  local first, stop = BLOB_HEADER + 1, BLOB_HEADER + 4 * n
+  local from = first
+  while true do
+    local found = find(value, packed, from, true)
+    if found == nil or found > stop then break end
+    if (found - first) % 4 == 0 then
+      local position = (found - first) / 4 + 1
+      blob.positions[id] = position
+      local a, b, c = byte(value, blob.classNumbers + 3 * position - 3, blob.classNumbers + 3 * position - 1)
+      local class = (a * 256 + b) * 256 + c
+      return blob.classValues[class] or blobClassValue(blob, class)
+    end
+    from = found + 1
+  end
+  -- a call's users come in ascending order (its pages ascend), so an absent user's place is at or after the
+  -- last one placed: from there, IDs 1, 2, 4, ... further bound the binary search (a campaign reaching many
+  -- of a blob's users looks at a few IDs each, not log n)
+  local low, high = 1, n
+  if id > blob.placedId then
+    low = blob.placedAt
+    local step = 1
+    while low + step - 1 < n do
+      local probe = low + step - 1
+      local a, b, c, d = byte(value, BLOB_HEADER + 4 * probe - 3, BLOB_HEADER + 4 * probe)
+      if ((a * 256 + b) * 256 + c) * 256 + d >= id then
+        high = probe
+        break
+      end
+      low, step = probe + 1, step * 2
+    end
+  end
   while low <= high do
     local middle = floor((low + high) / 2)
     local a, b, c, d = byte(value, BLOB_HEADER + 4 * middle - 3, BLOB_HEADER + 4 * middle)
-    local found = ((a * 256 + b) * 256 + c) * 256 + d
-    if found == id then
-      blob.positions[id], blob.found[id] = middle, true
-      return blobClassValue(blob, readFixed(value, blob.classNumbers + 3 * (middle - 1), 3))
-    end
-    if found < id then low = middle + 1 else high = middle - 1 end
+    if ((a * 256 + b) * 256 + c) * 256 + d < id then low = middle + 1 else high = middle - 1 end
   end
-  blob.positions[id], blob.found[id] = low, false
+  blob.positions[id], blob.packedOf[id], blob.placedId, blob.placedAt = -low, packed, id, low
   return nil
 end
 -- A blob's value built from scratch: ids ascending, each one's record; equal records stored once.
@@ -865,39 +902,65 @@ local function blobUsers(value)
   end
   return ids, values
 end
--- The blob's value after the call's edits (user ID -> new record, or false: the user leaves): slices of the
--- old value between the edited users, the new records appended as classes (each distinct one once).
+-- The blob's value after the call's edits (blob.editIds ascending, each one's new record in blob.editRecords,
+-- or false: the user leaves): slices of the old value between the edited users, the new records appended as
+-- classes (each distinct one once). A user that stays keeps its ID bytes: only its class number changes, so
+-- the ID section of a call that adds and removes nobody is one slice.
 local function blobAfterEdits(blob)
-  local edited = {}
-  for id in pairs(blob.edits) do edited[#edited + 1] = id end
-  table.sort(edited)
-  local value, n, classes = blob.value, blob.n, blob.classes
+  local editIds, editRecords = blob.editIds, blob.editRecords
+  if blob.unsorted then
+    -- edits out of ID order (not the order calls make them): the last edit of each user, sorted
+    local last, ids = {}, {}
+    for k = 1, #editIds do
+      if last[editIds[k]] == nil then ids[#ids + 1] = editIds[k] end
+      last[editIds[k]] = editRecords[k]
+    end
+    table.sort(ids)
+    editIds, editRecords = ids, {}
+    for k = 1, #ids do editRecords[k] = last[ids[k]] end
+  end
+  local value, n, classes, positions = blob.value, blob.n, blob.classes, blob.positions
   local dataSize = classes > 0 and readFixed(value, blob.ends + 4 * (classes - 1), 4) or 0
-  local idParts, classParts, newEnds, newValues, newClassOf = {}, {}, {}, {}, {}
-  local nextKept, count = 1, 0
-  local function keep(upTo)
-    if upTo >= nextKept then
-      idParts[#idParts + 1] = sub(value, BLOB_HEADER + 4 * nextKept - 3, BLOB_HEADER + 4 * upTo)
-      classParts[#classParts + 1] = sub(value, blob.classNumbers + 3 * (nextKept - 1), blob.classNumbers + 3 * upTo - 1)
-      count = count + upTo - nextKept + 1
+  -- old user i's ID is at idBase + 4i (4 bytes), its class number at classBase + 3i (3 bytes)
+  local idBase, classBase = BLOB_HEADER - 3, blob.classNumbers - 3
+  local idParts, classParts, newEnds, newValues, classBytesOf = {}, {}, {}, {}, {}
+  -- the first old user whose ID (class number) is not yet in idParts (classParts)
+  local idsFrom, classesFrom, count = 1, 1, n
+  for k = 1, #editIds do
+    local id, record = editIds[k], editRecords[k]
+    local position = positions[id]
+    local found = position > 0
+    if not found then position = -position end
+    -- old users before `position` keep their class numbers; a user that comes or goes cuts the ID section too
+    if position > classesFrom then
+      classParts[#classParts + 1] = sub(value, classBase + 3 * classesFrom, classBase + 3 * position - 1)
     end
-  end
-  for _, id in ipairs(edited) do
-    local position, record = blob.positions[id], blob.edits[id]
-    keep(position - 1)
-    nextKept = blob.found[id] and position + 1 or position
+    classesFrom = found and position + 1 or position
+    if not found or not record then
+      if position > idsFrom then idParts[#idParts + 1] = sub(value, idBase + 4 * idsFrom, idBase + 4 * position - 1) end
+      idsFrom = classesFrom
+    end
     if record then
-      local class = newClassOf[record]
-      if class == nil then
+      local classBytes = classBytesOf[record]
+      if classBytes == nil then
         classes, dataSize = classes + 1, dataSize + #record
-        class = classes
-        newEnds[#newEnds + 1], newValues[#newValues + 1], newClassOf[record] = fixedNumber(dataSize, 4), record, class
+        classBytes = fixedNumber(classes, 3)
+        newEnds[#newEnds + 1], newValues[#newValues + 1], classBytesOf[record] = fixedNumber(dataSize, 4), record,
+          classBytes
       end
-      idParts[#idParts + 1], classParts[#classParts + 1] = fixedNumber(id, 4), fixedNumber(class, 3)
-      count = count + 1
+      classParts[#classParts + 1] = classBytes
+      if not found then
+        idParts[#idParts + 1] = blob.packedOf[id]
+        count = count + 1
+      end
+    elseif found then
+      count = count - 1
     end
   end
-  keep(n)
+  if n >= idsFrom then idParts[#idParts + 1] = sub(value, idBase + 4 * idsFrom, idBase + 4 * n + 3) end
+  if n >= classesFrom then
+    classParts[#classParts + 1] = sub(value, classBase + 3 * classesFrom, classBase + 3 * n + 2)
+  end
   return char(BLOB_RECORDS) .. fixedNumber(count, 3) .. fixedNumber(classes, 3) .. fixedNumber(blob.live, 3) ..
     concat(idParts) .. concat(classParts) .. sub(value, blob.ends, blob.data - 1) .. concat(newEnds) ..
     sub(value, blob.data) .. concat(newValues), count, classes
@@ -905,8 +968,8 @@ end
 
 -- Per range of the call (a page argument's byte 1): its blob or directory and parts, its old-layout hash.
 local ranges -- per call
--- The record of each user of the call (false: none) and the blob it is in or goes to; users whose record is
--- a field of the old-layout hash.
+-- The record of each user of the call (nil: none) and, in a range split into parts, the part it is in or
+-- goes to; users whose record is a field of the old-layout hash.
 local records, blobOfUser, inHash -- per call
 
 -- The lowest ID of the part that holds `id` (bounds: the directory's, ascending from 0).
@@ -919,31 +982,80 @@ local function partOf(bounds, id)
   return bounds[low]
 end
 
--- Reads a range's blob (or directory and the parts of `ids`), its hash's existence, and the records of
--- `ids`. Refused keys (a slot migrating) return the error; nothing is written before every read is done.
-local function readRange(hashIndex, ids)
-  local range = ranges[hashIndex]
-  local root = range.root
-  local value = redis.pcall('GET', root)
+-- Reads a range's blob or directory and whether its old-layout hash exists, before the page arguments are
+-- parsed: a range of one blob (range.single) then looks its record-path users up as they are parsed
+-- (lookUpUser()), the others wait for readRange(). Refused keys (a slot migrating) return the error; nothing
+-- is written before every read is done.
+local function readRangeRoot(range)
+  local value = redis.pcall('GET', range.root)
   if type(value) == 'table' then return value end
   local exists = redis.pcall('EXISTS', range.hashKey)
   if type(exists) == 'table' then return exists end
   range.hashExists = exists == 1
   range.hasRecords = value and true or range.hashExists
+  range.rootValue = value
+  -- the users whose record may be a field of the hash (not in the blob, the hash exists)
+  range.missing = {}
+  -- the users of its record-path pages not looked up while parsed (their 4 ID bytes in `packed`), and its
+  -- block-path pages
+  range.ids = { packed = {}, blockPages = {} }
+  if not (value and byte(value, 1) == BLOB_DIRECTORY) then
+    range.single = readBlobValue(range.root, 0, value)
+    range.parts[0] = range.single
+  end
+end
+
+-- The record of user `id` (`packed`: its 4 ID bytes) of `range` from `blob` into records[id] (nil: none; a
+-- sparse campaign's users mostly have none, and a table entry costs what a lookup does).
+-- (blobRecord() inline for an empty blob and a user found at the first try: an ID of a sparse blob seldom
+-- appears misaligned)
+local function lookUpUser(range, blob, id, packed)
+  local record
+  if blob.n == 0 then
+    blob.positions[id], blob.packedOf[id] = -1, packed
+  else
+    local value, first = blob.value, BLOB_HEADER + 1
+    local found = find(value, packed, first, true)
+    if found and found < blob.classNumbers and (found - first) % 4 == 0 then
+      local position = (found - first) / 4 + 1
+      blob.positions[id] = position
+      local a, b, c = byte(value, blob.classNumbers + 3 * position - 3, blob.classNumbers + 3 * position - 1)
+      local class = (a * 256 + b) * 256 + c
+      record = blob.classValues[class] or blobClassValue(blob, class)
+    else
+      record = blobRecord(blob, id, packed)
+    end
+  end
+  if record then
+    records[id] = record
+  elseif range.hashExists then
+    range.missing[#range.missing + 1] = id
+  end
+end
+
+-- Reads the parts of a directory range that `ids` (its record-path users not yet looked up, with their 4 ID
+-- bytes in ids.packed) and the users of its block-path pages (only where the range holds records) fall in,
+-- looks those users up, and reads the records of the range's users that may be fields of its hash.
+local function readRange(hashIndex, ids)
+  local range = ranges[hashIndex]
+  local root, value = range.root, range.rootValue
+  local packs = ids.packed
   if range.hasRecords then
     for _, spec in ipairs(ids.blockPages) do
       local a, b, c = byte(spec, 3, 5)
       local pageBase = ((a * 256 + b) * 256 + c) * PAGE_USERS
-      for u = 6, #spec, 2 do ids[#ids + 1] = pageBase + byte(spec, u) end
+      for u = 6, #spec, 2 do
+        local offset = byte(spec, u)
+        ids[#ids + 1], packs[#ids + 1] = pageBase + offset, char(a, b, c, offset)
+      end
     end
   end
-  if #ids == 0 then return end
-  if value and byte(value, 1) == BLOB_DIRECTORY then
+  if not range.single and #ids > 0 then
     local bounds, partKeys = {}, { root }
     for q = 2, #value, 4 do bounds[#bounds + 1] = readFixed(value, q, 4) end
     range.bounds, range.directoryValue = bounds, value
-    for _, id in ipairs(ids) do
-      local lowest = partOf(bounds, id)
+    for i = 1, #ids do
+      local lowest = partOf(bounds, ids[i])
       local part = range.parts[lowest]
       if part == nil then
         partKeys[#partKeys + 1] = root .. ':' .. lowest
@@ -959,18 +1071,18 @@ local function readRange(hashIndex, ids)
       local lowest = tonumber(sub(key, #root + 2))
       range.parts[lowest] = readBlobValue(key, lowest, redis.call('GET', key))
     end
-    for _, id in ipairs(ids) do blobOfUser[id] = range.parts[partOf(bounds, id)] end
-  else
-    local blob = readBlobValue(root, 0, value)
-    range.parts[0] = blob
-    for _, id in ipairs(ids) do blobOfUser[id] = blob end
   end
-  local missing = {}
-  for _, id in ipairs(ids) do
-    local record = blobRecord(blobOfUser[id], id)
-    records[id] = record or false
-    if not record and range.hashExists then missing[#missing + 1] = id end
+  local single, bounds, parts = range.single, range.bounds, range.parts
+  for i = 1, #ids do
+    local id, blob = ids[i], single
+    if not single then
+      -- blobOfUser names the part only where there are parts
+      blob = parts[partOf(bounds, id)]
+      blobOfUser[id] = blob
+    end
+    lookUpUser(range, blob, id, packs[i])
   end
+  local missing = range.missing
   if #missing > 0 then
     local names = {}
     for i = 1, #missing do names[i] = format('%d', missing[i]) end
@@ -986,15 +1098,22 @@ end
 local function storeRecord(hashIndex, id, record, retention)
   local range = ranges[hashIndex]
   if retention > range.retention then range.retention = retention end
-  local blob = blobOfUser[id]
-  if record and (#record > BIG_RECORD_BYTES or (withWindows and not blob.found[id])) then
+  local blob = range.bounds and blobOfUser[id] or range.parts[0]
+  local inBlob = blob.positions[id] > 0
+  if record and (#record > BIG_RECORD_BYTES or (withWindows and not inBlob)) then
     range.hashWrites[#range.hashWrites + 1] = format('%d', id)
     range.hashWrites[#range.hashWrites + 1] = record
-    if blob.found[id] then blob.edits[id], blob.edited = false, true end
-    return
+    if inBlob then record = false else return end
+  elseif inHash[id] then
+    range.hashDeletes[#range.hashDeletes + 1] = format('%d', id)
   end
-  if inHash[id] then range.hashDeletes[#range.hashDeletes + 1] = format('%d', id) end
-  if record or blob.found[id] then blob.edits[id], blob.edited = record, true end
+  if record or inBlob then
+    -- edits come in ID order per blob (pages ascend, a page's users too); blobAfterEdits() sorts them otherwise
+    if id <= blob.lastEdit then blob.unsorted = true end
+    blob.lastEdit = id
+    blob.editIds[#blob.editIds + 1], blob.editRecords[#blob.editRecords + 1] = id, record
+    blob.edited = true
+  end
 end
 
 -- A blob's new value written, rebuilt when dead classes piled up, split when past the size; returns the
@@ -1065,7 +1184,7 @@ local function readPageRecords(hashIndex, pageBase, spec)
   if not ranges[hashIndex].hasRecords then return nil end
   local found, any = {}, false
   for u = 6, #spec, 2 do
-    local record = records[pageBase + byte(spec, u)]
+    local record = records[pageBase + byte(spec, u)] or false
     found[#found + 1] = record
     if record then any = true end
   end
@@ -1370,7 +1489,7 @@ local function isRecorded(code) return not peek and (code == 0 or code == REPLY_
 local identityTableTtl -- per call
 
 -- The outcome for a user of profile `profileNumber` with record value `value` (false: none) and no block:
--- { reply code, the record after the call or false }. Worked out once per (profile, value) per call: a
+-- { reply code, the record after the call or false, the profile's retention }. Worked out once per (profile, value) per call: a
 -- sparse campaign's users mostly hold the same record bytes (the same sends of the same campaigns), so a
 -- call decides each distinct history once, as the block path does per class.
 local NO_RECORD = false
@@ -1386,7 +1505,8 @@ local function recordOutcome(profileNumber, profile, value)
     local record = value and readRecord(value) or nil
     local n, times, onChannel, isMine, duplicate = liveSends(profile, nil, 0, record)
     local code = duplicate and REPLY_DUPLICATE or decide(profile, n, times, onChannel, isMine)
-    outcome = { code, isRecorded(code) and recordWith(record, profile, at, myIdentityNumber(true)) or false }
+    outcome = { code, isRecorded(code) and recordWith(record, profile, at, myIdentityNumber(true)) or false,
+      profile.retention }
     byValue[value] = outcome
   end
   return outcome
@@ -1394,11 +1514,11 @@ end
 
 -- Users of a page written through user records (read beforehand into `records`, by user ID); the page's
 -- block, if any, is only read.
-local function runRecordPage(spec, blockKey, hashIndex, pageBase, records, page, marked)
+local function runRecordPage(spec, blockKey, hashIndex, pageBase, records, pageName, marked)
   -- only a page marked in the identity table can have a block: an unmarked one costs no read
   local block = marked and readBlock(blockKey) or nil
   if type(block) == 'table' and block.err then return block end
-  if marked and block == nil and not peek then redis.call('HDEL', identityTableKey, 'p:' .. page) end
+  if marked and block == nil and not peek then redis.call('HDEL', identityTableKey, pageName) end
   local classOfUser = block and classesOfUsers(block.userClasses)
   for index = 1, (#spec - 5) / 2 do
     local offset, profileNumber = byte(spec, 4 + 2 * index, 5 + 2 * index)
@@ -1429,7 +1549,7 @@ end
 -- Per user only table lookups: decisions per (profile, class) and the class after an append are worked out
 -- once per call, because users of a page mostly share a history.
 local markedPagesToWrite -- per call
-local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
+local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageName)
   local block = readBlock(blockKey)
   if type(block) == 'table' and block.err then return block end
   local existed = block ~= nil
@@ -1628,7 +1748,7 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageNumber)
     local ttl = ttlFor(longestRetention)
     if existed then ttl = math.max(ttl, redis.call('PTTL', blockKey)) end
     -- the marker that tells record-path calls to read this block lives at least as long as the block
-    if not existed then markedPagesToWrite[#markedPagesToWrite + 1] = pageNumber end
+    if not existed then markedPagesToWrite[#markedPagesToWrite + 1] = pageName end
     identityTableTtl = math.max(identityTableTtl, ttl)
     redis.call('SET', blockKey, cmsgpack.pack(FORMAT, block.width, block.compactAt, block.classLimit,
       block.identities, block.times, block.eventIdentities, block.classes, uniform or userClasses), 'PX', ttl)
@@ -1767,8 +1887,8 @@ end
 -- Sets every per-call local from the call's keys and arguments (the header above states them): the tables the
 -- functions fill start empty, the flags false. Returns an error reply, or nothing.
 local function beginCall(keys, args)
-  byte, sub, char, floor, concat, unpackList, format = string.byte, string.sub, string.char, math.floor,
-    table.concat, unpack, string.format
+  byte, sub, char, floor, concat, unpackList, format, find = string.byte, string.sub, string.char, math.floor,
+    table.concat, unpack, string.format, string.find
   now = tonumber(args[1])
   at = tonumber(args[2])
   peek = sub(args[3], 1, 4) == 'peek'
@@ -1806,47 +1926,64 @@ end
 local function capSends(keys, args)
   local failure = beginCall(keys, args)
   if failure then return failure end
-  local pageCount = #args - FIRST_PAGE_ARG
+  local pageCount = (#args - FIRST_PAGE_ARG) / 2
+  -- page p's name is args[names + p]
+  local names = FIRST_PAGE_ARG + pageCount
+  if pageCount % 1 ~= 0 then return redis.error_reply('ERR cap-sends: a page argument without its name') end
+  for _, range in ipairs(ranges) do
+    local refused = readRangeRoot(range)
+    if refused then
+      return redis.error_reply('TRYAGAIN cap-sends: a key of ' .. keyPrefix .. ' is not on this node: ' .. refused.err)
+    end
+  end
 
   -- the user records of every page (one GET per blob), and in one HMGET of the identity table this call's
-  -- identity number and which of the record-path pages have a block
-  local markedPages = {}
-  -- each page argument's header, parsed once: its record hash, its path, its page number, "p:<page>"
-  local pageHashes, pagePaths, pageNumbers, pageMarkers = {}, {}, {}, {}
+  -- identity number and which of the record-path pages have a block (markers[p + 1] set, p a record-path page;
+  -- a block-path page's marker comes along, and is not looked at)
+  local markers = {}
+  -- each page argument's header, parsed once: its record hash, its path, its page number
+  local pageHashes, pagePaths, pageBases = {}, {}, {}
   do
-    local idsByRange, markerFields, markerPages = {}, { 'i:' .. identity }, {}
+    local anyRecordPage = false
     for page = 1, pageCount do
       local spec = args[FIRST_PAGE_ARG + page]
-      local hashIndex, path, a, b, c = byte(spec, 1, 5)
-      local pageNumber = (a * 256 + b) * 256 + c
-      if floor(pageNumber / 4) % 256 ~= callTag or ranges[hashIndex] == nil then
+      local hashIndex, path, a, b, c, firstOffset = byte(spec, 1, 6)
+      local pageNumber, range = (a * 256 + b) * 256 + c, ranges[hashIndex]
+      -- the tag: (page number / 4) mod 256, from its two low bytes
+      if (b % 4) * 64 + (c - c % 4) / 4 ~= callTag or range == nil then
         return redis.error_reply(format('ERR cap-sends: page %d (record hash %d) is not of the tag of %s', pageNumber,
           hashIndex, identityTableKey))
       end
-      local marker = format('p:%d', pageNumber)
-      pageHashes[page], pagePaths[page], pageNumbers[page], pageMarkers[page] = hashIndex, path, pageNumber, marker
-      local ids = idsByRange[hashIndex]
-      if ids == nil then
-        ids = { blockPages = {} }
-        idsByRange[hashIndex] = ids
-      end
-      local pageBase = pageNumber * PAGE_USERS
+      local pageBase, ids = pageNumber * PAGE_USERS, range.ids
+      pageHashes[page], pagePaths[page], pageBases[page] = hashIndex, path, pageBase
       if path == 0 then
-        for u = 6, #spec, 2 do ids[#ids + 1] = pageBase + byte(spec, u) end
+        anyRecordPage = true
+        local single = range.single
+        -- a sparse page has one user: its page number and offset are its 4 ID bytes
+        if #spec == 7 and single then
+          lookUpUser(range, single, pageBase + firstOffset, sub(spec, 3, 6))
+        else
+          local packs, n = ids.packed, #ids + 1
+          for u = 6, #spec, 2 do
+            local offset = byte(spec, u)
+            local id, packed = pageBase + offset, char(a, b, c, offset)
+            if single then
+              lookUpUser(range, single, id, packed)
+            else
+              ids[n], packs[n] = id, packed
+              n = n + 1
+            end
+          end
+        end
       else
         -- a block-path page's users are looked up only in a range that holds records (not per user otherwise)
         ids.blockPages[#ids.blockPages + 1] = spec
       end
-      if path == 0 then
-        markerFields[#markerFields + 1] = marker
-        markerPages[#markerPages + 1] = pageNumber
-      end
     end
     -- a call of block-path pages only reads its identity number when a user record needs it
-    if #markerPages > 0 then
-      local found = redis.call('HMGET', identityTableKey, unpackList(markerFields))
-      myNumber = tonumber(found[1] or nil) or false
-      for i = 1, #markerPages do markedPages[markerPages[i]] = found[i + 1] and true or false end
+    if anyRecordPage then
+      markers = redis.call('HMGET', identityTableKey, 'i:' .. identity, unpackList(args, names + 1, #args))
+      myNumber = tonumber(markers[1] or nil) or false
     end
     -- Every undeclared key the call may read, touched once before anything is written: while the slot
     -- migrates, Redis refuses a script's access to a key that is not (or no longer) here, and a call that
@@ -1860,9 +1997,7 @@ local function capSends(keys, args)
       touched[#touched + 1] = range.hashKey
     end
     for page = 1, pageCount do
-      if pagePaths[page] == 1 or markedPages[pageNumbers[page]] then
-        touched[#touched + 1] = keyPrefix .. pageMarkers[page]
-      end
+      if pagePaths[page] == 1 or markers[page + 1] then touched[#touched + 1] = keyPrefix .. args[names + page] end
     end
     if #touched > 0 then
       local probe = redis.pcall('EXISTS', unpackList(touched))
@@ -1870,8 +2005,8 @@ local function capSends(keys, args)
         return redis.error_reply('TRYAGAIN cap-sends: a key of ' .. keyPrefix .. ' is not on this node: ' .. probe.err)
       end
     end
-    for hashIndex, ids in pairs(idsByRange) do
-      local refused = readRange(hashIndex, ids)
+    for hashIndex, range in ipairs(ranges) do
+      local refused = readRange(hashIndex, range.ids)
       if refused then
         return redis.error_reply('TRYAGAIN cap-sends: a key of ' .. keyPrefix .. ' is not on this node: ' .. refused.err)
       end
@@ -1879,16 +2014,46 @@ local function capSends(keys, args)
   end
 
   for page = 1, pageCount do
-    local spec, hashIndex, pageNumber = args[FIRST_PAGE_ARG + page], pageHashes[page], pageNumbers[page]
-    local pageBase = pageNumber * PAGE_USERS
+    local spec, hashIndex = args[FIRST_PAGE_ARG + page], pageHashes[page]
+    local pageBase = pageBases[page]
     local failure
     if pagePaths[page] == 1 then
-      failure = runBlockPage(spec, keyPrefix .. pageMarkers[page], hashIndex, pageBase, pageNumber)
-    else
+      local pageName = args[names + page]
+      failure = runBlockPage(spec, keyPrefix .. pageName, hashIndex, pageBase, pageName)
+    elseif markers[page + 1] or withWindows then
       -- the block's name only for a page that has one (a sparse call's pages mostly have none)
-      local marked = markedPages[pageNumber]
-      failure = runRecordPage(spec, marked and keyPrefix .. pageMarkers[page], hashIndex, pageBase, records, pageNumber,
-        marked)
+      local pageName, isMarked = args[names + page], markers[page + 1] and true or false
+      failure = runRecordPage(spec, isMarked and keyPrefix .. pageName, hashIndex, pageBase, records, pageName,
+        isMarked)
+    else
+      -- a record-path page without a block, and no windows to report (every page of a sparse campaign): each
+      -- user's outcome is that of its (profile, record) pair, as runRecordPage() finds it, inline here (a
+      -- function call per user costs what the rest of its decision does); a user in a range of one blob whose
+      -- new record goes to the blob (storeRecord()'s rule) joins the blob's edits here too
+      local range = ranges[hashIndex]
+      local blob = range.single
+      for u = 6, #spec, 2 do
+        local offset, profileNumber = byte(spec, u, u + 1)
+        local userId = pageBase + offset
+        local value, byValue = records[userId] or NO_RECORD, recordOutcomes[profileNumber]
+        local outcome = byValue and byValue[value]
+        if outcome == nil then
+          local profile = profiles[profileNumber]
+          if profile == nil then return redis.error_reply('ERR cap-sends: unknown profile ' .. profileNumber) end
+          outcome = recordOutcome(profileNumber, profile, value)
+        end
+        reply[#reply + 1] = outcome[1]
+        local written = outcome[2]
+        if written then
+          if blob and #written <= BIG_RECORD_BYTES and not inHash[userId] and userId > blob.lastEdit then
+            if outcome[3] > range.retention then range.retention = outcome[3] end
+            local k = #blob.editIds + 1
+            blob.editIds[k], blob.editRecords[k], blob.lastEdit, blob.edited = userId, written, userId, true
+          else
+            storeRecord(hashIndex, userId, written, outcome[3])
+          end
+        end
+      end
     end
     if failure then return failure end
   end
@@ -1900,8 +2065,8 @@ local function capSends(keys, args)
   end
   if identityRetention > 0 then identityTableTtl = math.max(identityTableTtl, ttlFor(identityRetention)) end
   local markers = {}
-  for _, pageNumber in ipairs(markedPagesToWrite) do
-    markers[#markers + 1] = 'p:' .. pageNumber
+  for _, pageName in ipairs(markedPagesToWrite) do
+    markers[#markers + 1] = pageName
     markers[#markers + 1] = 1
   end
   if myNumberWritten and myNumber then

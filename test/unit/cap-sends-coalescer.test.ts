@@ -13,7 +13,9 @@ function fakeStore(failing?: string) {
   const calls: { key: string; users: number }[] = [];
   const store: CapStore = {
     capSends: async (keys, args) => {
-      const users = args.slice(11).reduce((sum, spec) => sum + (spec.length - 5) / 2, 0);
+      // the page arguments, then as many page names
+      const specs = args.slice(11, 11 + (args.length - 11) / 2);
+      const users = specs.reduce((sum, spec) => sum + (spec.length - 5) / 2, 0);
       calls.push({ key: keys[0] as string, users });
       if (keys[0] === failing) throw new Error(`no answer from ${failing}`);
       return Buffer.alloc(users);

@@ -46,7 +46,7 @@ export function recordRangeOf(userId: number): number {
 
 /**
  * What every capping key of a tag starts with. lua/cap-sends.lua builds the record and page keys from it
- * ("r:<range>", "p:<page>"), so the three functions below and the script must agree.
+ * ("r:<range>", and the page names it is sent, capPageName()), so the functions below and the script must agree.
  */
 export function capKeyPrefix(namespace: string, tag: number): string {
   return `${namespace}:cap:{${tag}}:`;
@@ -64,8 +64,16 @@ export function capRecordKey(namespace: string, tag: number, range: number): str
   return `${capKeyPrefix(namespace, tag)}r:${range}`;
 }
 
+/**
+ * A page's name within its tag: the marker field of the tag's identity table that says the page has a block,
+ * and its block key after the prefix. A cap-sends call carries its pages' names made (lua/cap-sends.lua).
+ */
+export function capPageName(page: number): string {
+  return `p:${page}`;
+}
+
 export function capPageKey(namespace: string, page: number): string {
-  return `${capKeyPrefix(namespace, capTagOf(page * USERS_PER_PAGE))}p:${page}`;
+  return `${capKeyPrefix(namespace, capTagOf(page * USERS_PER_PAGE))}${capPageName(page)}`;
 }
 
 /** Characters that could open or close a hash tag, and the escape character itself. */
