@@ -8,7 +8,6 @@ import { readFileSync } from "node:fs";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RedisCapStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
-import { evalScriptOf } from "../../functions/adapters/redis-functions.ts";
 import {
   planCapSends,
   REPLY_ALLOWED,
@@ -20,6 +19,7 @@ import {
 } from "../../functions/core/capping/cap-sends-script.ts";
 import { keptHorizonMs, type Policy, parsePolicy } from "../../functions/core/capping/policy.ts";
 import { capTagOf, recordRangeOf } from "../../functions/core/shared/keys.ts";
+import { evalScriptOf } from "../../sdk/src/transports/redis-functions.ts";
 import { CappingModel, fullestWindow, type ModelCall, type ModelDecision } from "../support/capping-model.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
 import { T0 } from "../support/rules.ts";
