@@ -24,6 +24,7 @@ import { capBlobKey, capIdentityKey, capPageKey, capTagOf } from "../../function
 import { decodeBlock, decodeRecord, readUserRecord } from "../support/block.ts";
 import { CappingModel, fullestWindow, type ModelCall, type ModelDecision } from "../support/capping-model.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
+import { POLICY_CHANNELS, policyArbitrary } from "../support/policy-arbitrary.ts";
 import { T0 } from "../support/rules.ts";
 
 let cluster: TollgateCluster;
@@ -36,7 +37,7 @@ afterAll(async () => {
   await cluster.quit();
 });
 
-const CHANNELS = ["a", "b"];
+const CHANNELS = POLICY_CHANNELS;
 /** How long a counted send's message may come back here: short, so a run sees sends expire from the tail. */
 const REDELIVERY_MS = 10 * 60_000;
 // 40 users of page 0 (a call with 16 or more of them goes through the page block), a user of another page
@@ -44,29 +45,6 @@ const REDELIVERY_MS = 10 * 60_000;
 // decides each distinct record once and shares the outcome: their records must stay apart), and others
 const DENSE = Array.from({ length: 40 }, (_, i) => i);
 const SPARSE = [300, 262_144, 524_293, 786_441, 1_048_580, 70_001, 2_000_000_000, 4_294_967_295];
-
-const capArbitrary = fc.record({
-  window: fc.constantFrom("1s", "2s", "5s", "30s", "1m"),
-  max: fc.integer({ min: 0, max: 3 }),
-});
-const capsArbitrary = fc.record(
-  {
-    a: fc.array(capArbitrary, { maxLength: 2 }),
-    b: fc.array(capArbitrary, { maxLength: 1 }),
-    "*": fc.array(capArbitrary, { maxLength: 2 }),
-  },
-  { requiredKeys: [] },
-);
-const policyArbitrary = fc
-  .record({ segments: fc.array(capsArbitrary, { maxLength: 2 }), defaultCaps: capsArbitrary })
-  .map(({ segments, defaultCaps }) =>
-    parsePolicy({
-      version: "prop",
-      channels: CHANNELS,
-      segments: segments.map((caps, i) => ({ name: `s${i}`, bitmap: `segments/s${i}.roaring`, caps })),
-      default: { name: "rest", caps: defaultCaps },
-    }),
-  );
 
 const callArbitrary = fc.record({
   users: fc.oneof(

@@ -22,6 +22,7 @@ import { capTagOf, recordRangeOf } from "../../functions/core/shared/keys.ts";
 import { evalScriptOf } from "../../sdk/src/transports/redis-functions.ts";
 import { CappingModel, fullestWindow, type ModelCall, type ModelDecision } from "../support/capping-model.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
+import { POLICY_CHANNELS, policyArbitrary } from "../support/policy-arbitrary.ts";
 import { T0 } from "../support/rules.ts";
 
 let cluster: TollgateCluster;
@@ -44,7 +45,7 @@ afterAll(async () => {
   await cluster.quit();
 });
 
-const CHANNELS = ["a", "b"];
+const CHANNELS = POLICY_CHANNELS;
 const REDELIVERY_MS = 10 * 60_000;
 
 function idOf(b0: number, b1: number, b2: number, b3: number): number {
@@ -80,29 +81,6 @@ const EDGES = [0, 1, 2 ** 31 - 1, 2 ** 31 - 2, 2 ** 31 - 256, 255, 256, 1023, 10
 for (const id of CRAMPED) {
   if (capTagOf(id) !== 0 || recordRangeOf(id) !== 0) throw new Error(`${id} is not of tag 0, range 0`);
 }
-
-const capArbitrary = fc.record({
-  window: fc.constantFrom("1s", "2s", "5s", "30s", "1m"),
-  max: fc.integer({ min: 0, max: 3 }),
-});
-const capsArbitrary = fc.record(
-  {
-    a: fc.array(capArbitrary, { maxLength: 2 }),
-    b: fc.array(capArbitrary, { maxLength: 1 }),
-    "*": fc.array(capArbitrary, { maxLength: 2 }),
-  },
-  { requiredKeys: [] },
-);
-const policyArbitrary = fc
-  .record({ segments: fc.array(capsArbitrary, { maxLength: 2 }), defaultCaps: capsArbitrary })
-  .map(({ segments, defaultCaps }) =>
-    parsePolicy({
-      version: "prop",
-      channels: CHANNELS,
-      segments: segments.map((caps, i) => ({ name: `s${i}`, bitmap: `segments/s${i}.roaring`, caps })),
-      default: { name: "rest", caps: defaultCaps },
-    }),
-  );
 
 interface Step extends ModelCall {
   withWindows: boolean;
