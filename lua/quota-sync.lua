@@ -519,9 +519,7 @@ return function(KEYS, ARGV)
     local tight, remaining = nil, nil
     for j = 1, #limits do
       local limit = limits[j]
-      local second = limit.second
-      local left = limit.max - limit.first.sum
-      if second then left = left - second.sum end
+      local left = limit.max - limitSum(limit)
       if remaining == nil or left < remaining then tight, remaining = limit, left end
     end
     -- strict: the instance's part of what is left, or of twice what a bucket frees at the limit's rate when
@@ -596,10 +594,8 @@ return function(KEYS, ARGV)
     reply[n + 4] = (tight.first.ring.cur + tight.first.span) * tight.q
     n = n + 4
     for j = 1, #limits do
-      local limit = limits[j]
-      local second = limit.second
       n = n + 1
-      reply[n] = second and limit.first.sum + second.sum or limit.first.sum
+      reply[n] = limitSum(limits[j])
     end
   end
   return reply

@@ -1,33 +1,11 @@
 // Translates what ioredis rejects a command with into the core's two store faults, in one place: Redis
 // did not answer (StoreUnavailableError) or Redis answered with an error (StoreReplyError).
 import { ReplyError } from "ioredis";
+import { provesNotRun } from "../../sdk/src/transports/redis-replies.ts";
 import { StoreReplyError, StoreUnavailableError } from "../core/shared/errors.ts";
 
 /** ioredis re-exports redis-errors' ReplyError without typings: every error reply Redis sent is one. */
 const RedisReplyError = ReplyError as abstract new (...args: never[]) => Error;
-
-/**
- * Error kinds (the reply's first word, which the protocol defines) that Redis sends instead of running
- * the command: a topology change, a node that cannot serve yet, a script hogging the node. The command
- * did not run, so sending it again is safe whether it is idempotent or not.
- */
-const NOT_RUN = new Set([
-  "MOVED",
-  "ASK",
-  "TRYAGAIN",
-  "CLUSTERDOWN",
-  "LOADING",
-  "MASTERDOWN",
-  "READONLY",
-  "NOREPLICAS",
-  "BUSY",
-  "NOSCRIPT",
-]);
-
-/** The error kind of a Redis error reply: `ERR`, `CROSSSLOT`, `MOVED`, ... */
-function replyCode(error: Error): string {
-  return error.message.split(" ", 1)[0] ?? "";
-}
 
 /**
  * What `error` (from a command sent to Redis about `what`) means for Tollgate:
@@ -42,7 +20,7 @@ function replyCode(error: Error): string {
 export function classifyRedisError(error: unknown, what: string): Error {
   if (error instanceof StoreUnavailableError || error instanceof StoreReplyError) return error;
   if (error instanceof RedisReplyError) {
-    if (NOT_RUN.has(replyCode(error))) {
+    if (provesNotRun(error.message)) {
       return new StoreUnavailableError(`${what}: not run: ${error.message}`, { cause: error, mayHaveRun: false });
     }
     return new StoreReplyError(what, error.message, { cause: error });

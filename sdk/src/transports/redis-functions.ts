@@ -32,7 +32,7 @@ export interface RedisFunctionLibrary<Name extends string = string> {
  * `maxmemory` (OOM) even when this call would write nothing; `no-writes` makes it a reader, which Redis
  * runs there (and which fails if it tries a write).
  */
-export type LibraryScript = string | { readonly chunk: string; readonly flags: readonly ("no-writes" | "allow-oom")[] };
+export type LibraryScript = string | { readonly chunk: string; readonly flags: readonly "no-writes"[] };
 
 /** The library of `scripts` (script name -> its chunk, and its flags); names are `[A-Za-z0-9_]`. */
 export function defineLibrary<Name extends string>(

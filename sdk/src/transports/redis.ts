@@ -8,6 +8,7 @@ import { QuotasConfigError, StoreUnreachableError, SyncRejectedError } from "../
 import type { QuotaTransport } from "../quotas.ts";
 import { DEFAULT_NAMESPACE, decodeSync, encodeSync, NAME_PATTERN, type SyncReply, type SyncRequest } from "../wire.ts";
 import { defineLibrary, fcall, type RedisFunctionLibrary } from "./redis-functions.ts";
+import { provesNotRun } from "./redis-replies.ts";
 
 export interface RedisTransportOptions {
   /** The caller's ioredis Cluster (or a single Redis for tests); the SDK never closes it. */
@@ -65,19 +66,14 @@ export function redisTransport(options: RedisTransportOptions): QuotaTransport {
 }
 
 /**
- * Error replies that Redis sends instead of running the command (a topology change, a node that cannot
- * serve yet, a script hogging it): the store is unreachable for now, and the same request goes again.
- */
-const NOT_RUN = new Set(["MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN", "LOADING", "MASTERDOWN", "READONLY", "BUSY"]);
-
-/**
  * "Redis did not answer" is not "Redis answered with an error": an error reply is a refused call (a bug,
- * a script error, OOM, an ACL without the right) unless it is one of NOT_RUN; everything else (no
+ * a script error, OOM, an ACL without the right) unless it proves the command did not run (MOVED, ASK,
+ * TRYAGAIN, ...: redis-replies.ts); everything else (no
  * connection, a timeout) is the store being unreachable for now, and the same request is sent again.
  */
 function classify(error: unknown, request: SyncRequest): Error {
   const what = `quota sync of ${request.rule}.${request.group}`;
-  if (error instanceof Error && error.name === "ReplyError" && !NOT_RUN.has(error.message.split(" ", 1)[0] ?? "")) {
+  if (error instanceof Error && error.name === "ReplyError" && !provesNotRun(error.message)) {
     return new SyncRejectedError(`${what}: ${error.message}`, { cause: error });
   }
   return new StoreUnreachableError(`${what}: ${(error as Error).message}`, { cause: error });
