@@ -68,10 +68,16 @@ export const limitLibrary = defineLibrary({
 
 /**
  * The scripts run as Redis Functions, one library (redis-functions.ts): each chunk runs once per primary at
- * load and returns the function FCALL runs. cap-sends is 1,600 lines: as an EVAL script, every call
- * re-created its ~60 functions (docs/DECISIONS.md, "cap-sends as a Redis Function").
+ * load and returns the function FCALL runs. cap-sends is 2,000 lines: as an EVAL script, every call
+ * re-created its ~60 functions (docs/DECISIONS.md, "cap-sends as a Redis Function"). A peek (mode "peek":
+ * a check with `consume: false` writes nothing) goes to `capSendsRead`, the same chunk registered
+ * `no-writes`, which a node past `maxmemory` still runs.
  */
-export const tollgateLibrary = defineLibrary({ capSends: load("cap-sends") });
+const capSends = load("cap-sends");
+export const tollgateLibrary = defineLibrary({
+  capSends,
+  capSendsRead: { chunk: capSends, flags: ["no-writes"] },
+});
 
 /**
  * Quotas' sync script as a Redis Function, a library of its own (the engine's changes leave its name alone),

@@ -112,12 +112,14 @@ export class RedisCapStore implements CapStore {
     };
   }
 
+  /** A peek (ARGV[3], the mode, "peek..."): the reader, which a node past maxmemory still runs. */
   capSends(keys: readonly string[], args: readonly (string | Buffer)[]): Promise<Buffer> {
     if (keys.length !== 1) throw new Error(`cap-sends declares 1 key, not ${keys.length}`);
+    const name = String(args[2]).startsWith("peek") ? "capSendsRead" : "capSends";
     return redisCallsOf(this.cluster).call(
       `cap-sends on ${keys[0]}`,
       keys,
-      () => fcallBuffer(this.cluster, tollgateLibrary, "capSends", keys, args),
+      () => fcallBuffer(this.cluster, tollgateLibrary, name, keys, args),
       this.options,
     );
   }

@@ -1,13 +1,14 @@
 // The capping engine against the real local Redis Cluster: exact rolling windows, idempotency, atomicity.
 import calculateSlot from "cluster-key-slot";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { tollgateLibrary } from "../../functions/adapters/lua-scripts.ts";
 import { RedisCapStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
 import type { CampaignBatchInput } from "../../functions/core/capping/campaign-batch.ts";
 import { Capper } from "../../functions/core/capping/capper.ts";
 import type { CapBatchResult } from "../../functions/core/capping/decisions.ts";
 import type { Rules } from "../../functions/core/capping/rules-source.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
-import { ValidationError } from "../../functions/core/shared/errors.ts";
+import { StoreReplyError, ValidationError } from "../../functions/core/shared/errors.ts";
 import {
   capBlobKey,
   capIdentityKey,
@@ -18,8 +19,10 @@ import {
   recordRangeOf,
   USERS_PER_GROUP,
 } from "../../functions/core/shared/keys.ts";
+import { loadLibrary } from "../../sdk/src/transports/redis-functions.ts";
 import { decodeBlock, decodeRecord, readUserRecord } from "../support/block.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
+import { rejectionOf } from "../support/rejection.ts";
 import { DAY, HOUR, rulesOf, simplePolicy, T0 } from "../support/rules.ts";
 
 let cluster: TollgateCluster;
@@ -539,5 +542,29 @@ describe("capping engine on the cluster", () => {
     expect((await capper.checkUser({ userId: 21, channel: "push", consume: false })).allowed).toBe(false);
     clock.advance(1);
     expect((await capper.checkUser({ userId: 21, channel: "push", consume: false })).allowed).toBe(true);
+  });
+
+  it("answers peeks (a campaign peek and a check with consume: false, page block and user record) on a node past maxmemory, where a counted send is refused (OOM)", async () => {
+    const rules = rulesOf(simplePolicy({ push: [{ window: "1d", max: 2 }] }));
+    const { capper } = clockedCapper(() => rules);
+    const dense = Array.from({ length: 256 }, (_, i) => 512 + i); // a whole page: its block
+    await capper.capBatch({ campaignId: "c1", channel: "push", userIds: dense });
+    await capper.checkUser({ userId: 77, channel: "push" }); // a user record
+    await loadLibrary(cluster, tollgateLibrary);
+    const primaries = cluster.nodes("master");
+    const before = await Promise.all(primaries.map((node) => node.config("GET", "maxmemory") as Promise<string[]>));
+    try {
+      await Promise.all(primaries.map((node) => node.config("SET", "maxmemory", "1")));
+      const peeked = await capper.peek({ campaignId: "c2", channel: "push", userIds: [512, 700, 77, 9_000_000] });
+      expect(kinds(peeked)).toEqual(["allowed", "allowed", "allowed", "allowed"]);
+      const check = await capper.checkUser({ userId: 77, channel: "push", consume: false });
+      expect(check.allowed).toBe(true);
+      expect(check.windows?.[0]?.used).toBe(1);
+      const counted = await rejectionOf(capper.checkUser({ userId: 77, channel: "push" }));
+      expect(counted).toBeInstanceOf(StoreReplyError);
+      expect(counted.message).toContain("OOM");
+    } finally {
+      await Promise.all(primaries.map((node, i) => node.config("SET", "maxmemory", before[i]![1]!)));
+    }
   });
 });

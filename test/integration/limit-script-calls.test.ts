@@ -13,6 +13,7 @@ import { limitKey } from "../../functions/core/shared/keys.ts";
 import { waitForCluster } from "../../scripts/redis-cluster.ts";
 import { loadLibrary } from "../../sdk/src/transports/redis-functions.ts";
 import { basePort, clusterPorts, primariesOf, uniqueNamespace } from "../support/cluster.ts";
+import { rejectionOf } from "../support/rejection.ts";
 
 let cluster: TollgateCluster;
 const nodes: Redis[] = [];
@@ -36,15 +37,6 @@ const limiterOf = (namespace: string, deadlineMs = 10_000) =>
 /** How many charges the key holds (a peek: cost 0 changes nothing). */
 const charged = async (limiter: Limiter, key: string) =>
   MAX - (await limiter.check({ ...limit, key, cost: 0 })).remaining;
-
-async function rejectionOf(promise: Promise<unknown>): Promise<Error> {
-  try {
-    await promise;
-  } catch (error) {
-    return error as Error;
-  }
-  throw new Error("expected a rejection");
-}
 
 const primaries = () => primariesOf(nodes);
 

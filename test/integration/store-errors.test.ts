@@ -16,6 +16,7 @@ import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { StoreReplyError, StoreUnavailableError } from "../../functions/core/shared/errors.ts";
 import { capIdentityKey, capTagOf } from "../../functions/core/shared/keys.ts";
 import { clusterPorts, uniqueNamespace } from "../support/cluster.ts";
+import { rejectionOf } from "../support/rejection.ts";
 import { DAY, rulesOf, simplePolicy, T0 } from "../support/rules.ts";
 
 let cluster: TollgateCluster;
@@ -37,16 +38,6 @@ const call = <T>(what: string, keys: string[], send: () => Promise<T>) =>
     retryOn: "no-answer",
     onRetry: (error) => retried.push(error),
   });
-
-/** The rejection of `promise`, which must reject. */
-async function rejectionOf(promise: Promise<unknown>): Promise<Error> {
-  try {
-    await promise;
-  } catch (error) {
-    return error as Error;
-  }
-  throw new Error("expected a rejection");
-}
 
 describe("error replies are StoreReplyError", () => {
   it("a script error carries Redis' reply, is not retried and is not an outage", async () => {

@@ -34,6 +34,8 @@ export interface RedisFunctionLibrary<Name extends string = string> {
  */
 export type LibraryScript = string | { readonly chunk: string; readonly flags: readonly "no-writes"[] };
 
+const chunkOf = (script: LibraryScript): string => (typeof script === "string" ? script : script.chunk);
+
 /** The library of `scripts` (script name -> its chunk, and its flags); names are `[A-Za-z0-9_]`. */
 export function defineLibrary<Name extends string>(
   scripts: Readonly<Record<Name, LibraryScript>>,
@@ -45,15 +47,22 @@ export function defineLibrary<Name extends string>(
   // the hash covers the flags too: a node holding the library answers "already exists" to the same name
   const sha8 = createHash("sha1").update(JSON.stringify(entries)).digest("hex").slice(0, 8);
   const functions = Object.fromEntries(entries.map(([name]) => [name, `${name}_${sha8}`])) as Record<Name, string>;
-  // each chunk inside its own function: its locals stay its own, and its `return` hands over the callback
-  const body = entries.map(([name, script]) => {
-    const callback = `(function()\n${typeof script === "string" ? script : script.chunk}\nend)()`;
+  // each distinct chunk once, inside its own function: its locals stay its own, and its `return` hands over
+  // the callback, which every script of that chunk registers (a writer and its no-writes reader share it)
+  const chunks = [...new Set(entries.map(([, script]) => chunkOf(script)))];
+  const callbacks = chunks.map((chunk, i) => `local callback${i} = (function()\n${chunk}\nend)()`);
+  const registrations = entries.map(([name, script]) => {
+    const callback = `callback${chunks.indexOf(chunkOf(script))}`;
     if (typeof script === "string") return `redis.register_function('${functions[name]}', ${callback})`;
     const flags = script.flags.map((flag) => `'${flag}'`).join(", ");
     return `redis.register_function{function_name = '${functions[name]}', callback = ${callback}, flags = { ${flags} }}`;
   });
   const libraryName = `tollgate_${sha8}`;
-  return { name: libraryName, code: [`#!lua name=${libraryName}`, ...body].join("\n"), functions };
+  return {
+    name: libraryName,
+    code: [`#!lua name=${libraryName}`, ...callbacks, ...registrations].join("\n"),
+    functions,
+  };
 }
 
 /**
