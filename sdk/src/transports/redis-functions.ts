@@ -34,6 +34,9 @@ export interface RedisFunctionLibrary<Name extends string = string> {
  */
 export type LibraryScript = string | { readonly chunk: string; readonly flags: readonly "no-writes"[] };
 
+/** How `defineLibrary` lays the code out (part of the name's hash): 2, each distinct chunk once. */
+const LAYOUT = 2;
+
 const chunkOf = (script: LibraryScript): string => (typeof script === "string" ? script : script.chunk);
 
 /** The library of `scripts` (script name -> its chunk, and its flags); names are `[A-Za-z0-9_]`. */
@@ -44,8 +47,12 @@ export function defineLibrary<Name extends string>(
   for (const [name] of entries) {
     if (!/^[A-Za-z][A-Za-z0-9_]*$/.test(name)) throw new Error(`Redis function name "${name}": letters, digits, _`);
   }
-  // the hash covers the flags too: a node holding the library answers "already exists" to the same name
-  const sha8 = createHash("sha1").update(JSON.stringify(entries)).digest("hex").slice(0, 8);
+  // the hash covers the flags and how the code is laid out too: a node holding the library answers
+  // "already exists" to the same name, so the same name must always mean the same code
+  const sha8 = createHash("sha1")
+    .update(JSON.stringify([LAYOUT, entries]))
+    .digest("hex")
+    .slice(0, 8);
   const functions = Object.fromEntries(entries.map(([name]) => [name, `${name}_${sha8}`])) as Record<Name, string>;
   // each distinct chunk once, inside its own function: its locals stay its own, and its `return` hands over
   // the callback, which every script of that chunk registers (a writer and its no-writes reader share it)
