@@ -10,6 +10,7 @@ import * as nodejs from "aws-cdk-lib/aws-lambda-nodejs";
 import * as logs from "aws-cdk-lib/aws-logs";
 import { Construct } from "constructs";
 import type { CheckApiVariables, CommonVariables, ConsumerVariables } from "../functions/app/environment.ts";
+import { QUOTA_SYNC_ALIAS } from "../functions/handlers/function-urls.ts";
 import type { Cache } from "./cache.ts";
 import type { TollgateConfig } from "./config.ts";
 import type { Network } from "./network.ts";
@@ -88,6 +89,9 @@ export class Functions extends Construct {
   readonly checkApiUrl: lambda.FunctionUrl;
   /** What the Function URL invokes: the `live` alias with provisioned concurrency, else the function. */
   readonly checkApiTarget: lambda.IFunction;
+  /** The alias whose URL serves `POST /v1/quotas/sync` alone (what `grantQuotaSync` grants). */
+  readonly quotaSyncAlias: lambda.Alias;
+  readonly quotaSyncUrl: lambda.FunctionUrl;
 
   constructor(scope: Construct, id: string, props: FunctionsProps) {
     super(scope, id);
@@ -181,6 +185,12 @@ export class Functions extends Construct {
     // AWS_IAM: callers sign with SigV4 and need lambda:InvokeFunctionUrl and lambda:InvokeFunction (grantCheckApi)
     this.checkApiUrl = target.addFunctionUrl({ authType: lambda.FunctionUrlAuthType.AWS_IAM });
     this.checkApiTarget = target;
+    // Quotas clients outside the VPC: a URL of its own, on an alias the handler serves quota sync alone from
+    this.quotaSyncAlias = new lambda.Alias(this, "CheckApiQuotaSync", {
+      aliasName: QUOTA_SYNC_ALIAS,
+      version: this.checkApi.currentVersion,
+    });
+    this.quotaSyncUrl = this.quotaSyncAlias.addFunctionUrl({ authType: lambda.FunctionUrlAuthType.AWS_IAM });
   }
 
   /**
@@ -192,5 +202,13 @@ export class Functions extends Construct {
    */
   grantCheckApi(grantee: iam.IGrantable): iam.Grant {
     return this.checkApiTarget.grantInvokeUrl(grantee);
+  }
+
+  /**
+   * Lets a role or user call `POST /v1/quotas/sync` and nothing else: the same two statements as
+   * `grantCheckApi`, on the quota-sync alias, whose URL the handler serves quota sync alone from.
+   */
+  grantQuotaSync(grantee: iam.IGrantable): iam.Grant {
+    return this.quotaSyncAlias.grantInvokeUrl(grantee);
   }
 }

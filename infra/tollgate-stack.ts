@@ -57,6 +57,10 @@ export class TollgateStack extends Stack {
       value: this.functions.checkApiUrl.url,
       description: "Check API (AWS_IAM auth)",
     });
+    new CfnOutput(this, "QuotaSyncUrl", {
+      value: this.functions.quotaSyncUrl.url,
+      description: "POST /v1/quotas/sync alone, for Quotas clients outside the VPC (AWS_IAM auth, grantQuotaSync)",
+    });
     new CfnOutput(this, "CampaignQueueUrl", { value: storage.campaignQueue.queueUrl });
     new CfnOutput(this, "DeliveryQueueUrl", { value: storage.deliveryQueue.queueUrl });
     new CfnOutput(this, "DeadLetterQueueUrl", { value: storage.campaignDeadLetters.queueUrl });
@@ -69,11 +73,11 @@ export class TollgateStack extends Stack {
   }
 
   /**
-   * A Quotas client outside the VPC: its role may call `POST /v1/quotas/sync` on the check API's Function
-   * URL (IAM auth; IAM cannot narrow a Function URL grant to one route, so this is the check API grant).
+   * A Quotas client outside the VPC: its role may call `POST /v1/quotas/sync` at `QuotaSyncUrl` (IAM auth),
+   * and no other route: the URL is the check API's `quotas` alias's, which serves quota sync alone.
    */
   grantQuotaSync(grantee: iam.IGrantable): iam.Grant {
-    return this.functions.grantCheckApi(grantee);
+    return this.functions.grantQuotaSync(grantee);
   }
 
   /**

@@ -15,9 +15,10 @@ import { createAwsClients } from "../functions/adapters/aws-clients.ts";
 import type { CheckApiVariables, CommonVariables, ConsumerVariables } from "../functions/app/environment.ts";
 import { wireCampaignConsumer, wireCheckApi } from "../functions/app/wiring.ts";
 import type { CampaignConsumerHandlerDeps } from "../functions/handlers/campaign-consumer-handler.ts";
+import { QUOTA_SYNC_ALIAS } from "../functions/handlers/function-urls.ts";
 import { isMain } from "./is-main.ts";
 import { ENDPOINTS_FILE, type Endpoints } from "./local/endpoints.ts";
-import { startFunctionUrlServer } from "./local/function-url-server.ts";
+import { environmentsOf, startFunctionUrlServer } from "./local/function-url-server.ts";
 import { SqsPoller } from "./local/sqs-poller.ts";
 import { cleanUpAbandonedStack, removeStackFiles, writeStackRecord } from "./local/stack-record.ts";
 import { startCluster, stopCluster } from "./redis-cluster.ts";
@@ -48,6 +49,8 @@ export interface LocalStackOptions {
   onOutcome?: CampaignConsumerHandlerDeps["onOutcome"];
   /** Port of the check API's Function URL (0 picks a free one). */
   functionUrlPort?: number;
+  /** Port of its quota-sync alias's Function URL (0 picks a free one). */
+  quotaSyncUrlPort?: number;
   /** Extra check API environment (CHECK_TIMEOUT_MS, NEGATIVE_CACHE, ...). */
   checkApiEnvironment?: Partial<CheckApiVariables>;
   /** Execution environments of the check API: invocations at once, one each (default 4). */
@@ -120,13 +123,15 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
     });
     // each environment's init phase, as Lambda runs it before the first invocation
     await Promise.all(checkApiEnvironments.map((environment) => environment.warm()));
-    const functionUrl = await startFunctionUrlServer(
-      checkApiEnvironments.map((environment) => environment.handler),
-      options.functionUrlPort ?? 0,
-    );
+    // the check API's URL, and its quota-sync alias's URL (POST /v1/quotas/sync alone), on the same environments
+    const environments = environmentsOf(checkApiEnvironments.map((environment) => environment.handler));
+    const functionUrl = await startFunctionUrlServer(environments, options.functionUrlPort ?? 0);
     stops.unshift(() => functionUrl.stop());
+    const quotaSyncUrl = await startFunctionUrlServer(environments, options.quotaSyncUrlPort ?? 0, QUOTA_SYNC_ALIAS);
+    stops.unshift(() => quotaSyncUrl.stop());
     const endpoints: Endpoints = {
       functionUrl: functionUrl.url,
+      quotaSyncUrl: quotaSyncUrl.url,
       awsEndpoint,
       region,
       bucket,
@@ -207,6 +212,7 @@ async function main(): Promise<void> {
   const stack = await startLocalStack({
     awsPort: Number(process.env.LOCAL_AWS_PORT ?? 4566),
     functionUrlPort: Number(process.env.LOCAL_FUNCTION_URL_PORT ?? 8787),
+    quotaSyncUrlPort: Number(process.env.LOCAL_QUOTA_SYNC_URL_PORT ?? 8788),
     batchSize: Number(process.env.LOCAL_BATCH_SIZE ?? 10),
     batchingWindowMs: Number(process.env.LOCAL_BATCHING_WINDOW_MS ?? 0),
   });

@@ -17,6 +17,7 @@ import {
   StoreReplyError,
   StoreUnavailableError,
 } from "../core/shared/errors.ts";
+import { QUOTA_SYNC_ALIAS } from "./function-urls.ts";
 import { actionFor, HttpError, type HttpResponse, json, parseJsonObject, type Routes, refusal } from "./http.ts";
 import { rateLimitHeaders } from "./rate-limit-headers.ts";
 
@@ -40,6 +41,9 @@ export interface CheckApiDeps {
   logger: Logger;
   metrics: Metrics;
 }
+
+/** Invoked through the quota-sync alias: the invoked ARN's qualifier (`arn:aws:lambda:<region>:<account>:function:<name>:<qualifier>`). */
+const isQuotaSyncUrl = (context: Context): boolean => context.invokedFunctionArn?.split(":")[7] === QUOTA_SYNC_ALIAS;
 
 /** The time a validated request was decided at: its `at` (a replay or backfill), or now. */
 const decidedAt = (body: Record<string, unknown>) => (typeof body.at === "number" ? body.at : Date.now());
@@ -70,6 +74,19 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
     if (result.allowed && limit > 0 && remaining <= limit * 0.2) add("nearLimit");
   };
 
+  const quotaSync = deps.quotaSync;
+  const quotaRoutes: Routes = quotaSync
+    ? {
+        "/v1/quotas/sync": {
+          POST: async (body) => {
+            const reply = await quotaSync(body);
+            add("quotaSyncs");
+            add("quotaSyncKeys", reply.entries.length);
+            return json(200, reply);
+          },
+        },
+      }
+    : {};
   const routes: Routes = {
     "/v1/limit": {
       POST: async (body) => {
@@ -102,18 +119,7 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
         return json(200, result);
       },
     },
-    ...(deps.quotaSync
-      ? {
-          "/v1/quotas/sync": {
-            POST: async (body: Record<string, unknown>) => {
-              const reply = await deps.quotaSync!(body);
-              add("quotaSyncs");
-              add("quotaSyncKeys", reply.entries.length);
-              return json(200, reply);
-            },
-          },
-        }
-      : {}),
+    ...quotaRoutes,
     "/v1/health": {
       GET: async () => {
         const report = await deps.health();
@@ -122,11 +128,12 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
     },
   };
 
-  const handler = async (event: APIGatewayProxyEventV2, _context: Context): Promise<HttpResponse> => {
+  const handler = async (event: APIGatewayProxyEventV2, context: Context): Promise<HttpResponse> => {
     add("requests");
     let body: Record<string, unknown> = {};
     try {
-      const action = actionFor(routes, event);
+      // the quota-sync URL (a grant for Quotas clients) reaches quota sync only, never a limit or a cap
+      const action = actionFor(isQuotaSyncUrl(context) ? quotaRoutes : routes, event);
       if (event.requestContext.http.method.toUpperCase() === "POST") {
         body = parseJsonObject(event);
         checkOnStoreError(body);

@@ -5,6 +5,8 @@ export const ENDPOINTS_FILE = ".local/endpoints.json";
 export interface Endpoints {
   /** The check API's local Function URL. */
   functionUrl: string;
+  /** The check API's quota-sync URL: `POST /v1/quotas/sync` alone (what `grantQuotaSync` grants on AWS). */
+  quotaSyncUrl: string;
   awsEndpoint: string;
   region: string;
   bucket: string;

@@ -35,12 +35,26 @@ export function dispatcher(handlers: readonly FunctionUrlHandler[]): FunctionUrl
   };
 }
 
-/** Serves `handlers` (the execution environments of one function) at a local Function URL. */
+/** The execution environments of one function, shared by its Function URLs (one per alias). */
+export interface Environments {
+  readonly dispatch: FunctionUrlHandler;
+}
+
+export const environmentsOf = (handlers: FunctionUrlHandler | readonly FunctionUrlHandler[]): Environments => ({
+  dispatch: dispatcher(Array.isArray(handlers) ? handlers : [handlers as FunctionUrlHandler]),
+});
+
+/**
+ * Serves `handlers` (the execution environments of one function) at a local Function URL; with `qualifier`,
+ * the URL of that alias (the invocations' ARN carries it). Pass the same `Environments` to serve several
+ * URLs of one function: an environment still takes one invocation at a time, whichever URL it came from.
+ */
 export async function startFunctionUrlServer(
-  handlers: FunctionUrlHandler | readonly FunctionUrlHandler[],
+  handlers: FunctionUrlHandler | readonly FunctionUrlHandler[] | Environments,
   port = 0,
+  qualifier?: string,
 ): Promise<{ url: string; server: Server; stop(): Promise<void> }> {
-  const handler = dispatcher(Array.isArray(handlers) ? handlers : [handlers as FunctionUrlHandler]);
+  const handler = "dispatch" in handlers ? handlers.dispatch : environmentsOf(handlers).dispatch;
   const server = createServer(async (request, response) => {
     try {
       const body = await readBody(request);
@@ -48,7 +62,7 @@ export async function startFunctionUrlServer(
         response.writeHead(413, { "content-type": "application/json" }).end('{"error":{"code":"payload_too_large"}}');
         return;
       }
-      const result = await handler(toEvent(request, body), lambdaContext(30_000, FUNCTION_NAME));
+      const result = await handler(toEvent(request, body), lambdaContext(30_000, FUNCTION_NAME, qualifier));
       response.writeHead(result.statusCode ?? 200, result.headers as Record<string, string>);
       response.end(result.isBase64Encoded ? Buffer.from(result.body ?? "", "base64") : (result.body ?? ""));
     } catch (error) {

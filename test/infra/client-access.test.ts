@@ -8,6 +8,7 @@ import { Template } from "aws-cdk-lib/assertions";
 import * as ec2 from "aws-cdk-lib/aws-ec2";
 import * as iam from "aws-cdk-lib/aws-iam";
 import { describe, expect, it } from "vitest";
+import { QUOTA_SYNC_ALIAS } from "../../functions/handlers/function-urls.ts";
 import { buildApp } from "../../infra/app.ts";
 
 const cdkJson = JSON.parse(readFileSync(join(import.meta.dirname, "../../cdk.json"), "utf8")) as {
@@ -75,23 +76,24 @@ const ofType = (template: TemplateJson, type: string) =>
 
 describe("grantQuotaSync: a client outside the VPC", () => {
   for (const [label, context] of [
-    ["the function", { "tollgate:profile": "dev" }],
+    ["without provisioned concurrency", { "tollgate:profile": "dev" }],
     [
-      "the live alias (provisioned concurrency)",
+      "beside the live alias (provisioned concurrency)",
       { "tollgate:profile": "prod", "tollgate:checkApiProvisionedConcurrency": 2 },
     ],
   ] as const) {
-    it(`may invoke the check API's Function URL on ${label}, with the AWS_IAM auth-type condition`, () => {
+    it(`may invoke the quota-sync alias's Function URL only (${label}), with the AWS_IAM auth-type condition`, () => {
       const { tollgate, orders, ids } = synthWithClient(context);
-      const [[, url] = []] = ofType(tollgate, "AWS::Lambda::Url");
-      expect(url?.Properties.AuthType).toBe("AWS_IAM");
-      // the ARN the URL invokes: the alias's own when the URL is the alias's
-      const qualifier = url?.Properties.Qualifier;
-      const target =
-        qualifier === undefined
-          ? url?.Properties.TargetFunctionArn
-          : { Ref: ofType(tollgate, "AWS::Lambda::Alias").find(([, a]) => a.Properties.Name === qualifier)?.[0] };
-      expect(target).toBeDefined();
+      const urls = ofType(tollgate, "AWS::Lambda::Url");
+      const [[quotaUrlId, quotaUrl] = []] = urls.filter(([, url]) => url.Properties.Qualifier === QUOTA_SYNC_ALIAS);
+      expect(quotaUrl?.Properties.AuthType).toBe("AWS_IAM");
+      expect(tollgate.Outputs?.QuotaSyncUrl?.Value).toEqual({ "Fn::GetAtt": [quotaUrlId, "FunctionUrl"] });
+      // the ARN the grant must name: the alias's own (a grant on the function does not cover an alias)
+      const [[aliasId] = []] = ofType(tollgate, "AWS::Lambda::Alias").filter(
+        ([, a]) => a.Properties.Name === QUOTA_SYNC_ALIAS,
+      );
+      expect(aliasId).toBeDefined();
+      const target = { Ref: aliasId };
 
       const statements = statementsOf(orders, ids.syncRole);
       const invokeUrl = statements.filter((s) => actionsOf(s).includes("lambda:InvokeFunctionUrl"));
@@ -102,8 +104,13 @@ describe("grantQuotaSync: a client outside the VPC", () => {
       const invoke = statements.filter((s) => actionsOf(s).includes("lambda:InvokeFunction"));
       expect(invoke.map((s) => s.Condition)).toEqual([{ Bool: { "lambda:InvokedViaFunctionUrl": true } }]);
       expect(imported(invoke[0]?.Resource, tollgate)).toEqual(target);
-      // nothing else: no other action, no wildcard resource
+      // nothing else: no other action, no wildcard resource, and not the check API's own URL's target
       expect(statements.flatMap(actionsOf).sort()).toEqual(["lambda:InvokeFunction", "lambda:InvokeFunctionUrl"]);
+      const [[, checkApiUrl] = []] = urls.filter(([, url]) => url.Properties.Qualifier !== QUOTA_SYNC_ALIAS);
+      expect(checkApiUrl).toBeDefined();
+      for (const statement of statements) {
+        expect(imported(statement.Resource, tollgate)).not.toEqual(checkApiUrl?.Properties.TargetFunctionArn);
+      }
     });
   }
 });

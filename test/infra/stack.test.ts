@@ -226,6 +226,7 @@ describe("template", () => {
     expect(ofType("AWS::CloudWatch::Dashboard")).toHaveLength(1);
     for (const output of [
       "FunctionUrl",
+      "QuotaSyncUrl",
       "CampaignQueueUrl",
       "DeliveryQueueUrl",
       "ConfigBucket",

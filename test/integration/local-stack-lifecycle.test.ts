@@ -26,6 +26,7 @@ const env = {
   REDIS_CLUSTER_BASE_PORT: String(redisBasePort),
   LOCAL_AWS_PORT: String(awsPort),
   LOCAL_FUNCTION_URL_PORT: String(base + 51),
+  LOCAL_QUOTA_SYNC_URL_PORT: String(base + 52),
 };
 const started: ChildProcess[] = [];
 

@@ -159,6 +159,32 @@ describe("POST /v1/quotas/sync", () => {
     expect(assigned?.used).toEqual([assigned?.allowance, assigned?.allowance]);
   });
 
+  it("is served at the quota-sync URL (the check API's quotas alias, what grantQuotaSync grants), which answers no other route", async () => {
+    const post = (path: string, body: unknown) =>
+      fetch(`${stack.endpoints.quotaSyncUrl}${path}`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify(body),
+      });
+    const synced = await post("/v1/quotas/sync", request({ instanceId: `i-alias-${Date.now()}` }));
+    expect(synced.status).toBe(200);
+    expect(await synced.json()).toMatchObject({ status: "applied", entries: [{ key: "tenant-1" }] });
+    // a grantee of this URL cannot spend a rate limit or a user's frequency caps, nor read health
+    const limit = { algorithm: "fixed-window", key: "k", max: 5, windowMs: 60_000 };
+    for (const [path, body] of [
+      ["/v1/limit", limit],
+      ["/v1/limits", { scope: "s", limits: [limit] }],
+      ["/v1/frequency", { userId: 1, channel: "push" }],
+    ] as const) {
+      const refused = await post(path, body);
+      expect(refused.status).toBe(404);
+      expect(((await refused.json()) as { error: { code: string } }).error.code).toBe("not_found");
+    }
+    expect((await fetch(`${stack.endpoints.quotaSyncUrl}/v1/health`)).status).toBe(404);
+    // the check API's own URL still serves every route
+    expect((await fetch(`${stack.endpoints.functionUrl}/v1/health`)).status).not.toBe(404);
+  });
+
   it("answers norule for a rule the policy does not have", async () => {
     const reply = await (await sync(request({ rule: "nope" }))).json();
     expect(reply).toMatchObject({ status: "norule", entries: [] });

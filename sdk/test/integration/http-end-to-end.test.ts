@@ -1,5 +1,5 @@
 // The adoption path end to end: an Express service with the SDK, whose HTTP transport syncs through the
-// real check API (local Function URL server, real handler, POST /v1/quotas/sync) with the real cluster,
+// real check API (its local quota-sync URL, the real handler, POST /v1/quotas/sync) with the real cluster,
 // the rule coming from the policy in the S3 emulator. The stack starts before any policy exists and keeps
 // the default refresh interval, as a deployed container does.
 import type { AddressInfo } from "node:net";
@@ -30,7 +30,7 @@ afterAll(async () => {
 
 /** Ten requests for `key` under `rule` through a real Express server, one sync after each; their statuses. */
 async function tenRequests(rule: string, key: string): Promise<{ statuses: number[]; last: unknown }> {
-  const quotas = createQuotas({ transport: httpTransport({ url: stack.endpoints.functionUrl }) });
+  const quotas = createQuotas({ transport: httpTransport({ url: stack.endpoints.quotaSyncUrl }) });
   const app = express();
   app.use(expressQuotas(quotas, { rule, key: (req) => String(req.headers["x-api-key"]) }));
   app.get("/hello", (_req, res) => {
