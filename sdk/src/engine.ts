@@ -2,6 +2,7 @@
 // and no allocation. The sync loop (sync-loop.ts) calls the rest, with the time: `advance` (leases end,
 // degraded mode begins), `takeRequest` (usage out, per slot group) and `applyReply` (allowances in).
 import type { Decision } from "./decision.ts";
+import { QuotasArgumentError } from "./errors.ts";
 import { recordAdmissions, safeShareLeft } from "./safe-share.ts";
 import { type GroupState, QuotaHandle, RuleState, Source } from "./state.ts";
 import {
@@ -27,8 +28,13 @@ export interface EngineOptions {
   keepAllowanceMs?: number;
   /** Instances assumed until the store reports a count (default 0: no share before the first sync). */
   instancesHint?: number;
-  /** The sync interval: degraded-mode slots are never shorter, and leases ending within it count as ended. */
+  /** The sync interval: degraded-mode slots are never shorter. */
   syncIntervalMs: number;
+  /**
+   * The longest gap between two ticks of the loop (the interval with its jitter, default the interval): a
+   * strict lease ending within it counts as ended, since `check` spends tokens until the next tick.
+   */
+  tickMs?: number;
   /** Idle, unpinned keys beyond this many are dropped at the next tick (default 100,000). */
   maxKeys?: number;
 }
@@ -58,6 +64,7 @@ export class QuotaEngine {
   readonly keepAllowanceMs: number;
   private readonly instancesHint: number;
   readonly syncIntervalMs: number;
+  readonly tickMs: number;
   private readonly maxKeys: number;
   private keyCount = 0;
   /** Admissions and denials since the metrics hook last read them. */
@@ -70,6 +77,7 @@ export class QuotaEngine {
     this.keepAllowanceMs = options.keepAllowanceMs ?? 2_000;
     this.instancesHint = options.instancesHint ?? 0;
     this.syncIntervalMs = options.syncIntervalMs;
+    this.tickMs = Math.max(options.tickMs ?? options.syncIntervalMs, options.syncIntervalMs);
     this.maxKeys = options.maxKeys ?? 100_000;
     for (const [name, rule] of Object.entries(options.rules ?? {})) this.ruleState(name).define(rule, "");
   }
@@ -110,6 +118,9 @@ export class QuotaEngine {
   }
 
   checkHandle(handle: QuotaHandle, cost = 1): Readonly<Decision> {
+    // what the store counts: whole units (NaN or a negative would compare its way past every allowance)
+    if (!(cost >= 0 && Number.isSafeInteger(cost)))
+      throw new QuotasArgumentError("cost", `expected a whole number ≥ 0 (at most 2^53 - 1), got ${cost}`);
     const d = this.decision;
     const rule = handle.rule;
     d.limit = rule.maxes[handle.tightest] ?? 0;
@@ -397,7 +408,7 @@ export class QuotaEngine {
       grants[i] = (grants[i] as number) - take;
       spend -= take;
     }
-    const horizon = now + this.syncIntervalMs;
+    const horizon = now + this.tickMs;
     let kept = 0;
     for (let i = 0; i < grants.length; i += 3) {
       const [grantedAt, expiresAt, tokens] = [grants[i] as number, grants[i + 1] as number, grants[i + 2] as number];

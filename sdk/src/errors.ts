@@ -17,6 +17,15 @@ export class QuotasConfigError extends QuotasError {
   }
 }
 
+/** An argument of a call that cannot work (a cost that is not a whole number ≥ 0); the message names it. */
+export class QuotasArgumentError extends QuotasError {
+  readonly path: string;
+  constructor(path: string, message: string) {
+    super(`${path}: ${message}`);
+    this.path = path;
+  }
+}
+
 /** The store did not answer a sync (connection refused, timeout, cluster down): the SDK degrades. */
 export class StoreUnreachableError extends QuotasError {}
 

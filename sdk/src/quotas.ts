@@ -8,7 +8,7 @@ import type { Decision } from "./decision.ts";
 import { type EngineOptions, QuotaEngine } from "./engine.ts";
 import { QuotasConfigError, SyncRejectedError } from "./errors.ts";
 import type { GroupState, QuotaHandle } from "./state.ts";
-import { NAME_PATTERN, type SyncReply, type SyncRequest, WireError } from "./wire.ts";
+import { NAME_PATTERN, type QuotaRule, type SyncReply, type SyncRequest, WireError } from "./wire.ts";
 
 /** How a sync reaches the store: direct to Redis (transports/redis.ts) or over HTTP (transports/http.ts). */
 export interface QuotaTransport {
@@ -60,7 +60,8 @@ export class Quotas {
   private readonly onError: (error: Error) => void;
   private timer: { cancel(): void } | undefined;
   private running = false;
-  private round: Promise<void> | undefined;
+  /** Rounds whose calls have not all settled (a slow call never holds the next tick back). */
+  private readonly rounds = new Set<Promise<void>>();
   /** Local ms of the start of the last sync round (-1: never). */
   lastSyncAt = -1;
 
@@ -73,7 +74,12 @@ export class Quotas {
     if (!NAME_PATTERN.test(instanceId)) throw new QuotasConfigError("instanceId", `expected ${NAME_PATTERN}`);
     if (!options.transport)
       throw new QuotasConfigError("transport", "required: redisTransport(...) or httpTransport(...)");
-    this.engine = new QuotaEngine({ ...options, instanceId, syncIntervalMs });
+    // a tick comes at most an interval and its jitter after the last (later only when the event loop is busy)
+    this.engine = new QuotaEngine({ ...options, instanceId, syncIntervalMs, tickMs: syncIntervalMs * (1 + jitter) });
+    for (const [name, rule] of Object.entries(options.rules ?? {})) {
+      const problem = this.leaseProblem(rule);
+      if (problem) throw new QuotasConfigError(`rules.${name}.leaseMs`, problem);
+    }
     this.transport = options.transport;
     this.clock = options.clock ?? systemClock;
     this.scheduler = options.scheduler ?? unrefScheduler;
@@ -109,7 +115,8 @@ export class Quotas {
   async checkFresh(rule: string, key: string, cost = 1): Promise<Readonly<Decision>> {
     const handle = this.engine.handle(rule, key);
     if (handle.assignedAt < 0) {
-      await this.round;
+      // a round in flight may hold the key's group (its call did not carry the key): after it, one with it
+      await Promise.all(this.rounds);
       await this.sync();
     }
     return this.engine.checkHandle(handle, cost);
@@ -128,7 +135,7 @@ export class Quotas {
     this.running = false;
     this.timer?.cancel();
     this.timer = undefined;
-    await this.round;
+    await Promise.all(this.rounds);
     await this.sync();
   }
 
@@ -139,15 +146,17 @@ export class Quotas {
   }
 
   /**
-   * One sync round now: time advances in the engine, then every slot group with something to report (or
-   * an unacknowledged request) makes one call, all in parallel. Resolves when every call has settled.
+   * One sync round now: time advances in the engine (strict leases end, degraded mode begins), then every
+   * slot group with something to report (or an unacknowledged request) and no call in flight makes one
+   * call, all in parallel. Resolves when this round's calls have settled. A round never waits for an
+   * earlier one: a slow call holds its own group only, and time keeps advancing for every key.
    */
   sync(): Promise<void> {
-    if (this.round) return this.round;
-    this.round = this.runRound().finally(() => {
-      this.round = undefined;
+    const round: Promise<void> = this.runRound().finally(() => {
+      this.rounds.delete(round);
     });
-    return this.round;
+    this.rounds.add(round);
+    return round;
   }
 
   private async runRound(): Promise<void> {
@@ -185,6 +194,8 @@ export class Quotas {
       const reply = await this.transport.sync(request, sentAt);
       const now = this.clock.now();
       this.engine.applyReply(group, reply, sentAt, now);
+      const problem = reply.rule && this.leaseProblem(reply.rule);
+      if (problem) this.onError(new QuotasConfigError(`rule ${request.rule}: leaseMs`, problem));
       return now - sentAt;
     } catch (error) {
       // an answer that is an error, or that does not decode, is not an outage: the usage goes out again
@@ -220,12 +231,24 @@ export class Quotas {
     return metrics;
   }
 
+  /**
+   * A strict rule whose tokens end before this loop can spend them: each lease counts as ended a tick
+   * early (`tickMs`), so one no longer than two ticks leaves little or nothing to spend.
+   */
+  private leaseProblem(rule: QuotaRule): string | undefined {
+    const tickMs = this.engine.tickMs;
+    if (rule.mode !== "strict" || rule.leaseMs > 2 * tickMs) return undefined;
+    return `a strict lease of ${rule.leaseMs} ms leaves this instance (sync interval ${this.syncIntervalMs} ms, ticks up to ${tickMs} ms apart) almost nothing to spend: its tokens count as ended a tick early; use a lease above ${2 * tickMs} ms or a shorter syncIntervalMs`;
+  }
+
+  /** The next tick, whatever the rounds in flight: leases end on time even while a call is slow. */
   private scheduleNext(): void {
     if (!this.running) return;
     const spread = this.syncIntervalMs * this.jitter;
     const delay = this.syncIntervalMs - spread + Math.random() * 2 * spread;
     this.timer = this.scheduler.schedule(delay, () => {
-      this.sync().finally(() => this.scheduleNext());
+      this.scheduleNext();
+      this.sync().catch((error: unknown) => this.onError(error as Error));
     });
   }
 }

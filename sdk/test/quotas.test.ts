@@ -2,7 +2,7 @@
 // no timer runs, no socket opens.
 import { describe, expect, it } from "vitest";
 import type { Scheduler } from "../src/clock.ts";
-import { StoreUnreachableError, SyncRejectedError } from "../src/errors.ts";
+import { QuotasConfigError, StoreUnreachableError, SyncRejectedError } from "../src/errors.ts";
 import { createQuotas, type QuotasMetrics, type QuotaTransport } from "../src/quotas.ts";
 import type { QuotaRule, SyncReply, SyncRequest } from "../src/wire.ts";
 
@@ -168,5 +168,64 @@ describe("Quotas sync loop", () => {
     expect(() => createQuotas({ transport, syncIntervalMs: 0 })).toThrow(/syncIntervalMs/);
     expect(() => createQuotas({ transport, jitter: 1 })).toThrow(/jitter/);
     expect(() => createQuotas({ transport, instanceId: "has{brace}" })).toThrow(/instanceId/);
+    // a strict lease this loop could not spend (ticks up to 60 ms apart): no more than two ticks
+    const short: QuotaRule = { ...api, mode: "strict", leaseMs: 120 };
+    expect(() => createQuotas({ transport, rules: { pay: short } })).toThrow(/^rules\.pay\.leaseMs: /);
+    expect(() => createQuotas({ transport, rules: { pay: { ...short, leaseMs: 121 } } })).not.toThrow();
+  });
+
+  it("reports a strict rule from the store whose lease this loop cannot spend (onError, the field named), and goes on", async () => {
+    const short: QuotaRule = { ...api, mode: "strict", leaseMs: 50 };
+    const errors: Error[] = [];
+    const store = fakeStore(5, short);
+    const quotas = createQuotas({ transport: store.transport, clock: fakeClock(), onError: (e) => errors.push(e) });
+    quotas.check("pay", "k");
+    await quotas.sync();
+    expect(errors).toHaveLength(1);
+    expect(errors[0]).toBeInstanceOf(QuotasConfigError);
+    expect(errors[0]!.message).toMatch(/^rule pay: leaseMs: a strict lease of 50 ms/);
+    // a rule whose lease is long enough says nothing
+    const fine = fakeStore(5, { ...short, leaseMs: 200 });
+    const quiet = createQuotas({ transport: fine.transport, clock: fakeClock(), onError: (e) => errors.push(e) });
+    quiet.check("pay", "k");
+    await quiet.sync();
+    expect(errors).toHaveLength(1);
+  });
+
+  it("ticks on time while a call of another rule hangs: the next tick starts its own round, never sending the hanging group twice", async () => {
+    const { scheduler, queue } = fakeScheduler();
+    const clock = fakeClock();
+    let release: () => void = () => {};
+    const hang = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const store = fakeStore();
+    const calls: string[] = [];
+    const transport: QuotaTransport = {
+      async sync(request, now) {
+        calls.push(`${request.rule}:${request.seq}`);
+        if (request.rule === "slow") await hang;
+        return store.transport.sync(request, now);
+      },
+    };
+    const quotas = createQuotas({ transport, clock, scheduler, rules: { api, slow: api } });
+    quotas.start();
+    quotas.check("slow", "x");
+    quotas.check("api", "k");
+    clock.advance(50);
+    queue[0]!.run(); // the first tick: slow's call hangs, api's is answered
+    await new Promise((resolve) => setImmediate(resolve));
+    // the next tick was scheduled at once, not after the round
+    expect(queue).toHaveLength(2);
+    quotas.check("api", "k");
+    quotas.check("slow", "x");
+    clock.advance(50);
+    queue[1]!.run(); // api syncs again; slow's group, still in flight, is not sent twice
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(calls).toEqual(["api:1", "slow:1", "api:2"]);
+    release();
+    await quotas.stop();
+    // the usage slow saw meanwhile went out after its call settled
+    expect(calls.slice(3)).toEqual(["slow:2"]);
   });
 });

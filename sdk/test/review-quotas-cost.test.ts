@@ -3,6 +3,7 @@
 // and a transport that encodes each request exactly as the direct transport does (wire.ts's encodeSync)
 // before answering as the store would.
 import { describe, expect, it } from "vitest";
+import { QuotasArgumentError } from "../src/errors.ts";
 import { createQuotas, type QuotaTransport } from "../src/quotas.ts";
 import { encodeSync, type QuotaRule, type SyncReply, type SyncRequest } from "../src/wire.ts";
 
@@ -78,24 +79,26 @@ describe("check with a hostile cost", () => {
   // key holds what it was granted ("a key without tokens is denied"); approximate keys spend their
   // allowance and are denied past it. A NaN cost compares false with everything, so `left < cost` never
   // denies: the request is admitted, `left` becomes NaN, and every later request of the key is admitted.
-  it.fails.each([
+  // Fixed: a cost that is not a whole number >= 0 is refused (QuotasArgumentError naming `cost`) and
+  // changes nothing.
+  it.each([
     ["strict", strict],
     ["approximate", approximate],
   ] as const)("%s: a NaN cost never admits, and never leaves the key admitting without limit", async (_, rule) => {
     const s = store(rule, 5);
     const quotas = createQuotas({ transport: s.transport, clock: clock(), scheduler: never, rules: { q: rule } });
     await quotas.checkFresh("q", "k", 0);
-    const first = quotas.check("q", "k", Number.NaN).allowed;
-    // 5 held: whatever the NaN did, at most 5 more requests of cost 1 until the next sync
-    const later = admittedOf(quotas, "q", "k", 100);
-    expect({ first, later }).toEqual({ first: false, later: 5 });
+    expect(() => quotas.check("q", "k", Number.NaN)).toThrow(QuotasArgumentError);
+    expect(() => quotas.check("q", "k", Number.NaN)).toThrow(/^cost: /);
+    // 5 held: at most 5 more requests of cost 1 until the next sync
+    expect(admittedOf(quotas, "q", "k", 100)).toBe(5);
   });
 
-  it.fails("strict: a negative cost never adds to what the key may admit (5 tokens, one check of cost -100)", async () => {
+  it("strict: a negative cost never adds to what the key may admit (5 tokens, one check of cost -100)", async () => {
     const s = store(strict, 5);
     const quotas = createQuotas({ transport: s.transport, clock: clock(), scheduler: never, rules: { q: strict } });
     await quotas.checkFresh("q", "k", 0);
-    quotas.check("q", "k", -100);
+    expect(() => quotas.check("q", "k", -100)).toThrow(QuotasArgumentError);
     // the instance holds 5 tokens of a limit of 5: 100 requests of cost 1 may admit 5 at most
     expect(admittedOf(quotas, "q", "k", 100)).toBeLessThanOrEqual(5);
   });
@@ -107,7 +110,7 @@ describe("check with a hostile cost", () => {
   // which makes a strict key's rate and `want` infinite for good) is put in every later request of the
   // group: each is refused before it is sent, given back, and refused again, so no key of the group is
   // ever reported or replenished again.
-  it.fails.each([
+  it.each([
     ["approximate", 0.5, approximate],
     ["strict", 0.5, strict],
     ["strict", Number.POSITIVE_INFINITY, strict],
@@ -119,7 +122,7 @@ describe("check with a hostile cost", () => {
       const quotas = createQuotas({ transport: s.transport, clock: time, scheduler: never, rules: { q: rule } });
       await quotas.checkFresh("q", "bad", 0);
       await quotas.checkFresh("q", "good", 0);
-      quotas.check("q", "bad", cost);
+      expect(() => quotas.check("q", "bad", cost)).toThrow(QuotasArgumentError);
       let goodAdmitted = 0;
       for (let round = 0; round < 5; round++) {
         goodAdmitted += admittedOf(quotas, "q", "good", 10);

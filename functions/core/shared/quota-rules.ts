@@ -7,8 +7,12 @@ import { parseDuration } from "./duration.ts";
 
 export const MAX_QUOTA_RULES = 64;
 const DAY_MS = 86_400_000;
-/** Without `leaseMs`: strict tokens live 50 ms (W/20 for 1 s windows), approximate allowances 1 s. */
-const DEFAULT_LEASE_MS = { strict: 50, approximate: 1000 } as const;
+/**
+ * Without `leaseMs`: strict tokens live 200 ms, approximate allowances 1 s. A client treats a strict lease as
+ * ended one tick (its jittered sync interval, 40-60 ms by default) early, so a lease must outlive a few ticks
+ * to be spent at all: 50 ms, the earlier default, left the SDK's default loop nothing to spend.
+ */
+const DEFAULT_LEASE_MS = { strict: 200, approximate: 1000 } as const;
 
 const quotaWindow = z.string().superRefine((text, ctx) => {
   const ms = parseDuration(text);
