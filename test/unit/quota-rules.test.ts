@@ -29,7 +29,7 @@ describe("policy quotas section", () => {
     expect(one.rule).toEqual({
       mode: "strict",
       limits: [{ windowMs: 1000, max: 100 }],
-      leaseMs: 50,
+      leaseMs: 200,
       fallback: "share",
       slotGroups: 1,
     });
