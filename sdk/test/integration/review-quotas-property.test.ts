@@ -102,3 +102,73 @@ describe("property: strict against the real script", () => {
     );
   });
 });
+
+describe("property: approximate against the real script", () => {
+  // Contract: docs/quotas.md, the bound: approximate admits at most "L + Σᵢ rᵢ · (max(0, F_late − b) + 2d)" in
+  // any window W (b = 50 ms; here d = 0, the clock does not move during a call, and F_late ≤ 60 ms: every
+  // round is answered). Each instance is offered at most 4 requests per 10 ms (rᵢ ≤ 0.4 / ms), so the
+  // excess is at most N · 0.4 · 10. Passes: kept as coverage of the SDK's loop with jittered rounds.
+  it("N instances with jittered rounds never admit more than the documented bound in any window of any limit", async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.record({
+          instances: fc.integer({ min: 2, max: 4 }),
+          max: fc.integer({ min: 3, max: 40 }),
+          second: fc.option(fc.integer({ min: 5, max: 80 }), { nil: undefined }),
+          leaseMs: fc.constantFrom(200, 1_000),
+          // per 10 ms tick: requests offered to each instance, its next round's delay, whether that reply is lost
+          ticks: fc.array(
+            fc.record({
+              offered: fc.array(fc.integer({ min: 0, max: 4 }), { minLength: 4, maxLength: 4 }),
+              gap: fc.integer({ min: 40, max: 60 }),
+              lost: fc.integer({ min: 0, max: 9 }),
+            }),
+            { minLength: 150, maxLength: 300 },
+          ),
+          lossTenths: fc.constant(0),
+        }),
+        async ({ instances, max, second, leaseMs, ticks, lossTenths }) => {
+          const namespace = uniqueNamespace();
+          const limits = [{ windowMs: 1_000, max }];
+          if (second !== undefined) limits.push({ windowMs: 2_000, max: second });
+          const rule: QuotaRule = { mode: "approximate", limits, leaseMs, fallback: "share", slotGroups: 1 };
+          await new RedisQuotaStore(cluster, namespace).publish("pay", rule, "v1", 1, Date.now());
+          let now = T0;
+          const time = { now: () => now };
+          const direct = redisTransport({ redis: cluster, namespace });
+          let draw = 0;
+          const fleet = Array.from({ length: instances }, () => {
+            const transport: QuotaTransport = {
+              async sync(request, at) {
+                const reply = await direct.sync(request, at);
+                const tick = ticks[draw++ % ticks.length]!;
+                if (tick.lost < lossTenths) throw new StoreUnreachableError("reply lost");
+                return reply;
+              },
+            };
+            return { quotas: createQuotas({ transport, clock: time, scheduler: never }), due: T0 };
+          });
+          const admitted: number[] = [];
+          for (let t = 0; t < ticks.length; t++) {
+            now = T0 + t * 10;
+            const tick = ticks[t]!;
+            for (let i = 0; i < instances; i++) {
+              const member = fleet[i]!;
+              if (now >= member.due) {
+                await member.quotas.sync();
+                member.due = now + tick.gap;
+              }
+              for (let r = 0; r < (tick.offered[i] ?? 0); r++) {
+                if (member.quotas.check("pay", "k").allowed) admitted.push(now);
+              }
+            }
+          }
+          const excess = instances * 0.4 * 10;
+          expect(maxInWindow(admitted, 1_000)).toBeLessThanOrEqual(max + excess);
+          if (second !== undefined) expect(maxInWindow(admitted, 2_000)).toBeLessThanOrEqual(second + excess);
+        },
+      ),
+      { numRuns: 40 },
+    );
+  });
+});
