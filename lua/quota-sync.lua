@@ -45,6 +45,8 @@ local SLOT, SLOT_BYTES, SLOT_MAX = '<I4', 4, 4294967295
 -- own demand, its time, and the last approximate grant: its seq (0: none), time and amount
 local INSTANCE_FORMAT = '<ddddd'
 local PAIR_FORMAT = '<dd'
+-- the most values one unpack() hands a command (Lua 5.1's C stack holds about 8,000)
+local UNPACK_SLICE = 1000
 -- the standard functions the per-key path calls, bound at the start of every call (Redis 7.0 runs a
 -- library's top level with only `redis` in reach): a local is one VM step, a global's field three
 local floor, min, max, exp, spack, sunpack, rcall
@@ -587,7 +589,9 @@ return function(KEYS, ARGV)
           gone[#gone + 1] = all[f]
         end
       end
-      if #gone > 0 then rcall('HDEL', key, unpack(gone)) end
+      -- in slices: unpack() of more than ~8,000 values fails (Lua's C stack), and it would fail after this
+      -- call had recorded its seq and written its keys
+      for from = 1, #gone, UNPACK_SLICE do rcall('HDEL', key, unpack(gone, from, min(from + UNPACK_SLICE - 1, #gone))) end
     end
 
     reply[n + 1], reply[n + 2], reply[n + 3] = amount, now + lease, denyUntil

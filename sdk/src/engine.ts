@@ -4,7 +4,7 @@
 import type { Decision } from "./decision.ts";
 import { QuotasArgumentError } from "./errors.ts";
 import { recordAdmissions, safeShareLeft } from "./safe-share.ts";
-import { type GroupState, QuotaHandle, RuleState, Source } from "./state.ts";
+import { type GroupState, type PendingRequest, QuotaHandle, RuleState, Source } from "./state.ts";
 import {
   MAX_EPOCHS_PER_KEY,
   MAX_KEYS_PER_SYNC,
@@ -67,6 +67,8 @@ export class QuotaEngine {
   readonly tickMs: number;
   private readonly maxKeys: number;
   private keyCount = 0;
+  /** The time `advance` last saw: a later call with an earlier time means the wall clock stepped back. */
+  private lastAdvanceAt = Number.NEGATIVE_INFINITY;
   /** Admissions and denials since the metrics hook last read them. */
   admittedCount = 0;
   deniedCount = 0;
@@ -273,7 +275,7 @@ export class QuotaEngine {
       entries,
     };
     group.lastSentAt = now;
-    group.pending = { request, handles };
+    group.pending = { request, handles, strict };
     return request;
   }
 
@@ -301,7 +303,16 @@ export class QuotaEngine {
     const pending = group.pending;
     group.pending = undefined;
     const rule = group.rule;
-    if (reply.rule) rule.define(reply.rule, reply.configVersion);
+    if (reply.rule) {
+      // a group the new definition drops never sends again: its unanswered request's usage goes back to its
+      // keys, which the new groups report (it may have been counted: as after an error reply)
+      for (const dropped of rule.groups.slice(Math.max(1, reply.rule.slotGroups))) {
+        if (dropped === group || !dropped.pending) continue;
+        this.restore(dropped.pending, true);
+        dropped.pending = undefined;
+      }
+      rule.define(reply.rule, reply.configVersion);
+    }
     if (reply.instances > 0) group.instances = reply.instances;
     group.lastOkAt = now;
     group.unreachableSince = -1;
@@ -313,10 +324,13 @@ export class QuotaEngine {
     }
     if (reply.status === "stale") {
       // nothing was counted: the usage goes out again under a new sequence number
-      this.restore(pending.request, pending.handles);
+      this.restore(pending, false);
       return;
     }
     const toLocal = (at: number) => sentAt + (at - reply.serverTime);
+    // the wall clock stepped back while the call was out: its expiries, converted from before the step,
+    // would end late by the step, so its tokens go back at once and its allowances lapse at the next tick
+    const stepped = now < sentAt;
     reply.entries.forEach((assignment, i) => {
       const handle = pending.handles[i];
       if (!handle || handle.key !== assignment.key) return;
@@ -330,11 +344,11 @@ export class QuotaEngine {
       if (assignment.mode === "approximate") {
         // the allowance counts from the moment the request was sent: what was admitted since is spent
         handle.left = handle.denyUntil > 0 ? 0 : assignment.allowance - this.unreported(handle);
-        handle.validUntil = toLocal(assignment.validUntil);
+        handle.validUntil = stepped ? now : toLocal(assignment.validUntil);
       } else {
         if (assignment.tokens > 0)
           handle.grants.push(reply.serverTime, toLocal(assignment.leaseExpiresAt), assignment.tokens);
-        this.chargeGrants(handle, now);
+        this.chargeGrants(handle, now, stepped);
       }
     });
   }
@@ -346,15 +360,20 @@ export class QuotaEngine {
     return sum;
   }
 
-  /** Gives a request's usage back to its keys, to go out again under a new sequence number. */
-  private restore(request: SyncRequest, handles: readonly QuotaHandle[]): void {
-    const strict = this.rules.get(request.rule)?.definition?.mode === "strict";
+  /**
+   * Gives a request's usage back to its keys, to go out again under a new sequence number. `counted`: the
+   * store may have applied it (an error reply, an unanswered request given up): approximate usage goes out
+   * again (counting it twice only over-counts), strict spent tokens and refunds are dropped (taken off their
+   * grant twice they could over-admit; dropped, the store counts the grant until its lease ends).
+   */
+  private restore(pending: PendingRequest, counted: boolean): void {
+    const { request, handles, strict } = pending;
     request.entries.forEach((entry, i) => {
       const handle = handles[i];
       if (!handle) return;
-      if (strict) handle.spent = [...entry.usage.flat(), ...handle.spent];
-      else handle.epochs = [...entry.usage.flat(), ...handle.epochs].slice(-2 * MAX_EPOCHS_PER_KEY);
-      handle.refunds = [...entry.refunds.flat(), ...handle.refunds];
+      if (!strict) handle.epochs = [...entry.usage.flat(), ...handle.epochs].slice(-2 * MAX_EPOCHS_PER_KEY);
+      else if (!counted) handle.spent = [...entry.usage.flat(), ...handle.spent];
+      if (!counted) handle.refunds = [...entry.refunds.flat(), ...handle.refunds];
     });
   }
 
@@ -362,7 +381,7 @@ export class QuotaEngine {
   rejected(group: GroupState): void {
     const pending = group.pending;
     group.pending = undefined;
-    if (pending) this.restore(pending.request, pending.handles);
+    if (pending) this.restore(pending, true);
   }
 
   /** The store did not answer: allowances are kept (not replenished) until `keepAllowanceMs`, then the fallback. */
@@ -378,15 +397,22 @@ export class QuotaEngine {
    * their usage closes into epochs (kept, bounded, for when the store returns).
    */
   advance(now: number): void {
+    // the wall clock stepped back (NTP): leases and validities converted to local time before the step end
+    // later than the store's by the step, so every strict grant ends now and every allowance lapses
+    const stepped = now < this.lastAdvanceAt;
+    this.lastAdvanceAt = now;
     for (const rule of this.rules.values()) {
       const strict = rule.definition?.mode === "strict";
       for (const group of rule.groups) {
         const degradedFor = group.unreachableSince < 0 ? -1 : now - group.unreachableSince;
         for (const handle of group.handles) {
-          if (handle.used !== 0 || handle.denied !== 0) handle.lastActive = now;
-          if (strict) this.chargeGrants(handle, now);
+          // a key the loop meets for the first time counts as active now: a new key (checkFresh awaits its
+          // first sync) is never dropped before it is sent
+          if (handle.used !== 0 || handle.denied !== 0 || handle.lastActive < 0) handle.lastActive = now;
+          if (strict) this.chargeGrants(handle, now, stepped);
           if (degradedFor >= 0) this.advanceDegraded(handle, now, degradedFor, strict);
-          else if (!strict && handle.source === Source.Assigned && now >= handle.validUntil) this.expire(handle);
+          else if (!strict && handle.source === Source.Assigned && (stepped || now >= handle.validUntil))
+            this.expire(handle);
         }
       }
     }
@@ -397,7 +423,7 @@ export class QuotaEngine {
    * Strict: charges what was admitted since the last call to the oldest grants, turns grants ending before
    * the next tick into refunds, and sets `left` to the tokens still held.
    */
-  private chargeGrants(handle: QuotaHandle, now: number): void {
+  private chargeGrants(handle: QuotaHandle, now: number, endAll = false): void {
     let spend = handle.admittedTotal - handle.charged;
     handle.charged = handle.admittedTotal;
     const grants = handle.grants;
@@ -408,7 +434,7 @@ export class QuotaEngine {
       grants[i] = (grants[i] as number) - take;
       spend -= take;
     }
-    const horizon = now + this.tickMs;
+    const horizon = endAll ? Number.POSITIVE_INFINITY : now + this.tickMs;
     let kept = 0;
     for (let i = 0; i < grants.length; i += 3) {
       const [grantedAt, expiresAt, tokens] = [grants[i] as number, grants[i + 1] as number, grants[i + 2] as number];

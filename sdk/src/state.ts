@@ -17,6 +17,14 @@ export const Source = {
 export type Source = (typeof Source)[keyof typeof Source];
 
 /** One slot group of a rule: one sync call covers all its keys. */
+/** A request sent and not acknowledged, with the keys of its entries and the rule's mode when it was taken. */
+export interface PendingRequest {
+  readonly request: SyncRequest;
+  readonly handles: QuotaHandle[];
+  /** Its usage is strict tokens spent per grant (a definition that changes later does not change that). */
+  readonly strict: boolean;
+}
+
 export interface GroupState {
   readonly rule: RuleState;
   readonly index: number;
@@ -30,7 +38,7 @@ export interface GroupState {
   /** Local ms since when the store has been unreachable for this group (-1: reachable). */
   unreachableSince: number;
   /** A request sent and not acknowledged: resent as is (same seq, same entries) until it is. */
-  pending: { request: SyncRequest; handles: QuotaHandle[] } | undefined;
+  pending: PendingRequest | undefined;
   /** A sync of this group is on the wire. */
   busy: boolean;
   /** Local ms when the last new request was taken (-1: never); the key's rate is measured over the time between two. */
@@ -149,7 +157,7 @@ export class QuotaHandle {
   /** Kept by `resolve`: never evicted. */
   pinned = false;
   /** Local ms of the last tick that saw activity on this key (eviction of idle keys). */
-  lastActive = 0;
+  lastActive = -1;
 
   // ---- approximate: usage the store has not acknowledged yet ----
   /** Closed epochs of unreported usage while the store was unreachable: [at, count, at, count, ...]. */

@@ -1,3 +1,5 @@
+// Each test below showed a defect against the written contract (quoted in its comment); all are fixed, and
+// each test now guards its fix.
 // Review: hostile `cost` values given to `check` (a caller's `cost(request)` that returns NaN, a negative, a
 // fraction, a number past 2^53). The SDK's own ports only: a fake clock, a fake scheduler that never runs,
 // and a transport that encodes each request exactly as the direct transport does (wire.ts's encodeSync)

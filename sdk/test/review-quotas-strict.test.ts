@@ -1,3 +1,5 @@
+// Each test below showed a defect against the written contract (quoted in its comment); all are fixed, and
+// each test now guards its fix.
 // Review: strict tokens and their leases in the sync loop. The SDK's own ports only: a fake clock, a
 // scheduler that never fires (rounds are started by hand), and transports written here that answer as
 // lua/quota-sync.lua does (leaseExpiresAt = the call's now + the rule's leaseMs).

@@ -16,6 +16,9 @@ export interface HttpTransportOptions {
   timeoutMs?: number;
 }
 
+/** Statuses that say the store did not answer (or its answer was lost): the request goes again as is. */
+const UNANSWERED = new Set([429, 502, 503, 504]);
+
 export function httpTransport(options: HttpTransportOptions): QuotaTransport {
   let endpoint: URL;
   try {
@@ -40,8 +43,10 @@ export function httpTransport(options: HttpTransportOptions): QuotaTransport {
         throw new StoreUnreachableError(`POST ${endpoint.pathname}: ${(error as Error).message}`, { cause: error });
       }
       const text = await response.text();
-      // 503: the check API could not reach Redis (or a Lambda throttle): the store is unreachable for now
-      if (response.status === 503 || response.status === 429) {
+      // 503: the check API could not reach Redis (or a Lambda throttle): the store is unreachable for now.
+      // 502 and 504: the function failed or timed out behind the gateway, after the sync may have been
+      // applied: sent again as is (same seq), the store answers `duplicate` if it was, never counting twice
+      if (UNANSWERED.has(response.status)) {
         throw new StoreUnreachableError(`POST ${endpoint.pathname}: ${response.status} ${text}`);
       }
       if (!response.ok) {

@@ -1,3 +1,5 @@
+// Each test below showed a defect against the written contract (quoted in its comment); all are fixed, and
+// each test now guards its fix.
 // Review: strict mode against the real script on the local Redis Cluster, through the direct transport.
 // Time is the instances' injected clock (the script takes `now` from the call): no sleeps. A transport
 // wrapper holds one rule's calls back until released (a slow node, a cold start), as a slow store would.
