@@ -150,3 +150,30 @@ describe("an operator's change of slotGroups while a request is unanswered", () 
     expect(reported.get(b)).toBe(7);
   });
 });
+
+describe("checkFresh called concurrently", () => {
+  // Contract: docs/quotas.md: "`quotas.check(rule, key, cost = 1)`: A `Decision` ...; one object per
+  // `Quotas`, overwritten by the next call (copy what you keep)"; "`quotas.checkFresh(rule, key, cost)`:
+  // Awaits one sync first when the key never had an allowance here". checkFresh resolves with the shared
+  // object, and a second checkFresh waiting on the same round decides (and overwrites it) before the first
+  // caller's await returns: a caller that copies the decision the moment its await returns reads the
+  // other key's decision. A key the store denies is admitted when another key's request is allowed.
+  it.fails("two keys checked fresh at once: each caller, copying at once, reads its own key's decision", async () => {
+    const time = clock(1_000_000);
+    const transport: QuotaTransport = {
+      async sync(request, now) {
+        const reply = answer(request, now, approximate, 10);
+        // the store has nothing left for "denied"
+        for (const entry of reply.entries)
+          if (entry.key === "denied" && entry.mode === "approximate") entry.allowance = 0;
+        return reply;
+      },
+    };
+    const quotas = createQuotas({ transport, clock: time, scheduler: never, rules: { api: approximate } });
+    const first = quotas.checkFresh("api", "denied");
+    const second = quotas.checkFresh("api", "allowed");
+    const denied = { ...(await first) };
+    const allowed = { ...(await second) };
+    expect({ denied: denied.allowed, allowed: allowed.allowed }).toEqual({ denied: false, allowed: true });
+  });
+});
