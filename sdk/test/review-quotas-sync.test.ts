@@ -177,3 +177,34 @@ describe("checkFresh called concurrently", () => {
     expect({ denied: denied.allowed, allowed: allowed.allowed }).toEqual({ denied: false, allowed: true });
   });
 });
+
+describe("stop after a failed round", () => {
+  // Contract: docs/quotas.md: "`quotas.start()` / `await quotas.stop()`: The timer loop ... / stop it and
+  // report what is left"; quotas.ts: "Stops the loop and reports the usage still unreported (one last
+  // round)". When the round before stop() went unanswered, the last round only resends that request (same
+  // seq, same entries), and what was admitted since is never reported: the process ends with it.
+  it.fails("stop() after an unanswered round reports everything admitted, the requests admitted since included", async () => {
+    const time = clock(1_000_000);
+    let down = false;
+    let reported = 0;
+    const transport: QuotaTransport = {
+      async sync(request, now) {
+        if (down) throw new StoreUnreachableError("no reply");
+        for (const e of request.entries) for (const [, count] of e.usage) reported += count;
+        return answer(request, now, approximate, 50);
+      },
+    };
+    const quotas = createQuotas({ transport, clock: time, scheduler: never, rules: { api: approximate } });
+    await quotas.checkFresh("api", "k", 0);
+    let admitted = 0;
+    for (let i = 0; i < 5; i++) if (quotas.check("api", "k").allowed) admitted++;
+    down = true;
+    time.set(1_000_050);
+    await quotas.sync();
+    for (let i = 0; i < 7; i++) if (quotas.check("api", "k").allowed) admitted++;
+    down = false;
+    time.set(1_000_100);
+    await quotas.stop();
+    expect({ admitted, reported }).toEqual({ admitted: 12, reported: 12 });
+  });
+});
