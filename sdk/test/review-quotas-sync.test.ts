@@ -208,3 +208,34 @@ describe("stop after a failed round", () => {
     expect({ admitted, reported }).toEqual({ admitted: 12, reported: 12 });
   });
 });
+
+describe("an operator adds a rule clients already call", () => {
+  // Contract: docs/quotas.md, measured against its target: "An operator's change reaches all clients
+  // (N = 16) ... 45 ms ... ≤ 1 s"; the loop's interval is jittered ±20 % (rounds up to 60 ms apart). After a
+  // `norule` answer the engine does not ask for the rule again for NORULE_RETRY_MS (1,000 ms), and the
+  // next round after that comes up to an interval later: a rule added just after a `norule` reaches the
+  // client after more than 1 s.
+  it.fails("a rule added 1 ms after a client was answered norule reaches it within 1 s, rounds 60 ms apart", async () => {
+    const time = clock(1_000_000);
+    let defined = false;
+    const transport: QuotaTransport = {
+      async sync(request, now) {
+        if (!defined) return { status: "norule", serverTime: now, configVersion: "", instances: 0, entries: [] };
+        return answer(request, now, approximate, 10);
+      },
+    };
+    const quotas = createQuotas({ transport, clock: time, scheduler: never, unknownRule: "deny" });
+    await quotas.checkFresh("api", "k", 0);
+    // the operator adds the rule at 1 ms; rounds every 60 ms (the jitter's longest interval)
+    defined = true;
+    let reachedAt = -1;
+    for (let t = 60; t <= 1_200 && reachedAt < 0; t += 60) {
+      time.set(1_000_000 + t);
+      quotas.check("api", "k", 0);
+      await quotas.sync();
+      if (quotas.engine.rule("api")?.configVersion === "v1") reachedAt = t;
+    }
+    expect(reachedAt).toBeGreaterThan(0);
+    expect(reachedAt).toBeLessThanOrEqual(1_000);
+  });
+});
