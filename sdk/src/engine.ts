@@ -46,8 +46,11 @@ export interface EngineOptions {
  */
 const WANT_INTERVALS = 1.25;
 
-/** How long a rule the store does not know is left alone before asking again. */
-const NORULE_RETRY_MS = 1_000;
+/**
+ * How long a rule the store does not know is left alone before asking again: a rule an operator adds
+ * reaches a client within this and a tick (the target is 1 s).
+ */
+const NORULE_RETRY_MS = 500;
 
 export class QuotaEngine {
   private readonly rules = new Map<string, RuleState>();
@@ -234,9 +237,10 @@ export class QuotaEngine {
       if (quiet && !(handle.source === Source.None && handle.assignedAt < 0)) continue;
       const entry: SyncEntry = { key: handle.key, usage: [], refunds: [], offered, want };
       if (!strict) {
-        for (let i = 0; i < handle.epochs.length; i += 2)
-          entry.usage.push([handle.epochs[i] as number, handle.epochs[i + 1] as number]);
-        if (handle.used > 0) entry.usage.push([now, handle.used]);
+        // the epochs kept while the store was away and this interval's usage, within what one entry carries
+        const epochs = handle.used > 0 ? [...handle.epochs, now, handle.used] : handle.epochs;
+        capEpochs(epochs, MAX_EPOCHS_PER_KEY);
+        for (let i = 0; i < epochs.length; i += 2) entry.usage.push([epochs[i] as number, epochs[i + 1] as number]);
       } else {
         // strict: tokens spent since the last report, per grant: the store counts them from now over W
         for (let i = 0; i < handle.spent.length; i += 2)
@@ -371,7 +375,7 @@ export class QuotaEngine {
     request.entries.forEach((entry, i) => {
       const handle = handles[i];
       if (!handle) return;
-      if (!strict) handle.epochs = [...entry.usage.flat(), ...handle.epochs].slice(-2 * MAX_EPOCHS_PER_KEY);
+      if (!strict) handle.epochs = capEpochs([...entry.usage.flat(), ...handle.epochs], MAX_EPOCHS_PER_KEY);
       else if (!counted) handle.spent = [...entry.usage.flat(), ...handle.spent];
       if (!counted) handle.refunds = [...entry.refunds.flat(), ...handle.refunds];
     });
@@ -382,6 +386,20 @@ export class QuotaEngine {
     const pending = group.pending;
     group.pending = undefined;
     if (pending) this.restore(pending, true);
+  }
+
+  /** Something not yet acknowledged by the store: a request unanswered, or usage, demand, refunds or spends not sent. */
+  hasUnreported(): boolean {
+    for (const rule of this.rules.values()) {
+      for (const group of rule.groups) {
+        if (group.pending) return true;
+        for (const h of group.handles) {
+          if (h.used > 0 || h.denied > 0 || h.epochs.length > 0 || h.refunds.length > 0 || h.spent.length > 0)
+            return true;
+        }
+      }
+    }
+    return false;
   }
 
   /** The store did not answer: allowances are kept (not replenished) until `keepAllowanceMs`, then the fallback. */
@@ -456,11 +474,7 @@ export class QuotaEngine {
     if (!strict && handle.used > 0) {
       handle.epochs.push(now, handle.used);
       handle.used = 0;
-      if (handle.epochs.length > 2 * MAX_EPOCHS_PER_KEY) {
-        // merge the two oldest epochs at the later time: counted later, so never early out of a window
-        const count = (handle.epochs[1] as number) + (handle.epochs[3] as number);
-        handle.epochs.splice(0, 4, handle.epochs[2] as number, count);
-      }
+      capEpochs(handle.epochs, MAX_EPOCHS_PER_KEY);
     }
     // strict tokens cannot be kept past their lease: when none are left, the fallback applies at once
     const keep = strict ? handle.grants.length > 0 : degradedFor < this.keepAllowanceMs;
@@ -485,6 +499,18 @@ export class QuotaEngine {
       }
     }
   }
+}
+
+/**
+ * Keeps at most `most` [at, count] pairs in `epochs` (oldest first): the two oldest merge at the later
+ * time, counted later, so never early out of a window, and nothing is dropped. Returns `epochs`.
+ */
+function capEpochs(epochs: number[], most: number): number[] {
+  while (epochs.length > 2 * most) {
+    const count = (epochs[1] as number) + (epochs[3] as number);
+    epochs.splice(0, 4, epochs[2] as number, count);
+  }
+  return epochs;
 }
 
 /** Adds `count` spent from the grant made at `grantedAt` to a [grantedAt, count, ...] list (one pair per grant). */

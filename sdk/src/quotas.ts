@@ -119,7 +119,8 @@ export class Quotas {
       await Promise.all(this.rounds);
       await this.sync();
     }
-    return this.engine.checkHandle(handle, cost);
+    // a copy: callers awaiting at once each resume later, after the shared Decision has been overwritten
+    return { ...this.engine.checkHandle(handle, cost) };
   }
 
   /** Starts the timer loop (servers). Its timers are unref'd: they never keep the process alive. */
@@ -130,13 +131,17 @@ export class Quotas {
     return this;
   }
 
-  /** Stops the loop and reports the usage still unreported (one last round). */
+  /**
+   * Stops the loop and reports the usage still unreported: one last round, and one more when the first only
+   * resent a request left unanswered (what was admitted since goes in a request of its own).
+   */
   async stop(): Promise<void> {
     this.running = false;
     this.timer?.cancel();
     this.timer = undefined;
     await Promise.all(this.rounds);
     await this.sync();
+    if (this.engine.hasUnreported()) await this.sync();
   }
 
   /** On Lambda, at the invocation boundary: one round if the last is older than the interval, else nothing. */
