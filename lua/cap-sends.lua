@@ -623,20 +623,23 @@ end
 -- Cost: one pass over the page's 256 users, and for an event compaction each class's bytes once, in C.
 local function compact(block, users)
   if #block.times < block.compactAt then
-    -- classes only: histories keep their bytes, only their numbers change
-    local classMap, classes = { [0] = 0 }, {}
+    -- classes only: histories keep their bytes, only their numbers change. On a page whose histories
+    -- diverged this runs at nearly every write, so the loop calls no function (math.floor is a C call)
+    local classMap, classes, oldClasses, count = { [0] = 0 }, {}, block.classes, 0
     for o = 1, 2 * PAGE_USERS - 1, 2 do
       local class = users[o] * 256 + users[o + 1]
       local renumbered = classMap[class]
       if renumbered == nil then
-        classes[#classes + 1] = block.classes[class]
-        renumbered = #classes
+        count = count + 1
+        classes[count] = oldClasses[class]
+        renumbered = count
         classMap[class] = renumbered
       end
-      users[o], users[o + 1] = floor(renumbered / 256), renumbered % 256
+      local low = renumbered % 256
+      users[o], users[o + 1] = (renumbered - low) / 256, low
     end
     block.classes = classes
-    block.classLimit = math.max(MIN_CLASS_LIMIT, #classes + floor(#classes / 2))
+    block.classLimit = math.max(MIN_CLASS_LIMIT, count + floor(count / 2))
     return
   end
   local eventMap, identityMap, kept = {}, {}, { [0] = false }
@@ -692,7 +695,8 @@ local function compact(block, users)
       end
       classMap[class] = renumbered
     end
-    users[o], users[o + 1] = floor(renumbered / 256), renumbered % 256
+    local low = renumbered % 256
+    users[o], users[o + 1] = (renumbered - low) / 256, low
   end
   block.identities, block.times, block.eventIdentities, block.classes = identities, times, eventIdentities, classes
   block.width = width
@@ -1617,33 +1621,39 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageName)
   -- user. Only a class whose count reaches the cap's max is decoded and decided send by send. A profile
   -- deciding few classes on the page (the dense case, or 64 segments × 32 caps) does not build the sets.
   local SETS_AFTER = 8
-  local classesDecided, nearSets = {}, {}
-  local function nearSetOf(profileNumber, profile, cap)
-    local byCap = nearSets[profileNumber]
-    if byCap == nil then
-      byCap = {}
-      nearSets[profileNumber] = byCap
-    end
-    local set = byCap[cap]
-    if set == nil then
-      local window = profile.windows[cap]
-      local from, to, every = at - window, at + window, profile.everyChannel[cap]
-      if profile.cutoff > from then from = profile.cutoff end
-      local members = {}
-      for e = 1, #times do
-        local t = times[e]
-        if t > from and t < to and (every or eventOwn[e]) then members[#members + 1] = e end
+  -- Per profile, worked out once per page: the caps a class is counted against, in cap order (a cap's
+  -- max, and its set, or true when the set is every event, or the reply code of a cap of 0). A cap whose
+  -- window can hold fewer of the page's events than its max is left out: a class holds an event once, so
+  -- none reaches it (a diverged page's late-week call then counts nothing at all). Only the events the block
+  -- had are looked at: one this call adds is only in classes it makes, which it never decides.
+  local classesDecided, countPlans, eventsBefore = {}, {}, #times
+  local function countPlanOf(profile)
+    local windows, maxima, everyChannel, cutoff = profile.windows, profile.maxima, profile.everyChannel, profile.cutoff
+    local plan = { count = 0, maxima = {}, sets = {} }
+    for cap = 1, #windows do
+      local max, set = maxima[cap], false
+      if max == 0 then
+        set = REPLY_FIRST_CAP + cap - 1
+      else
+        local window = windows[cap]
+        local from, to, every = at - window, at + window, everyChannel[cap]
+        if cutoff > from then from = cutoff end
+        local members = {}
+        for e = 1, eventsBefore do
+          local t = times[e]
+          if t > from and t < to and (every or eventOwn[e]) then members[#members + 1] = e end
+        end
+        if #members >= max then
+          -- every event of the page: a class's count is its length
+          set = #members == eventsBefore or '[' .. patternSet(members) .. ']'
+        end
       end
-      set = false
-      if #members == #times then
-        -- every event of the page: a class's count is its length
-        set = true
-      elseif #members > 0 then
-        set = '[' .. patternSet(members) .. ']'
+      if set then
+        local k = plan.count + 1
+        plan.count, plan.maxima[k], plan.sets[k] = k, max, set
       end
-      byCap[cap] = set
     end
-    return set
+    return plan
   end
   local function decideClass(profileNumber, profile, class)
     if eventOwn == nil then learnEvents() end
@@ -1654,19 +1664,21 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageName)
       local history = block.classes[class]
       local n = #history
       if n < profile.least then return 0 end
-      local windows, maxima, undecided = profile.windows, profile.maxima, false
-      for cap = 1, #windows do
-        local max = maxima[cap]
-        if max == 0 then return REPLY_FIRST_CAP + cap - 1 end
+      local plan = countPlans[profileNumber]
+      if plan == nil then
+        plan = countPlanOf(profile)
+        countPlans[profileNumber] = plan
+      end
+      local maxima, sets, undecided = plan.maxima, plan.sets, false
+      for k = 1, plan.count do
+        local max, set = maxima[k], sets[k]
+        if max == 0 then return set end
         if n >= max then
-          local set = nearSetOf(profileNumber, profile, cap)
-          if set then
-            local count = n
-            if set ~= true then count = select(2, string.gsub(history, set, '')) end
-            if count >= max then
-              undecided = true
-              break
-            end
+          local count = n
+          if set ~= true then count = select(2, string.gsub(history, set, '')) end
+          if count >= max then
+            undecided = true
+            break
           end
         end
       end
@@ -1851,7 +1863,8 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageName)
         end
         extra[#extra + 1] = callEvent()
         local nextClass = successorOf(profile, class, extra)
-        users[o], users[o + 1] = floor(nextClass / 256), nextClass % 256
+        local low = nextClass % 256
+        users[o], users[o + 1] = (nextClass - low) / 256, low
         written = true
         if profile.retention > longestRetention then longestRetention = profile.retention end
       end

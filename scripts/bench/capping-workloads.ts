@@ -87,6 +87,18 @@ export function scatteredIds(count: number, limit: number, seed: number): number
   return [...ids];
 }
 
+/** The users 0..users - 1 a campaign of the busy week reaches: a random half, a different one per campaign. */
+export function weekHalf(users: number, campaign: number): number[] {
+  return Array.from({ length: users }, (_, id) => id).filter((id) => {
+    // a mixing hash of (user, campaign): each campaign a different half (an XOR of two products
+    // would give every campaign the same half or its complement, and every page two histories)
+    let h = Math.imul(id ^ Math.imul(campaign + 1, 0x9e3779b1), 0x85ebca6b);
+    h ^= h >>> 13;
+    h = Math.imul(h, 0xc2b2ae35);
+    return ((h ^ (h >>> 16)) & 1) === 1;
+  });
+}
+
 const batchesOf = (ids: number[]) =>
   Array.from({ length: Math.ceil(ids.length / BATCH) }, (_, b) => ids.slice(b * BATCH, (b + 1) * BATCH));
 
@@ -187,15 +199,7 @@ export async function runCappingWorkloads(
         { window: "7d", max: 30 },
       ],
     });
-    const half = (campaign: number) =>
-      Array.from({ length: users }, (_, id) => id).filter((id) => {
-        // a mixing hash of (user, campaign): each campaign a different half (an XOR of two products
-        // would give every campaign the same half or its complement, and every page two histories)
-        let h = Math.imul(id ^ Math.imul(campaign + 1, 0x9e3779b1), 0x85ebca6b);
-        h ^= h >>> 13;
-        h = Math.imul(h, 0xc2b2ae35);
-        return ((h ^ (h >>> 16)) & 1) === 1;
-      });
+    const half = (campaign: number) => weekHalf(users, campaign);
     /** The 30 campaigns in namespace `namespace` (the same clock and halves every time); the sends decided. */
     const runWeek = async (namespace: string) => {
       const { capper, clock } = capperWith(rules, namespace);

@@ -339,6 +339,60 @@ describe("a page block over days (compactions, divergent histories, sends ageing
       { numRuns: 6 },
     );
   });
+
+  // A page whose histories diverged counts each class's sends near `at` against the set of the page's events
+  // a window can hold, and leaves out a cap whose window holds fewer of them than its max. Here the window
+  // holds exactly max events, one each from max calls to random halves: the users in every half are capped
+  // (the count reaches max only at the bound), and with one call fewer nobody is.
+  it("caps a diverged page's users exactly when the events a window holds reach the max", async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.integer({ min: 2, max: 5 }),
+        fc.array(fc.integer({ min: 1, max: 2 ** 30 }), { minLength: 8, maxLength: 8 }),
+        fc.constantFrom("1h", "3h"),
+        async (max, seeds, window) => {
+          const policy = parsePolicy({
+            version: "prop-bound",
+            channels: CHANNELS,
+            segments: [],
+            default: { name: "rest", caps: { a: [{ window, max }] } },
+          });
+          const namespace = uniqueNamespace();
+          const model = new CappingModel(policy, () => 0, REDELIVERY_MS);
+          // a diverged page first (its own campaigns, aged out of the window), then max + 1 calls in the window
+          let now = T0;
+          for (const [i, seed] of seeds.entries()) {
+            now += 4 * HOUR;
+            const call: ModelCall = {
+              mode: "count",
+              now,
+              at: now,
+              channel: "a",
+              campaignId: `old${i}`,
+              exemptCounted: false,
+              users: PAGE.filter((user) => halfOf(user, seed)),
+            };
+            expect(await runScript(namespace, policy, () => 0, call)).toEqual(model.apply(call));
+          }
+          now += 4 * HOUR;
+          for (let i = 0; i <= max; i++) {
+            now += 60_000;
+            const call: ModelCall = {
+              mode: "count",
+              now,
+              at: now,
+              channel: "a",
+              campaignId: `new${i}`,
+              exemptCounted: false,
+              users: PAGE.filter((user) => halfOf(user, (seeds[i] as number) ^ 0x5bd1e995)),
+            };
+            expect(await runScript(namespace, policy, () => 0, call)).toEqual(model.apply(call));
+          }
+        },
+      ),
+      { numRuns: 6 },
+    );
+  });
 });
 
 // Whole pages of 256 users in one call: while the page's users share one history, the script decides each
