@@ -8,6 +8,7 @@ import { describe, expect, it } from "vitest";
 import { QuotasArgumentError } from "../src/errors.ts";
 import { createQuotas, type QuotaTransport } from "../src/quotas.ts";
 import { encodeSync, type QuotaRule, type SyncReply, type SyncRequest } from "../src/wire.ts";
+import { manualClock, neverScheduler, storeReply } from "./support/quota-fixtures.ts";
 
 const strict: QuotaRule = {
   mode: "strict",
@@ -40,35 +41,11 @@ function store(rule: QuotaRule, amount: number) {
         throw error;
       }
       applied.push(structuredClone(request));
-      return {
-        status: "applied",
-        serverTime: now,
-        configVersion: "v1",
-        instances: 1,
-        ...(request.configVersion === "v1" ? {} : { rule }),
-        entries: request.entries.map((e) => {
-          const base = { key: e.key, denyUntil: 0, resetAt: now + 1_000, used: [0] };
-          return rule.mode === "strict"
-            ? { ...base, mode: "strict" as const, tokens: amount, leaseExpiresAt: now + rule.leaseMs }
-            : { ...base, mode: "approximate" as const, allowance: amount, validUntil: now + rule.leaseMs };
-        }),
-      };
+      return storeReply(request, now, rule, amount);
     },
   };
   return { transport, applied, refused: () => refused };
 }
-
-function clock(start = 1_000_000) {
-  let now = start;
-  return {
-    now: () => now,
-    advance: (ms: number) => {
-      now += ms;
-    },
-  };
-}
-
-const never = { schedule: () => ({ cancel() {} }) };
 
 function admittedOf(quotas: ReturnType<typeof createQuotas>, rule: string, key: string, attempts: number): number {
   let admitted = 0;
@@ -88,7 +65,12 @@ describe("check with a hostile cost", () => {
     ["approximate", approximate],
   ] as const)("%s: a NaN cost never admits, and never leaves the key admitting without limit", async (_, rule) => {
     const s = store(rule, 5);
-    const quotas = createQuotas({ transport: s.transport, clock: clock(), scheduler: never, rules: { q: rule } });
+    const quotas = createQuotas({
+      transport: s.transport,
+      clock: manualClock(),
+      scheduler: neverScheduler,
+      rules: { q: rule },
+    });
     await quotas.checkFresh("q", "k", 0);
     expect(() => quotas.check("q", "k", Number.NaN)).toThrow(QuotasArgumentError);
     expect(() => quotas.check("q", "k", Number.NaN)).toThrow(/^cost: /);
@@ -98,7 +80,12 @@ describe("check with a hostile cost", () => {
 
   it("strict: a negative cost never adds to what the key may admit (5 tokens, one check of cost -100)", async () => {
     const s = store(strict, 5);
-    const quotas = createQuotas({ transport: s.transport, clock: clock(), scheduler: never, rules: { q: strict } });
+    const quotas = createQuotas({
+      transport: s.transport,
+      clock: manualClock(),
+      scheduler: neverScheduler,
+      rules: { q: strict },
+    });
     await quotas.checkFresh("q", "k", 0);
     expect(() => quotas.check("q", "k", -100)).toThrow(QuotasArgumentError);
     // the instance holds 5 tokens of a limit of 5: 100 requests of cost 1 may admit 5 at most
@@ -120,8 +107,13 @@ describe("check with a hostile cost", () => {
     "%s: one check of cost %s on one key leaves its slot group syncing (another key's usage reported, allowances renewed)",
     async (_, cost, rule) => {
       const s = store(rule, 10);
-      const time = clock();
-      const quotas = createQuotas({ transport: s.transport, clock: time, scheduler: never, rules: { q: rule } });
+      const time = manualClock();
+      const quotas = createQuotas({
+        transport: s.transport,
+        clock: time,
+        scheduler: neverScheduler,
+        rules: { q: rule },
+      });
       await quotas.checkFresh("q", "bad", 0);
       await quotas.checkFresh("q", "good", 0);
       expect(() => quotas.check("q", "bad", cost)).toThrow(QuotasArgumentError);

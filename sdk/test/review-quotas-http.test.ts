@@ -4,12 +4,13 @@
 // the Function URL in front of POST /v1/quotas/sync: it applies each (instance, seq) once, as the route
 // does, and its gateway answers 504 the first time (the function ran, the answer did not come in time).
 import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import { createQuotas } from "../src/quotas.ts";
 import { httpTransport } from "../src/transports/http.ts";
 import type { QuotaRule, SyncRequest } from "../src/wire.ts";
+import { neverScheduler } from "./support/quota-fixtures.ts";
 
-const PORT = 8450;
 const rule: QuotaRule = {
   mode: "approximate",
   limits: [{ windowMs: 1_000, max: 1_000 }],
@@ -74,13 +75,14 @@ describe("httpTransport behind a gateway", () => {
         );
       });
     });
-    await new Promise<void>((resolve) => server.listen(PORT, "127.0.0.1", resolve));
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const { port } = server.address() as AddressInfo;
     closers.push(() => server.close());
     let now = 1_000_000;
     const quotas = createQuotas({
-      transport: httpTransport({ url: `http://127.0.0.1:${PORT}` }),
+      transport: httpTransport({ url: `http://127.0.0.1:${port}` }),
       clock: { now: () => now },
-      scheduler: { schedule: () => ({ cancel() {} }) },
+      scheduler: neverScheduler,
       rules: { api: rule },
       instancesHint: 1,
     });

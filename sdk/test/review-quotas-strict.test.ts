@@ -6,36 +6,8 @@
 import { describe, expect, it } from "vitest";
 import { compileQuotaRules } from "../../functions/core/shared/quota-rules.ts";
 import { createQuotas, type QuotaTransport } from "../src/quotas.ts";
-import type { QuotaRule, SyncReply, SyncRequest } from "../src/wire.ts";
-
-function clock(start = 1_000_000) {
-  let now = start;
-  return {
-    now: () => now,
-    set: (at: number) => {
-      now = at;
-    },
-  };
-}
-
-const never = { schedule: () => ({ cancel() {} }) };
-
-/** Answers like the script: strict keys get `tokens` until now + leaseMs, approximate ones `tokens` as allowance. */
-function answer(request: SyncRequest, now: number, rule: QuotaRule, tokens: number): SyncReply {
-  return {
-    status: "applied",
-    serverTime: now,
-    configVersion: "v1",
-    instances: 1,
-    ...(request.configVersion === "v1" ? {} : { rule }),
-    entries: request.entries.map((e) => {
-      const base = { key: e.key, denyUntil: 0, resetAt: now + 1_000, used: rule.limits.map(() => 0) };
-      return rule.mode === "strict"
-        ? { ...base, mode: "strict" as const, tokens, leaseExpiresAt: now + rule.leaseMs }
-        : { ...base, mode: "approximate" as const, allowance: tokens, validUntil: now + rule.leaseMs };
-    }),
-  };
-}
+import type { QuotaRule } from "../src/wire.ts";
+import { manualClock, neverScheduler, storeReply } from "./support/quota-fixtures.ts";
 
 describe("strict leases", () => {
   // Contract: docs/api.md, the policy's quotas: "`leaseMs` (strict: how long granted tokens stay usable,
@@ -49,7 +21,7 @@ describe("strict leases", () => {
     const rule = compiled.get("search")!.rule;
     // 200 ms since the review (50 ms left the default loop nothing to spend)
     expect(rule.leaseMs).toBe(200);
-    const time = clock();
+    const time = manualClock();
     const granted: number[] = [];
     const transport: QuotaTransport = {
       async sync(request, now) {
@@ -57,10 +29,10 @@ describe("strict leases", () => {
         time.set(now + 1);
         const tokens = Math.min(10, Math.max(...request.entries.map((e) => e.want), 0));
         granted.push(tokens);
-        return answer(request, now, rule, tokens);
+        return storeReply(request, now, rule, tokens);
       },
     };
-    const quotas = createQuotas({ transport, clock: time, scheduler: never });
+    const quotas = createQuotas({ transport, clock: time, scheduler: neverScheduler });
     let admitted = 0;
     // 2 s of rounds every 50 ms, 5 requests offered per interval (a tenth of the limit)
     for (let round = 0; round < 40; round++) {
@@ -90,7 +62,7 @@ describe("strict leases", () => {
       slotGroups: 1,
     };
     const feed: QuotaRule = { ...pay, mode: "approximate", limits: [{ windowMs: 1_000, max: 100 }], leaseMs: 1_000 };
-    const time = clock(0);
+    const time = manualClock(0);
     let releaseSlow: (() => void) | undefined;
     let hangSlow = false;
     const transport: QuotaTransport = {
@@ -100,13 +72,13 @@ describe("strict leases", () => {
             await new Promise<void>((resolve) => {
               releaseSlow = resolve;
             });
-          return answer(request, now, feed, 10);
+          return storeReply(request, now, feed, 10);
         }
         // the store's answer for pay: 5 tokens at the first sync, none after (they are all reserved)
-        return answer(request, now, pay, request.seq === 1 ? 5 : 0);
+        return storeReply(request, now, pay, request.seq === 1 ? 5 : 0);
       },
     };
-    const quotas = createQuotas({ transport, clock: time, scheduler: never, rules: { pay, feed } });
+    const quotas = createQuotas({ transport, clock: time, scheduler: neverScheduler, rules: { pay, feed } });
     await quotas.checkFresh("pay", "k", 0);
     await quotas.checkFresh("feed", "x", 1);
     // tokens granted at 0, store lease until 200

@@ -7,35 +7,8 @@
 import { describe, expect, it } from "vitest";
 import { StoreUnreachableError } from "../src/errors.ts";
 import { createQuotas, type QuotaTransport } from "../src/quotas.ts";
-import type { QuotaRule, SyncReply, SyncRequest } from "../src/wire.ts";
-
-function clock(start: number) {
-  let now = start;
-  return {
-    now: () => now,
-    set: (at: number) => {
-      now = at;
-    },
-  };
-}
-
-const never = { schedule: () => ({ cancel() {} }) };
-
-function answer(request: SyncRequest, now: number, rule: QuotaRule, amount: number, version = "v1"): SyncReply {
-  return {
-    status: "applied",
-    serverTime: now,
-    configVersion: version,
-    instances: 1,
-    ...(request.configVersion === version ? {} : { rule }),
-    entries: request.entries.map((e) => {
-      const base = { key: e.key, denyUntil: 0, resetAt: now + 1_000, used: rule.limits.map(() => 0) };
-      return rule.mode === "strict"
-        ? { ...base, mode: "strict" as const, tokens: amount, leaseExpiresAt: now + rule.leaseMs }
-        : { ...base, mode: "approximate" as const, allowance: amount, validUntil: now + rule.leaseMs };
-    }),
-  };
-}
+import type { QuotaRule } from "../src/wire.ts";
+import { manualClock, neverScheduler, storeReply } from "./support/quota-fixtures.ts";
 
 const approximate: QuotaRule = {
   mode: "approximate",
@@ -54,15 +27,15 @@ describe("the wall clock stepped back", () => {
   // after the store has let them go and granted the capacity again.
   it("strict: tokens granted before the instance's clock is stepped back 10 s are not spent 1 s later (their 200 ms lease has long ended)", async () => {
     const pay: QuotaRule = { ...approximate, mode: "strict", leaseMs: 200 };
-    const wall = clock(1_000_000);
+    const wall = manualClock(1_000_000);
     // the store's clock (the check API's) runs on true time
     let trueTime = 1_000_000;
     const transport: QuotaTransport = {
       async sync(request) {
-        return answer(request, trueTime, pay, request.seq === 1 ? 5 : 0);
+        return storeReply(request, trueTime, pay, request.seq === 1 ? 5 : 0);
       },
     };
-    const quotas = createQuotas({ transport, clock: wall, scheduler: never, rules: { pay } });
+    const quotas = createQuotas({ transport, clock: wall, scheduler: neverScheduler, rules: { pay } });
     await quotas.checkFresh("pay", "k", 0);
     expect(quotas.check("pay", "k", 0).remaining).toBe(5);
     // NTP steps the wall clock back 10 s; 1 s of true time passes with rounds every 50 ms
@@ -86,15 +59,15 @@ describe("more keys than maxKeys", () => {
   // reported).
   it("checkFresh of a new key, with the instance over maxKeys: the key is synced and decided by the store's allowance", async () => {
     const rule: QuotaRule = { ...approximate, fallback: "share" };
-    const time = clock(1_000_000);
+    const time = manualClock(1_000_000);
     const sent: string[] = [];
     const transport: QuotaTransport = {
       async sync(request, now) {
         sent.push(...request.entries.map((e) => e.key));
-        return answer(request, now, rule, 10);
+        return storeReply(request, now, rule, 10);
       },
     };
-    const quotas = createQuotas({ transport, clock: time, scheduler: never, maxKeys: 1, instancesHint: 1 });
+    const quotas = createQuotas({ transport, clock: time, scheduler: neverScheduler, maxKeys: 1, instancesHint: 1 });
     await quotas.checkFresh("api", "a");
     time.set(1_000_050);
     const decision = { ...(await quotas.checkFresh("api", "b")) };
@@ -111,7 +84,7 @@ describe("an operator's change of slotGroups while a request is unanswered", () 
   it("usage in an unanswered request of a slot group the new definition drops is still reported", async () => {
     const two: QuotaRule = { ...approximate, slotGroups: 2 };
     const one: QuotaRule = { ...approximate, slotGroups: 1 };
-    const time = clock(1_000_000);
+    const time = manualClock(1_000_000);
     let current = { rule: two, version: "v2" };
     let failGroup1 = false;
     const reported = new Map<string, number>();
@@ -122,10 +95,10 @@ describe("an operator's change of slotGroups while a request is unanswered", () 
           const count = e.usage.reduce((n, [, c]) => n + c, 0);
           reported.set(e.key, (reported.get(e.key) ?? 0) + count);
         }
-        return answer(request, now, current.rule, 50, current.version);
+        return storeReply(request, now, current.rule, 50, { version: current.version });
       },
     };
-    const quotas = createQuotas({ transport, clock: time, scheduler: never });
+    const quotas = createQuotas({ transport, clock: time, scheduler: neverScheduler });
     // five keys over slotGroups 2, each with an allowance; a is one of group 0, b one of group 1
     const keys = ["k0", "k1", "k2", "k3", "k4"];
     for (const key of keys) await quotas.checkFresh("api", key, 0);
@@ -159,17 +132,17 @@ describe("checkFresh called concurrently", () => {
   // caller's await returns: a caller that copies the decision the moment its await returns reads the
   // other key's decision. A key the store denies is admitted when another key's request is allowed.
   it("two keys checked fresh at once: each caller, copying at once, reads its own key's decision", async () => {
-    const time = clock(1_000_000);
+    const time = manualClock(1_000_000);
     const transport: QuotaTransport = {
       async sync(request, now) {
-        const reply = answer(request, now, approximate, 10);
+        const reply = storeReply(request, now, approximate, 10);
         // the store has nothing left for "denied"
         for (const entry of reply.entries)
           if (entry.key === "denied" && entry.mode === "approximate") entry.allowance = 0;
         return reply;
       },
     };
-    const quotas = createQuotas({ transport, clock: time, scheduler: never, rules: { api: approximate } });
+    const quotas = createQuotas({ transport, clock: time, scheduler: neverScheduler, rules: { api: approximate } });
     const first = quotas.checkFresh("api", "denied");
     const second = quotas.checkFresh("api", "allowed");
     const denied = { ...(await first) };
@@ -184,17 +157,17 @@ describe("stop after a failed round", () => {
   // round)". When the round before stop() went unanswered, the last round only resends that request (same
   // seq, same entries), and what was admitted since is never reported: the process ends with it.
   it("stop() after an unanswered round reports everything admitted, the requests admitted since included", async () => {
-    const time = clock(1_000_000);
+    const time = manualClock(1_000_000);
     let down = false;
     let reported = 0;
     const transport: QuotaTransport = {
       async sync(request, now) {
         if (down) throw new StoreUnreachableError("no reply");
         for (const e of request.entries) for (const [, count] of e.usage) reported += count;
-        return answer(request, now, approximate, 50);
+        return storeReply(request, now, approximate, 50);
       },
     };
-    const quotas = createQuotas({ transport, clock: time, scheduler: never, rules: { api: approximate } });
+    const quotas = createQuotas({ transport, clock: time, scheduler: neverScheduler, rules: { api: approximate } });
     await quotas.checkFresh("api", "k", 0);
     let admitted = 0;
     for (let i = 0; i < 5; i++) if (quotas.check("api", "k").allowed) admitted++;
@@ -216,15 +189,15 @@ describe("an operator adds a rule clients already call", () => {
   // next round after that comes up to an interval later: a rule added just after a `norule` reaches the
   // client after more than 1 s.
   it("a rule added 1 ms after a client was answered norule reaches it within 1 s, rounds 60 ms apart", async () => {
-    const time = clock(1_000_000);
+    const time = manualClock(1_000_000);
     let defined = false;
     const transport: QuotaTransport = {
       async sync(request, now) {
         if (!defined) return { status: "norule", serverTime: now, configVersion: "", instances: 0, entries: [] };
-        return answer(request, now, approximate, 10);
+        return storeReply(request, now, approximate, 10);
       },
     };
-    const quotas = createQuotas({ transport, clock: time, scheduler: never, unknownRule: "deny" });
+    const quotas = createQuotas({ transport, clock: time, scheduler: neverScheduler, unknownRule: "deny" });
     await quotas.checkFresh("api", "k", 0);
     // the operator adds the rule at 1 ms; rounds every 60 ms (the jitter's longest interval)
     defined = true;

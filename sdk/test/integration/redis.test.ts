@@ -7,12 +7,13 @@ import calculateSlot from "cluster-key-slot";
 import type { Cluster } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { quotaLibrary } from "../../../functions/adapters/lua-scripts.ts";
-import { RedisQuotaStore } from "../../../functions/adapters/redis-quota-store.ts";
 import { basePort, connectCluster, uniqueNamespace } from "../../../test/support/cluster.ts";
 import { SyncRejectedError } from "../../src/errors.ts";
 import { createQuotas, type Quotas } from "../../src/quotas.ts";
 import { redisTransport } from "../../src/transports/redis.ts";
 import { type QuotaRule, type SyncRequest, slotGroupPrefix } from "../../src/wire.ts";
+import { publishRule } from "../support/quota-cluster.ts";
+import { manualClock, maxInWindow } from "../support/quota-fixtures.ts";
 
 let cluster: Cluster;
 beforeAll(() => {
@@ -21,21 +22,6 @@ beforeAll(() => {
 afterAll(async () => {
   await cluster.quit();
 });
-
-/** The rule in every slot group's cfg key, as the server side publishes the policy. */
-function publish(namespace: string, name: string, rule: QuotaRule, version: string): Promise<void> {
-  return new RedisQuotaStore(cluster, namespace).publish(name, rule, version, rule.slotGroups, Date.now());
-}
-
-function clock(start: number) {
-  let now = start;
-  return {
-    now: () => now,
-    set: (at: number) => {
-      now = at;
-    },
-  };
-}
 
 const T0 = Date.UTC(2026, 10, 23, 10);
 
@@ -47,7 +33,7 @@ async function run(options: {
   perStep: (instance: number) => number;
   steps: number;
 }) {
-  const time = clock(T0);
+  const time = manualClock(T0);
   const fleet: Quotas[] = Array.from({ length: options.instances }, () =>
     createQuotas({ transport: redisTransport({ redis: cluster, namespace: options.namespace }), clock: time }),
   );
@@ -62,17 +48,6 @@ async function run(options: {
   return admitted;
 }
 
-/** The most admitted in any window of `windowMs` (admissions are sorted by time). */
-function maxInWindow(admitted: number[], windowMs: number): number {
-  let best = 0;
-  let start = 0;
-  for (let end = 0; end < admitted.length; end++) {
-    while ((admitted[end] as number) - (admitted[start] as number) >= windowMs) start++;
-    best = Math.max(best, end - start + 1);
-  }
-  return best;
-}
-
 describe("N instances against the real script", () => {
   it("strict: 4 instances offered 10× the limit never admit more than max in any window, and use most of it", async () => {
     const namespace = uniqueNamespace();
@@ -83,7 +58,7 @@ describe("N instances against the real script", () => {
       fallback: "deny",
       slotGroups: 1,
     };
-    await publish(namespace, "api", rule, "v1");
+    await publishRule(cluster, namespace, "api", rule, "v1");
     // 10× the limit: 4 instances × 6.25 requests per 50 ms = 500/s against 50/s
     const admitted = await run({ namespace, rule, instances: 4, perStep: (i) => (i % 2 === 0 ? 6 : 7), steps: 100 });
     expect(maxInWindow(admitted, 1_000)).toBeLessThanOrEqual(50);
@@ -100,7 +75,7 @@ describe("N instances against the real script", () => {
       fallback: "share",
       slotGroups: 1,
     };
-    await publish(namespace, "api", rule, "v1");
+    await publishRule(cluster, namespace, "api", rule, "v1");
     // 200/s offered: 10 requests per 50 ms step, split 5:1.25:1.25:1.25 ≈ 6 + 2 + 1 + 1
     const admitted = await run({
       namespace,
@@ -133,7 +108,7 @@ describe("direct transport", () => {
 
   it("a resent request (same seq) is answered as a duplicate and counted once", async () => {
     const namespace = uniqueNamespace();
-    await publish(namespace, "api", rule, "v1");
+    await publishRule(cluster, namespace, "api", rule, "v1");
     const transport = redisTransport({ redis: cluster, namespace });
     const first = await transport.sync(request(1, 7), T0);
     const again = await transport.sync(request(1, 7), T0 + 10);
@@ -150,7 +125,7 @@ describe("direct transport", () => {
 
   it("loads quota-sync where a primary lacks it (a new cluster, a node added empty, FUNCTION FLUSH): the service's own library, shared", async () => {
     const namespace = uniqueNamespace();
-    await publish(namespace, "api", rule, "v1");
+    await publishRule(cluster, namespace, "api", rule, "v1");
     const transport = redisTransport({ redis: cluster, namespace });
     await transport.sync(request(1, 1), T0);
     // deleted wherever it is (a primary an earlier failover promoted may never have been sent it)
@@ -180,13 +155,13 @@ describe("direct transport", () => {
 
   it("an operator's change reaches an instance in its next sync", async () => {
     const namespace = uniqueNamespace();
-    await publish(namespace, "api", rule, "v1");
-    const time = clock(T0);
+    await publishRule(cluster, namespace, "api", rule, "v1");
+    const time = manualClock(T0);
     const quotas = createQuotas({ transport: redisTransport({ redis: cluster, namespace }), clock: time });
     quotas.resolve("api", "k");
     await quotas.sync();
     expect(quotas.check("api", "k")).toMatchObject({ limit: 100, policy: "100;w=1" });
-    await publish(namespace, "api", { ...rule, limits: [{ windowMs: 2_000, max: 40 }] }, "v2");
+    await publishRule(cluster, namespace, "api", { ...rule, limits: [{ windowMs: 2_000, max: 40 }] }, "v2");
     time.set(T0 + 50);
     await quotas.sync();
     expect(quotas.check("api", "k")).toMatchObject({ limit: 40, policy: "40;w=2" });
@@ -221,8 +196,8 @@ describe("degraded mode with a stopped primary", () => {
       fallback: "share",
       slotGroups: 1,
     };
-    await publish(namespace, "api", rule, "v1");
-    const time = clock(T0);
+    await publishRule(cluster, namespace, "api", rule, "v1");
+    const time = manualClock(T0);
     // the allowance each instance's last answered sync reserved (still counted in the store's windows)
     const reserved = new Map<string, number>();
     const direct = redisTransport({ redis: cluster, namespace, timeoutMs: 200 });

@@ -9,6 +9,7 @@ import { connectCluster, uniqueNamespace } from "../../../test/support/cluster.t
 import { createQuotas } from "../../src/quotas.ts";
 import { redisTransport } from "../../src/transports/redis.ts";
 import { type QuotaRule, type SyncEntry, type SyncRequest, slotGroupPrefix } from "../../src/wire.ts";
+import { neverScheduler } from "../support/quota-fixtures.ts";
 
 let cluster: Cluster;
 beforeAll(() => {
@@ -19,7 +20,6 @@ afterAll(async () => {
 });
 
 const T0 = Date.UTC(2026, 10, 27, 7, 30);
-const never = { schedule: () => ({ cancel() {} }) };
 
 function entry(key: string, fields: Partial<SyncEntry> = {}): SyncEntry {
   return { key, usage: [], refunds: [], offered: 0, want: 0, ...fields };
@@ -84,7 +84,7 @@ describe("a key many instances synced", () => {
     const direct = redisTransport({ redis: cluster, namespace });
     let now = T0;
     const time = { now: () => now };
-    const x = createQuotas({ transport: direct, clock: time, scheduler: never });
+    const x = createQuotas({ transport: direct, clock: time, scheduler: neverScheduler });
     const countA = async () =>
       (await new RedisQuotaStore(cluster, namespace).read(request("", 0, [entry("a")]), now)).entries[0]!.used[0];
     // X, offered 40 per interval on "a", is granted 1 token, then about 25 at T0 + 50 (lease 400)

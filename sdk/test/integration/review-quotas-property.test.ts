@@ -5,12 +5,13 @@
 import fc from "fast-check";
 import type { Cluster } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { RedisQuotaStore } from "../../../functions/adapters/redis-quota-store.ts";
 import { connectCluster, uniqueNamespace } from "../../../test/support/cluster.ts";
 import { StoreUnreachableError } from "../../src/errors.ts";
 import { createQuotas, type QuotaTransport } from "../../src/quotas.ts";
 import { redisTransport } from "../../src/transports/redis.ts";
 import type { QuotaRule } from "../../src/wire.ts";
+import { publishRule } from "../support/quota-cluster.ts";
+import { maxInWindow, neverScheduler } from "../support/quota-fixtures.ts";
 
 let cluster: Cluster;
 beforeAll(() => {
@@ -20,18 +21,64 @@ afterAll(async () => {
   await cluster.quit();
 });
 
-const never = { schedule: () => ({ cancel() {} }) };
 const T0 = Date.UTC(2026, 10, 27, 8);
 
-function maxInWindow(admitted: number[], windowMs: number): number {
-  const times = [...admitted].sort((a, b) => a - b);
-  let best = 0;
-  let start = 0;
-  for (let end = 0; end < times.length; end++) {
-    while ((times[end] as number) - (times[start] as number) >= windowMs) start++;
-    best = Math.max(best, end - start + 1);
+interface FleetScenario {
+  instances: number;
+  max: number;
+  second: number | undefined;
+  leaseMs: number;
+  /** Per 10 ms tick: requests offered to each instance, its next round's delay, whether that reply is lost. */
+  ticks: { offered: number[]; gap: number; lost: number }[];
+  lossTenths: number;
+}
+
+/**
+ * `instances` SDK instances on one clock against the real script, each syncing when its round is due (the
+ * loop's jittered gaps), offered the ticks' requests on one key, with a share of replies lost after the
+ * store applied them; the times of what `check` admitted.
+ */
+async function runFleet(
+  { instances, max, second, leaseMs, ticks, lossTenths }: FleetScenario,
+  mode: QuotaRule["mode"],
+  fallback: QuotaRule["fallback"],
+): Promise<number[]> {
+  const namespace = uniqueNamespace();
+  const limits = [{ windowMs: 1_000, max }];
+  if (second !== undefined) limits.push({ windowMs: 2_000, max: second });
+  const rule: QuotaRule = { mode, limits, leaseMs, fallback, slotGroups: 1 };
+  await publishRule(cluster, namespace, "pay", rule, "v1");
+  let now = T0;
+  const time = { now: () => now };
+  const direct = redisTransport({ redis: cluster, namespace });
+  let draw = 0;
+  const fleet = Array.from({ length: instances }, () => {
+    const transport: QuotaTransport = {
+      async sync(request, at) {
+        const reply = await direct.sync(request, at);
+        const tick = ticks[draw++ % ticks.length]!;
+        if (tick.lost < lossTenths) throw new StoreUnreachableError("reply lost");
+        return reply;
+      },
+    };
+    return { quotas: createQuotas({ transport, clock: time, scheduler: neverScheduler }), due: T0 };
+  });
+  const admitted: number[] = [];
+  for (let t = 0; t < ticks.length; t++) {
+    now = T0 + t * 10;
+    const tick = ticks[t]!;
+    for (let i = 0; i < instances; i++) {
+      const member = fleet[i]!;
+      if (now >= member.due) {
+        await member.quotas.sync();
+        member.due = now + tick.gap;
+      }
+      for (let r = 0; r < (tick.offered[i] ?? 0); r++) {
+        if (member.quotas.check("pay", "k").allowed) admitted.push(now);
+      }
+    }
   }
-  return best;
+  return admitted;
 }
 
 describe("property: strict against the real script", () => {
@@ -58,42 +105,9 @@ describe("property: strict against the real script", () => {
           ),
           lossTenths: fc.constantFrom(0, 2, 5),
         }),
-        async ({ instances, max, second, leaseMs, ticks, lossTenths }) => {
-          const namespace = uniqueNamespace();
-          const limits = [{ windowMs: 1_000, max }];
-          if (second !== undefined) limits.push({ windowMs: 2_000, max: second });
-          const rule: QuotaRule = { mode: "strict", limits, leaseMs, fallback: "deny", slotGroups: 1 };
-          await new RedisQuotaStore(cluster, namespace).publish("pay", rule, "v1", 1, Date.now());
-          let now = T0;
-          const time = { now: () => now };
-          const direct = redisTransport({ redis: cluster, namespace });
-          let draw = 0;
-          const fleet = Array.from({ length: instances }, () => {
-            const transport: QuotaTransport = {
-              async sync(request, at) {
-                const reply = await direct.sync(request, at);
-                const tick = ticks[draw++ % ticks.length]!;
-                if (tick.lost < lossTenths) throw new StoreUnreachableError("reply lost");
-                return reply;
-              },
-            };
-            return { quotas: createQuotas({ transport, clock: time, scheduler: never }), due: T0 };
-          });
-          const admitted: number[] = [];
-          for (let t = 0; t < ticks.length; t++) {
-            now = T0 + t * 10;
-            const tick = ticks[t]!;
-            for (let i = 0; i < instances; i++) {
-              const member = fleet[i]!;
-              if (now >= member.due) {
-                await member.quotas.sync();
-                member.due = now + tick.gap;
-              }
-              for (let r = 0; r < (tick.offered[i] ?? 0); r++) {
-                if (member.quotas.check("pay", "k").allowed) admitted.push(now);
-              }
-            }
-          }
+        async (scenario) => {
+          const { max, second } = scenario;
+          const admitted = await runFleet(scenario, "strict", "deny");
           expect(maxInWindow(admitted, 1_000)).toBeLessThanOrEqual(max);
           if (second !== undefined) expect(maxInWindow(admitted, 2_000)).toBeLessThanOrEqual(second);
         },
@@ -127,42 +141,9 @@ describe("property: approximate against the real script", () => {
           ),
           lossTenths: fc.constant(0),
         }),
-        async ({ instances, max, second, leaseMs, ticks, lossTenths }) => {
-          const namespace = uniqueNamespace();
-          const limits = [{ windowMs: 1_000, max }];
-          if (second !== undefined) limits.push({ windowMs: 2_000, max: second });
-          const rule: QuotaRule = { mode: "approximate", limits, leaseMs, fallback: "share", slotGroups: 1 };
-          await new RedisQuotaStore(cluster, namespace).publish("pay", rule, "v1", 1, Date.now());
-          let now = T0;
-          const time = { now: () => now };
-          const direct = redisTransport({ redis: cluster, namespace });
-          let draw = 0;
-          const fleet = Array.from({ length: instances }, () => {
-            const transport: QuotaTransport = {
-              async sync(request, at) {
-                const reply = await direct.sync(request, at);
-                const tick = ticks[draw++ % ticks.length]!;
-                if (tick.lost < lossTenths) throw new StoreUnreachableError("reply lost");
-                return reply;
-              },
-            };
-            return { quotas: createQuotas({ transport, clock: time, scheduler: never }), due: T0 };
-          });
-          const admitted: number[] = [];
-          for (let t = 0; t < ticks.length; t++) {
-            now = T0 + t * 10;
-            const tick = ticks[t]!;
-            for (let i = 0; i < instances; i++) {
-              const member = fleet[i]!;
-              if (now >= member.due) {
-                await member.quotas.sync();
-                member.due = now + tick.gap;
-              }
-              for (let r = 0; r < (tick.offered[i] ?? 0); r++) {
-                if (member.quotas.check("pay", "k").allowed) admitted.push(now);
-              }
-            }
-          }
+        async (scenario) => {
+          const { instances, max, second } = scenario;
+          const admitted = await runFleet(scenario, "approximate", "share");
           const excess = instances * 0.4 * 10;
           expect(maxInWindow(admitted, 1_000)).toBeLessThanOrEqual(max + excess);
           if (second !== undefined) expect(maxInWindow(admitted, 2_000)).toBeLessThanOrEqual(second + excess);

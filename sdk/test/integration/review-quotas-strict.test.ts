@@ -5,12 +5,13 @@
 // wrapper holds one rule's calls back until released (a slow node, a cold start), as a slow store would.
 import type { Cluster } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { RedisQuotaStore } from "../../../functions/adapters/redis-quota-store.ts";
 import { compileQuotaRules } from "../../../functions/core/shared/quota-rules.ts";
 import { connectCluster, uniqueNamespace } from "../../../test/support/cluster.ts";
 import { createQuotas, type Quotas, type QuotaTransport } from "../../src/quotas.ts";
 import { redisTransport } from "../../src/transports/redis.ts";
 import type { QuotaRule } from "../../src/wire.ts";
+import { publishRule } from "../support/quota-cluster.ts";
+import { manualClock, maxInWindow, neverScheduler } from "../support/quota-fixtures.ts";
 
 let cluster: Cluster;
 beforeAll(() => {
@@ -20,34 +21,7 @@ afterAll(async () => {
   await cluster.quit();
 });
 
-function publish(namespace: string, name: string, rule: QuotaRule, version: string): Promise<void> {
-  return new RedisQuotaStore(cluster, namespace).publish(name, rule, version, rule.slotGroups, Date.now());
-}
-
-function clock(start: number) {
-  let now = start;
-  return {
-    now: () => now,
-    set: (at: number) => {
-      now = at;
-    },
-  };
-}
-
-const never = { schedule: () => ({ cancel() {} }) };
 const T0 = Date.UTC(2026, 10, 27, 7);
-
-/** The most admitted in any window of `windowMs` (times sorted). */
-function maxInWindow(admitted: number[], windowMs: number): number {
-  const times = [...admitted].sort((a, b) => a - b);
-  let best = 0;
-  let start = 0;
-  for (let end = 0; end < times.length; end++) {
-    while ((times[end] as number) - (times[start] as number) >= windowMs) start++;
-    best = Math.max(best, end - start + 1);
-  }
-  return best;
-}
 
 function admit(quotas: Quotas, rule: string, key: string, attempts: number, at: number, into: number[]): void {
   for (let i = 0; i < attempts; i++) if (quotas.check(rule, key).allowed) into.push(at);
@@ -63,8 +37,8 @@ describe("strict against the real script", () => {
     const { rule, version } = compileQuotaRules("p1", [
       { name: "search", mode: "strict", limits: [{ window: "1s", max: 50 }] },
     ]).get("search")!;
-    await publish(namespace, "search", rule, version);
-    const time = clock(T0);
+    await publishRule(cluster, namespace, "search", rule, version);
+    const time = manualClock(T0);
     const quotas = createQuotas({ transport: redisTransport({ redis: cluster, namespace }), clock: time });
     const admitted: number[] = [];
     for (let step = 0; step < 40; step++) {
@@ -94,9 +68,9 @@ describe("strict against the real script", () => {
       slotGroups: 1,
     };
     const feed: QuotaRule = { ...pay, mode: "approximate", limits: [{ windowMs: 1_000, max: 100 }], leaseMs: 1_000 };
-    await publish(namespace, "pay", pay, "v1");
-    await publish(namespace, "feed", feed, "v1");
-    const time = clock(T0);
+    await publishRule(cluster, namespace, "pay", pay, "v1");
+    await publishRule(cluster, namespace, "feed", feed, "v1");
+    const time = manualClock(T0);
     const direct = redisTransport({ redis: cluster, namespace });
     let hold: Promise<void> | undefined;
     const slowFeed: QuotaTransport = {
@@ -105,8 +79,8 @@ describe("strict against the real script", () => {
         return direct.sync(request, now);
       },
     };
-    const a = createQuotas({ transport: slowFeed, clock: time, scheduler: never });
-    const b = createQuotas({ transport: direct, clock: time, scheduler: never });
+    const a = createQuotas({ transport: slowFeed, clock: time, scheduler: neverScheduler });
+    const b = createQuotas({ transport: direct, clock: time, scheduler: neverScheduler });
     const admitted: number[] = [];
     // A asks for pay's tokens (offered 20 per interval: it is granted about 1.25 intervals of that), and uses feed
     admit(a, "pay", "k", 20, T0, admitted);

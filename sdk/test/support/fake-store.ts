@@ -2,6 +2,7 @@
 // request gets `allowance` (approximate) or `tokens` (strict); `failWith` makes the next calls throw.
 import type { QuotaTransport } from "../../src/quotas.ts";
 import type { QuotaRule, SyncReply, SyncRequest } from "../../src/wire.ts";
+import { storeReply } from "./quota-fixtures.ts";
 
 export function fakeStore(options: { rule: QuotaRule; amount: number; instances?: number }) {
   const calls: SyncRequest[] = [];
@@ -10,20 +11,7 @@ export function fakeStore(options: { rule: QuotaRule; amount: number; instances?
     async sync(request, now): Promise<SyncReply> {
       calls.push(structuredClone(request));
       if (fail) throw fail;
-      const { rule, amount } = options;
-      return {
-        status: "applied",
-        serverTime: now,
-        configVersion: "v1",
-        instances: options.instances ?? 1,
-        ...(request.configVersion === "v1" ? {} : { rule }),
-        entries: request.entries.map((e) => {
-          const base = { key: e.key, denyUntil: 0, resetAt: now + 1_000, used: rule.limits.map(() => 0) };
-          return rule.mode === "strict"
-            ? { ...base, mode: "strict" as const, tokens: amount, leaseExpiresAt: now + rule.leaseMs }
-            : { ...base, mode: "approximate" as const, allowance: amount, validUntil: now + rule.leaseMs };
-        }),
-      };
+      return storeReply(request, now, options.rule, options.amount, { instances: options.instances ?? 1 });
     },
   };
   const failWith = (error: Error | undefined) => {
