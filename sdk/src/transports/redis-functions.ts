@@ -96,17 +96,26 @@ const isReply = (error: unknown, pattern: RegExp): boolean =>
  * Loads `library` on every primary of `cluster`. A node that holds it already answers "already exists"
  * before compiling anything, so this is cheap to repeat. Replicas get it by replication. A node demoted by a
  * failover since the client last looked (READONLY) is skipped, and the primaries are looked up again and
- * loaded once more, so the promoted node is not missed. Rejects as the
- * first failing node's command rejected (classified by the caller like any other reply or no-answer).
+ * loaded once more, so the promoted node is not missed. Every node's load is waited for, whatever the others
+ * answer (a node past maxmemory refuses FUNCTION LOAD: the others still get it); then rejects as the first
+ * failing node's command rejected (classified by the caller like any other reply or no-answer).
  */
 export async function loadLibrary(client: Client, library: RedisFunctionLibrary): Promise<void> {
-  const demoted = await Promise.all(primariesOf(client).map((node) => loadOn(node, library)));
-  if (!demoted.includes(true) || !client.isCluster) return;
+  const demoted = await loadOnAll(primariesOf(client), library);
+  if (!demoted || !client.isCluster) return;
   // a failover the client has not seen: its new primary may be missing from the list, so look again once
   await new Promise<void>((resolve, reject) =>
     (client as Cluster).refreshSlotsCache((error) => (error ? reject(error) : resolve())),
   );
-  await Promise.all(primariesOf(client).map((node) => loadOn(node, library)));
+  await loadOnAll(primariesOf(client), library);
+}
+
+/** Loads on every node, all settled; resolves whether one was demoted, or rejects as the first failure. */
+async function loadOnAll(nodes: Redis[], library: RedisFunctionLibrary): Promise<boolean> {
+  const results = await Promise.allSettled(nodes.map((node) => loadOn(node, library)));
+  const failed = results.find((result) => result.status === "rejected");
+  if (failed) throw failed.reason;
+  return results.some((result) => result.status === "fulfilled" && result.value);
 }
 
 /** Resolves true when the node answered READONLY (no longer a primary). */
@@ -151,13 +160,18 @@ type Fcalls = Client & {
 /**
  * `send()`, and once more after loading `library` when it answers "Function not found". That reply proves
  * the call did not run (a node added by scale-out, restarted empty, or flushed): the library is loaded on
- * every primary and the call sent once more. A failed load rejects as its reply came (an outage or an
- * error reply), never as "Function not found".
+ * every primary and the call sent once more, also when the load failed on some node (another primary past
+ * maxmemory must not stop a call on this one). When the call then still finds no function, it rejects as
+ * the load's failure came (an outage or an error reply), never as "Function not found".
  */
 function withLibrary<T>(cluster: Client, library: RedisFunctionLibrary, send: () => Promise<T>): Promise<T> {
   return send().catch((error: unknown) => {
     if (!isReply(error, NOT_FOUND)) throw error;
-    return reload(cluster, library).then(send);
+    return reload(cluster, library).then(send, (loadError: unknown) =>
+      send().catch((again: unknown) => {
+        throw isReply(again, NOT_FOUND) ? loadError : again;
+      }),
+    );
   });
 }
 
