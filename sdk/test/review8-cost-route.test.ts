@@ -62,36 +62,44 @@ function route() {
 const never = { schedule: () => ({ cancel() {} }) };
 
 describe("review8: a cost the SDK accepts and the HTTP route refuses", () => {
-  it.fails("one check of cost 1,000,000,001 on one key leaves its slot group's next request acceptable to the route (another key's spent tokens reported)", async () => {
-    let now = 1_000_000;
-    const clock = { now: () => now };
-    const r = route();
-    const errors: Error[] = [];
-    const quotas = createQuotas({
-      transport: r.transport,
-      clock,
-      scheduler: never,
-      rules: { q: strict },
-      onError: (e) => errors.push(e),
-    });
-    await quotas.checkFresh("q", "a", 0);
-    await quotas.checkFresh("q", "b", 0);
-    let admitted = 0;
-    for (let i = 0; i < 3; i++) if (quotas.check("q", "a").allowed) admitted++;
-    expect(admitted).toBe(3);
-    // the SDK accepts the cost (a whole number >= 0 below 2^53) and denies it, as it should
-    expect(quotas.check("q", "b", 1_000_000_001).allowed).toBe(false);
-    const before = r.applied.length;
-    now += 50;
-    await quotas.sync();
-    // the route refused the group's request: a's 3 spent tokens were in it
-    expect(r.refused()).toBe(0);
-    const reported = r.applied
-      .slice(before)
-      .flatMap((req) => req.entries)
-      .filter((e) => e.key === "a")
-      .flatMap((e) => e.usage)
-      .reduce((sum, [, n]) => sum + n, 0);
-    expect(reported).toBe(3);
-  });
+  // also with costs each within the route's range: two checks of 600,000,000 (a byte quota of 1 GB, two
+  // uploads in one interval) make offered 1,200,000,000
+  it.fails.each([
+    ["one check of cost 1,000,000,001", [1_000_000_001]],
+    ["two checks of cost 600,000,000", [600_000_000, 600_000_000]],
+  ] as const)(
+    "%s on one key leaves its slot group's next request acceptable to the route (another key's spent tokens reported)",
+    async (_, costs) => {
+      let now = 1_000_000;
+      const clock = { now: () => now };
+      const r = route();
+      const errors: Error[] = [];
+      const quotas = createQuotas({
+        transport: r.transport,
+        clock,
+        scheduler: never,
+        rules: { q: strict },
+        onError: (e) => errors.push(e),
+      });
+      await quotas.checkFresh("q", "a", 0);
+      await quotas.checkFresh("q", "b", 0);
+      let admitted = 0;
+      for (let i = 0; i < 3; i++) if (quotas.check("q", "a").allowed) admitted++;
+      expect(admitted).toBe(3);
+      // the SDK accepts the cost (a whole number >= 0 below 2^53) and denies it, as it should
+      for (const cost of costs) expect(quotas.check("q", "b", cost).allowed).toBe(false);
+      const before = r.applied.length;
+      now += 50;
+      await quotas.sync();
+      // the route refused the group's request: a's 3 spent tokens were in it
+      expect(r.refused()).toBe(0);
+      const reported = r.applied
+        .slice(before)
+        .flatMap((req) => req.entries)
+        .filter((e) => e.key === "a")
+        .flatMap((e) => e.usage)
+        .reduce((sum, [, n]) => sum + n, 0);
+      expect(reported).toBe(3);
+    },
+  );
 });
