@@ -223,7 +223,8 @@ export class QuotaEngine {
     );
     for (const handle of group.handles) {
       if (entries.length === MAX_KEYS_PER_SYNC) break;
-      const offered = handle.used + handle.denied;
+      // a demand estimate: at most what the wire carries
+      const offered = Math.min(handle.used + handle.denied, Number.MAX_SAFE_INTEGER);
       const rate = handle.rate;
       if (elapsedMs > 0) handle.rate = 0.5 * rate + (0.5 * offered) / elapsedMs;
       const want = strict && now >= handle.denyUntil ? this.tokensWanted(handle, offered, leaseMs, elapsedMs) : 0;
@@ -238,7 +239,8 @@ export class QuotaEngine {
       const entry: SyncEntry = { key: handle.key, usage: [], refunds: [], offered, want };
       if (!strict) {
         // the epochs kept while the store was away and this interval's usage, within what one entry carries
-        const epochs = handle.used > 0 ? [...handle.epochs, now, handle.used] : handle.epochs;
+        const used = Math.min(handle.used, Number.MAX_SAFE_INTEGER);
+        const epochs = used > 0 ? [...handle.epochs, now, used] : handle.epochs;
         capEpochs(epochs, MAX_EPOCHS_PER_KEY);
         for (let i = 0; i < epochs.length; i += 2) entry.usage.push([epochs[i] as number, epochs[i + 1] as number]);
       } else {
@@ -507,7 +509,8 @@ export class QuotaEngine {
  */
 function capEpochs(epochs: number[], most: number): number[] {
   while (epochs.length > 2 * most) {
-    const count = (epochs[1] as number) + (epochs[3] as number);
+    // at most what the wire carries (past 2^53 units, an admission of `allow` would freeze the group)
+    const count = Math.min((epochs[1] as number) + (epochs[3] as number), Number.MAX_SAFE_INTEGER);
     epochs.splice(0, 4, epochs[2] as number, count);
   }
   return epochs;

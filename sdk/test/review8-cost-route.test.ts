@@ -1,3 +1,5 @@
+// Each test below showed a defect against the written contract (quoted in its comment); all are fixed, and
+// each test now guards its fix.
 // Review: a cost the SDK accepts (a whole number >= 0, at most 2^53 - 1) that the HTTP route refuses.
 // Contract (sdk/src/engine.ts, as the earlier review's cost tests quote it): a key the wire cannot carry is
 // refused "at first sight, with the field named: the sync would refuse it for the whole slot group"; and
@@ -64,7 +66,7 @@ const never = { schedule: () => ({ cancel() {} }) };
 describe("review8: a cost the SDK accepts and the HTTP route refuses", () => {
   // also with costs each within the route's range: two checks of 600,000,000 (a byte quota of 1 GB, two
   // uploads in one interval) make offered 1,200,000,000
-  it.fails.each([
+  it.each([
     ["one check of cost 1,000,000,001", [1_000_000_001]],
     ["two checks of cost 600,000,000", [600_000_000, 600_000_000]],
   ] as const)(

@@ -19,7 +19,9 @@ import type { PublishedQuotaRule } from "../shared/quota-rules.ts";
 import { parseOrThrow } from "../shared/validation.ts";
 import type { QuotaStore } from "./quota-store.ts";
 
-const count = z.int().min(0).max(1_000_000_000);
+// what the wire carries (sdk/src/wire.ts): any whole number a double holds exactly. A byte quota's usage,
+// merged over a long outage, passes 1e9; the script caps what it stores at its slots' range
+const count = z.int().min(0).max(Number.MAX_SAFE_INTEGER);
 const time = z.int().min(0).max(8_640_000_000_000_000);
 const pairs = z.array(z.tuple([time, count])).max(MAX_EPOCHS_PER_KEY);
 

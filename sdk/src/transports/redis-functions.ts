@@ -24,6 +24,8 @@ export interface RedisFunctionLibrary<Name extends string = string> {
   readonly code: string;
   /** The registered name of each script (function names are global across a node's libraries). */
   readonly functions: Readonly<Record<Name, string>>;
+  /** The chunk of each `no-writes` script: run as an EVAL script where the library cannot be loaded. */
+  readonly readerChunks: Readonly<Partial<Record<Name, string>>>;
 }
 
 /**
@@ -65,10 +67,14 @@ export function defineLibrary<Name extends string>(
     return `redis.register_function{function_name = '${functions[name]}', callback = ${callback}, flags = { ${flags} }}`;
   });
   const libraryName = `tollgate_${sha8}`;
+  const readerChunks = Object.fromEntries(
+    entries.filter(([, script]) => typeof script !== "string").map(([name, script]) => [name, chunkOf(script)]),
+  ) as Partial<Record<Name, string>>;
   return {
     name: libraryName,
     code: [`#!lua name=${libraryName}`, ...callbacks, ...registrations].join("\n"),
     functions,
+    readerChunks,
   };
 }
 
@@ -155,21 +161,31 @@ function reload(cluster: Client, library: RedisFunctionLibrary): Promise<void> {
 type Fcalls = Client & {
   fcallBuffer(fn: string, numberOfKeys: number, ...keysAndArgs: (string | Buffer)[]): Promise<Buffer>;
   fcall(fn: string, numberOfKeys: number, ...keysAndArgs: (string | number | Buffer)[]): Promise<unknown>;
+  evalBuffer(script: string, numberOfKeys: number, ...keysAndArgs: (string | Buffer)[]): Promise<Buffer>;
 };
 
 /**
  * `send()`, and once more after loading `library` when it answers "Function not found". That reply proves
  * the call did not run (a node added by scale-out, restarted empty, or flushed): the library is loaded on
  * every primary and the call sent once more, also when the load failed on some node (another primary past
- * maxmemory must not stop a call on this one). When the call then still finds no function, it rejects as
- * the load's failure came (an outage or an error reply), never as "Function not found".
+ * maxmemory must not stop a call on this one). When the call then still finds no function: a reader
+ * (`readerEval`) runs as an EVAL script of its chunk (its node refused FUNCTION LOAD past maxmemory, but an
+ * EVAL that writes nothing still runs there); anything else rejects as the load's failure came (an outage
+ * or an error reply), never as "Function not found".
  */
-function withLibrary<T>(cluster: Client, library: RedisFunctionLibrary, send: () => Promise<T>): Promise<T> {
+function withLibrary<T>(
+  cluster: Client,
+  library: RedisFunctionLibrary,
+  send: () => Promise<T>,
+  readerEval: (() => Promise<T>) | undefined,
+): Promise<T> {
   return send().catch((error: unknown) => {
     if (!isReply(error, NOT_FOUND)) throw error;
     return reload(cluster, library).then(send, (loadError: unknown) =>
       send().catch((again: unknown) => {
-        throw isReply(again, NOT_FOUND) ? loadError : again;
+        if (!isReply(again, NOT_FOUND)) throw again;
+        if (readerEval) return readerEval();
+        throw loadError;
       }),
     );
   });
@@ -183,8 +199,14 @@ export function fcallBuffer<Name extends string>(
   keys: readonly string[],
   args: readonly (string | Buffer)[],
 ): Promise<Buffer> {
-  return withLibrary(cluster, library, () =>
-    (cluster as Fcalls).fcallBuffer(library.functions[name], keys.length, ...keys, ...args),
+  const reader = library.readerChunks[name];
+  return withLibrary(
+    cluster,
+    library,
+    () => (cluster as Fcalls).fcallBuffer(library.functions[name], keys.length, ...keys, ...args),
+    reader === undefined
+      ? undefined
+      : () => (cluster as Fcalls).evalBuffer(evalScriptOf(reader), keys.length, ...keys, ...args),
   );
 }
 
@@ -199,9 +221,13 @@ export function fcall<T, Name extends string = string>(
   keys: readonly string[],
   args: readonly (string | number | Buffer)[],
 ): Promise<T> {
+  const reader = library.readerChunks[name];
   return withLibrary(
     cluster,
     library,
     () => (cluster as Fcalls).fcall(library.functions[name], keys.length, ...keys, ...args) as Promise<T>,
+    reader === undefined
+      ? undefined
+      : () => cluster.eval(evalScriptOf(reader), keys.length, ...keys, ...args) as Promise<T>,
   );
 }
