@@ -809,7 +809,9 @@ local function readBlobValue(key, low, value)
     live = 0, positions = {}, packedOf = {}, editIds = {}, editRecords = {}, lastEdit = -1, unsorted = false,
     edited = false, classValues = {}, placedId = -1, placedAt = 1 }
   if value then
-    blob.n, blob.classes, blob.live = readFixed(value, 2, 3), readFixed(value, 5, 3), readFixed(value, 8, 3)
+    -- the header's 9 bytes in one string.byte
+    local n1, n2, n3, c1, c2, c3, l1, l2, l3 = byte(value, 2, 10)
+    blob.n, blob.classes, blob.live = (n1 * 256 + n2) * 256 + n3, (c1 * 256 + c2) * 256 + c3, (l1 * 256 + l2) * 256 + l3
   end
   blob.classNumbers = BLOB_HEADER + 1 + 4 * blob.n
   blob.ends = blob.classNumbers + 3 * blob.n
@@ -1941,12 +1943,12 @@ end
 -- set: % ] - ^; outside: those and . $ ( ) [ * + ?), which take a %, and 0 (%z); a byte that stands for
 -- itself is matched by one comparison, a %-escape by a call of tolower() (a set of 64 escapes doubled a
 -- string.gsub's cost).
-local SET_ESCAPED, ITEM_ESCAPED = '[%%%]%-%^]', '[%^%$%(%)%%%.%[%]%*%+%-%?]'
+local ITEM_ESCAPED = { [94] = true, [36] = true, [40] = true, [41] = true, [37] = true, [46] = true, [91] = true,
+  [93] = true, [42] = true, [43] = true, [45] = true, [63] = true }
 local function patternItem(b, escaped)
   if b == 0 then return '%z' end
-  local c = char(b)
-  if string.find(c, escaped) then return '%' .. c end
-  return c
+  if escaped[b] then return '%' .. char(b) end
+  return char(b)
 end
 -- The middle of a page argument as a pattern (by tag; the same for every call: not call state), capturing the
 -- user's 4 ID bytes, with the page's tag in their bytes 2 and 3 (capSends() states the check).
@@ -1955,9 +1957,9 @@ local function sparsePagePattern(tag)
   local known = sparsePageOf[tag]
   if known == nil then
     local lows = {}
-    for b = floor(tag / 64), 255, 4 do lows[#lows + 1] = patternItem(b, SET_ESCAPED) end
+    for b = floor(tag / 64), 255, 4 do lows[#lows + 1] = patternItem(b, SET_SPECIAL) end
     local highs = {}
-    for c = 4 * (tag % 64), 4 * (tag % 64) + 3 do highs[#highs + 1] = patternItem(c, SET_ESCAPED) end
+    for c = 4 * (tag % 64), 4 * (tag % 64) + 3 do highs[#highs + 1] = patternItem(c, SET_SPECIAL) end
     known = '%z(.[' .. concat(lows) .. '][' .. concat(highs) .. '].)'
     sparsePageOf[tag] = known
   end
