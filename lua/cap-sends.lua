@@ -2057,6 +2057,8 @@ local function runSparseCall(args, pageCount, names)
   for i = first, last do
     local spec = args[i]
     if #spec ~= 7 then
+      -- a block-path page (a dense call) leaves before its users are split
+      if byte(spec, 2) ~= 0 then return nil end
       if parts == nil then parts = { unpackList(args, first, i - 1) } end
       local head = sub(spec, 1, 5)
       for u = 6, #spec - 1, 2 do parts[#parts + 1] = head .. sub(spec, u, u + 1) end
@@ -2084,6 +2086,24 @@ local function runSparseCall(args, pageCount, names)
     local blob = range.single
     if m > 0 then
       if not blob then return nil end
+      -- where the users are in the blob: none (an empty blob, no old-layout hash), or a run from `at` (its first
+      -- and last users looked at before any user's bytes are extracted: a call reaching part of a range's
+      -- audience leaves for the general path at the cost of a few C calls)
+      local at = 0
+      if blob.n > 0 then
+        local value, firstId = blob.value, sub(all, 7 * from - 4, 7 * from - 1)
+        local search, stop = BLOB_HEADER + 1, blob.classNumbers - 1
+        while at == 0 do
+          local found = find(value, firstId, search, true)
+          if found == nil or found > stop then return nil end
+          if (found - BLOB_HEADER) % 4 == 1 then at = (found - BLOB_HEADER + 3) / 4 end
+          search = found + 1
+        end
+        local lastAt = BLOB_HEADER + 4 * (at + m - 1)
+        if lastAt > stop or sub(value, lastAt - 3, lastAt) ~= sub(all, 7 * high - 4, 7 * high - 1) then return nil end
+      elseif range.hashExists then
+        return nil
+      end
       local run = sub(all, 7 * from - 6, 7 * high)
       local head = patternItem(r, ITEM_ESCAPED) .. middle
       -- one profile (the first user's) is checked by the same pass
@@ -2096,18 +2116,9 @@ local function runSparseCall(args, pageCount, names)
         if matched ~= m then return nil end
         profileBytes = string.gsub(run, '......(.)', '%1')
       end
-      local at = 0
-      if blob.n == 0 then
-        if range.hashExists then return nil end
-      else
-        -- the users must be a run of the blob's users (an aligned hit in its ID section)
-        local section, search = sub(blob.value, BLOB_HEADER + 1, blob.classNumbers - 1), 1
-        while at == 0 do
-          local found = find(section, packed, search, true)
-          if found == nil then return nil end
-          if found % 4 == 1 then at = (found + 3) / 4 end
-          search = found + 1
-        end
+      -- every user of the run, not only its ends
+      if at > 0 and packed ~= sub(blob.value, BLOB_HEADER + 4 * at - 3, BLOB_HEADER + 4 * (at + m - 1)) then
+        return nil
       end
       plans[#plans + 1] = { range, blob, packed, profileBytes, at, m }
     end
