@@ -1950,6 +1950,11 @@ local function patternItem(b, escaped)
   if escaped[b] then return '%' .. char(b) end
   return char(b)
 end
+-- A byte as a string.gsub replacement (% escaped).
+local function replacementOf(b)
+  if b == 37 then return '%%' end
+  return char(b)
+end
 -- The middle of a page argument as a pattern (by tag; the same for every call: not call state), capturing the
 -- user's 4 ID bytes, with the page's tag in their bytes 2 and 3 (capSends() states the check).
 local sparsePageOf = {}
@@ -2105,20 +2110,27 @@ local function runSparseCall(args, pageCount, names)
         return nil
       end
       local run = sub(all, 7 * from - 6, 7 * high)
-      local head = patternItem(r, ITEM_ESCAPED) .. middle
-      -- one profile (the first user's) is checked by the same pass
-      local profileBytes = sub(run, 7, 7)
-      local packed, matched = string.gsub(run, head .. patternItem(byte(profileBytes), ITEM_ESCAPED), '%1')
-      if matched == m then
-        profileBytes = repeated(profileBytes, m)
+      local profileBytes, packed = sub(run, 7, 7)
+      local section = at > 0 and sub(blob.value, BLOB_HEADER + 4 * at - 3, BLOB_HEADER + 4 * (at + m - 1))
+      -- the same audience of one profile: the run's arguments as the blob's IDs make them (one string.gsub with
+      -- no capture, which would make a Lua string per user); equal, its IDs are the blob's, of this tag
+      local template = section and replacementOf(r) .. '\0%0' .. replacementOf(byte(profileBytes))
+      if section and run == string.gsub(section, '....', template) then
+        packed, profileBytes = section, repeated(profileBytes, m)
       else
-        packed, matched = string.gsub(run, head .. '.', '%1')
-        if matched ~= m then return nil end
-        profileBytes = string.gsub(run, '......(.)', '%1')
-      end
-      -- every user of the run, not only its ends
-      if at > 0 and packed ~= sub(blob.value, BLOB_HEADER + 4 * at - 3, BLOB_HEADER + 4 * (at + m - 1)) then
-        return nil
+        local head = patternItem(r, ITEM_ESCAPED) .. middle
+        -- one profile (the first user's) is checked by the same pass
+        local matched
+        packed, matched = string.gsub(run, head .. patternItem(byte(profileBytes), ITEM_ESCAPED), '%1')
+        if matched == m then
+          profileBytes = repeated(profileBytes, m)
+        else
+          packed, matched = string.gsub(run, head .. '.', '%1')
+          if matched ~= m then return nil end
+          profileBytes = string.gsub(run, '......(.)', '%1')
+        end
+        -- every user of the run, not only its ends
+        if section and packed ~= section then return nil end
       end
       plans[#plans + 1] = { range, blob, packed, profileBytes, at, m }
     end
