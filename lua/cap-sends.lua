@@ -47,7 +47,7 @@ ARGV[11] the size in bytes past which a record blob splits
 ARGV[11+p] page p (1..P, P = (#ARGV - 11) / 2): byte 1 the index (1..S) of its record range, byte 2 the path
          (1: block, 0: user records), bytes 3-5 the page number (user ID / 256, big endian), then per user
          2 bytes: offset in the page (0..255) and profile number (0-based in ARGV[7]); offsets ascending, no
-         repeats
+         repeats; pages ascending (a sparse call's new blob takes its users' IDs in argument order)
 ARGV[11+P+p] page p's name "p:<page number>" (decimal): its marker field in the identity table, and its block
          key after the prefix (sent made: formatting it here cost a sparse call ~2k instructions a page)
 Reply    one byte per user in argument order: 0 allowed (counted), 1 duplicate, 2 exempt (counted without
@@ -813,7 +813,9 @@ local function readBlobValue(key, low, value)
     live = 0, positions = {}, packedOf = {}, editIds = {}, editRecords = {}, lastEdit = -1, unsorted = false,
     edited = false, classValues = {}, placedId = -1, placedAt = 1 }
   if value then
-    blob.n, blob.classes, blob.live = readFixed(value, 2, 3), readFixed(value, 5, 3), readFixed(value, 8, 3)
+    -- the header's 9 bytes in one string.byte
+    local n1, n2, n3, c1, c2, c3, l1, l2, l3 = byte(value, 2, 10)
+    blob.n, blob.classes, blob.live = (n1 * 256 + n2) * 256 + n3, (c1 * 256 + c2) * 256 + c3, (l1 * 256 + l2) * 256 + l3
   end
   blob.classNumbers = BLOB_HEADER + 1 + 4 * blob.n
   blob.ends = blob.classNumbers + 3 * blob.n
@@ -1123,7 +1125,12 @@ end
 -- A blob's new value written, rebuilt when dead classes piled up, split when past the size; returns the
 -- lowest ID of a part split off (nil when none) and its value.
 local function writeBlob(blob, ttl)
-  local value, count, classes = blobAfterEdits(blob)
+  local value, count, classes
+  if blob.newValue then
+    value, count, classes = unpackList(blob.newValue)
+  else
+    value, count, classes = blobAfterEdits(blob)
+  end
   local upper, upperValue
   if #value > blobSplitBytes and count >= 2 then
     local ids, values = blobUsers(value)
@@ -1935,6 +1942,270 @@ local function beginCall(keys, args)
   return readProfiles(args[7], args[8])
 end
 
+-- A whole sparse call in C string functions: every page a record-path page (a sparse campaign's call: most
+-- pages hold one user), and each range's users either new to an empty blob or a run of its users (the same
+-- audience again). The page arguments are concatenated (one of 7 bytes per user) and split by string.gsub
+-- into the users' 4 ID bytes (the blob's own format), checking range, path, tag and profile in the same
+-- pass; a range's outcome is worked out once when its users share a profile and a record, and its blob is
+-- then made by string.rep and slices: no Lua per user (the general path's lookups, tables and edits cost
+-- ~20k instructions a user). Any other call (a page with a block, a busy user, users scattered in a blob or
+-- in the old-layout hash, a directory, "+windows") is left to the general path: runSparseCall() returns nil
+-- having written nothing but a new identity number, with the marker HMGET's reply when nothing can have
+-- changed it. Returns true when done (the replies and each edited blob's new value set).
+-- Bytes as Lua pattern items: a byte stands for itself but for the few a pattern gives a meaning to (in a
+-- set: % ] - ^; outside: those and . $ ( ) [ * + ?), which take a %, and 0 (%z); a byte that stands for
+-- itself is matched by one comparison, a %-escape by a call of tolower() (a set of 64 escapes doubled a
+-- string.gsub's cost).
+local ITEM_ESCAPED = { [94] = true, [36] = true, [40] = true, [41] = true, [37] = true, [46] = true, [91] = true,
+  [93] = true, [42] = true, [43] = true, [45] = true, [63] = true }
+local function patternItem(b, escaped)
+  if b == 0 then return '%z' end
+  if escaped[b] then return '%' .. char(b) end
+  return char(b)
+end
+-- A byte as a string.gsub replacement (% escaped).
+local function replacementOf(b)
+  if b == 37 then return '%%' end
+  return char(b)
+end
+-- The middle of a page argument as a pattern (by tag; the same for every call: not call state), capturing the
+-- user's 4 ID bytes, with the page's tag in their bytes 2 and 3 (capSends() states the check).
+local sparsePageOf = {}
+local function sparsePagePattern(tag)
+  local known = sparsePageOf[tag]
+  if known == nil then
+    local lows = {}
+    for b = floor(tag / 64), 255, 4 do lows[#lows + 1] = patternItem(b, SET_SPECIAL) end
+    local highs = {}
+    for c = 4 * (tag % 64), 4 * (tag % 64) + 3 do highs[#highs + 1] = patternItem(c, SET_SPECIAL) end
+    known = '%z(.[' .. concat(lows) .. '][' .. concat(highs) .. '].)'
+    sparsePageOf[tag] = known
+  end
+  return known
+end
+-- The codes of users[1..m] of `blob` at positions at..at + m - 1 (at 0: none in the blob, which is empty),
+-- profile bytes `profileBytes`, and the blob's value after them (nil: unchanged); false when the general path
+-- must decide (a busy user's record, an unknown profile).
+local function sparseRange(range, blob, packed, profileBytes, at, m)
+  local value, n = blob.value, blob.n
+  local profileNumber = byte(profileBytes, 1)
+  local uniform = profileBytes == repeated(char(profileNumber), m)
+  local oldClasses = at > 0 and sub(value, blob.classNumbers + 3 * at - 3, blob.classNumbers + 3 * (at + m - 1) - 1)
+  if uniform and (at == 0 or oldClasses == repeated(sub(oldClasses, 1, 3), m)) then
+    -- one profile and one record: one outcome
+    local profile = profiles[profileNumber]
+    if profile == nil then return false end
+    local record = NO_RECORD
+    if at > 0 then
+      local a, b, c = byte(oldClasses, 1, 3)
+      record = blobClassValue(blob, (a * 256 + b) * 256 + c)
+    end
+    local outcome = recordOutcome(profileNumber, profile, record)
+    local written = outcome[2]
+    if written and #written > BIG_RECORD_BYTES then return false end
+    local codes = repeated(char(outcome[1]), m)
+    if not written then return codes end
+    if outcome[3] > range.retention then range.retention = outcome[3] end
+    if at == 0 or m == n then
+      -- every user of the blob holds the one record: a blob of one class
+      return codes, char(BLOB_RECORDS) .. fixedNumber(m, 3) .. '\0\0\1\0\0\1' .. packed .. repeated('\0\0\1', m) ..
+        fixedNumber(#written, 4) .. written, m, 1
+    end
+    local classes = blob.classes + 1
+    local dataSize = readFixed(value, blob.ends + 4 * (blob.classes - 1), 4)
+    return codes, char(BLOB_RECORDS) .. fixedNumber(n, 3) .. fixedNumber(classes, 3) .. fixedNumber(blob.live, 3) ..
+      sub(value, BLOB_HEADER + 1, blob.classNumbers + 3 * at - 4) ..
+      repeated(fixedNumber(classes, 3), m) .. sub(value, blob.classNumbers + 3 * (at + m - 1), blob.data - 1) ..
+      fixedNumber(dataSize + #written, 4) .. sub(value, blob.data) .. written, n, classes
+  end
+  -- users of several profiles or records: an outcome per distinct pair, a loop over the users' bytes
+  local profileOf, classBytes = bytesOf(profileBytes), at > 0 and bytesOf(oldClasses)
+  local codes, parts, idParts, count = {}, {}, {}, at > 0 and n or 0
+  -- (a new blob drops an empty one's classes)
+  local classes, dataSize = 0, 0
+  if at > 0 then classes, dataSize = blob.classes, readFixed(value, blob.ends + 4 * (blob.classes - 1), 4) end
+  local classOf, newEnds, newValues = {}, {}, {}
+  for i = 1, m do
+    local p = profileOf[i]
+    local profile = profiles[p]
+    if profile == nil then return false end
+    local record = NO_RECORD
+    if at > 0 then
+      local q = 3 * i
+      record = blobClassValue(blob, (classBytes[q - 2] * 256 + classBytes[q - 1]) * 256 + classBytes[q])
+    end
+    local outcome = recordOutcome(p, profile, record)
+    local written = outcome[2]
+    codes[i] = outcome[1]
+    if written then
+      if #written > BIG_RECORD_BYTES then return false end
+      if outcome[3] > range.retention then range.retention = outcome[3] end
+      local bytes = classOf[written]
+      if bytes == nil then
+        classes, dataSize = classes + 1, dataSize + #written
+        bytes = fixedNumber(classes, 3)
+        classOf[written], newEnds[#newEnds + 1], newValues[#newValues + 1] = bytes, fixedNumber(dataSize, 4), written
+      end
+      parts[#parts + 1] = bytes
+      if at == 0 then
+        idParts[#idParts + 1] = sub(packed, 4 * i - 3, 4 * i)
+        count = count + 1
+      end
+    elseif at > 0 then
+      parts[#parts + 1] = sub(oldClasses, 3 * i - 2, 3 * i)
+    end
+  end
+  codes = charsOf(codes)
+  if #newValues == 0 then return codes end
+  if at == 0 then
+    return codes, char(BLOB_RECORDS) .. fixedNumber(count, 3) .. fixedNumber(classes, 3) .. fixedNumber(classes, 3) ..
+      concat(idParts) .. concat(parts) .. concat(newEnds) .. concat(newValues), count, classes
+  end
+  return codes, char(BLOB_RECORDS) .. fixedNumber(n, 3) .. fixedNumber(classes, 3) .. fixedNumber(blob.live, 3) ..
+    sub(value, BLOB_HEADER + 1, blob.classNumbers + 3 * at - 4) ..
+    concat(parts) .. sub(value, blob.classNumbers + 3 * (at + m - 1), blob.data - 1) .. concat(newEnds) ..
+    sub(value, blob.data) .. concat(newValues), n, classes
+end
+local function runSparseCall(args, pageCount, names)
+  if withWindows or pageCount == 0 then return nil end
+  -- every user as a page argument of its own (7 bytes: a page of one user, as most of a sparse call's are):
+  -- the arguments of pages of several users are split, the others taken as they are
+  local first, last = FIRST_PAGE_ARG + 1, FIRST_PAGE_ARG + pageCount
+  local parts
+  for i = first, last do
+    local spec = args[i]
+    if #spec ~= 7 then
+      -- a block-path page (a dense call) leaves before its users are split
+      if byte(spec, 2) ~= 0 then return nil end
+      if parts == nil then parts = { unpackList(args, first, i - 1) } end
+      local head = sub(spec, 1, 5)
+      for u = 6, #spec - 1, 2 do parts[#parts + 1] = head .. sub(spec, u, u + 1) end
+    elseif parts then
+      parts[#parts + 1] = spec
+    end
+  end
+  local all = parts and concat(parts) or concat(args, '', first, last)
+  local userCount = #all / 7
+  if userCount % 1 ~= 0 then return nil end
+  local middle = sparsePagePattern(callTag)
+  -- each range's users: the pages of range 1, then of range 2, ... (pages ascend, and so do ranges); a page
+  -- argument of another range, path or tag in a range's run leaves its string.gsub a match short
+  local plans, from = {}, 1
+  for r, range in ipairs(ranges) do
+    -- the range's last page: a binary search over the pages' range bytes
+    local low, high = from - 1, userCount
+    if r < #ranges then
+      while low < high do
+        local half = floor((low + high + 1) / 2)
+        if byte(all, 7 * half - 6) <= r then low = half else high = half - 1 end
+      end
+    end
+    local m = high - from + 1
+    local blob = range.single
+    if m > 0 then
+      if not blob then return nil end
+      -- where the users are in the blob: none (an empty blob, no old-layout hash), or a run from `at` (its first
+      -- and last users looked at before any user's bytes are extracted: a call reaching part of a range's
+      -- audience leaves for the general path at the cost of a few C calls)
+      local at = 0
+      if blob.n > 0 then
+        local value, firstId = blob.value, sub(all, 7 * from - 4, 7 * from - 1)
+        local search, stop = BLOB_HEADER + 1, blob.classNumbers - 1
+        while at == 0 do
+          local found = find(value, firstId, search, true)
+          if found == nil or found > stop then return nil end
+          if (found - BLOB_HEADER) % 4 == 1 then at = (found - BLOB_HEADER + 3) / 4 end
+          search = found + 1
+        end
+        local lastAt = BLOB_HEADER + 4 * (at + m - 1)
+        if lastAt > stop or sub(value, lastAt - 3, lastAt) ~= sub(all, 7 * high - 4, 7 * high - 1) then return nil end
+      elseif range.hashExists then
+        return nil
+      end
+      local run = sub(all, 7 * from - 6, 7 * high)
+      local profileBytes, packed = sub(run, 7, 7)
+      local section = at > 0 and sub(blob.value, BLOB_HEADER + 4 * at - 3, BLOB_HEADER + 4 * (at + m - 1))
+      -- the same audience of one profile: the run's arguments as the blob's IDs make them (one string.gsub with
+      -- no capture, which would make a Lua string per user); equal, its IDs are the blob's, of this tag
+      local template = section and replacementOf(r) .. '\0%0' .. replacementOf(byte(profileBytes))
+      if section and run == string.gsub(section, '....', template) then
+        packed, profileBytes = section, repeated(profileBytes, m)
+      else
+        local head = patternItem(r, ITEM_ESCAPED) .. middle
+        -- one profile (the first user's) is checked by the same pass
+        local matched
+        packed, matched = string.gsub(run, head .. patternItem(byte(profileBytes), ITEM_ESCAPED), '%1')
+        if matched == m then
+          profileBytes = repeated(profileBytes, m)
+        else
+          packed, matched = string.gsub(run, head .. '.', '%1')
+          if matched ~= m then return nil end
+          profileBytes = string.gsub(run, '......(.)', '%1')
+        end
+        -- every user of the run, not only its ends
+        if section and packed ~= section then return nil end
+      end
+      plans[#plans + 1] = { range, blob, packed, profileBytes, at, m }
+    end
+    from = from + m
+  end
+  if from ~= userCount + 1 then return nil end
+  -- which pages have a block (one HMGET with this call's identity number, as the general path makes it)
+  local markers = redis.call('HMGET', identityTableKey, 'i:' .. identity, unpackList(args, names + 1, #args))
+  for p = 2, pageCount + 1 do
+    if markers[p] then return nil, markers end
+  end
+  myNumber = tonumber(markers[1] or nil) or false
+  local touched = {}
+  for _, range in ipairs(ranges) do
+    touched[#touched + 1] = range.root
+    touched[#touched + 1] = range.hashKey
+  end
+  local probe = redis.pcall('EXISTS', unpackList(touched))
+  if type(probe) == 'table' and probe.err then
+    return redis.error_reply('TRYAGAIN cap-sends: a key of ' .. keyPrefix .. ' is not on this node: ' .. probe.err)
+  end
+  local codes, values = {}, {}
+  for k, plan in ipairs(plans) do
+    local value, count, classes
+    codes[k], value, count, classes = sparseRange(unpackList(plan, 1, 6))
+    -- (no markers: the identity number may be new since they were read)
+    if codes[k] == false then return nil end
+    values[k] = value and { value, count, classes }
+  end
+  for k, plan in ipairs(plans) do
+    appendReply(codes[k])
+    local blob, value = plan[2], values[k]
+    if value then blob.newValue, blob.edited = value, true end
+  end
+  return true
+end
+
+-- The writes gathered (blobs, hashes, markers, the identity table's TTL), then the reply.
+local function finishCall()
+  local identityRetention = 0
+  for _, range in ipairs(ranges) do
+    writeRange(range, ttlFor(range.retention))
+    identityRetention = math.max(identityRetention, range.retention)
+  end
+  if identityRetention > 0 then identityTableTtl = math.max(identityTableTtl, ttlFor(identityRetention)) end
+  local markers = {}
+  for _, pageName in ipairs(markedPagesToWrite) do
+    markers[#markers + 1] = pageName
+    markers[#markers + 1] = 1
+  end
+  if myNumberWritten and myNumber then
+    markers[#markers + 1] = 't:' .. myNumber
+    markers[#markers + 1] = now
+  end
+  if #markers > 0 then redis.call('HSET', identityTableKey, unpackList(markers)) end
+  if identityTableTtl > 0 then extendTableTtl(identityTableKey, identityTableTtl) end
+
+  -- one byte per user
+  flushReply()
+  return concat(replyParts) .. concat(windowLines)
+end
+
 -- One call (FCALL): the pages of ARGV[12..], then the writes gathered, then the reply.
 local function capSends(keys, args)
   local failure = beginCall(keys, args)
@@ -1949,6 +2220,9 @@ local function capSends(keys, args)
       return redis.error_reply('TRYAGAIN cap-sends: a key of ' .. keyPrefix .. ' is not on this node: ' .. refused.err)
     end
   end
+
+  local sparse, fetchedMarkers = runSparseCall(args, pageCount, names)
+  if sparse then return sparse == true and finishCall() or sparse end
 
   -- the user records of every page (one GET per blob), and in one HMGET of the identity table this call's
   -- identity number and which of the record-path pages have a block (markers[p + 1] set, p a record-path page;
@@ -1995,7 +2269,9 @@ local function capSends(keys, args)
     end
     -- a call of block-path pages only reads its identity number when a user record needs it
     if anyRecordPage then
-      markers = redis.call('HMGET', identityTableKey, 'i:' .. identity, unpackList(args, names + 1, #args))
+      -- (already read when a sparse call was left to this path)
+      markers = fetchedMarkers or
+        redis.call('HMGET', identityTableKey, 'i:' .. identity, unpackList(args, names + 1, #args))
       myNumber = tonumber(markers[1] or nil) or false
     end
     -- Every undeclared key the call may read, touched once before anything is written: while the slot
@@ -2071,27 +2347,7 @@ local function capSends(keys, args)
     if failure then return failure end
   end
 
-  local identityRetention = 0
-  for _, range in ipairs(ranges) do
-    writeRange(range, ttlFor(range.retention))
-    identityRetention = math.max(identityRetention, range.retention)
-  end
-  if identityRetention > 0 then identityTableTtl = math.max(identityTableTtl, ttlFor(identityRetention)) end
-  local markers = {}
-  for _, pageName in ipairs(markedPagesToWrite) do
-    markers[#markers + 1] = pageName
-    markers[#markers + 1] = 1
-  end
-  if myNumberWritten and myNumber then
-    markers[#markers + 1] = 't:' .. myNumber
-    markers[#markers + 1] = now
-  end
-  if #markers > 0 then redis.call('HSET', identityTableKey, unpackList(markers)) end
-  if identityTableTtl > 0 then extendTableTtl(identityTableKey, identityTableTtl) end
-
-  -- one byte per user
-  flushReply()
-  return concat(replyParts) .. concat(windowLines)
+  return finishCall()
 end
 
 return capSends
