@@ -445,3 +445,44 @@ describe("the whole-call sparse path with busy users (a record outgrowing 512 by
     );
   });
 });
+
+describe("a sparse call handed to the general path by its second range", () => {
+  it("decides as the model does when range 1's user outgrows the blob while range 0's users are decided fast", async () => {
+    const policy = parsePolicy({
+      version: "handover",
+      channels: POLICY_CHANNELS,
+      segments: [],
+      default: { name: "rest", caps: { a: [{ window: "1h", max: 120 }] } },
+    });
+    // A, B in range 0, C in range 1 (tag 0)
+    const [A, B, C] = [idOf(0, 0x24, 1, 7), idOf(0x05, 0, 0, 0x25), idOf(0x20, 0, 0, 0)];
+    const model = new CappingModel(policy, () => 0, REDELIVERY_MS);
+    const namespace = uniqueNamespace();
+    let now = T0;
+    const send = async (users: number[], campaignId: string, byPrevious = false) => {
+      now += 100;
+      const call: Step = {
+        mode: "count",
+        now,
+        at: now,
+        channel: "a",
+        campaignId,
+        exemptCounted: false,
+        users,
+        withWindows: false,
+        byPrevious,
+      };
+      const got = await runScript(namespace, policy, () => 0, call, 8192);
+      expect(got, JSON.stringify({ users, campaignId, byPrevious })).toEqual(model.apply(call));
+    };
+    // C's record grows alone to ~60 sends, then A and B join: C's record passes 512 bytes in a call whose
+    // range 0 the sparse path has already decided
+    for (let i = 0; i < 60; i++) await send([C], `c${i}`);
+    for (let i = 60; i < 110; i++) {
+      await send([A, B, C], `c${i}`, i % 7 === 0);
+      if (i % 5 === 0) await send([A, B, C], `c${i}`);
+      if (i % 9 === 0) await send([A, C], `c${i - 1}`);
+    }
+    for (let i = 0; i < 110; i += 13) await send([A, B, C], `c${i}`, true);
+  });
+});
