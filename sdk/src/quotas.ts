@@ -76,10 +76,6 @@ export class Quotas {
       throw new QuotasConfigError("transport", "required: redisTransport(...) or httpTransport(...)");
     // a tick comes at most an interval and its jitter after the last (later only when the event loop is busy)
     this.engine = new QuotaEngine({ ...options, instanceId, syncIntervalMs, tickMs: syncIntervalMs * (1 + jitter) });
-    for (const [name, rule] of Object.entries(options.rules ?? {})) {
-      const problem = this.leaseProblem(rule);
-      if (problem) throw new QuotasConfigError(`rules.${name}.leaseMs`, problem);
-    }
     this.transport = options.transport;
     this.clock = options.clock ?? systemClock;
     this.scheduler = options.scheduler ?? unrefScheduler;
@@ -87,6 +83,10 @@ export class Quotas {
     this.jitter = jitter;
     this.onMetrics = options.onMetrics;
     this.onError = options.onError ?? (() => {});
+    for (const [name, rule] of Object.entries(options.rules ?? {})) {
+      const problem = this.leaseProblem(rule);
+      if (problem) throw new QuotasConfigError(`rules.${name}.leaseMs`, problem);
+    }
   }
 
   get instanceId(): string {

@@ -170,7 +170,9 @@ describe("Quotas sync loop", () => {
     expect(() => createQuotas({ transport, instanceId: "has{brace}" })).toThrow(/instanceId/);
     // a strict lease this loop could not spend (ticks up to 60 ms apart): no more than two ticks
     const short: QuotaRule = { ...api, mode: "strict", leaseMs: 120 };
-    expect(() => createQuotas({ transport, rules: { pay: short } })).toThrow(/^rules\.pay\.leaseMs: /);
+    expect(() => createQuotas({ transport, rules: { pay: short } })).toThrow(
+      /^rules\.pay\.leaseMs: a strict lease of 120 ms .*sync interval 50 ms, ticks up to 60 ms apart/,
+    );
     expect(() => createQuotas({ transport, rules: { pay: { ...short, leaseMs: 121 } } })).not.toThrow();
   });
 
