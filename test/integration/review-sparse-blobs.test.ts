@@ -1,56 +1,33 @@
-// Record blobs under hostile-but-valid user IDs against the reference model (test/support/capping-model.ts):
-// IDs whose 4 bytes occur misaligned inside the ID section of their blob (one ID straddling two others), IDs
-// with bytes that are pattern specials, IDs 0 and 2^31-1, blobs with none or one user, splits, dense pages
-// mixed with sparse ones, single-user checks ("+windows") between campaign calls, sends ageing out, busy
-// users whose records move to the hash and back, classes piling up, 90,000 scattered IDs, and calls run by
-// the script before the blob-lookup change (test/support/cap-sends-previous.lua, f63a65d) on the same keys.
-import { readFileSync } from "node:fs";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RedisCapStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
-import {
-  planCapSends,
-  REPLY_ALLOWED,
-  REPLY_DUPLICATE,
-  REPLY_EXEMPT,
-  REPLY_FIRST_CAP,
-  readCapSendsReply,
-  scriptProfiles,
-} from "../../functions/core/capping/cap-sends-script.ts";
-import { keptHorizonMs, type Policy, parsePolicy } from "../../functions/core/capping/policy.ts";
+import { type Policy, parsePolicy } from "../../functions/core/capping/policy.ts";
 import { capTagOf, recordRangeOf } from "../../functions/core/shared/keys.ts";
-import { evalScriptOf } from "../../sdk/src/transports/redis-functions.ts";
-import { CappingModel, fullestWindow, type ModelCall, type ModelDecision } from "../support/capping-model.ts";
+import {
+  type CapSendsCall,
+  idOf,
+  previousScript,
+  REDELIVERY_MS,
+  runScript,
+  type Step,
+} from "../support/cap-sends-runner.ts";
+import { CappingModel, fullestWindow } from "../support/capping-model.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
 import { POLICY_CHANNELS, policyArbitrary } from "../support/policy-arbitrary.ts";
 import { T0 } from "../support/rules.ts";
 
 let cluster: TollgateCluster;
-let store: RedisCapStore;
-/** The script before the change (f63a65d), as EVAL: a rollout runs both versions on the same keys. */
-let previous: (keys: readonly string[], args: readonly (string | Buffer)[]) => Promise<Buffer>;
+/** The store, and the script before the change (cap-sends-previous.lua) as EVAL: a rollout runs both. */
+let scripts: { store: RedisCapStore; previous: CapSendsCall };
 beforeAll(() => {
   cluster = connectCluster();
-  store = new RedisCapStore(cluster);
-  const source = readFileSync(new URL("../support/cap-sends-previous.lua", import.meta.url), "utf8");
-  cluster.defineCommand("capSendsPrevious", { numberOfKeys: 1, lua: evalScriptOf(source) });
-  const withPrevious = cluster as TollgateCluster & {
-    capSendsPreviousBuffer(...keysAndArgs: (string | Buffer)[]): Promise<Buffer>;
-  };
-  // its arguments end with the page arguments: no page names after them
-  previous = (keys, args) =>
-    withPrevious.capSendsPreviousBuffer(...keys, ...args.slice(0, 11 + (args.length - 11) / 2));
+  scripts = { store: new RedisCapStore(cluster), previous: previousScript(cluster, "capSendsPrevious") };
 });
 afterAll(async () => {
   await cluster.quit();
 });
 
 const CHANNELS = POLICY_CHANNELS;
-const REDELIVERY_MS = 10 * 60_000;
-
-function idOf(b0: number, b1: number, b2: number, b3: number): number {
-  return ((b0 * 256 + b1) * 256 + b2) * 256 + b3;
-}
 
 // Tag 0, range 0: byte 1 below 32, byte 2 a multiple of 4, byte 3 below 4 (capTagOf, recordRangeOf). Bytes
 // from a small alphabet, so an ID's 4 bytes often occur misaligned in the sorted ID section of its blob.
@@ -80,62 +57,6 @@ const EDGES = [0, 1, 2 ** 31 - 1, 2 ** 31 - 2, 2 ** 31 - 256, 255, 256, 1023, 10
 
 for (const id of CRAMPED) {
   if (capTagOf(id) !== 0 || recordRangeOf(id) !== 0) throw new Error(`${id} is not of tag 0, range 0`);
-}
-
-interface Step extends ModelCall {
-  withWindows: boolean;
-  /** Run by the script before the change (a rollout: both versions on the same keys). */
-  byPrevious?: boolean;
-}
-
-/** One call (or a check) through the protocol module and the real script; decisions in the call's user order. */
-async function runScript(
-  namespace: string,
-  policy: Policy,
-  segmentOf: (user: number) => number,
-  call: Step,
-  blobSplitBytes: number | undefined,
-  parallel = false,
-): Promise<ModelDecision[]> {
-  // the caller may pass users unsorted and repeated: planCapSends takes them sorted, a repeat once
-  const sortedIds = Uint32Array.from(call.users).sort();
-  const calls = planCapSends({
-    namespace,
-    now: call.now,
-    at: call.at,
-    mode: call.mode,
-    ...(call.withWindows ? { withWindows: true } : {}),
-    channel: call.channel,
-    campaignId: call.campaignId,
-    forced: call.exemptCounted,
-    horizonMs: keptHorizonMs(policy, REDELIVERY_MS),
-    profiles: scriptProfiles(policy, call.channel, REDELIVERY_MS),
-    sortedIds,
-    segmentOf: Uint8Array.from(sortedIds, segmentOf),
-    ...(blobSplitBytes === undefined ? {} : { blobSplitBytes }),
-  });
-  const byUser = new Map<number, ModelDecision>();
-  const run = (keys: readonly string[], args: readonly (string | Buffer)[]) =>
-    call.byPrevious ? previous(keys, args) : store.capSends(keys, args);
-  const replies = parallel ? await Promise.all(calls.map((planned) => run(planned.keys, planned.args))) : [];
-  for (const [c, planned] of calls.entries()) {
-    const reply = parallel ? (replies[c] as Buffer) : await run(planned.keys, planned.args);
-    const { codes } = readCapSendsReply(reply, planned.members.length);
-    planned.members.forEach((member, m) => {
-      const code = codes[m] as number;
-      byUser.set(
-        sortedIds[member] as number,
-        code === REPLY_ALLOWED
-          ? "allowed"
-          : code === REPLY_DUPLICATE
-            ? "duplicate"
-            : code === REPLY_EXEMPT
-              ? "exempt"
-              : { capped: code - REPLY_FIRST_CAP },
-      );
-    });
-  }
-  return call.users.map((user) => byUser.get(user) as ModelDecision);
 }
 
 const ALL = [...new Set([...CRAMPED, ...SPECIAL_IDS, ...EDGES])];
@@ -201,7 +122,7 @@ async function runSteps(policy: Policy, splitBytes: number, steps: StepInput[], 
     };
     // the script is handed the users unsorted, and with repeats (planCapSends dedupes them)
     const handed: Step = { ...call, users: [...step.users.filter((u) => users.includes(u)), ...users].reverse() };
-    const got = await runScript(namespace, policy, segmentOf, handed, splitBytes);
+    const got = await runScript(scripts, namespace, policy, segmentOf, handed, splitBytes);
     const byUser = new Map(handed.users.map((u, i) => [u, got[i]]));
     expect(
       users.map((u) => byUser.get(u)),
@@ -265,6 +186,7 @@ describe("record blobs under IDs whose bytes straddle other IDs (review of the s
 
   async function send(namespace: string, users: number[], campaignId: string, at: number, withWindows = false) {
     return runScript(
+      scripts,
       namespace,
       onePolicy,
       () => 0,
@@ -382,7 +304,7 @@ describe("a message of 90,000 scattered IDs (record blobs of about 90 users, the
         users: ids,
         withWindows,
       };
-      const got = await runScript(namespace, policy, () => 0, call, undefined, !withWindows);
+      const got = await runScript(scripts, namespace, policy, () => 0, call, undefined, !withWindows);
       const want = model.apply(call);
       const wrong = ids.filter((_, i) => JSON.stringify(got[i]) !== JSON.stringify(want[i]));
       expect(wrong.slice(0, 5), `${campaignId}: ${wrong.length} users decided otherwise`).toEqual([]);

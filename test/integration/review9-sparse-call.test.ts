@@ -1,55 +1,31 @@
-// Review of lua/cap-sends.lua's whole-call sparse path (a call of record-path pages only, each range's users
-// new to an empty blob or a run of its users), against the reference model (test/support/capping-model.ts):
-// few sparse IDs of one tag in several record ranges (so blobs fill), the same audience again, a contiguous
-// run of a blob's users, a run plus an outsider, supersets and subsets, users of several profiles in one
-// range, IDs at range edges and with pattern-special bytes, redeliveries, anonymous and exempt sends, `at`
-// ahead of and behind now, policy changes, blobs that split, checks, and calls run by the script before the
-// change (test/support/cap-sends-previous.lua) on the same keys.
-import { readFileSync } from "node:fs";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RedisCapStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
-import {
-  planCapSends,
-  REPLY_ALLOWED,
-  REPLY_DUPLICATE,
-  REPLY_EXEMPT,
-  REPLY_FIRST_CAP,
-  readCapSendsReply,
-  scriptProfiles,
-} from "../../functions/core/capping/cap-sends-script.ts";
-import { keptHorizonMs, type Policy, parsePolicy } from "../../functions/core/capping/policy.ts";
+import { type Policy, parsePolicy } from "../../functions/core/capping/policy.ts";
 import { capTagOf } from "../../functions/core/shared/keys.ts";
-import { evalScriptOf } from "../../sdk/src/transports/redis-functions.ts";
-import { CappingModel, type ModelCall, type ModelDecision } from "../support/capping-model.ts";
+import {
+  type CapSendsCall,
+  idOf,
+  previousScript,
+  REDELIVERY_MS,
+  runScript,
+  type Step,
+} from "../support/cap-sends-runner.ts";
+import { CappingModel } from "../support/capping-model.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
 import { POLICY_CHANNELS, policyArbitrary } from "../support/policy-arbitrary.ts";
 import { T0 } from "../support/rules.ts";
 
 let cluster: TollgateCluster;
-let store: RedisCapStore;
-let previous: (keys: readonly string[], args: readonly (string | Buffer)[]) => Promise<Buffer>;
+/** The store, and the script before the change (cap-sends-previous.lua) as EVAL: a rollout runs both. */
+let scripts: { store: RedisCapStore; previous: CapSendsCall };
 beforeAll(() => {
   cluster = connectCluster();
-  store = new RedisCapStore(cluster);
-  const source = readFileSync(new URL("../support/cap-sends-previous.lua", import.meta.url), "utf8");
-  cluster.defineCommand("capSendsPrevious9", { numberOfKeys: 1, lua: evalScriptOf(source) });
-  const withPrevious = cluster as TollgateCluster & {
-    capSendsPrevious9Buffer(...keysAndArgs: (string | Buffer)[]): Promise<Buffer>;
-  };
-  // its arguments end with the page arguments: no page names after them
-  previous = (keys, args) =>
-    withPrevious.capSendsPrevious9Buffer(...keys, ...args.slice(0, 11 + (args.length - 11) / 2));
+  scripts = { store: new RedisCapStore(cluster), previous: previousScript(cluster, "capSendsPrevious9") };
 });
 afterAll(async () => {
   await cluster.quit();
 });
-
-const REDELIVERY_MS = 10 * 60_000;
-
-function idOf(b0: number, b1: number, b2: number, b3: number): number {
-  return ((b0 * 256 + b1) * 256 + b2) * 256 + b3;
-}
 
 // Tag 0 (byte 2 a multiple of 4, byte 3 below 4), ranges 0..3 (byte 1 / 32): sparse IDs on pages of their own
 // mostly, some sharing a page, pattern-special and NUL bytes, range edges (0, 2^29, 2^31 - 256 + x)
@@ -61,57 +37,6 @@ const TAG0 = (() => {
   return [...ids].sort((a, b) => a - b);
 })();
 for (const id of TAG0) if (capTagOf(id) !== 0) throw new Error(`${id} is not of tag 0`);
-
-interface Step extends ModelCall {
-  withWindows: boolean;
-  byPrevious?: boolean;
-}
-
-async function runScript(
-  namespace: string,
-  policy: Policy,
-  segmentOf: (user: number) => number,
-  call: Step,
-  blobSplitBytes: number | undefined,
-): Promise<ModelDecision[]> {
-  const sortedIds = Uint32Array.from(call.users).sort();
-  const calls = planCapSends({
-    namespace,
-    now: call.now,
-    at: call.at,
-    mode: call.mode,
-    ...(call.withWindows ? { withWindows: true } : {}),
-    channel: call.channel,
-    campaignId: call.campaignId,
-    forced: call.exemptCounted,
-    horizonMs: keptHorizonMs(policy, REDELIVERY_MS),
-    profiles: scriptProfiles(policy, call.channel, REDELIVERY_MS),
-    sortedIds,
-    segmentOf: Uint8Array.from(sortedIds, segmentOf),
-    ...(blobSplitBytes === undefined ? {} : { blobSplitBytes }),
-  });
-  const byUser = new Map<number, ModelDecision>();
-  for (const planned of calls) {
-    const reply = call.byPrevious
-      ? await previous(planned.keys, planned.args)
-      : await store.capSends(planned.keys, planned.args);
-    const { codes } = readCapSendsReply(reply, planned.members.length);
-    planned.members.forEach((member, m) => {
-      const code = codes[m] as number;
-      byUser.set(
-        sortedIds[member] as number,
-        code === REPLY_ALLOWED
-          ? "allowed"
-          : code === REPLY_DUPLICATE
-            ? "duplicate"
-            : code === REPLY_EXEMPT
-              ? "exempt"
-              : { capped: code - REPLY_FIRST_CAP },
-      );
-    });
-  }
-  return call.users.map((user) => byUser.get(user) as ModelDecision);
-}
 
 type Audience = "again" | "run" | "runPlus" | "superset" | "subset" | "fresh" | "check";
 interface StepInput {
@@ -224,7 +149,7 @@ async function runSteps(
       withWindows: check,
       byPrevious: mixed && step.byPrevious,
     };
-    const got = await runScript(namespace, policy, segmentOf, call, splitBytes);
+    const got = await runScript(scripts, namespace, policy, segmentOf, call, splitBytes);
     const want = model.apply(call);
     if (process.env.REVIEW_LOG && JSON.stringify(got) !== JSON.stringify(want)) {
       const caps = policies.map((p) => p.segments.map((_, s) => POLICY_CHANNELS.map((c) => p.capsFor(s, c))));
@@ -332,7 +257,7 @@ describe("the whole-call sparse path under special-byte tags and many profiles",
               withWindows: false,
               byPrevious: step.byPrevious,
             };
-            const got = await runScript(namespace, manyPolicy, segmentOf, call, 8192);
+            const got = await runScript(scripts, namespace, manyPolicy, segmentOf, call, 8192);
             expect(got, JSON.stringify({ tag, oneProfile, step })).toEqual(model.apply(call));
           }
         },
@@ -376,7 +301,7 @@ describe("a range whose users share a profile numbered with a pattern-special by
           users: audience,
           withWindows: false,
         };
-        const got = await runScript(namespace, manyPolicy, segmentOf, call, 8192);
+        const got = await runScript(scripts, namespace, manyPolicy, segmentOf, call, 8192);
         expect(got, JSON.stringify({ k, campaignId })).toEqual(model.apply(call));
       }
     }
@@ -436,7 +361,7 @@ describe("the whole-call sparse path with busy users (a record outgrowing 512 by
               withWindows: check,
               byPrevious: step.byPrevious,
             };
-            const got = await runScript(namespace, busyPolicy, segmentOf, call, splitBytes);
+            const got = await runScript(scripts, namespace, busyPolicy, segmentOf, call, splitBytes);
             expect(got, JSON.stringify({ i, step, audience })).toEqual(model.apply(call));
           }
         },
@@ -472,7 +397,7 @@ describe("a sparse call handed to the general path by its second range", () => {
         withWindows: false,
         byPrevious,
       };
-      const got = await runScript(namespace, policy, () => 0, call, 8192);
+      const got = await runScript(scripts, namespace, policy, () => 0, call, 8192);
       expect(got, JSON.stringify({ users, campaignId, byPrevious })).toEqual(model.apply(call));
     };
     // C's record grows alone to ~60 sends, then A and B join: C's record passes 512 bytes in a call whose

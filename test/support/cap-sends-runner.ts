@@ -1,0 +1,97 @@
+// What the property tests of cap-sends share: the script before a change run by EVAL beside the current one
+// (a rolling deploy runs both on the same keys), and one call through the protocol module and the real
+// script, its decisions in the model's terms.
+import { readFileSync } from "node:fs";
+import type { RedisCapStore, TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
+import {
+  planCapSends,
+  REPLY_ALLOWED,
+  REPLY_DUPLICATE,
+  REPLY_EXEMPT,
+  REPLY_FIRST_CAP,
+  readCapSendsReply,
+  scriptProfiles,
+} from "../../functions/core/capping/cap-sends-script.ts";
+import { keptHorizonMs, type Policy } from "../../functions/core/capping/policy.ts";
+import { evalScriptOf } from "../../sdk/src/transports/redis-functions.ts";
+import type { ModelCall, ModelDecision } from "./capping-model.ts";
+
+/** How long the tests keep a named send to recognise a redelivery (the consumer's redelivery bound). */
+export const REDELIVERY_MS = 10 * 60_000;
+
+export type CapSendsCall = (keys: readonly string[], args: readonly (string | Buffer)[]) => Promise<Buffer>;
+
+/** A user ID from its 4 bytes, most significant first. */
+export function idOf(b0: number, b1: number, b2: number, b3: number): number {
+  return ((b0 * 256 + b1) * 256 + b2) * 256 + b3;
+}
+
+/**
+ * The script before the change (test/support/cap-sends-previous.lua) as an EVAL command defined on
+ * `cluster` under `name`; its arguments end with the page arguments (no page names after them).
+ */
+export function previousScript(cluster: TollgateCluster, name: string): CapSendsCall {
+  const source = readFileSync(new URL("./cap-sends-previous.lua", import.meta.url), "utf8");
+  cluster.defineCommand(name, { numberOfKeys: 1, lua: evalScriptOf(source) });
+  const command = (cluster as unknown as Record<string, (...keysAndArgs: (string | Buffer)[]) => Promise<Buffer>>)[
+    `${name}Buffer`
+  ] as (...keysAndArgs: (string | Buffer)[]) => Promise<Buffer>;
+  return (keys, args) => command.call(cluster, ...keys, ...args.slice(0, 11 + (args.length - 11) / 2));
+}
+
+export interface Step extends ModelCall {
+  withWindows: boolean;
+  /** Run by the script before the change (a rollout: both versions on the same keys). */
+  byPrevious?: boolean;
+}
+
+/** One call (or a check) through the protocol module and the real script; decisions in the call's user order. */
+export async function runScript(
+  scripts: { store: RedisCapStore; previous: CapSendsCall },
+  namespace: string,
+  policy: Policy,
+  segmentOf: (user: number) => number,
+  call: Step,
+  blobSplitBytes: number | undefined,
+  parallel = false,
+): Promise<ModelDecision[]> {
+  // the caller may pass users unsorted and repeated: planCapSends takes them sorted, a repeat once
+  const sortedIds = Uint32Array.from(call.users).sort();
+  const calls = planCapSends({
+    namespace,
+    now: call.now,
+    at: call.at,
+    mode: call.mode,
+    ...(call.withWindows ? { withWindows: true } : {}),
+    channel: call.channel,
+    campaignId: call.campaignId,
+    forced: call.exemptCounted,
+    horizonMs: keptHorizonMs(policy, REDELIVERY_MS),
+    profiles: scriptProfiles(policy, call.channel, REDELIVERY_MS),
+    sortedIds,
+    segmentOf: Uint8Array.from(sortedIds, segmentOf),
+    ...(blobSplitBytes === undefined ? {} : { blobSplitBytes }),
+  });
+  const byUser = new Map<number, ModelDecision>();
+  const run = (keys: readonly string[], args: readonly (string | Buffer)[]) =>
+    call.byPrevious ? scripts.previous(keys, args) : scripts.store.capSends(keys, args);
+  const replies = parallel ? await Promise.all(calls.map((planned) => run(planned.keys, planned.args))) : [];
+  for (const [c, planned] of calls.entries()) {
+    const reply = parallel ? (replies[c] as Buffer) : await run(planned.keys, planned.args);
+    const { codes } = readCapSendsReply(reply, planned.members.length);
+    planned.members.forEach((member, m) => {
+      const code = codes[m] as number;
+      byUser.set(
+        sortedIds[member] as number,
+        code === REPLY_ALLOWED
+          ? "allowed"
+          : code === REPLY_DUPLICATE
+            ? "duplicate"
+            : code === REPLY_EXEMPT
+              ? "exempt"
+              : { capped: code - REPLY_FIRST_CAP },
+      );
+    });
+  }
+  return call.users.map((user) => byUser.get(user) as ModelDecision);
+}
