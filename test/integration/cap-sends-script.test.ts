@@ -10,9 +10,6 @@ import {
   MAX_USERS_PER_CALL,
   planCapSends,
   REPLY_ALLOWED,
-  REPLY_DUPLICATE,
-  REPLY_EXEMPT,
-  REPLY_FIRST_CAP,
   readCapSendsReply,
   scriptProfiles,
 } from "../../functions/core/capping/cap-sends-script.ts";
@@ -22,6 +19,7 @@ import { SegmentIndex } from "../../functions/core/capping/segment-index.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { capBlobKey, capIdentityKey, capPageKey, capTagOf } from "../../functions/core/shared/keys.ts";
 import { decodeBlock, decodeRecord, readUserRecord } from "../support/block.ts";
+import { decisionOf } from "../support/cap-sends-runner.ts";
 import { CappingModel, fullestWindow, type ModelCall, type ModelDecision } from "../support/capping-model.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
 import { POLICY_CHANNELS, policyArbitrary } from "../support/policy-arbitrary.ts";
@@ -97,17 +95,7 @@ async function runScript(
   for (const planned of calls) {
     const { codes } = readCapSendsReply(await store.capSends(planned.keys, planned.args), planned.members.length);
     planned.members.forEach((member, m) => {
-      const code = codes[m] as number;
-      byUser.set(
-        sortedIds[member] as number,
-        code === REPLY_ALLOWED
-          ? "allowed"
-          : code === REPLY_DUPLICATE
-            ? "duplicate"
-            : code === REPLY_EXEMPT
-              ? "exempt"
-              : { capped: code - REPLY_FIRST_CAP },
-      );
+      byUser.set(sortedIds[member] as number, decisionOf(codes[m] as number));
     });
   }
   return call.users.map((user) => byUser.get(user) as ModelDecision);

@@ -39,6 +39,17 @@ export function previousScript(cluster: TollgateCluster, name: string): CapSends
   return (keys, args) => command.call(cluster, ...keys, ...args.slice(0, 11 + (args.length - 11) / 2));
 }
 
+/** A reply code of cap-sends as the model's decision. */
+export function decisionOf(code: number): ModelDecision {
+  return code === REPLY_ALLOWED
+    ? "allowed"
+    : code === REPLY_DUPLICATE
+      ? "duplicate"
+      : code === REPLY_EXEMPT
+        ? "exempt"
+        : { capped: code - REPLY_FIRST_CAP };
+}
+
 export interface Step extends ModelCall {
   withWindows: boolean;
   /** Run by the script before the change (a rollout: both versions on the same keys). */
@@ -80,17 +91,7 @@ export async function runScript(
     const reply = parallel ? (replies[c] as Buffer) : await run(planned.keys, planned.args);
     const { codes } = readCapSendsReply(reply, planned.members.length);
     planned.members.forEach((member, m) => {
-      const code = codes[m] as number;
-      byUser.set(
-        sortedIds[member] as number,
-        code === REPLY_ALLOWED
-          ? "allowed"
-          : code === REPLY_DUPLICATE
-            ? "duplicate"
-            : code === REPLY_EXEMPT
-              ? "exempt"
-              : { capped: code - REPLY_FIRST_CAP },
-      );
+      byUser.set(sortedIds[member] as number, decisionOf(codes[m] as number));
     });
   }
   return call.users.map((user) => byUser.get(user) as ModelDecision);
