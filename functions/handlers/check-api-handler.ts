@@ -42,8 +42,17 @@ export interface CheckApiDeps {
   metrics: Metrics;
 }
 
-/** Invoked through the quota-sync alias: the invoked ARN's qualifier (`arn:aws:lambda:<region>:<account>:function:<name>:<qualifier>`). */
-const isQuotaSyncUrl = (context: Context): boolean => context.invokedFunctionArn?.split(":")[7] === QUOTA_SYNC_ALIAS;
+/**
+ * Invoked through the quota-sync alias: the invoked ARN's qualifier
+ * (`arn:aws:lambda:<region>:<account>:function:<name>:<qualifier>`), read without splitting it on every
+ * request (an unqualified ARN of a function named like the alias ends in `:function:<name>`).
+ */
+const QUOTA_SYNC_QUALIFIER = `:${QUOTA_SYNC_ALIAS}`;
+const UNQUALIFIED_NAMESAKE = `:function:${QUOTA_SYNC_ALIAS}`;
+const isQuotaSyncUrl = (context: Context): boolean => {
+  const arn = context.invokedFunctionArn;
+  return arn?.endsWith(QUOTA_SYNC_QUALIFIER) === true && !arn.endsWith(UNQUALIFIED_NAMESAKE);
+};
 
 /** The time a validated request was decided at: its `at` (a replay or backfill), or now. */
 const decidedAt = (body: Record<string, unknown>) => (typeof body.at === "number" ? body.at : Date.now());
