@@ -294,15 +294,19 @@ async function checkOverhead(): Promise<{ resolvedNs: number; stringNs: number; 
   const resolvedNs = batch((i) => quotas.checkHandle(handles[i]!));
   const stringNs = batch((i) => quotas.check("api", keys[i]!));
   // the same 6M checks untimed, their allocations counted in the young generation's bytes (as in
-  // sdk/test/check-allocation.test.ts); a GC meanwhile would be one the checks caused
-  const { bytes, gcs } = youngBytesDuring(() => {
+  // sdk/test/check-allocation.test.ts); a GC meanwhile would be one the checks caused. The loop runs once
+  // before it is measured, as in the test: a new function's first run allocates V8's own feedback and
+  // on-stack-replacement code once (up to a few hundred bytes), which is not the checks'
+  const checks = () => {
     for (let round = 0; round < samples.length; round++) {
       for (let i = 0; i < 10_000; i++) {
         quotas.checkHandle(handles[i]!);
         quotas.check("api", keys[i]!);
       }
     }
-  });
+  };
+  checks();
+  const { bytes, gcs } = youngBytesDuring(checks);
   return { resolvedNs, stringNs, bytes, gcs };
 }
 
@@ -504,7 +508,7 @@ function table(
     `| Over-admission, \`approximate\`, worst at 2× / 10× | ${pct(worst("grab", at(2)))} / ${pct(worst("grab", at(10)))} | ${pct(worst("approximate", at(2)))} / ${pct(worst("approximate", at(10)))} | ≤ 5 % / ≤ 20 % |`,
     `| Decision delay at overload onset (L reached in the first window → the last instance denying), p99 over runs, N = 4–64 | ${delay(grabDelays, "grab")} | ${delay(delays, "approximate")} | ≤ 60 ms |`,
     `| Utilisation, worst (N ≤ 16, skew included) | ${(100 * minUtil("grab", (r) => r.scenario.instances <= 16)).toFixed(0)} % | strict ${(100 * minUtil("strict", (r) => r.scenario.instances <= 16)).toFixed(0)} %, approximate ${(100 * minUtil("approximate", (r) => r.scenario.instances <= 16)).toFixed(0)} % | ≥ 95 % / ≥ 90 % |`,
-    `| SDK \`check\`, p50 | — (no local decision) | ${extra.overhead.resolvedNs.toFixed(0)} ns resolved, ${extra.overhead.stringNs.toFixed(0)} ns string keys; ${extra.overhead.bytes} bytes allocated and ${extra.overhead.gcs} GCs in 6M checks | ≤ 100 / ≤ 300 ns, 0 allocations |`,
+    `| SDK \`check\`, p50 | — (no local decision) | ${extra.overhead.resolvedNs.toFixed(0)} ns resolved, ${extra.overhead.stringNs.toFixed(0)} ns string keys; ${extra.overhead.bytes} bytes allocated and ${extra.overhead.gcs} GCs in 6M checks (${extra.overhead.bytes < 4_096 && extra.overhead.gcs === 0 ? "none per check: one 16-byte allocation in 1 check of 20,000 would be 4.8 KB" : "**check allocates**"}) | ≤ 100 / ≤ 300 ns, 0 allocations |`,
     `| Redis calls per 1,000 req/s (\`approximate\`, N = 16, ${extra.high.offeredRate.toLocaleString("en")}/s offered) | the check API: 1,000 (one call per request) | ${extra.high.callsPer1k.toFixed(2)} | ≤ 2 |`,
     `| Redis CPU per key updated in a sync call (script time, 20 keys per call, before the client runs) | — | ${extra.cpu.perKeyUs.toFixed(1)} µs (one key per call, during the runs: ${usecPerCallKey.toFixed(1)} µs) | ≤ 10 µs |`,
     `| Admitted per window while Redis is down ${extra.downFor / 1000} s (every node SIGSTOPped, N = 16, 2×) | N × L elsewhere (no shared state) | ${extra.downWorst.toFixed(2)} × L | ≤ 1.1 × L |`,
