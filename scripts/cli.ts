@@ -20,6 +20,7 @@ import { addDeliveryCommands } from "./cli/delivery-commands.ts";
 import { UsageError } from "./cli/option-values.ts";
 import { addPolicyCommands } from "./cli/policy-commands.ts";
 import { addQuotasCommands } from "./cli/quotas-commands.ts";
+import { addRedisCommands } from "./cli/redis-commands.ts";
 import { addSegmentsCommands } from "./cli/segments-commands.ts";
 import { isMain } from "./is-main.ts";
 
@@ -29,7 +30,9 @@ const { version } = JSON.parse(readFileSync(new URL("../package.json", import.me
 
 export function makeProgram(): Command {
   const program = new Command("tollgate")
-    .description("Operate Tollgate: segments, policies, campaigns, the delivery queue")
+    .description(
+      "Operate Tollgate: segments, policies, campaigns, the delivery queue, quota rules, the Redis libraries",
+    )
     .version(version)
     .exitOverride()
     .configureOutput({ writeErr: (text) => process.stderr.write(text) });
@@ -39,6 +42,7 @@ export function makeProgram(): Command {
   addDeliveryCommands(program);
   addCheckCommand(program);
   addQuotasCommands(program);
+  addRedisCommands(program);
   return program;
 }
 

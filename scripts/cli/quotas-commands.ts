@@ -1,37 +1,11 @@
 // `tollgate quotas list|set|usage`: the policy's Quotas mode rules, read from and written to the bucket;
 // `set` and `usage` also reach Redis when given its nodes (--local: the local stack's).
 import type { Command } from "commander";
-import { createRedisCluster } from "../../functions/adapters/redis-cluster.ts";
 import { publishQuotaRules, quotaUsage, readPolicy, setQuotaRule } from "../../functions/app/quota-actions.ts";
 import type { Policy } from "../../functions/core/capping/policy.ts";
 import { ValidationError } from "../../functions/core/shared/errors.ts";
-import { DEFAULT_NAMESPACE } from "../../functions/core/shared/keys.ts";
 import { type AwsOptions, aws, required, withAws } from "./aws-options.ts";
-
-interface RedisOptions {
-  redis?: string[];
-  namespace: string;
-}
-
-function withRedis(command: Command): Command {
-  return command
-    .option("--redis <host:port...>", "Redis Cluster nodes (--local: the local stack's)")
-    .option("--namespace <ns>", "key namespace (KEY_NAMESPACE)", DEFAULT_NAMESPACE);
-}
-
-async function withCluster<T>(nodes: string[], run: (cluster: ReturnType<typeof createRedisCluster>) => Promise<T>) {
-  const cluster = createRedisCluster({
-    nodes: nodes.map((node) => {
-      const [host, port] = node.split(":");
-      return { host: host ?? "127.0.0.1", port: Number(port) };
-    }),
-  });
-  try {
-    return await run(cluster);
-  } finally {
-    await cluster.quit().catch(() => {});
-  }
-}
+import { type RedisOptions, withCluster, withRedis } from "./redis-options.ts";
 
 function describeRules(policy: Policy): string[] {
   return [...policy.quotas].map(
@@ -112,7 +86,9 @@ export function addQuotasCommands(program: Command): void {
       console.log(`uploaded policy ${policy.version}`);
       const nodes = options.redis ?? local?.redis;
       if (nodes) {
-        await withCluster(nodes, (cluster) => publishQuotaRules(cluster, options.namespace, policy, modifiedAt));
+        await withCluster(nodes, options, (cluster) =>
+          publishQuotaRules(cluster, options.namespace, policy, modifiedAt),
+        );
         console.log("written to Redis: clients apply it with their next sync");
       } else {
         console.log("clients apply it once a check API container reloads the policy (REFRESH_SECONDS), then sync");
@@ -134,7 +110,9 @@ export function addQuotasCommands(program: Command): void {
     const { policy } = await readPolicy(s3, required(options.bucket, local?.bucket, "--bucket"));
     const nodes = options.redis ?? local?.redis;
     if (!nodes) throw new ValidationError("--redis", "required (or --local)");
-    const reply = await withCluster(nodes, (cluster) => quotaUsage(cluster, options.namespace, policy, ruleName, key));
+    const reply = await withCluster(nodes, options, (cluster) =>
+      quotaUsage(cluster, options.namespace, policy, ruleName, key),
+    );
     const rule = policy.quotas.get(ruleName)!.rule;
     const [entry] = reply.entries;
     rule.limits.forEach((limit, i) => {
