@@ -578,8 +578,11 @@ local function encodeClass(numbers, width)
   return charsOf(bytes)
 end
 
--- `text` repeated `count` times, by doubling (string.rep adds one byte at a time: 2 µs for a page's class bytes),
--- once per call: the pages of a dense call repeat the same reply code and class bytes
+-- `text` repeated `count` times, once per call (the pages of a dense call repeat the same reply code and class
+-- bytes): by string.rep up to REP_BYTES, by doubling beyond (string.rep copies a byte at a time: ~30
+-- instructions a byte; each doubling makes a Lua string, ~1.5k: 20 users' 3 class bytes cost 1.5k by
+-- string.rep and 8k by doubling, a page's 512 class bytes 17k and 28k)
+local REP_BYTES = 1024
 local repeatedOf -- per call
 local function repeated(text, count)
   local byText = repeatedOf[count]
@@ -589,6 +592,11 @@ local function repeated(text, count)
   end
   local result = byText[text]
   if result then return result end
+  if #text * count <= REP_BYTES then
+    result = string.rep(text, count)
+    byText[text] = result
+    return result
+  end
   local part, left = text, count
   result = ''
   while left > 0 do
@@ -2066,14 +2074,15 @@ local function sparseRange(range, blob, packed, profileBytes, at, m)
     sub(value, blob.data) .. concat(newValues), n, classes
 end
 -- Identity-table fields per page of a call up to which the table's markers are listed by HSCAN rather than
--- looked up by page (HSCAN costs ~100 instructions a field; a page's name made and looked up by HMGET ~5k).
-local MARKER_SCAN_FIELDS_PER_PAGE = 16
+-- looked up by page (HSCAN costs ~100 instructions a field; a page's name made and looked up by HMGET ~5k);
+-- a call of fewer pages (a single-user check) asks by page without asking the table's size (an HLEN).
+local MARKER_SCAN_FIELDS_PER_PAGE, MARKER_SCAN_MIN_PAGES = 16, 4
 -- The pages that have a block, as a set of page numbers, and this call's identity number (myNumber): a table
 -- with few fields next to the call's pages is listed by HSCAN MATCH p:* (in C, its whole set of markers);
 -- another is asked by one HMGET of the call's pages' markers (the set holds only those).
 local function readMarkers(args, pageCount)
-  local marked, fields = {}, redis.call('HLEN', identityTableKey)
-  if fields > MARKER_SCAN_FIELDS_PER_PAGE * pageCount then
+  local marked, fields = {}, pageCount >= MARKER_SCAN_MIN_PAGES and redis.call('HLEN', identityTableKey)
+  if not fields or fields > MARKER_SCAN_FIELDS_PER_PAGE * pageCount then
     local numbers, names = {}, {}
     for p = 1, pageCount do
       local a, b, c = byte(args[FIRST_PAGE_ARG + p], 3, 5)
