@@ -23,7 +23,8 @@ Every other key is built here from the prefix ARGV[9] (the call's hash tag, so t
                        "<prefix>u:<range>:<lowest ID>"): the users' records ("Record blobs" below states the format)
   "<prefix>r:<range>"  the range's hash of user records (field: decimal user ID): busy users' records, and
                        the layout before the blobs (read for users not in a blob, emptied as they are written)
-  "<prefix>p:<page>"   a page block, read or written only for a page argument that names the page
+  "<prefix>p:<page>"   a page block (page: decimal), read or written only for a page of the call, and only where
+                       the identity table marks it ("p:<page>" -> 1: the page has a block) or it takes the block path
 Redis lets a script touch undeclared keys of its slot; declaring only KEYS[1] keeps a call's fixed cost
 (Redis' per-key checks, the client's slot hashing) independent of how many pages it holds. While a slot
 migrates, Redis redirects the call by KEYS[1] alone, so every undeclared key the call may read is touched
@@ -44,12 +45,10 @@ ARGV[8]  retentions of each profile, ","-separated, each "<kept ms>:<window ms>"
 ARGV[9]  the key prefix "<namespace>:cap:{<tag>}:" (KEYS[1] must be "<prefix>ids")
 ARGV[10] the record ranges the call reads, ","-separated (S of them, decimal)
 ARGV[11] the size in bytes past which a record blob splits
-ARGV[11+p] page p (1..P, P = (#ARGV - 11) / 2): byte 1 the index (1..S) of its record range, byte 2 the path
+ARGV[11+p] page p (1..P, P = #ARGV - 11): byte 1 the index (1..S) of its record range, byte 2 the path
          (1: block, 0: user records), bytes 3-5 the page number (user ID / 256, big endian), then per user
          2 bytes: offset in the page (0..255) and profile number (0-based in ARGV[7]); offsets ascending, no
          repeats; pages ascending (a sparse call's new blob takes its users' IDs in argument order)
-ARGV[11+P+p] page p's name "p:<page number>" (decimal): its marker field in the identity table, and its block
-         key after the prefix (sent made: formatting it here cost a sparse call ~2k instructions a page)
 Reply    one byte per user in argument order: 0 allowed (counted), 1 duplicate, 2 exempt (counted without
          checks), 3+i capped by cap i (0-based) of its profile. With "+windows", then a line per user in
          argument order, "<retry at> <used> <reset at> ...\n" with a pair per cap of its profile, as of the
@@ -579,8 +578,11 @@ local function encodeClass(numbers, width)
   return charsOf(bytes)
 end
 
--- `text` repeated `count` times, by doubling (string.rep adds one byte at a time: 2 µs for a page's class bytes),
--- once per call: the pages of a dense call repeat the same reply code and class bytes
+-- `text` repeated `count` times, once per call (the pages of a dense call repeat the same reply code and class
+-- bytes): by string.rep up to REP_BYTES, by doubling beyond (string.rep copies a byte at a time: ~30
+-- instructions a byte; each doubling makes a Lua string, ~1.5k: 20 users' 3 class bytes cost 1.5k by
+-- string.rep and 8k by doubling, a page's 512 class bytes 17k and 28k)
+local REP_BYTES = 1024
 local repeatedOf -- per call
 local function repeated(text, count)
   local byText = repeatedOf[count]
@@ -590,6 +592,11 @@ local function repeated(text, count)
   end
   local result = byText[text]
   if result then return result end
+  if #text * count <= REP_BYTES then
+    result = string.rep(text, count)
+    byText[text] = result
+    return result
+  end
   local part, left = text, count
   result = ''
   while left > 0 do
@@ -1950,8 +1957,8 @@ end
 -- then made by string.rep and slices: no Lua per user (the general path's lookups, tables and edits cost
 -- ~20k instructions a user). Any other call (a page with a block, a busy user, users scattered in a blob or
 -- in the old-layout hash, a directory, "+windows") is left to the general path: runSparseCall() returns nil
--- having written nothing but a new identity number, with the marker HMGET's reply when nothing can have
--- changed it. Returns true when done (the replies and each edited blob's new value set).
+-- having written nothing but a new identity number, with the set of marked pages once read (readMarkers()).
+-- Returns true when done (the replies and each edited blob's new value set).
 -- Bytes as Lua pattern items: a byte stands for itself but for the few a pattern gives a meaning to (in a
 -- set: % ] - ^; outside: those and . $ ( ) [ * + ?), which take a %, and 0 (%z); a byte that stands for
 -- itself is matched by one comparison, a %-escape by a call of tolower() (a set of 64 escapes doubled a
@@ -2066,7 +2073,57 @@ local function sparseRange(range, blob, packed, profileBytes, at, m)
     concat(parts) .. sub(value, blob.classNumbers + 3 * (at + m - 1), blob.data - 1) .. concat(newEnds) ..
     sub(value, blob.data) .. concat(newValues), n, classes
 end
-local function runSparseCall(args, pageCount, names)
+-- Identity-table fields per page of a call up to which the table's markers are listed by HSCAN rather than
+-- looked up by page (HSCAN costs ~100 instructions a field; a page's name made and looked up by HMGET ~5k);
+-- a call of fewer pages (a single-user check) asks by page without asking the table's size (an HLEN).
+local MARKER_SCAN_FIELDS_PER_PAGE, MARKER_SCAN_MIN_PAGES = 16, 4
+-- The pages that have a block, as a set of page numbers, and this call's identity number (myNumber): a table
+-- with few fields next to the call's pages is listed by HSCAN MATCH p:* (in C, its whole set of markers);
+-- another is asked by one HMGET of the call's pages' markers (the set holds only those).
+local function readMarkers(args, pageCount)
+  local marked, fields = {}, pageCount >= MARKER_SCAN_MIN_PAGES and redis.call('HLEN', identityTableKey)
+  if not fields or fields > MARKER_SCAN_FIELDS_PER_PAGE * pageCount then
+    local numbers, names = {}, {}
+    for p = 1, pageCount do
+      local a, b, c = byte(args[FIRST_PAGE_ARG + p], 3, 5)
+      numbers[p] = (a * 256 + b) * 256 + c
+      names[p] = format('p:%d', numbers[p])
+    end
+    local markers = redis.call('HMGET', identityTableKey, 'i:' .. identity, unpackList(names))
+    for p = 1, pageCount do
+      if markers[p + 1] then marked[numbers[p]] = true end
+    end
+    myNumber = tonumber(markers[1] or nil) or false
+    return marked
+  end
+  myNumber = tonumber(redis.call('HGET', identityTableKey, 'i:' .. identity) or nil) or false
+  local cursor = '0'
+  while fields > 0 do
+    local scan = redis.call('HSCAN', identityTableKey, cursor, 'MATCH', 'p:*', 'COUNT', fields)
+    local found = scan[2]
+    for i = 1, #found, 2 do
+      local number = tonumber(sub(found[i], 3))
+      if number then marked[number] = true end
+    end
+    cursor = scan[1]
+    if cursor == '0' then break end
+  end
+  return marked
+end
+-- Whether page number `page` is a page of the call's users `all` (7 bytes each, pages in bytes 3-5,
+-- ascending): a binary search.
+local function hasPage(all, userCount, page)
+  local low, high = 1, userCount
+  while low <= high do
+    local half = floor((low + high) / 2)
+    local a, b, c = byte(all, 7 * half - 4, 7 * half - 2)
+    local at = (a * 256 + b) * 256 + c
+    if at == page then return true end
+    if at < page then low = half + 1 else high = half - 1 end
+  end
+  return false
+end
+local function runSparseCall(args, pageCount)
   if withWindows or pageCount == 0 then return nil end
   -- every user as a page argument of its own (7 bytes: a page of one user, as most of a sparse call's are):
   -- the arguments of pages of several users are split, the others taken as they are
@@ -2150,12 +2207,11 @@ local function runSparseCall(args, pageCount, names)
     from = from + m
   end
   if from ~= userCount + 1 then return nil end
-  -- which pages have a block (one HMGET with this call's identity number, as the general path makes it)
-  local markers = redis.call('HMGET', identityTableKey, 'i:' .. identity, unpackList(args, names + 1, #args))
-  for p = 2, pageCount + 1 do
-    if markers[p] then return nil, markers end
+  -- which pages have a block (the general path takes the set when a page has one)
+  local marked = readMarkers(args, pageCount)
+  for page in pairs(marked) do
+    if hasPage(all, userCount, page) then return nil, marked end
   end
-  myNumber = tonumber(markers[1] or nil) or false
   local touched = {}
   for _, range in ipairs(ranges) do
     touched[#touched + 1] = range.root
@@ -2169,8 +2225,7 @@ local function runSparseCall(args, pageCount, names)
   for k, plan in ipairs(plans) do
     local value, count, classes
     codes[k], value, count, classes = sparseRange(unpackList(plan, 1, 6))
-    -- (no markers: the identity number may be new since they were read)
-    if codes[k] == false then return nil end
+    if codes[k] == false then return nil, marked end
     values[k] = value and { value, count, classes }
   end
   for k, plan in ipairs(plans) do
@@ -2210,10 +2265,7 @@ end
 local function capSends(keys, args)
   local failure = beginCall(keys, args)
   if failure then return failure end
-  local pageCount = (#args - FIRST_PAGE_ARG) / 2
-  -- page p's name is args[names + p]
-  local names = FIRST_PAGE_ARG + pageCount
-  if pageCount % 1 ~= 0 then return redis.error_reply('ERR cap-sends: a page argument without its name') end
+  local pageCount = #args - FIRST_PAGE_ARG
   for _, range in ipairs(ranges) do
     local refused = readRangeRoot(range)
     if refused then
@@ -2221,15 +2273,18 @@ local function capSends(keys, args)
     end
   end
 
-  local sparse, fetchedMarkers = runSparseCall(args, pageCount, names)
+  local sparse, fetchedMarked = runSparseCall(args, pageCount)
   if sparse then return sparse == true and finishCall() or sparse end
 
-  -- the user records of every page (one GET per blob), and in one HMGET of the identity table this call's
-  -- identity number and which of the record-path pages have a block (markers[p + 1] set, p a record-path page;
-  -- a block-path page's marker comes along, and is not looked at)
-  local markers = {}
+  -- the user records of every page (one GET per blob), and from the identity table this call's identity number
+  -- and which pages have a block (readMarkers(): marked[page number] set; a record-path page's is looked at, a
+  -- block-path page reads its block anyway)
+  local marked = {}
   -- each page argument's header, parsed once: its record hash, its path, its page number
   local pageHashes, pagePaths, pageBases = {}, {}, {}
+  -- a page's name: its marker field in the identity table, and its block key after the prefix (made only for a
+  -- page with a block or on the block path)
+  local function pageNameOf(page) return format('p:%d', pageBases[page] / PAGE_USERS) end
   do
     local anyRecordPage = false
     for page = 1, pageCount do
@@ -2269,10 +2324,8 @@ local function capSends(keys, args)
     end
     -- a call of block-path pages only reads its identity number when a user record needs it
     if anyRecordPage then
-      -- (already read when a sparse call was left to this path)
-      markers = fetchedMarkers or
-        redis.call('HMGET', identityTableKey, 'i:' .. identity, unpackList(args, names + 1, #args))
-      myNumber = tonumber(markers[1] or nil) or false
+      -- (already read when a sparse call was left to this path, with the identity number it may have made since)
+      marked = fetchedMarked or readMarkers(args, pageCount)
     end
     -- Every undeclared key the call may read, touched once before anything is written: while the slot
     -- migrates, Redis refuses a script's access to a key that is not (or no longer) here, and a call that
@@ -2286,7 +2339,9 @@ local function capSends(keys, args)
       touched[#touched + 1] = range.hashKey
     end
     for page = 1, pageCount do
-      if pagePaths[page] == 1 or markers[page + 1] then touched[#touched + 1] = keyPrefix .. args[names + page] end
+      if pagePaths[page] == 1 or marked[pageBases[page] / PAGE_USERS] then
+        touched[#touched + 1] = keyPrefix .. pageNameOf(page)
+      end
     end
     if #touched > 0 then
       local probe = redis.pcall('EXISTS', unpackList(touched))
@@ -2307,11 +2362,12 @@ local function capSends(keys, args)
     local pageBase = pageBases[page]
     local failure
     if pagePaths[page] == 1 then
-      local pageName = args[names + page]
+      local pageName = pageNameOf(page)
       failure = runBlockPage(spec, keyPrefix .. pageName, hashIndex, pageBase, pageName)
-    elseif markers[page + 1] or withWindows then
+    elseif marked[pageBase / PAGE_USERS] or withWindows then
       -- the block's name only for a page that has one (a sparse call's pages mostly have none)
-      local pageName, isMarked = args[names + page], markers[page + 1] and true or false
+      local isMarked = marked[pageBase / PAGE_USERS] or false
+      local pageName = isMarked and pageNameOf(page)
       failure = runRecordPage(spec, isMarked and keyPrefix .. pageName, hashIndex, pageBase, records, pageName,
         isMarked)
     else

@@ -28,7 +28,7 @@ export function idOf(b0: number, b1: number, b2: number, b3: number): number {
 
 /**
  * The script before the change (test/support/cap-sends-previous.lua) as an EVAL command defined on
- * `cluster` under `name`; its arguments end with the page arguments (no page names after them).
+ * `cluster` under `name`; its arguments are the current script's (they end with the page arguments).
  */
 export function previousScript(cluster: TollgateCluster, name: string): CapSendsCall {
   const source = readFileSync(new URL("./cap-sends-previous.lua", import.meta.url), "utf8");
@@ -36,7 +36,7 @@ export function previousScript(cluster: TollgateCluster, name: string): CapSends
   const command = (cluster as unknown as Record<string, (...keysAndArgs: (string | Buffer)[]) => Promise<Buffer>>)[
     `${name}Buffer`
   ] as (...keysAndArgs: (string | Buffer)[]) => Promise<Buffer>;
-  return (keys, args) => command.call(cluster, ...keys, ...args.slice(0, 11 + (args.length - 11) / 2));
+  return (keys, args) => command.call(cluster, ...keys, ...args);
 }
 
 /** A reply code of cap-sends as the model's decision. */

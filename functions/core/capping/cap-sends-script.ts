@@ -2,15 +2,7 @@
 // calls (keys and arguments, one slot each), how many run at once, and what the reply bytes and the
 // "+windows" lines mean. The Capper never sees an argument position, a profile byte or a reply code.
 import { encode } from "@msgpack/msgpack";
-import {
-  capIdentityKey,
-  capKeyPrefix,
-  capPageName,
-  capTagOf,
-  pageOf,
-  recordRangeOf,
-  USERS_PER_PAGE,
-} from "../shared/keys.ts";
+import { capIdentityKey, capKeyPrefix, capTagOf, pageOf, recordRangeOf, USERS_PER_PAGE } from "../shared/keys.ts";
 import type { DecisionKind } from "./decisions.ts";
 import { keptMs, type Policy } from "./policy.ts";
 
@@ -516,9 +508,8 @@ function buildCall(request: CapSendsRequest, tag: number, runs: PageRun[], users
     capKeyPrefix(request.namespace, tag),
     [...rangeIndex.keys()].join(","),
     String(request.blobSplitBytes ?? BLOB_SPLIT_BYTES),
+    // (no page names: the script lists the identity table's page markers, and names only the pages it reads)
     ...pageSpecs,
-    // the pages' names in the same order, made here: the script would format one per page
-    ...runs.map((run) => capPageName(run.page)),
   ];
   return { keys, args, members, tag, pages: runs.map((run) => run.page) };
 }

@@ -46,7 +46,7 @@ export function recordRangeOf(userId: number): number {
 
 /**
  * What every capping key of a tag starts with. lua/cap-sends.lua builds the record and page keys from it
- * ("r:<range>", and the page names it is sent, capPageName()), so the functions below and the script must agree.
+ * ("r:<range>", and the page names of capPageName()), so the functions below and the script must agree.
  */
 export function capKeyPrefix(namespace: string, tag: number): string {
   return `${namespace}:cap:{${tag}}:`;
@@ -66,7 +66,7 @@ export function capRecordKey(namespace: string, tag: number, range: number): str
 
 /**
  * A page's name within its tag: the marker field of the tag's identity table that says the page has a block,
- * and its block key after the prefix. A cap-sends call carries its pages' names made (lua/cap-sends.lua).
+ * and its block key after the prefix (lua/cap-sends.lua makes the same from a page's number).
  */
 export function capPageName(page: number): string {
   return `p:${page}`;
