@@ -184,6 +184,8 @@ export class QuotaHandle {
   stamps: number[] = [];
   /** `admittedTotal` at the last observation. */
   observed = 0;
+  /** The last reply granted fewer tokens than asked: capacity is scarce, no early request. */
+  shortGrant = false;
   /** Recent offered cost per ms (EWMA), for how many tokens to ask. */
   rate = 0;
 

@@ -179,13 +179,56 @@ describe("strict spend stamps", () => {
     expect(requests).toHaveLength(2); // 25 ms: a round, which brings 2 more tokens
     // the store says nothing is left for 40 ms: no early request until then
     denyFor = 40;
+    for (let i = 0; i < 5; i++) quotas.checkHandle(handle);
     wall += 30;
     await quotas.sync();
+    expect(requests).toHaveLength(3);
     for (let i = 0; i < 5; i++) quotas.checkHandle(handle);
     wall += 30;
     quotas.observe();
     await new Promise((resolve) => setImmediate(resolve));
     expect(requests).toHaveLength(3);
+    // past it, but the last grant was short of what was asked (scarce capacity): the tick, not sooner
+    denyFor = 0;
+    wall += 20;
+    await quotas.sync();
+    expect(requests).toHaveLength(4);
+    expect(requests[3]!.entries[0]!.want).toBeGreaterThan(2);
+    for (let i = 0; i < 5; i++) quotas.checkHandle(handle);
+    wall += 30;
+    quotas.observe();
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(requests).toHaveLength(4);
+  });
+
+  it("a key that runs dry while its group's last request went unanswered waits for the tick (no early retries to a store away)", async () => {
+    let wall = 1_000_000;
+    let calls = 0;
+    let down = false;
+    const quotas = createQuotas({
+      transport: {
+        async sync(request, now) {
+          calls++;
+          if (down) throw new StoreUnreachableError("away");
+          return storeReply(request, now, rule, 1);
+        },
+      },
+      clock: { now: () => wall },
+      scheduler: neverScheduler,
+      rules: { api: rule },
+      instancesHint: 1,
+    });
+    const handle = quotas.resolve("api", "k");
+    await quotas.sync();
+    down = true;
+    quotas.checkHandle(handle);
+    wall += 30;
+    await quotas.sync(); // unanswered: the request stays pending
+    quotas.checkHandle(handle); // denied: no token
+    wall += 40;
+    quotas.observe();
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(calls).toBe(2);
   });
 
   it("sends no ages without observations (Lambda: no timers), so the request has today's shape", async () => {
