@@ -11,8 +11,10 @@ ARGV[1..5] protocol (2), now (ms), instanceId, seq, configVersion seen; instance
            protocol refuses it) is a read (`tollgate quotas usage`): nothing is applied, granted or written,
            and the reader is not counted as an instance
 ARGV[5+i]  key i: little-endian doubles offered, want, #usage, #refunds, then #usage pairs at, count
-           (strict: grantedAt, tokens spent) and #refunds pairs grantedAt, count (packed, never text:
-           unpacking is one C call, where parsing "at:count" cost a pattern match and two tonumber each)
+           (strict: grantedAt, tokens spent) and #refunds pairs grantedAt, count, then (strict, optional)
+           #usage doubles spentAgo: those tokens were spent at least that many ms before the request was
+           sent (absent: 0 each) (packed, never text: unpacking is one C call, where parsing "at:count"
+           cost a pattern match and two tonumber each)
 Reply      { 2, status ("applied"|"duplicate"|"stale"|"norule"), now, configVersion, rule (encoded, or ""
            when the request saw this version), mode, windows, instances, then per key: amount
            (allowance | tokens), expiresAt (validUntil | leaseExpiresAt), denyUntil, resetAt, used per window }
@@ -26,8 +28,9 @@ epochs. So allowances handed out at different instants see each other; the windo
 and usage over the last W/bucket + 1 buckets (the extra bucket covers usage spent up to a bucket after
 its grant; spent later, e.g. after a late reply, it leaves the window early: the approximate part).
 strict sums the grants not reported spent over every bucket that touches (now - W - lease, now] and the
-tokens reported spent (usage: grantedAt:count) over W from the report, so used tokens in any W stay
-<= max (docs/DECISIONS.md has the argument).
+tokens reported spent (usage: grantedAt:count) over W from their stamp (now - spentAgo, never before
+the spend; the report's now without one), so used tokens in any W stay <= max (docs/DECISIONS.md has
+the argument).
 The chunk returns the call as a function of (KEYS, ARGV): run as a Redis Function, the structures of
 a rule (its limits, rings and windows, the formats of a key) are built once per rule text and node
 (prepare, below), and the functions over them once per node, not once per call. ]]
@@ -305,7 +308,10 @@ return function(KEYS, ARGV)
     local size = #entry
     if size < 32 then return redis.error_reply('ERR quota-sync: malformed entry ' .. (i - 3)) end
     local usages, refunds = sunpack('<dd', entry, 17)
-    if size ~= 32 + 16 * (usages + refunds) then return redis.error_reply('ERR quota-sync: malformed entry ' .. (i - 3)) end
+    local base = 32 + 16 * (usages + refunds)
+    if size ~= base and size ~= base + 8 * usages then
+      return redis.error_reply('ERR quota-sync: malformed entry ' .. (i - 3))
+    end
   end
   local reading = instance == ''
 
@@ -486,20 +492,28 @@ return function(KEYS, ARGV)
       if left > 0 then add('a', grantAt, -left) end
     end
     -- strict: refunds leave the grant's bucket; tokens reported spent ([grantedAt, count] in `usage`) too,
-    -- and count from now over W instead (spent before now, they are in no window that starts after now - W)
+    -- and count over W from their stamp instead: now - spentAgo (0 when the entry has none), which the
+    -- instance measured from before it sent the request, so never before the spend on this clock (now is
+    -- read after the request was sent). Spent before the stamp, they are in no window starting after it - W
     if applied and strict then
       for u = usages, usages + refunds - 1 do
         local at, count = sunpack(PAIR_FORMAT, entry, 33 + 16 * u)
         add('g', at, -count)
       end
+      local agesAt = #entry > 32 + 16 * (usages + refunds) and 33 + 16 * (usages + refunds) or nil
       for u = 0, usages - 1 do
         local at, count = sunpack(PAIR_FORMAT, entry, 33 + 16 * u)
         at = min(at, now)
+        local spentAt = now
+        if agesAt then
+          local ago = sunpack('<d', entry, agesAt + 8 * u)
+          if ago > 0 then spentAt = now - ago end
+        end
         -- a limit whose window no longer counts the grant has no use for its tokens either
         for j = 1, #limits do
           local grants, spent = limits[j].parts[1], limits[j].parts[2]
           local bucket = min(floor(at / grants.ring.q), grants.ring.cur)
-          if bucket > grants.ring.cur - grants.span then addTo(spent.ring, now, count) end
+          if bucket > grants.ring.cur - grants.span then addTo(spent.ring, spentAt, count) end
         end
         add('g', at, -count)
       end

@@ -4,9 +4,14 @@
 export interface Clock {
   /** Milliseconds since the epoch. */
   now(): number;
+  /**
+   * Milliseconds on a clock that never steps (strict spend stamps are ages measured on it: a wall clock
+   * stepping forward between a spend and its report would age it too much). Default: `now`.
+   */
+  monotonic?(): number;
 }
 
-export const systemClock: Clock = { now: () => Date.now() };
+export const systemClock: Clock = { now: () => Date.now(), monotonic: () => performance.now() };
 
 /** Schedules the next sync. Returned handles are cancelled with `cancel`; real ones never hold the process open. */
 export interface Scheduler {

@@ -37,20 +37,31 @@ export interface EngineOptions {
   tickMs?: number;
   /** Idle, unpinned keys beyond this many are dropped at the next tick (default 100,000). */
   maxKeys?: number;
+  /** strict: a key that ran dry asks again no sooner than this after its group's last request (default F/2). */
+  earlyGapMs?: number;
 }
 
 /**
  * Strict: how many sync intervals of its recent rate an instance asks tokens for. Held tokens count in
  * the store from their grant, so each interval asked ahead costs the fleet about F / W of the limit
- * (two intervals held about 7 % of L idle); the next reply comes within 1.2 F (the jitter) and a round trip.
+ * (two intervals held about 7 % of L idle). Less than the 1.2 F a reply may take: a key that runs dry
+ * before its tick asks again early (`observe`, at most every `earlyGapMs`), so stock covers about half an
+ * interval beyond that gap rather than the longest interval (1.25 intervals held 85-88 % at 1.2x; 0.75 with
+ * early requests 89-92 %, 0.5 ran dry at N = 16: 69-71 %).
  */
-const WANT_INTERVALS = 1.25;
+const WANT_INTERVALS = 0.75;
+/** Below this many requests an interval a key asks for FEW_WANT_INTERVALS (N = 64 at 1.2x: about 1). */
+const FEW_PER_INTERVAL = 4;
+const FEW_WANT_INTERVALS = 1.25;
 
 /**
  * How long a rule the store does not know is left alone before asking again: a rule an operator adds
  * reaches a client within this and a tick (the target is 1 s).
  */
 const NORULE_RETRY_MS = 500;
+
+/** Observations kept per key between two ticks (the oldest goes first: its spends take the next stamp). */
+const MAX_STAMPS = 16;
 
 export class QuotaEngine {
   private readonly rules = new Map<string, RuleState>();
@@ -69,7 +80,11 @@ export class QuotaEngine {
   readonly syncIntervalMs: number;
   readonly tickMs: number;
   private readonly maxKeys: number;
+  /** strict: the shortest time between two requests of a group when the second is early (a key ran dry). */
+  readonly earlyGapMs: number;
   private keyCount = 0;
+  /** Strict keys holding tokens or with demand at the last tick: the only ones `observe` looks at. */
+  private spending: QuotaHandle[] = [];
   /** The time `advance` last saw: a later call with an earlier time means the wall clock stepped back. */
   private lastAdvanceAt = Number.NEGATIVE_INFINITY;
   /** Admissions and denials since the metrics hook last read them. */
@@ -84,6 +99,7 @@ export class QuotaEngine {
     this.syncIntervalMs = options.syncIntervalMs;
     this.tickMs = Math.max(options.tickMs ?? options.syncIntervalMs, options.syncIntervalMs);
     this.maxKeys = options.maxKeys ?? 100_000;
+    this.earlyGapMs = options.earlyGapMs ?? this.syncIntervalMs / 2;
     for (const [name, rule] of Object.entries(options.rules ?? {})) this.ruleState(name).define(rule, "");
   }
 
@@ -200,7 +216,7 @@ export class QuotaEngine {
    * The request for one slot group: the unacknowledged one again if there is one (same seq, same
    * entries), else a new one with every key that has something to say. Undefined: nothing to send.
    */
-  takeRequest(group: GroupState, now: number): SyncRequest | undefined {
+  takeRequest(group: GroupState, now: number, mono = now): SyncRequest | undefined {
     if (group.pending) return group.pending.request;
     const rule = group.rule;
     if (now < rule.missingUntil) return undefined;
@@ -244,9 +260,18 @@ export class QuotaEngine {
         capEpochs(epochs, MAX_EPOCHS_PER_KEY);
         for (let i = 0; i < epochs.length; i += 2) entry.usage.push([epochs[i] as number, epochs[i + 1] as number]);
       } else {
-        // strict: tokens spent since the last report, per grant: the store counts them from now over W
-        for (let i = 0; i < handle.spent.length; i += 2)
+        // strict: tokens spent since the last report, per grant and stamp: the store counts them over W from
+        // its now less their age (floored: a later stamp, never an earlier one)
+        mergeSpent(handle.spent, MAX_EPOCHS_PER_KEY);
+        let stamped = false;
+        const ages: number[] = [];
+        for (let i = 0; i < handle.spent.length; i += 3) {
           entry.usage.push([handle.spent[i] as number, handle.spent[i + 1] as number]);
+          const age = Math.max(0, Math.floor(mono - (handle.spent[i + 2] as number)));
+          ages.push(age);
+          if (age > 0) stamped = true;
+        }
+        if (stamped) entry.spentAgo = ages;
       }
       for (let i = 0; i < handle.refunds.length; i += 2)
         entry.refunds.push([handle.refunds[i] as number, handle.refunds[i + 1] as number]);
@@ -281,13 +306,13 @@ export class QuotaEngine {
       entries,
     };
     group.lastSentAt = now;
-    group.pending = { request, handles, strict };
+    group.pending = { request, handles, strict, mono };
     return request;
   }
 
   /**
-   * Strict: enough tokens for the key's recent rate until the next reply (WANT_INTERVALS intervals, the
-   * longest jittered interval and a little; one lease and an interval when the lease is shorter), less
+   * Strict: enough tokens for the key's recent rate for WANT_INTERVALS intervals (one lease and an
+   * interval when the lease is shorter; a key that runs dry sooner asks again early), less
    * what it holds; 1 when it has demand. Tokens held unspent count in the store's windows from their
    * grant, so an instance holds little more than it will spend before the next sync reports it. The
    * interval is the one the loop last took when that was longer (`elapsedMs`): a loop whose timers run
@@ -295,7 +320,10 @@ export class QuotaEngine {
    */
   private tokensWanted(handle: QuotaHandle, offered: number, leaseMs: number, elapsedMs: number): number {
     const interval = Math.max(this.syncIntervalMs, elapsedMs);
-    const horizon = Math.min(WANT_INTERVALS * interval, leaseMs + this.syncIntervalMs);
+    // a key with a few requests an interval (many instances sharing a limit) runs dry on chance alone with
+    // short stock, and its early requests are often refused as short grants: it keeps 1.25 intervals
+    const intervals = handle.rate * interval >= FEW_PER_INTERVAL ? WANT_INTERVALS : FEW_WANT_INTERVALS;
+    const horizon = Math.min(intervals * interval, leaseMs + this.syncIntervalMs);
     const target = Math.ceil(handle.rate * horizon);
     const want = target - Math.max(0, handle.left);
     return want > 0 ? want : offered > 0 && handle.left < 1 ? 1 : 0;
@@ -305,7 +333,7 @@ export class QuotaEngine {
    * Installs a reply. `sentAt` is when this attempt was sent (local clock): expiries convert to local time
    * from it, so they are never later than the store's.
    */
-  applyReply(group: GroupState, reply: SyncReply, sentAt: number, now: number): void {
+  applyReply(group: GroupState, reply: SyncReply, sentAt: number, now: number, mono = now): void {
     const pending = group.pending;
     group.pending = undefined;
     const rule = group.rule;
@@ -352,9 +380,12 @@ export class QuotaEngine {
         handle.left = handle.denyUntil > 0 ? 0 : assignment.allowance - this.unreported(handle);
         handle.validUntil = stepped ? now : toLocal(assignment.validUntil);
       } else {
-        if (assignment.tokens > 0)
+        handle.shortGrant = assignment.tokens < (pending.request.entries[i]?.want ?? 0);
+        if (assignment.tokens > 0) {
           handle.grants.push(reply.serverTime, toLocal(assignment.leaseExpiresAt), assignment.tokens);
-        this.chargeGrants(handle, now, stepped);
+          if (handle.grants.length === 3) this.spending.push(handle);
+        }
+        this.chargeGrants(handle, now, stepped, mono);
       }
     });
   }
@@ -373,12 +404,20 @@ export class QuotaEngine {
    * grant twice they could over-admit; dropped, the store counts the grant until its lease ends).
    */
   private restore(pending: PendingRequest, counted: boolean): void {
-    const { request, handles, strict } = pending;
+    const { request, handles, strict, mono } = pending;
     request.entries.forEach((entry, i) => {
       const handle = handles[i];
       if (!handle) return;
       if (!strict) handle.epochs = capEpochs([...entry.usage.flat(), ...handle.epochs], MAX_EPOCHS_PER_KEY);
-      else if (!counted) handle.spent = [...entry.usage.flat(), ...handle.spent];
+      else if (!counted) {
+        // each pair's stamp again from its age (floored when sent: the same stamp or a later one)
+        const back = entry.usage.flatMap(([grantedAt, count], j) => [
+          grantedAt,
+          count,
+          mono - (entry.spentAgo?.[j] ?? 0),
+        ]);
+        handle.spent = [...back, ...handle.spent];
+      }
       if (!counted) handle.refunds = [...entry.refunds.flat(), ...handle.refunds];
     });
   }
@@ -416,11 +455,12 @@ export class QuotaEngine {
    * fall back; keys of unreachable groups keep their allowance for `keepAllowanceMs`, then fall back, and
    * their usage closes into epochs (kept, bounded, for when the store returns).
    */
-  advance(now: number): void {
+  advance(now: number, mono = now): void {
     // the wall clock stepped back (NTP): leases and validities converted to local time before the step end
     // later than the store's by the step, so every strict grant ends now and every allowance lapses
     const stepped = now < this.lastAdvanceAt;
     this.lastAdvanceAt = now;
+    this.spending.length = 0;
     for (const rule of this.rules.values()) {
       const strict = rule.definition?.mode === "strict";
       for (const group of rule.groups) {
@@ -429,7 +469,10 @@ export class QuotaEngine {
           // a key the loop meets for the first time counts as active now: a new key (checkFresh awaits its
           // first sync) is never dropped before it is sent
           if (handle.used !== 0 || handle.denied !== 0 || handle.lastActive < 0) handle.lastActive = now;
-          if (strict) this.chargeGrants(handle, now, stepped);
+          if (strict) {
+            this.chargeGrants(handle, now, stepped, mono);
+            if (handle.grants.length > 0 || handle.rate > 0) this.spending.push(handle);
+          }
           if (degradedFor >= 0) this.advanceDegraded(handle, now, degradedFor, strict);
           else if (!strict && handle.source === Source.Assigned && (stepped || now >= handle.validUntil))
             this.expire(handle);
@@ -440,20 +483,69 @@ export class QuotaEngine {
   }
 
   /**
+   * Between ticks (strict): notes, for each key that held tokens at the last tick, how many it had admitted
+   * by `mono` (monotonic ms, read before the counts): those were spent before it. The next request reports
+   * its spends with their age, so the store counts them from about when they were spent, not from the
+   * report (up to an interval later). Never called on Lambda (no timers): every spend is then dated at
+   * the tick that reports it.
+   */
+  observe(now: number, mono: number): boolean {
+    let early = false;
+    const gap = this.earlyGapMs;
+    for (const handle of this.spending) {
+      // out of tokens and denying, while the store last said it had some to grant: a round before the tick
+      // brings them (at most one request per group every `earlyGapMs`)
+      if (
+        !early &&
+        handle.denied > 0 &&
+        handle.left < 1 &&
+        // the store granted all it was asked last time: scarce capacity (a short grant) waits for the tick,
+        // or overloaded keys would ask twice an interval for crumbs
+        !handle.shortGrant &&
+        now >= handle.denyUntil &&
+        !handle.group.busy &&
+        // a request left unanswered (the store away) goes again at the tick, not sooner
+        handle.group.pending === undefined &&
+        handle.group.lastSentAt >= 0 &&
+        now - handle.group.lastSentAt >= gap
+      )
+        early = true;
+      if (handle.admittedTotal === handle.observed) continue;
+      handle.observed = handle.admittedTotal;
+      const stamps = handle.stamps;
+      // the oldest observation goes: its spends take the next one's later stamp
+      if (stamps.length >= 2 * MAX_STAMPS) stamps.splice(0, 2);
+      stamps.push(mono, handle.admittedTotal);
+    }
+    return early;
+  }
+
+  /**
    * Strict: charges what was admitted since the last call to the oldest grants, turns grants ending before
    * the next tick into refunds, and sets `left` to the tokens still held.
    */
-  private chargeGrants(handle: QuotaHandle, now: number, endAll = false): void {
-    let spend = handle.admittedTotal - handle.charged;
-    handle.charged = handle.admittedTotal;
+  private chargeGrants(handle: QuotaHandle, now: number, endAll: boolean, mono: number): void {
     const grants = handle.grants;
-    // Tokens admitted under the fallback (no grant) were never reserved: there is nothing to charge them to.
-    for (let i = 2; i < grants.length && spend > 0; i += 3) {
-      const take = Math.min(spend, grants[i] as number);
-      if (take > 0) recordSpent(handle.spent, grants[i - 2] as number, take);
-      grants[i] = (grants[i] as number) - take;
-      spend -= take;
+    // what was admitted up to each observation was spent before its stamp; the rest before `mono`. Tokens
+    // admitted under the fallback (no grant) were never reserved: there is nothing to charge them to.
+    const stamps = handle.stamps;
+    let g = 2;
+    for (let s = 0; s <= stamps.length; s += 2) {
+      const upTo = s < stamps.length ? (stamps[s + 1] as number) : handle.admittedTotal;
+      const stamp = s < stamps.length ? (stamps[s] as number) : mono;
+      let spend = upTo - handle.charged;
+      if (spend <= 0) continue;
+      handle.charged = upTo;
+      for (; g < grants.length && spend > 0; g += 3) {
+        const take = Math.min(spend, grants[g] as number);
+        if (take > 0) recordSpent(handle.spent, grants[g - 2] as number, take, stamp);
+        grants[g] = (grants[g] as number) - take;
+        spend -= take;
+        if ((grants[g] as number) > 0) break;
+      }
     }
+    stamps.length = 0;
+    handle.observed = handle.admittedTotal;
     const horizon = endAll ? Number.POSITIVE_INFINITY : now + this.tickMs;
     let kept = 0;
     for (let i = 0; i < grants.length; i += 3) {
@@ -516,15 +608,34 @@ function capEpochs(epochs: number[], most: number): number[] {
   return epochs;
 }
 
-/** Adds `count` spent from the grant made at `grantedAt` to a [grantedAt, count, ...] list (one pair per grant). */
-function recordSpent(spent: number[], grantedAt: number, count: number): void {
-  for (let i = 0; i < spent.length; i += 2) {
-    if (spent[i] === grantedAt) {
+/**
+ * Adds `count` spent from the grant made at `grantedAt` before `stamp` to a [grantedAt, count, stamp, ...]
+ * list (one triple per grant and stamp).
+ */
+function recordSpent(spent: number[], grantedAt: number, count: number, stamp: number): void {
+  for (let i = 0; i < spent.length; i += 3) {
+    if (spent[i] === grantedAt && spent[i + 2] === stamp) {
       spent[i + 1] = (spent[i + 1] as number) + count;
       return;
     }
   }
-  spent.push(grantedAt, count);
+  spent.push(grantedAt, count, stamp);
+}
+
+/**
+ * Keeps at most `most` triples in a spent list: two of the same grant merge at the later stamp (counted
+ * later, never early out of a window). Grants are never merged: each leaves its own grant's bucket.
+ */
+function mergeSpent(spent: number[], most: number): void {
+  for (let i = 0; spent.length > 3 * most && i < spent.length; i += 3) {
+    for (let j = i + 3; j < spent.length; j += 3) {
+      if (spent[j] !== spent[i]) continue;
+      spent[i + 1] = (spent[i + 1] as number) + (spent[j + 1] as number);
+      spent[i + 2] = Math.max(spent[i + 2] as number, spent[j + 2] as number);
+      spent.splice(j, 3);
+      j -= 3;
+    }
+  }
 }
 
 /** The limit with the least left in its window (ties: the first), for the headers. */

@@ -47,6 +47,12 @@ export interface QuotasOptions extends Omit<EngineOptions, "instanceId" | "syncI
   onMetrics?: (metrics: QuotasMetrics) => void;
   /** Called with every failed sync (the SDK carries on degraded); default: nothing. */
   onError?: (error: Error) => void;
+  /**
+   * strict: between ticks the loop notes every this many ms what each key has spent (one unref'd timer, no
+   * call), so the store counts spent tokens from about when they were spent rather than from their report
+   * (default 10; 0: off, every spend dated at the tick that reports it). Only with `start()`.
+   */
+  observeIntervalMs?: number;
 }
 
 export class Quotas {
@@ -59,6 +65,8 @@ export class Quotas {
   private readonly onMetrics: ((metrics: QuotasMetrics) => void) | undefined;
   private readonly onError: (error: Error) => void;
   private timer: { cancel(): void } | undefined;
+  private observeTimer: { cancel(): void } | undefined;
+  private readonly observeIntervalMs: number;
   private running = false;
   /** Rounds whose calls have not all settled (a slow call never holds the next tick back). */
   private readonly rounds = new Set<Promise<void>>();
@@ -83,6 +91,9 @@ export class Quotas {
     this.jitter = jitter;
     this.onMetrics = options.onMetrics;
     this.onError = options.onError ?? (() => {});
+    const observeIntervalMs = options.observeIntervalMs ?? 10;
+    if (!(observeIntervalMs >= 0)) throw new QuotasConfigError("observeIntervalMs", "expected a number of ms ≥ 0");
+    this.observeIntervalMs = observeIntervalMs;
     for (const [name, rule] of Object.entries(options.rules ?? {})) {
       const problem = this.leaseProblem(rule);
       if (problem) throw new QuotasConfigError(`rules.${name}.leaseMs`, problem);
@@ -128,7 +139,18 @@ export class Quotas {
     if (this.running) return this;
     this.running = true;
     this.scheduleNext();
+    this.scheduleObserve();
     return this;
+  }
+
+  /**
+   * Notes what each strict key holding tokens has spent so far (the sub-tick timer calls it; tests call it
+   * by hand): the next request dates those spends no later than now.
+   */
+  observe(): void {
+    const now = this.clock.now();
+    // a strict key ran dry while the store still has tokens to grant: a round now rather than at the tick
+    if (this.engine.observe(now, this.monotonic())) this.sync().catch((error: unknown) => this.onError(error as Error));
   }
 
   /**
@@ -139,6 +161,8 @@ export class Quotas {
     this.running = false;
     this.timer?.cancel();
     this.timer = undefined;
+    this.observeTimer?.cancel();
+    this.observeTimer = undefined;
     await Promise.all(this.rounds);
     await this.sync();
     if (this.engine.hasUnreported()) await this.sync();
@@ -166,16 +190,17 @@ export class Quotas {
 
   private async runRound(): Promise<void> {
     const now = this.clock.now();
+    const mono = this.monotonic();
     this.lastSyncAt = now;
     const engine = this.engine;
-    engine.advance(now);
+    engine.advance(now, mono);
     const latencies: number[] = [];
     let errors = 0;
     const calls: Promise<void>[] = [];
     for (const rule of engine.allRules()) {
       for (const group of rule.groups) {
         if (group.busy) continue;
-        const request = engine.takeRequest(group, now);
+        const request = engine.takeRequest(group, now, mono);
         if (!request) continue;
         calls.push(
           this.syncGroup(group, request, now).then(
@@ -198,7 +223,7 @@ export class Quotas {
     try {
       const reply = await this.transport.sync(request, sentAt);
       const now = this.clock.now();
-      this.engine.applyReply(group, reply, sentAt, now);
+      this.engine.applyReply(group, reply, sentAt, now, this.monotonic());
       const problem = reply.rule && this.leaseProblem(reply.rule);
       if (problem) this.onError(new QuotasConfigError(`rule ${request.rule}: leaseMs`, problem));
       return now - sentAt;
@@ -244,6 +269,19 @@ export class Quotas {
     const tickMs = this.engine.tickMs;
     if (rule.mode !== "strict" || rule.leaseMs > 2 * tickMs) return undefined;
     return `a strict lease of ${rule.leaseMs} ms leaves this instance (sync interval ${this.syncIntervalMs} ms, ticks up to ${tickMs} ms apart) almost nothing to spend: its tokens count as ended a tick early; use a lease above ${2 * tickMs} ms or a shorter syncIntervalMs`;
+  }
+
+  /** The clock spend stamps are measured on (read after `now` wherever both are read). */
+  private monotonic(): number {
+    return this.clock.monotonic ? this.clock.monotonic() : this.clock.now();
+  }
+
+  private scheduleObserve(): void {
+    if (!this.running || this.observeIntervalMs <= 0) return;
+    this.observeTimer = this.scheduler.schedule(this.observeIntervalMs, () => {
+      this.scheduleObserve();
+      this.observe();
+    });
   }
 
   /** The next tick, whatever the rounds in flight: leases end on time even while a call is slow. */

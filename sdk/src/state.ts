@@ -23,6 +23,8 @@ export interface PendingRequest {
   readonly handles: QuotaHandle[];
   /** Its usage is strict tokens spent per grant (a definition that changes later does not change that). */
   readonly strict: boolean;
+  /** The monotonic time it was taken at: its `spentAgo` count back from it. */
+  readonly mono: number;
 }
 
 export interface GroupState {
@@ -170,8 +172,20 @@ export class QuotaHandle {
   charged = 0;
   /** Expired, unused tokens not yet reported: [grantedAt, count, ...]. */
   refunds: number[] = [];
-  /** Tokens spent and not yet reported, per grant: [grantedAt, count, ...] (sent as the entry's usage). */
+  /**
+   * Tokens spent and not yet reported: [grantedAt, count, stamp, ...], all `count` spent before `stamp`
+   * (monotonic ms); sent as the entry's usage and `spentAgo`.
+   */
   spent: number[] = [];
+  /**
+   * Observations between ticks: [stamp (monotonic ms), admittedTotal then, ...]: what was admitted up to
+   * that total was spent before that stamp. Charged to grants at the next tick.
+   */
+  stamps: number[] = [];
+  /** `admittedTotal` at the last observation. */
+  observed = 0;
+  /** The last reply granted fewer tokens than asked: capacity is scarce, no early request. */
+  shortGrant = false;
   /** Recent offered cost per ms (EWMA), for how many tokens to ask. */
   rate = 0;
 

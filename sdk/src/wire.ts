@@ -23,7 +23,12 @@
 //   later than the true expiry.
 // Usage (approximate mode): `usage` = [at, count] per epoch (at: ms, clamped to now; epochs older than
 //   the longest window are dropped). Strict mode: `usage` = [grantedAt, count] per grant, the tokens of
-//   that grant spent since the last report (all spent before this request was sent).
+//   that grant spent since the last report (all spent before this request was sent); a grant may appear
+//   in several pairs. `spentAgo` (strict, optional, one per usage pair): those tokens were all spent at
+//   least this many ms before the request was sent (measured on the instance's monotonic clock), so the
+//   store counts them from (now - spentAgo) over W rather than from now: an upper bound of the spend time
+//   on the store's clock, since the store reads `now` after the request was sent (a resent request only
+//   dates them later). Absent (older clients, Lambda): 0 for every pair, counted from now.
 // Demand: `offered` = requests the instance saw for the key since its previous sync (admitted and
 //   denied). The server keeps the key's and the instance's offered counts decaying over 1 s; a share is
 //   the instance's part of that recent demand (plus a small even pseudo-demand, so an idle instance
@@ -54,7 +59,8 @@
 // Redis call: EVALSHA quota-sync KEYS = [cfg, seq, inst, k(key_1) .. k(key_n)]
 //   ARGV = [protocol, now, instanceId, seq, configVersionSeen,
 //           then per key one packed entry: little-endian doubles offered, want, usage.length,
-//           refunds.length, then usage's [at, count] pairs and refunds' (packEntry)]
+//           refunds.length, then usage's [at, count] pairs and refunds', then (strict, optional: the
+//           entry is longer by 8 bytes per usage pair) each usage pair's spentAgo (packEntry)]
 //   Reply = [protocol, status, serverTime, configVersion, rule ("" when unchanged), mode, windows,
 //            instances, then per key: amount, expiresAt, denyUntil, resetAt, used_1 .. used_windows]
 //   (amount: allowance or tokens by mode; expiresAt: validUntil or leaseExpiresAt.)
@@ -106,6 +112,11 @@ export interface SyncEntry {
   offered: number;
   /** strict: tokens asked for; approximate: ignored (send 0). */
   want: number;
+  /**
+   * strict, optional: per usage pair, ms before this request was sent by which those tokens were all spent
+   * (absent: 0 each, today's counting from the report).
+   */
+  spentAgo?: number[];
 }
 
 /** One sync call: the JSON body of POST /v1/quotas/sync, and what encodeSync turns into KEYS/ARGV. */
@@ -266,8 +277,18 @@ export function packEntry(entry: SyncEntry, i: number): Buffer {
   if (entry.usage.length > MAX_EPOCHS_PER_KEY || entry.refunds.length > MAX_EPOCHS_PER_KEY) {
     throw new WireError(`entries[${i}].usage`, `at most ${MAX_EPOCHS_PER_KEY} epochs per key`);
   }
-  // a Buffer (ioredis sends a Buffer argument as its bytes; any other object as its text)
-  const bytes = Buffer.allocUnsafe(32 + 16 * (entry.usage.length + entry.refunds.length));
+  const ago = entry.spentAgo;
+  if (ago !== undefined && ago.length !== entry.usage.length) {
+    throw new WireError(
+      `entries[${i}].spentAgo`,
+      `expected one per usage pair (${entry.usage.length}), got ${ago.length}`,
+    );
+  }
+  // a Buffer (ioredis sends a Buffer argument as its bytes; any other object as its text); the ages, when
+  // some are not 0, after the refunds (an entry of today's length reads as all 0)
+  const stamped = ago?.some((a) => a !== 0) ?? false;
+  const pairs = entry.usage.length + entry.refunds.length;
+  const bytes = Buffer.allocUnsafe(32 + 16 * pairs + (stamped ? 8 * entry.usage.length : 0));
   bytes.writeDoubleLE(wholeNumber(`entries[${i}].offered`, entry.offered), 0);
   bytes.writeDoubleLE(wholeNumber(`entries[${i}].want`, entry.want), 8);
   bytes.writeDoubleLE(entry.usage.length, 16);
@@ -281,6 +302,12 @@ export function packEntry(entry: SyncEntry, i: number): Buffer {
       bytes.writeDoubleLE(wholeNumber(`entries[${i}].${name}[${j}][0]`, time), at);
       bytes.writeDoubleLE(wholeNumber(`entries[${i}].${name}[${j}][1]`, count), at + 8);
       at += 16;
+    });
+  }
+  if (stamped && ago) {
+    ago.forEach((ms, j) => {
+      bytes.writeDoubleLE(wholeNumber(`entries[${i}].spentAgo[${j}]`, ms), at);
+      at += 8;
     });
   }
   return bytes;

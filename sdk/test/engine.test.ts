@@ -253,7 +253,7 @@ describe("sync side", () => {
     expect(e.takeRequest(g, 150)?.entries[0]?.refunds).toEqual([[10_000, 2]]);
   });
 
-  it("strict: asks for about 1.25 intervals of the key's recent rate, less what it holds (held tokens count from their grant)", () => {
+  it("strict: asks for about 0.75 intervals of the key's recent rate, less what it holds (held tokens count from their grant; a key that runs dry asks again early)", () => {
     const e = engine();
     const h = e.resolve("pay", "k");
     const g = group(e, "pay");
@@ -270,11 +270,11 @@ describe("sync side", () => {
         round * F,
       );
     }
-    expect(want).toBeGreaterThanOrEqual(20); // at least one interval's worth
-    expect(want).toBeLessThanOrEqual(26); // 1.25 intervals and a token, not two intervals (40)
+    expect(want).toBeGreaterThanOrEqual(14); // three quarters of an interval's worth (15), less rounding
+    expect(want).toBeLessThanOrEqual(16); // and a token, not 1.25 intervals (25)
   });
 
-  it("strict: when its rounds come late, asks for 1.25 of the interval it last took, never past a lease and an interval", () => {
+  it("strict: when its rounds come late, asks for 0.75 of the interval it last took, never past a lease and an interval", () => {
     const wantAfter = (gapMs: number) => {
       const e = engine();
       const h = e.resolve("pay", "k");
@@ -294,10 +294,10 @@ describe("sync side", () => {
       }
       return want;
     };
-    // rounds 100 ms apart: 1.25 × 100 ms of the rate (50), not 1.25 × F (25): it would run dry halfway
-    expect(wantAfter(100)).toBeGreaterThanOrEqual(45);
-    expect(wantAfter(100)).toBeLessThanOrEqual(51);
-    // rounds 1 s apart: at most the lease (200 ms) and an interval of the rate (100), not 1.25 s of it (500)
+    // rounds 100 ms apart: 0.75 × 100 ms of the rate (30), not 0.75 × F (15): it would run dry early
+    expect(wantAfter(100)).toBeGreaterThanOrEqual(27);
+    expect(wantAfter(100)).toBeLessThanOrEqual(31);
+    // rounds 1 s apart: at most the lease (200 ms) and an interval of the rate (100), not 0.75 s of it (300)
     expect(wantAfter(1_000)).toBeGreaterThanOrEqual(90);
     expect(wantAfter(1_000)).toBeLessThanOrEqual(101);
   });

@@ -57,6 +57,15 @@ describe("httpTransport", () => {
     expect(seen[0]!.headers.authorization).toBeUndefined();
   });
 
+  it("sends strict spend ages only when told the service takes them (an older check API refuses the field)", async () => {
+    const { url, seen } = await serve(200, JSON.stringify(reply));
+    const stamped: SyncRequest = { ...request, entries: [{ ...request.entries[0]!, spentAgo: [12] }] };
+    await httpTransport({ url }).sync(stamped, 0);
+    await httpTransport({ url, spendStamps: true }).sync(stamped, 0);
+    expect(seen.map((s) => JSON.parse(s.body).entries[0].spentAgo)).toEqual([undefined, [12]]);
+    expect(JSON.parse(seen[0]!.body)).toEqual(request);
+  });
+
   it("signs with SigV4 (service lambda) when signing is configured", async () => {
     const { url, seen } = await serve(200, JSON.stringify(reply));
     const credentials = { accessKeyId: "AKIDEXAMPLE", secretAccessKey: "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY" };

@@ -90,12 +90,15 @@ describe("Quotas sync loop", () => {
     const store = fakeStore();
     const quotas = createQuotas({ transport: store.transport, clock: fakeClock(), scheduler, rules: { api } });
     quotas.start();
-    expect(queue).toHaveLength(1);
+    // the tick, and the observer of strict spends (every 10 ms by default)
+    expect(queue).toHaveLength(2);
     expect(queue[0]!.delay).toBeGreaterThanOrEqual(40);
     expect(queue[0]!.delay).toBeLessThanOrEqual(60);
+    expect(queue[1]!.delay).toBe(10);
     quotas.check("api", "k");
     await quotas.stop();
     expect(queue[0]!.cancelled).toBe(true);
+    expect(queue[1]!.cancelled).toBe(true);
     expect(store.calls.flatMap((c) => c.entries)).toMatchObject([{ key: "k", offered: 1 }]);
   });
 
@@ -210,7 +213,7 @@ describe("Quotas sync loop", () => {
         return store.transport.sync(request, now);
       },
     };
-    const quotas = createQuotas({ transport, clock, scheduler, rules: { api, slow: api } });
+    const quotas = createQuotas({ transport, clock, scheduler, rules: { api, slow: api }, observeIntervalMs: 0 });
     quotas.start();
     quotas.check("slow", "x");
     quotas.check("api", "k");

@@ -135,6 +135,12 @@ describe("POST /v1/quotas/sync", () => {
     const bad = await sync(request({ entries: [{ key: "k", usage: [[1, -3]], refunds: [], offered: 0, want: 0 }] }));
     expect(bad.status).toBe(400);
     expect(((await bad.json()) as Refusal).error.path).toBe("entries[0].usage[0][1]");
+    // strict spend ages: one per usage pair
+    const ages = await sync(
+      request({ entries: [{ key: "k", usage: [[1, 3]], refunds: [], offered: 0, want: 0, spentAgo: [4, 5] }] }),
+    );
+    expect(ages.status).toBe(400);
+    expect(((await ages.json()) as Refusal).error.path).toBe("entries[0].spentAgo");
   });
 
   it("refuses a key listed twice in one sync, naming the second entry, and counts nothing", async () => {

@@ -378,7 +378,8 @@ describe("quota-sync as a Redis Function", () => {
                       ? entry.subarray(0, 24)
                       : step.how === "short"
                         ? entry.subarray(0, entry.length - 8)
-                        : Buffer.concat([entry, Buffer.alloc(16)]);
+                        : // longer than the ages of its usage pairs would make it (a valid entry)
+                          Buffer.concat([entry, Buffer.alloc(16 + 8 * entry.readDoubleLE(16))]);
                 }
                 return { keys, args };
               };

@@ -121,7 +121,7 @@ describe("quota-sync.lua", () => {
     );
   });
 
-  it("strict: used tokens never exceed the limit in any window, with lost replies, retries, refunds and spent tokens reported at the next sync", async () => {
+  it("strict: used tokens never exceed the limit in any window, with lost replies, retries, refunds and spent tokens reported at the next sync, stamped with their age or not", async () => {
     await fc.assert(
       fc.asyncProperty(
         windowsArb,
@@ -143,6 +143,9 @@ describe("quota-sync.lua", () => {
             late: fc.boolean(),
             report: fc.boolean(),
             spread: fc.array(fc.double({ min: 0, max: 0.999, noNaN: true }), { minLength: 1, maxLength: 8 }),
+            // spends stamped (spentAgo) when observed between ticks: each at its own time, or at an
+            // observation after it; absent, all are counted from the report
+            stamps: fc.option(fc.array(fc.double({ min: 0, max: 1, noNaN: true }), { minLength: 1, maxLength: 4 })),
           }),
           { minLength: 5, maxLength: 60 },
         ),
@@ -172,15 +175,37 @@ describe("quota-sync.lua", () => {
               instance.leases = instance.leases.filter((lease) => lease.expiresAt > now);
               const refunds = due.filter((l) => l.unused > 0).map((l): [number, number] => [l.grantedAt, l.unused]);
               const usage: Array<[number, number]> = [];
+              const spentAgo: number[] = [];
               if (step.report) {
                 for (const lease of [...due, ...instance.leases]) {
                   const spent = lease.uses.filter((at) => at < now);
                   lease.uses = lease.uses.filter((at) => at >= now);
-                  if (spent.length > 0) usage.push([lease.grantedAt, spent.length]);
+                  if (spent.length === 0) continue;
+                  if (!step.stamps) {
+                    usage.push([lease.grantedAt, spent.length]);
+                    continue;
+                  }
+                  // each use seen by an observation between it and now (a later one is a later stamp)
+                  const byAgo = new Map<number, number>();
+                  spent.forEach((at, u) => {
+                    const seen = at + step.stamps![u % step.stamps!.length]! * (now - at);
+                    const ago = Math.floor(now - seen);
+                    byAgo.set(ago, (byAgo.get(ago) ?? 0) + 1);
+                  });
+                  for (const [ago, count] of byAgo) {
+                    usage.push([lease.grantedAt, count]);
+                    spentAgo.push(ago);
+                  }
                 }
               }
               request = call(`i${step.instance}`, ++instance.seq, [
-                entry("k", { usage, refunds, want: step.want, offered: step.want }),
+                entry("k", {
+                  usage,
+                  refunds,
+                  want: step.want,
+                  offered: step.want,
+                  ...(step.stamps ? { spentAgo } : {}),
+                }),
               ]);
             }
             const reply = await store.sync(request, now);
@@ -191,7 +216,10 @@ describe("quota-sync.lua", () => {
             if (assignment?.mode !== "strict") throw new Error("expected a strict assignment");
             if (status === "applied") {
               for (const [at, count] of request.entries[0]!.refunds) model.addUsage("k", now, [[at, -count]]);
-              for (const [at, count] of request.entries[0]!.usage) model.addSpent("k", now, at, count);
+              const { usage, spentAgo } = request.entries[0]!;
+              usage.forEach(([at, count], j) => {
+                model.addSpent("k", now, at, count, spentAgo?.[j] ?? 0);
+              });
               model.addGrant("k", assignment.tokens);
             } else {
               expect(assignment.tokens).toBe(0);
@@ -257,6 +285,25 @@ describe("quota-sync.lua", () => {
     const retry = await store.sync(call("i", 1, [entry("k", { want: 6 })]), T0 + 5);
     expect(first.entries[0]).toMatchObject({ tokens: 6, used: [6] });
     expect(retry).toMatchObject({ status: "duplicate", entries: [{ tokens: 0, used: [6] }] });
+  });
+
+  it("strict: spent tokens with an age count from the report's now less that age (a resent request dates them later); without one, from the report", async () => {
+    const spentBy = async (ago: number | undefined, reportAt: number) => {
+      const store = await storeWith(strict([{ windowMs: 1000, max: 10 }], 200));
+      await store.sync(call("a", 1, [entry("k", { want: 10 })]), T0);
+      const report = entry("k", { usage: [[T0, 10]], ...(ago === undefined ? {} : { spentAgo: [ago] }) });
+      expect((await store.sync(call("a", 2, [report]), reportAt)).entries[0]).toMatchObject({ used: [10] });
+      // what the window holds at t (b asks for nothing)
+      const at = async (t: number, seq: number) =>
+        (await store.sync(call("b", seq, [entry("k")]), t)).entries[0]!.used[0];
+      return [await at(T0 + 1040, 1), await at(T0 + 1090, 2), await at(T0 + 1140, 3), await at(T0 + 1150, 4)];
+    };
+    // spent by T0 + 10 (bucket 0): out of every window from T0 + 1050
+    expect(await spentBy(90, T0 + 100)).toEqual([10, 0, 0, 0]);
+    // the same request resent at T0 + 140: dated T0 + 50, out from T0 + 1100
+    expect(await spentBy(90, T0 + 140)).toEqual([10, 10, 0, 0]);
+    // no age (an older client): counted from the report at T0 + 100, out from T0 + 1150
+    expect(await spentBy(undefined, T0 + 100)).toEqual([10, 10, 10, 0]);
   });
 
   it("strict: tokens used at the end of their lease still count when the window slides past their grant", async () => {

@@ -78,8 +78,11 @@ export class QuotaModel {
     this.events(key).push({ at: this.latest.get(key)!, count });
   }
 
-  /** strict: tokens of the grant made at `grantedAt` reported spent at `now`: out of the grant, counted from now. */
-  addSpent(key: string, now: number, grantedAt: number, count: number): void {
+  /**
+   * strict: tokens of the grant made at `grantedAt` reported spent at `now`, `ago` ms before the request
+   * was sent: out of the grant, counted from now - ago (from now without an age).
+   */
+  addSpent(key: string, now: number, grantedAt: number, count: number, ago = 0): void {
     const latest = this.latest.get(key)!;
     const at = Math.min(grantedAt, now);
     const spentFor = this.rule.limits.map((limit) => {
@@ -87,7 +90,8 @@ export class QuotaModel {
       return Math.floor(at / bucketMs) > Math.floor(latest / bucketMs) - span;
     });
     this.events(key).push({ at, count: -count });
-    this.events(key).push({ at: latest, count, spentFor });
+    // the script's ring never moves back: a stamp past its latest bucket lands in that bucket
+    this.events(key).push({ at: ago > 0 ? Math.min(now - ago, latest) : latest, count, spentFor });
   }
 
   /** What each window of the key holds now, summed from the log. */

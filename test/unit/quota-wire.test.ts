@@ -108,6 +108,26 @@ describe("quota wire protocol", () => {
     expect(args.length).toBe(5 + 2);
   });
 
+  it("packs strict spend ages after the refunds, one per usage pair, and none when all are 0 (today's length)", () => {
+    const entry: SyncEntry = {
+      key: "k",
+      usage: [
+        [1_000, 3],
+        [1_000, 2],
+      ],
+      refunds: [[950, 1]],
+      offered: 5,
+      want: 4,
+      spentAgo: [30, 0],
+    };
+    const packed = packEntry(entry, 0);
+    const doubles = Array.from({ length: packed.length / 8 }, (_, i) => packed.readDoubleLE(8 * i));
+    expect(doubles).toEqual([5, 4, 2, 1, 1_000, 3, 1_000, 2, 950, 1, 30, 0]);
+    expect(packEntry({ ...entry, spentAgo: [0, 0] }, 0).length).toBe(32 + 16 * 3);
+    expect(() => packEntry({ ...entry, spentAgo: [1] }, 2)).toThrow("entries[2].spentAgo: expected one per usage pair");
+    expect(() => packEntry({ ...entry, spentAgo: [1.5, 0] }, 0)).toThrow("entries[0].spentAgo[0]");
+  });
+
   it("refuses a count or time the script could not hold exactly, naming the entry and the field", () => {
     const bad = (change: Partial<SyncEntry>): SyncRequest => {
       const [first, second] = request(["a", "b"]).entries as [SyncEntry, SyncEntry];

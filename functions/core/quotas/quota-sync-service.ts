@@ -33,17 +33,24 @@ export const syncRequestSchema = z.strictObject({
   configVersion: z.string().max(200),
   entries: z
     .array(
-      z.strictObject({
-        key: z
-          .string()
-          .min(1)
-          .max(MAX_KEY_LENGTH)
-          .refine((key) => quotaKeyProblem(key) === undefined, "expected no lone UTF-16 surrogate"),
-        usage: pairs,
-        refunds: pairs,
-        offered: count,
-        want: count,
-      }),
+      z
+        .strictObject({
+          key: z
+            .string()
+            .min(1)
+            .max(MAX_KEY_LENGTH)
+            .refine((key) => quotaKeyProblem(key) === undefined, "expected no lone UTF-16 surrogate"),
+          usage: pairs,
+          refunds: pairs,
+          offered: count,
+          want: count,
+          // strict spend stamps, one per usage pair (absent: an older SDK's request, counted from now)
+          spentAgo: z.array(count).max(MAX_EPOCHS_PER_KEY).optional(),
+        })
+        .refine((entry) => entry.spentAgo === undefined || entry.spentAgo.length === entry.usage.length, {
+          path: ["spentAgo"],
+          message: "expected one per usage pair",
+        }),
     )
     .min(1)
     .max(MAX_KEYS_PER_SYNC)

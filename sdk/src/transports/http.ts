@@ -14,6 +14,12 @@ export interface HttpTransportOptions {
   signing?: SigningOptions;
   /** A call without a reply after this long counts as unreachable (default 2,000 ms: a Lambda cold start). */
   timeoutMs?: number;
+  /**
+   * Send strict spend stamps (`spentAgo`), which count spent tokens from when they were spent rather than
+   * from their report. Default false: a check API deployed before stamps refuses the field (400), so
+   * turn it on once the service is upgraded.
+   */
+  spendStamps?: boolean;
 }
 
 /** Statuses that say the store did not answer (or its answer was lost): the request goes again as is. */
@@ -30,7 +36,7 @@ export function httpTransport(options: HttpTransportOptions): QuotaTransport {
   let signer: Promise<Signer> | undefined;
   return {
     async sync(request: SyncRequest): Promise<SyncReply> {
-      const body = JSON.stringify(request);
+      const body = JSON.stringify(options.spendStamps ? request : withoutStamps(request));
       let headers: Record<string, string> = { "content-type": "application/json" };
       if (options.signing) {
         signer ??= sigV4Signer(options.signing);
@@ -63,4 +69,10 @@ export function httpTransport(options: HttpTransportOptions): QuotaTransport {
       return parseSyncReply(json, request);
     },
   };
+}
+
+/** The request without strict spend stamps: every spent token counted from the report, as before stamps. */
+function withoutStamps(request: SyncRequest): SyncRequest {
+  if (!request.entries.some((entry) => entry.spentAgo !== undefined)) return request;
+  return { ...request, entries: request.entries.map(({ spentAgo: _, ...entry }) => entry) };
 }
