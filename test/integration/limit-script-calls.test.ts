@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { limitLibrary } from "../../functions/adapters/lua-scripts.ts";
 import { createRedisCluster, RedisLimitStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
 import { Limiter } from "../../functions/core/limits/limiter.ts";
+import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { StoreReplyError, StoreUnavailableError } from "../../functions/core/shared/errors.ts";
 import { limitKey } from "../../functions/core/shared/keys.ts";
 import { waitForCluster } from "../../scripts/redis-cluster.ts";
@@ -31,9 +32,14 @@ afterAll(async () => {
 });
 
 const MAX = 1_000;
-const limit = { algorithm: "fixed-window", max: MAX, windowMs: 3_600_000 } as const;
+const HOUR = 3_600_000;
+const limit = { algorithm: "fixed-window", max: MAX, windowMs: HOUR } as const;
+// Every call of this file is decided at one instant. On the system clock a window ended between a test's
+// charges and its last peek (an hour boundary during a slow slot move back), and the peek read 0. The start
+// of the next hour: each window here begins there, and the states live at least that long by Redis' clock.
+const clock = fixedClock(Math.ceil(Date.now() / HOUR) * HOUR);
 const limiterOf = (namespace: string, deadlineMs = 10_000) =>
-  new Limiter({ store: new RedisLimitStore(cluster, { deadlineMs }), namespace });
+  new Limiter({ store: new RedisLimitStore(cluster, { deadlineMs }), namespace, clock });
 /** How many charges the key holds (a peek: cost 0 changes nothing). */
 const charged = async (limiter: Limiter, key: string) =>
   MAX - (await limiter.check({ ...limit, key, cost: 0 })).remaining;
