@@ -13,7 +13,7 @@ ARGV[1..5] protocol (2), now (ms), instanceId, seq, configVersion seen; instance
 ARGV[5+i]  key i: little-endian doubles offered, want, #usage, #refunds, then #usage pairs at, count
            (strict: grantedAt, tokens spent) and #refunds pairs grantedAt, count, then (strict, optional)
            #usage doubles spentAgo: those tokens were spent at least that many ms before the request was
-           sent (absent: 0 each) (packed, never text: unpacking is one C call, where parsing "at:count"
+           sent (absent: 0 each; dated STAMP_SKEW_MS later, never before their grant) (packed, never text: unpacking is one C call, where parsing "at:count"
            cost a pattern match and two tonumber each)
 Reply      { 2, status ("applied"|"duplicate"|"stale"|"norule"), now, configVersion, rule (encoded, or ""
            when the request saw this version), mode, windows, instances, then per key: amount
@@ -28,8 +28,8 @@ epochs. So allowances handed out at different instants see each other; the windo
 and usage over the last W/bucket + 1 buckets (the extra bucket covers usage spent up to a bucket after
 its grant; spent later, e.g. after a late reply, it leaves the window early: the approximate part).
 strict sums the grants not reported spent over every bucket that touches (now - W - lease, now] and the
-tokens reported spent (usage: grantedAt:count) over W from their stamp (now - spentAgo, never before
-the spend; the report's now without one), so used tokens in any W stay <= max (docs/DECISIONS.md has
+tokens reported spent (usage: grantedAt:count) over W from their stamp (now - spentAgo + STAMP_SKEW_MS,
+never before the spend while callers' clocks agree within that margin; the report's now without one), so used tokens in any W stay <= max (docs/DECISIONS.md has
 the argument).
 The chunk returns the call as a function of (KEYS, ARGV): run as a Redis Function, the structures of
 a rule (its limits, rings and windows, the formats of a key) are built once per rule text and node
@@ -41,6 +41,11 @@ local DEMAND_TAU_MS = 1000
 -- instances get an even share (and can admit their first request), busy ones a share close to their
 -- demand, and the shares of all instances still add up to 1
 local PSEUDO_DEMAND = 1 / 8
+-- strict spend stamps are trusted to within this many ms: each caller's now is its own clock, and callers'
+-- clocks may disagree by that much, so a stamped spend is dated that much later than its stamp says (and
+-- never before its grant); without the margin a caller a few ms behind filed a spend made at the start of a
+-- bucket in the bucket before, out of every window a bucket early
+local STAMP_SKEW_MS = 10
 
 -- a slot is an unsigned 32-bit count: a reservation only happens below max (at most 10^9) and is at most
 -- max, so it always fits; usage beyond reservations is capped at SLOT_MAX (far beyond any limit)
@@ -507,7 +512,7 @@ return function(KEYS, ARGV)
         local spentAt = now
         if agesAt then
           local ago = sunpack('<d', entry, agesAt + 8 * u)
-          if ago > 0 then spentAt = now - ago end
+          if ago > STAMP_SKEW_MS then spentAt = max(now - ago + STAMP_SKEW_MS, at) end
         end
         -- a limit whose window no longer counts the grant has no use for its tokens either
         for j = 1, #limits do

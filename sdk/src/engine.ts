@@ -336,6 +336,7 @@ export class QuotaEngine {
   applyReply(group: GroupState, reply: SyncReply, sentAt: number, now: number, mono = now): void {
     const pending = group.pending;
     group.pending = undefined;
+    group.refused = false;
     const rule = group.rule;
     if (reply.rule) {
       // a group the new definition drops never sends again: its unanswered request's usage goes back to its
@@ -426,6 +427,7 @@ export class QuotaEngine {
   rejected(group: GroupState): void {
     const pending = group.pending;
     group.pending = undefined;
+    group.refused = true;
     if (pending) this.restore(pending, true);
   }
 
@@ -489,14 +491,14 @@ export class QuotaEngine {
    * report (up to an interval later). Never called on Lambda (no timers): every spend is then dated at
    * the tick that reports it.
    */
-  observe(now: number, mono: number): boolean {
-    let early = false;
+  observe(now: number, mono: number): GroupState[] | undefined {
+    let early: GroupState[] | undefined;
     const gap = this.earlyGapMs;
     for (const handle of this.spending) {
-      // out of tokens and denying, while the store last said it had some to grant: a round before the tick
-      // brings them (at most one request per group every `earlyGapMs`)
+      // out of tokens and denying, while the store last said it had some to grant: a request of its group
+      // before the tick brings them (at most one request per group every `earlyGapMs`)
       if (
-        !early &&
+        !early?.includes(handle.group) &&
         handle.denied > 0 &&
         handle.left < 1 &&
         // the store granted all it was asked last time: scarce capacity (a short grant) waits for the tick,
@@ -506,10 +508,14 @@ export class QuotaEngine {
         !handle.group.busy &&
         // a request left unanswered (the store away) goes again at the tick, not sooner
         handle.group.pending === undefined &&
+        // a store that answered with an error hears again at the tick, not every `earlyGapMs`
+        !handle.group.refused &&
         handle.group.lastSentAt >= 0 &&
         now - handle.group.lastSentAt >= gap
-      )
-        early = true;
+      ) {
+        early ??= [];
+        early.push(handle.group);
+      }
       if (handle.admittedTotal === handle.observed) continue;
       handle.observed = handle.admittedTotal;
       const stamps = handle.stamps;

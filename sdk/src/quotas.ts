@@ -149,8 +149,10 @@ export class Quotas {
    */
   observe(): void {
     const now = this.clock.now();
-    // a strict key ran dry while the store still has tokens to grant: a round now rather than at the tick
-    if (this.engine.observe(now, this.monotonic())) this.sync().catch((error: unknown) => this.onError(error as Error));
+    // a strict key ran dry while the store still has tokens to grant: its group's request now rather than at
+    // the tick (that group's alone: the others, and an unanswered request of any, wait for the tick)
+    const early = this.engine.observe(now, this.monotonic());
+    if (early) this.track(this.runRound(early)).catch((error: unknown) => this.onError(error as Error));
   }
 
   /**
@@ -181,17 +183,26 @@ export class Quotas {
    * earlier one: a slow call holds its own group only, and time keeps advancing for every key.
    */
   sync(): Promise<void> {
-    const round: Promise<void> = this.runRound().finally(() => {
+    return this.track(this.runRound());
+  }
+
+  /** `round`, in the rounds `stop()` waits for until it settles. */
+  private track(running: Promise<void>): Promise<void> {
+    const round: Promise<void> = running.finally(() => {
       this.rounds.delete(round);
     });
     this.rounds.add(round);
     return round;
   }
 
-  private async runRound(): Promise<void> {
+  /**
+   * A round: every group with something to say, or (an early round) only the groups `only` names, which
+   * neither counts as the tick (the next still comes on time) nor reports metrics.
+   */
+  private async runRound(only?: readonly GroupState[]): Promise<void> {
     const now = this.clock.now();
     const mono = this.monotonic();
-    this.lastSyncAt = now;
+    if (!only) this.lastSyncAt = now;
     const engine = this.engine;
     engine.advance(now, mono);
     const latencies: number[] = [];
@@ -199,7 +210,7 @@ export class Quotas {
     const calls: Promise<void>[] = [];
     for (const rule of engine.allRules()) {
       for (const group of rule.groups) {
-        if (group.busy) continue;
+        if (group.busy || (only && !only.includes(group))) continue;
         const request = engine.takeRequest(group, now, mono);
         if (!request) continue;
         calls.push(
@@ -215,7 +226,7 @@ export class Quotas {
       }
     }
     await Promise.all(calls);
-    if (this.onMetrics) this.onMetrics(this.metrics(now, latencies, errors));
+    if (!only && this.onMetrics) this.onMetrics(this.metrics(now, latencies, errors));
   }
 
   private async syncGroup(group: GroupState, request: SyncRequest, sentAt: number): Promise<number> {

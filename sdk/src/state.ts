@@ -45,6 +45,8 @@ export interface GroupState {
   busy: boolean;
   /** Local ms when the last new request was taken (-1: never); the key's rate is measured over the time between two. */
   lastSentAt: number;
+  /** The store answered this group's last call with an error: no early request until it answers again. */
+  refused: boolean;
 }
 
 /** `RateLimit-Policy` of a rule, e.g. `1000;w=1, 4000;w=5` (windows in seconds). */
@@ -132,6 +134,7 @@ export class RuleState {
       pending: undefined,
       busy: false,
       lastSentAt: -1,
+      refused: false,
     };
   }
 }

@@ -2,6 +2,9 @@
 // counted event and window sums recomputed from it. Property tests compare the script to it.
 import type { QuotaRule, SyncRequest } from "../../sdk/src/wire.ts";
 
+/** lua/quota-sync.lua's margin for callers' clocks: a stamped spend is dated this much later. */
+export const STAMP_SKEW_MS = 10;
+
 /**
  * The bucket size and the number of buckets a window sums, as the script's header defines them: `span`
  * for reservations and usage (strict: grants not reported spent), `spentSpan` for strict tokens
@@ -80,7 +83,8 @@ export class QuotaModel {
 
   /**
    * strict: tokens of the grant made at `grantedAt` reported spent at `now`, `ago` ms before the request
-   * was sent: out of the grant, counted from now - ago (from now without an age).
+   * was sent: out of the grant, counted from now - ago + STAMP_SKEW_MS and never before the grant (from now
+   * without an age, or with one of STAMP_SKEW_MS or less).
    */
   addSpent(key: string, now: number, grantedAt: number, count: number, ago = 0): void {
     const latest = this.latest.get(key)!;
@@ -91,7 +95,8 @@ export class QuotaModel {
     });
     this.events(key).push({ at, count: -count });
     // the script's ring never moves back: a stamp past its latest bucket lands in that bucket
-    this.events(key).push({ at: ago > 0 ? Math.min(now - ago, latest) : latest, count, spentFor });
+    const stamped = ago > STAMP_SKEW_MS ? Math.max(now - ago + STAMP_SKEW_MS, at) : latest;
+    this.events(key).push({ at: Math.min(stamped, latest), count, spentFor });
   }
 
   /** What each window of the key holds now, summed from the log. */
