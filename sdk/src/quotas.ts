@@ -55,6 +55,9 @@ export interface QuotasOptions extends Omit<EngineOptions, "instanceId" | "syncI
   observeIntervalMs?: number;
 }
 
+/** Node's longest timer: a longer delay (Infinity included) fires after 1 ms instead. */
+const MAX_TIMER_MS = 2_147_483_647;
+
 export class Quotas {
   readonly engine: QuotaEngine;
   private readonly transport: QuotaTransport;
@@ -75,7 +78,9 @@ export class Quotas {
 
   constructor(options: QuotasOptions) {
     const syncIntervalMs = options.syncIntervalMs ?? 50;
-    if (!(syncIntervalMs >= 1)) throw new QuotasConfigError("syncIntervalMs", "expected a number of ms ≥ 1");
+    if (!(syncIntervalMs >= 1 && syncIntervalMs <= MAX_TIMER_MS)) {
+      throw new QuotasConfigError("syncIntervalMs", `expected a number of ms from 1 to ${MAX_TIMER_MS}`);
+    }
     const jitter = options.jitter ?? 0.2;
     if (!(jitter >= 0 && jitter < 1)) throw new QuotasConfigError("jitter", "expected a share in [0, 1)");
     const instanceId = options.instanceId ?? `i-${randomBytes(8).toString("hex")}`;
@@ -92,7 +97,9 @@ export class Quotas {
     this.onMetrics = options.onMetrics;
     this.onError = options.onError ?? (() => {});
     const observeIntervalMs = options.observeIntervalMs ?? 10;
-    if (!(observeIntervalMs >= 0)) throw new QuotasConfigError("observeIntervalMs", "expected a number of ms ≥ 0");
+    if (!(observeIntervalMs >= 0 && observeIntervalMs <= MAX_TIMER_MS)) {
+      throw new QuotasConfigError("observeIntervalMs", `expected a number of ms from 0 (off) to ${MAX_TIMER_MS}`);
+    }
     this.observeIntervalMs = observeIntervalMs;
     for (const [name, rule] of Object.entries(options.rules ?? {})) {
       const problem = this.leaseProblem(rule);

@@ -169,6 +169,11 @@ describe("Quotas sync loop", () => {
   it("refuses options that cannot work, naming the field", () => {
     const { transport } = fakeStore();
     expect(() => createQuotas({ transport, syncIntervalMs: 0 })).toThrow(/syncIntervalMs/);
+    // past Node's longest timer (Infinity included) a timer fires after 1 ms: refused, not a busy loop
+    expect(() => createQuotas({ transport, syncIntervalMs: Number.POSITIVE_INFINITY })).toThrow(/syncIntervalMs/);
+    expect(() => createQuotas({ transport, observeIntervalMs: Number.POSITIVE_INFINITY })).toThrow(/observeIntervalMs/);
+    expect(() => createQuotas({ transport, observeIntervalMs: 2 ** 31 })).toThrow(/observeIntervalMs/);
+    expect(() => createQuotas({ transport, observeIntervalMs: 0 })).not.toThrow();
     expect(() => createQuotas({ transport, jitter: 1 })).toThrow(/jitter/);
     expect(() => createQuotas({ transport, instanceId: "has{brace}" })).toThrow(/instanceId/);
     // a strict lease this loop could not spend (ticks up to 60 ms apart): no more than two ticks
