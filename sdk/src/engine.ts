@@ -358,8 +358,11 @@ export class QuotaEngine {
       return;
     }
     if (reply.status === "stale") {
-      // nothing was counted: the usage goes out again under a new sequence number
-      this.restore(pending, false);
+      // keys grouped by an older definition (nothing counted) or a sequence number older than the store
+      // remembers (it cannot tell whether it applied it): the usage goes out again under a new one as after
+      // an error reply (strict spends and refunds dropped: taken off their grant twice they could remove
+      // other grants' tokens and over-admit; dropped, the grant counts until its lease ends)
+      this.restore(pending, true);
       return;
     }
     const toLocal = (at: number) => sentAt + (at - reply.serverTime);
