@@ -1,8 +1,8 @@
 // `tollgate quotas list|set|usage` against the local stack: a rule set from the CLI is in the policy, in
 // Redis at once (the next sync of a client that held the old version carries it), and its usage readable.
-import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
-import { runCli } from "../../scripts/cli.ts";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { LocalStack } from "../../scripts/local-stack.ts";
+import { cliOutput } from "../support/cli-output.ts";
 import { uniqueNamespace } from "../support/cluster.ts";
 import { testStack, uploadRules } from "../support/pipeline.ts";
 
@@ -23,25 +23,13 @@ afterAll(async () => {
   await stack.stop();
 });
 
-async function output(argv: string[]): Promise<{ code: number; text: string }> {
-  const lines: string[] = [];
-  const log = vi.spyOn(console, "log").mockImplementation((line: string) => void lines.push(line));
-  const error = vi.spyOn(console, "error").mockImplementation((line: string) => void lines.push(line));
-  try {
-    return { code: await runCli(argv), text: lines.join("\n") };
-  } finally {
-    log.mockRestore();
-    error.mockRestore();
-  }
-}
-
 describe("tollgate quotas", () => {
   it("sets a rule, lists it, reaches a client's next sync at once, and reads a key's usage", async () => {
-    expect((await output(["quotas", "list", ...target.slice(0, 4)])).text).toContain("has no quota rules");
-    const set = await output(["quotas", "set", "api", "--mode", "approximate", "--limit", "1s=50", ...target]);
+    expect((await cliOutput(["quotas", "list", ...target.slice(0, 4)])).text).toContain("has no quota rules");
+    const set = await cliOutput(["quotas", "set", "api", "--mode", "approximate", "--limit", "1s=50", ...target]);
     expect(set).toMatchObject({ code: 0 });
     expect(set.text).toContain("written to Redis");
-    expect((await output(["quotas", "list", ...target.slice(0, 4)])).text).toMatch(/^api\tapproximate\t50\/1s\t/);
+    expect((await cliOutput(["quotas", "list", ...target.slice(0, 4)])).text).toMatch(/^api\tapproximate\t50\/1s\t/);
 
     const sync = await fetch(`${stack.endpoints.functionUrl}/v1/quotas/sync`, {
       method: "POST",
@@ -56,7 +44,7 @@ describe("tollgate quotas", () => {
     });
     // a client that held no version gets the rule with its first sync
     expect(await sync.json()).toMatchObject({ status: "applied", rule: { limits: [{ windowMs: 1000, max: 50 }] } });
-    const usage = await output(["quotas", "usage", "api", "t", ...target]);
+    const usage = await cliOutput(["quotas", "usage", "api", "t", ...target]);
     // the 20 reported, and the 30 left that the client's sync reserved as its allowance
     expect(usage.text).toContain("api t\t1s\tused or reserved 50 of 50");
     // a read: the operator is not an instance, for the figure it prints nor for what clients are told
@@ -73,15 +61,15 @@ describe("tollgate quotas", () => {
       }),
     });
     expect(await next.json()).toMatchObject({ status: "applied", instances: 1 });
-    expect((await output(["quotas", "usage", "api", "t", ...target])).text).toContain("active instances 1");
+    expect((await cliOutput(["quotas", "usage", "api", "t", ...target])).text).toContain("active instances 1");
 
-    const bad = await output(["quotas", "set", "api", "--mode", "strict", "--limit", "1s=0", ...target]);
+    const bad = await cliOutput(["quotas", "set", "api", "--mode", "strict", "--limit", "1s=0", ...target]);
     expect(bad.code).toBe(1);
     expect(bad.text).toContain("quotas[0].limits[0].max");
   });
 
   it("refuses numbers that are not decimal integers as written, naming each option, and uploads nothing", async () => {
-    const before = (await output(["quotas", "list", ...target.slice(0, 4)])).text;
+    const before = (await cliOutput(["quotas", "list", ...target.slice(0, 4)])).text;
     const cases: [string[], string][] = [
       [["--limit", "1s=50=7"], '--limit: expected window=max, got "1s=50=7"'],
       [["--limit", "1s=0x20"], '--limit: expected a decimal integer, got "0x20"'],
@@ -90,12 +78,12 @@ describe("tollgate quotas", () => {
       [["--limit", "1s=10", "--slot-groups", "2.0"], '--slot-groups: expected a decimal integer, got "2.0"'],
     ];
     for (const [odd, message] of cases) {
-      const result = await output(["quotas", "set", "odd", "--mode", "strict", ...odd, ...target]);
+      const result = await cliOutput(["quotas", "set", "odd", "--mode", "strict", ...odd, ...target]);
       expect(result, odd.join(" ")).toMatchObject({ code: 1 });
       expect(result.text).toContain(message);
     }
     // every problem at once
-    const both = await output([
+    const both = await cliOutput([
       "quotas",
       "set",
       "odd",
@@ -109,6 +97,6 @@ describe("tollgate quotas", () => {
     ]);
     expect(both.text).toContain("--limit: expected a decimal integer");
     expect(both.text).toContain("--lease-ms: expected a decimal integer");
-    expect((await output(["quotas", "list", ...target.slice(0, 4)])).text).toBe(before);
+    expect((await cliOutput(["quotas", "list", ...target.slice(0, 4)])).text).toBe(before);
   });
 });

@@ -3,13 +3,13 @@
 // --prune from primaries and replicas, nothing else touched, and a client still on a removed version
 // answered on its next call.
 import { Redis } from "ioredis";
-import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RedisCapStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
 import { CURRENT_LIBRARIES, listLibraries, pruneLibraries } from "../../functions/app/redis-libraries.ts";
 import { Capper } from "../../functions/core/capping/capper.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
-import { runCli } from "../../scripts/cli.ts";
 import { defineLibrary, loadLibrary } from "../../sdk/src/transports/redis-functions.ts";
+import { cliOutput } from "../support/cli-output.ts";
 import { clusterPorts, connectCluster, primariesOf, uniqueNamespace } from "../support/cluster.ts";
 import { rulesOf, simplePolicy, T0 } from "../support/rules.ts";
 
@@ -38,18 +38,6 @@ const holds = async (node: Redis, name: string) =>
 async function settled(): Promise<Redis[]> {
   for (const { node } of await primariesOf(nodes)) await node.call("WAIT", 1, 5_000);
   return nodes;
-}
-
-async function output(argv: string[]): Promise<{ code: number; text: string }> {
-  const lines: string[] = [];
-  const log = vi.spyOn(console, "log").mockImplementation((line: string) => void lines.push(line));
-  const error = vi.spyOn(console, "error").mockImplementation((line: string) => void lines.push(line));
-  try {
-    return { code: await runCli(argv), text: lines.join("\n") };
-  } finally {
-    log.mockRestore();
-    error.mockRestore();
-  }
 }
 
 describe("Redis libraries of other builds", () => {
@@ -106,7 +94,7 @@ describe("Redis libraries of other builds", () => {
     await loadLibrary(cluster, old);
     const target = ["--redis", `127.0.0.1:${clusterPorts[0]}`];
 
-    const listed = await output(["redis", "libraries", ...target]);
+    const listed = await cliOutput(["redis", "libraries", ...target]);
     expect(listed.code).toBe(0);
     const lines = listed.text.split("\n");
     expect(lines).toHaveLength(3);
@@ -117,14 +105,14 @@ describe("Redis libraries of other builds", () => {
       expect(line).toContain(`other builds: ${old.name}`);
     }
 
-    const pruned = await output(["redis", "libraries", "--prune", ...target]);
+    const pruned = await cliOutput(["redis", "libraries", "--prune", ...target]);
     expect(pruned.code).toBe(0);
     for (const line of pruned.text.split("\n")) expect(line).toMatch(new RegExp(`\\tremoved: ${old.name}$`));
-    for (const line of (await output(["redis", "libraries", ...target])).text.split("\n")) {
+    for (const line of (await cliOutput(["redis", "libraries", ...target])).text.split("\n")) {
       expect(line).toMatch(/\tother builds: none$/);
     }
 
-    const missing = await output(["redis", "libraries"]);
+    const missing = await cliOutput(["redis", "libraries"]);
     expect(missing.code).toBe(1);
     expect(missing.text).toContain("--redis");
   });
