@@ -2077,6 +2077,9 @@ end
 -- looked up by page (HSCAN costs ~100 instructions a field; a page's name made and looked up by HMGET ~5k);
 -- a call of fewer pages (a single-user check) asks by page without asking the table's size (an HLEN).
 local MARKER_SCAN_FIELDS_PER_PAGE, MARKER_SCAN_MIN_PAGES = 16, 4
+-- A page's name (page: its number): its marker field in the identity table, and its block key after the prefix
+-- (functions/core/shared/keys.ts, capPageName(), makes the same)
+local function pageNameOf(page) return format('p:%d', page) end
 -- The pages that have a block, as a set of page numbers, and this call's identity number (myNumber): a table
 -- with few fields next to the call's pages is listed by HSCAN MATCH p:* (in C, its whole set of markers);
 -- another is asked by one HMGET of the call's pages' markers (the set holds only those).
@@ -2087,7 +2090,7 @@ local function readMarkers(args, pageCount)
     for p = 1, pageCount do
       local a, b, c = byte(args[FIRST_PAGE_ARG + p], 3, 5)
       numbers[p] = (a * 256 + b) * 256 + c
-      names[p] = format('p:%d', numbers[p])
+      names[p] = pageNameOf(numbers[p])
     end
     local markers = redis.call('HMGET', identityTableKey, 'i:' .. identity, unpackList(names))
     for p = 1, pageCount do
@@ -2282,9 +2285,6 @@ local function capSends(keys, args)
   local marked = {}
   -- each page argument's header, parsed once: its record hash, its path, its page number
   local pageHashes, pagePaths, pageBases = {}, {}, {}
-  -- a page's name: its marker field in the identity table, and its block key after the prefix (made only for a
-  -- page with a block or on the block path)
-  local function pageNameOf(page) return format('p:%d', pageBases[page] / PAGE_USERS) end
   do
     local anyRecordPage = false
     for page = 1, pageCount do
@@ -2340,7 +2340,7 @@ local function capSends(keys, args)
     end
     for page = 1, pageCount do
       if pagePaths[page] == 1 or marked[pageBases[page] / PAGE_USERS] then
-        touched[#touched + 1] = keyPrefix .. pageNameOf(page)
+        touched[#touched + 1] = keyPrefix .. pageNameOf(pageBases[page] / PAGE_USERS)
       end
     end
     if #touched > 0 then
@@ -2362,12 +2362,12 @@ local function capSends(keys, args)
     local pageBase = pageBases[page]
     local failure
     if pagePaths[page] == 1 then
-      local pageName = pageNameOf(page)
+      local pageName = pageNameOf(pageBase / PAGE_USERS)
       failure = runBlockPage(spec, keyPrefix .. pageName, hashIndex, pageBase, pageName)
     elseif marked[pageBase / PAGE_USERS] or withWindows then
       -- the block's name only for a page that has one (a sparse call's pages mostly have none)
       local isMarked = marked[pageBase / PAGE_USERS] or false
-      local pageName = isMarked and pageNameOf(page)
+      local pageName = isMarked and pageNameOf(pageBase / PAGE_USERS)
       failure = runRecordPage(spec, isMarked and keyPrefix .. pageName, hashIndex, pageBase, records, pageName,
         isMarked)
     else
