@@ -20,7 +20,7 @@ Reply      { 2, status ("applied"|"duplicate"|"stale"|"norule"), now, configVers
            (allowance | tokens), expiresAt (validUntil | leaseExpiresAt), denyUntil, resetAt, used per window }
 
 Windows are rings of buckets with running sums, updated incrementally: a bucket is 50 ms for windows up
-to 5 s and W/100 beyond, so a sum is read, never recomputed; windows with the same bucket size share a
+to 5 s and W/100 beyond (strict's spent tokens: W/100 always, 10 ms for 1 s), so a sum is read, never recomputed; windows with the same bucket size share a
 ring. approximate reserves each allowance when it grants it (in the key's i:<instance> field)
 and settles it at that instance's next applied sync: the usage reported is charged to it (so counted
 from the grant), the unused rest goes back, usage beyond it (admitted under a fallback) counts at its
@@ -46,6 +46,8 @@ local PSEUDO_DEMAND = 1 / 8
 -- never before its grant); without the margin a caller a few ms behind filed a spend made at the start of a
 -- bucket in the bucket before, out of every window a bucket early
 local STAMP_SKEW_MS = 10
+-- strict: the buckets of a window's spent tokens (their ring's bucket is W / SPENT_BUCKETS)
+local SPENT_BUCKETS = 100
 
 -- a slot is an unsigned 32-bit count: a reservation only happens below max (at most 10^9) and is at most
 -- max, so it always fits; usage beyond reservations is capped at SLOT_MAX (far beyond any limit)
@@ -79,20 +81,20 @@ local function prepare(ruleText)
   --   approximate: one part 'a' of W/bucket + 1 buckets (reservations and usage; the extra bucket so the
   --     ring never misses the part of (now - W, now] that precedes its oldest bucket's start);
   --   strict: 'g', grants not yet reported spent, over every bucket that touches (now - W - lease, now]
-  --     (a token may be spent until its lease ends), and 's', tokens reported spent, counted at the report
-  --     over W/bucket + 1 buckets (each was spent before the report that says so).
+  --     (a token may be spent until its lease ends), and 's', tokens reported spent, counted from their
+  --     stamp (or the report) over 101 buckets of W/100 (each was spent before the stamp that says so).
   local limits, windows, ringList = {}, {}, {}
   -- shared rings by kind, then bucket size (numbers as keys: turning a number into text costs thousands of
   -- instructions)
   local rings = { a = {}, g = {} }
   local longest, slowest = 0, nil
-  local function addPart(limit, kind, span)
+  local function addPart(limit, kind, span, q)
     -- strict's spent tokens have a ring per limit: what a report moves there depends on the limit
     local shared = rings[kind]
-    local ring = shared and shared[limit.q]
+    local ring = shared and shared[q]
     if not ring then
-      ring = { q = limit.q, kind = kind, size = 0, windows = {} }
-      if shared then shared[limit.q] = ring end
+      ring = { q = q, kind = kind, size = 0, windows = {} }
+      if shared then shared[q] = ring end
       ringList[#ringList + 1] = ring
     end
     local part = { w = limit.w, kind = kind, span = span, ring = ring }
@@ -100,17 +102,20 @@ local function prepare(ruleText)
     limit.parts[#limit.parts + 1] = part
     ring.windows[#ring.windows + 1] = part
     if span > ring.size then ring.size = span end
-    if span * limit.q > longest then longest = span * limit.q end
+    if span * q > longest then longest = span * q end
   end
   for w, m in string.gmatch(limitsText, '(%d+):(%d+)') do
     w, m = tonumber(w), tonumber(m)
     local limit = { w = w, max = m, q = w <= 5000 and 50 or w / 100, parts = {} }
     limits[#limits + 1] = limit
     if strict then
-      addPart(limit, 'g', math.ceil((w + lease) / limit.q) + 1)
-      addPart(limit, 's', math.ceil(w / limit.q) + 1)
+      addPart(limit, 'g', math.ceil((w + lease) / limit.q) + 1, limit.q)
+      -- spent tokens in W/100 buckets (10 ms for 1 s): a spent token holds the limit until the end of the
+      -- bucket its W ends in, so a bucket of W/20 (the grants') held each token about 5 % past W, and the
+      -- fleet, spending as capacity frees, about a whole bucket past it (utilisation ~95 % at best)
+      addPart(limit, 's', SPENT_BUCKETS + 1, w / SPENT_BUCKETS)
     else
-      addPart(limit, 'a', w / limit.q + 1)
+      addPart(limit, 'a', w / limit.q + 1, limit.q)
     end
     limit.first, limit.second = limit.parts[1], limit.parts[2]
     -- strict grants from at least twice what a bucket frees at the limit's rate (below)
@@ -297,6 +302,58 @@ local function ringBytes()
   return table.concat(parts)
 end
 
+-- A key stored under another b4 layout, as a header of this one (or nil: a header that does not match its
+-- layout). Each window's count is known, not when it was counted: every ring starts with its windows' largest
+-- count in its current bucket, so each window counts at least what it held, for up to a window more (an
+-- over-count, never an under-count: strict stays exact). A window the old layout did not have takes the
+-- largest count of the old ones (history it never kept is not known), except strict's grants, which start
+-- at 0 as their tokens are counted spent; approximate counts what strict held in both parts, and strict
+-- counts what approximate held as spent.
+local function carriedOver(oldLayout, header, windows)
+  local parts = {}
+  for kind, w in string.gmatch(oldLayout, ',(%a)(%d+)/%d+') do parts[#parts + 1] = { kind = kind, w = tonumber(w) } end
+  local doubles = #header / 8
+  if doubles ~= floor(doubles) or doubles < 3 + #parts then return nil end
+  local old = { sunpack('<' .. string.rep('d', doubles), header) }
+  local byPart, byWindow, largest = {}, {}, 0
+  for j, part in ipairs(parts) do
+    local sum = old[doubles - #parts + j]
+    byPart[part.kind .. part.w] = sum
+    byWindow[part.w] = (byWindow[part.w] or 0) + sum
+    if byWindow[part.w] > largest then largest = byWindow[part.w] end
+  end
+  local stored = { old[1], old[2], old[3] }
+  for r = 1, #ringList do
+    local ring = ringList[r]
+    local seed = 0
+    for _, window in ipairs(ring.windows) do
+      local sum = byPart[window.kind .. window.w]
+      if sum == nil then
+        if window.kind == 'g' then sum = 0 else sum = byWindow[window.w] or largest end
+      end
+      if sum > seed then seed = sum end
+    end
+    ring.seed = seed
+    stored[1 + 3 * r], stored[2 + 3 * r], stored[3 + 3 * r] = ring.now, seed, 0
+  end
+  for j, window in ipairs(windows) do stored[3 + 3 * #ringList + j] = window.ring.seed end
+  return stored
+end
+
+-- the doubles of a b3 blob's header: demand, its time, the mark, each ring's cursor, each window's sum (rings
+-- as b3 laid them out: grants' and approximate's shared per bucket size, 50 ms up to 5 s and W/100 beyond;
+-- spent tokens' one per limit)
+local function b3HeaderDoubles(oldLayout)
+  local rings, parts, seen = 0, 0, {}
+  for kind, w in string.gmatch(oldLayout, ',(%a)(%d+)/%d+') do
+    parts = parts + 1
+    w = tonumber(w)
+    local name = kind .. (w <= 5000 and 50 or w / 100)
+    if kind == 's' or not seen[name] then rings, seen[name] = rings + 1, true end
+  end
+  return 3 + rings + parts
+end
+
 local head = {}
 return function(KEYS, ARGV)
   -- another protocol's arguments would be read as garbage: a caller with an older copy of wire.ts
@@ -420,9 +477,22 @@ return function(KEYS, ARGV)
         for j = 1, #windows do stored[3 + 3 * RINGS + j] = old[3 + RINGS + j] end
       end
     elseif meta[1] then
-      -- another bucket layout: the key starts again
-      if not reading then rcall('DEL', key) end
-      meta = {}
+      -- another layout (a rule's window, lease or mode changed, or a newer script's buckets): each window's
+      -- count is carried over, never dropped (a strict key that started again would over-admit). b4 keeps
+      -- its header in 'h'; b3, the format before it, at the start of its blob 'b'
+      local header = meta[2]
+      if string.sub(meta[1], 1, 3) == 'b3|' then
+        local blob = rcall('HGET', key, 'b')
+        header = blob and string.sub(blob, 1, 8 * b3HeaderDoubles(meta[1]))
+      elseif string.sub(meta[1], 1, 3) ~= 'b4|' then
+        header = nil
+      end
+      stored = header and carriedOver(meta[1], header, windows) or nil
+      if not stored then
+        -- unreadable: the key starts again
+        if not reading then rcall('DEL', key) end
+        meta = {}
+      end
     end
     if stored then
       for j = 1, #windows do windows[j].sum = stored[SUMS_AT + j] end
@@ -571,7 +641,15 @@ return function(KEYS, ARGV)
     elseif grantSeq == seq then
       amount = credit -- a retry of the sync that granted it: the same allowance again
     end
-    if remaining <= 0 then denyUntil = (tight.first.ring.cur + 1) * tight.q end
+    if remaining <= 0 then
+      -- nothing frees before the next bucket boundary of the tight limit's rings (strict: its spent tokens')
+      local ring = tight.first.ring
+      denyUntil = (ring.cur + 1) * ring.q
+      if tight.second then
+        ring = tight.second.ring
+        denyUntil = min(denyUntil, (ring.cur + 1) * ring.q)
+      end
+    end
 
     local expiresMark = stored and stored[3] or nil
     local refresh = not expiresMark or now - expiresMark >= 1000
@@ -589,7 +667,7 @@ return function(KEYS, ARGV)
       local instanceValue = spack(INSTANCE_FORMAT, own, ownAt, grantSeq, grantAt, credit)
       if writeLayout then
         rcall('HSET', key, 'h', header, 'r', ringBytes(), INSTANCE_FIELD, instanceValue, 'L', layout)
-        if meta[1] == previousLayout then rcall('HDEL', key, 'b') end
+        if meta[1] and string.sub(meta[1], 1, 3) == 'b3|' then rcall('HDEL', key, 'b') end
       elseif dirty then
         rcall('HSET', key, 'h', header, 'r', ringBytes(), INSTANCE_FIELD, instanceValue)
       else

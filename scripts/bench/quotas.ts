@@ -7,7 +7,8 @@
 //   npm run bench -- quotas (or tsx scripts/bench/quotas.ts)   BENCH_BASE_PORT (7200)
 //   BENCH_QUOTAS_QUICK=1 (a smaller grid)  BENCH_QUOTAS_SECONDS (4 per run)  BENCH_QUOTAS_DESIGNS (strict,approximate,grab)
 //   BENCH_QUOTAS_LOADS, _SIZES, _SPLITS (comma lists: a grid of your own)  BENCH_QUOTAS_GRID_ONLY=1 (the grid's
-//   lines only: no table, no other section; for iterating on one figure)
+//   lines only: no table, no other section; for iterating on one figure)  BENCH_QUOTAS_TRACE=<prefix> (each run's
+//   admission and denial times, ms from its start, to <prefix>.<design>.<N>.<split>.<load>.json)
 import { readFileSync, writeFileSync } from "node:fs";
 import { loadavg } from "node:os";
 import { join, resolve } from "node:path";
@@ -32,6 +33,8 @@ const L = 1_000;
 const DURATION_MS = Number(process.env.BENCH_QUOTAS_SECONDS ?? 4) * 1_000;
 const MAX_THREADS = 4;
 const GRID_ONLY = process.env.BENCH_QUOTAS_GRID_ONLY === "1";
+/** A file name prefix: each run's decision times (ms from its start) are written to <prefix>.<scenario>.json. */
+const TRACE = process.env.BENCH_QUOTAS_TRACE;
 const listEnv = (name: string): string[] | undefined => process.env[name]?.split(",");
 
 type Design = "strict" | "approximate" | "grab";
@@ -138,6 +141,15 @@ async function runScenario(ports: number[], primaries: Redis[], scenario: Scenar
   cluster.disconnect();
 
   const admitted = merge(outputs.map((o) => o.admitted));
+  if (TRACE) {
+    const denied = merge(outputs.map((o) => o.denied));
+    const { design, instances, split, load } = scenario;
+    const relative = (times: Float64Array) => Array.from(times, (t) => Math.round((t - startAt) * 100) / 100);
+    writeFileSync(
+      `${TRACE}.${design}.${instances}.${split}.${load}.json`,
+      JSON.stringify({ admitted: relative(admitted), denied: relative(denied) }),
+    );
+  }
   const offeredTimes = merge(outputs.flatMap((o) => [o.admitted, o.denied]));
   const from = startAt + W;
   const end = startAt + durationMs;

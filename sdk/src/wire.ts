@@ -47,9 +47,9 @@
 //   Tokens left at expiry go back as `refunds` = [grantedAt, count] (grantedAt = that reply's
 //   serverTime). `want` = tokens asked for. Windows count grants over W + lease and tokens reported spent
 //   over W from the report, so no window of W ever holds more than `max` used tokens, whatever the
-//   instances do with timing (given callers' clocks that agree within a bucket: 50 ms for windows up to
-//   5 s). `denyUntil` > now: nothing is left to
-//   grant before then; use what you hold and ask for no tokens until then.
+//   instances do with timing (given callers' clocks that agree within 10 ms, the store's margin for
+//   `spentAgo`). `denyUntil` > now: nothing is left to grant before then (the next bucket boundary:
+//   strict's spent tokens' buckets are W/100); use what you hold and ask for no tokens until then.
 // Size. A request's JSON body is at most MAX_SYNC_BODY_BYTES and MAX_KEYS_PER_SYNC entries; a client with
 //   more to say sends the rest of a group's keys in its next requests.
 // Config. The reply carries the rule's `configVersion`; when it differs from the version the request

@@ -296,14 +296,18 @@ describe("quota-sync.lua", () => {
       // what the window holds at t (b asks for nothing)
       const at = async (t: number, seq: number) =>
         (await store.sync(call("b", seq, [entry("k")]), t)).entries[0]!.used[0];
-      return [await at(T0 + 1040, 1), await at(T0 + 1090, 2), await at(T0 + 1140, 3), await at(T0 + 1150, 4)];
+      const times = [1029, 1030, 1069, 1070, 1109, 1110];
+      const used: number[] = [];
+      for (const [i, t] of times.entries()) used.push((await at(T0 + t, i + 1)) as number);
+      return used;
     };
-    // spent by T0 + 10 (bucket 0): out of every window from T0 + 1050
-    expect(await spentBy(90, T0 + 100)).toEqual([10, 0, 0, 0]);
-    // the same request resent at T0 + 140: dated T0 + 50, out from T0 + 1100
-    expect(await spentBy(90, T0 + 140)).toEqual([10, 10, 0, 0]);
-    // no age (an older client): counted from the report at T0 + 100, out from T0 + 1150
-    expect(await spentBy(undefined, T0 + 100)).toEqual([10, 10, 10, 0]);
+    // spent by T0 + 10, dated T0 + 20 (the stamps' 10 ms margin for clocks): out of every window from the
+    // end of its 10 ms bucket + W, T0 + 1030
+    expect(await spentBy(90, T0 + 100)).toEqual([10, 0, 0, 0, 0, 0]);
+    // the same request resent at T0 + 140: dated T0 + 60, out from T0 + 1070
+    expect(await spentBy(90, T0 + 140)).toEqual([10, 10, 10, 0, 0, 0]);
+    // no age (an older client): counted from the report at T0 + 100, out from T0 + 1110
+    expect(await spentBy(undefined, T0 + 100)).toEqual([10, 10, 10, 10, 10, 0]);
   });
 
   it("strict: tokens used at the end of their lease still count when the window slides past their grant", async () => {
@@ -318,11 +322,11 @@ describe("quota-sync.lua", () => {
     expect(later.used).toEqual([later.mode === "strict" && later.tokens]);
   });
 
-  it("strict: denies until the next bucket once the window is fully reserved, and takes refunds back", async () => {
+  it("strict: denies until the next bucket once the window is fully reserved (spent tokens' buckets: W/100), and takes refunds back", async () => {
     const store = await storeWith(strict([{ windowMs: 1000, max: 10 }]));
-    const full = await store.sync(call("i", 1, [entry("k", { want: 25 })]), T0 + 10);
-    expect(full.entries[0]).toMatchObject({ tokens: 10, leaseExpiresAt: T0 + 60, denyUntil: T0 + 50 });
-    const refunded = await store.sync(call("i", 2, [entry("k", { refunds: [[T0 + 10, 4]], want: 0 })]), T0 + 70);
+    const full = await store.sync(call("i", 1, [entry("k", { want: 25 })]), T0 + 12);
+    expect(full.entries[0]).toMatchObject({ tokens: 10, leaseExpiresAt: T0 + 62, denyUntil: T0 + 20 });
+    const refunded = await store.sync(call("i", 2, [entry("k", { refunds: [[T0 + 12, 4]], want: 0 })]), T0 + 70);
     expect(refunded.entries[0]).toMatchObject({ tokens: 0, denyUntil: 0, used: [6] });
   });
 
@@ -439,7 +443,7 @@ describe("quota-sync.lua", () => {
     expect(fresh.used).toEqual([1 + fresh.allowance]);
   });
 
-  it("a strict key stored in the previous format (b3: one blob) keeps its counts: nothing granted beyond max", async () => {
+  it("a strict key stored in an earlier format (b3: one blob, 50 ms spent buckets) keeps its counts: nothing granted beyond max", async () => {
     const namespace = uniqueNamespace();
     const store = new RedisQuotaStore(cluster, namespace);
     await store.publish("api", strict([{ windowMs: 1000, max: 10 }]), "v1", 1, 1);
@@ -461,13 +465,20 @@ describe("quota-sync.lua", () => {
     const granted = (await store.sync(call("a", 1, [entry("k", { want: 10 })]), T0 + 10)).entries[0]!;
     expect(granted).toMatchObject({ tokens: 1, used: [10] });
     expect((await cluster.hkeys(stateKey)).sort()).toEqual(["L", "h", "i:a", "r"]);
-    expect(await cluster.hget(stateKey, "L")).toBe("b4|strict,g1000/22,s1000/21");
-    // the rings move on by 6 buckets: every count is still in the window, nothing more is granted
+    expect(await cluster.hget(stateKey, "L")).toBe("b4|strict,g1000/22,s1000/101");
+    // the rings move on: every count is still in the window, nothing more is granted
     const later = (await store.sync(call("a", 2, [entry("k", { want: 10 })]), T0 + 310)).entries[0]!;
     expect(later).toMatchObject({ tokens: 0, used: [10] });
-    // past the older grants' window (+ lease) they leave; the rest stays until theirs
-    const after = (await store.sync(call("a", 3, [entry("k")]), T0 + 1060 - 4 * 50)).entries[0]!;
-    expect(after.used).toEqual([8]);
+    // the counts are known, not when they were made: each starts again in its ring's bucket of the
+    // conversion (an over-count, never an under-count). The 3 spent leave W after their 10 ms bucket
+    // (T0 + 10), the 6 grants and the 1 granted with them W + lease after their 50 ms bucket (T0)
+    const used = async (t: number, seq: number) => (await store.sync(call("a", seq, [entry("k")]), t)).entries[0]!.used;
+    expect([
+      await used(T0 + 1019, 3),
+      await used(T0 + 1020, 4),
+      await used(T0 + 1099, 5),
+      await used(T0 + 1100, 6),
+    ]).toEqual([[10], [7], [7], [0]]);
   });
 
   it("refuses another protocol's arguments and a packed entry whose length disagrees with its counts, counting nothing", async () => {
@@ -500,7 +511,7 @@ describe("quota-sync.lua", () => {
     });
   });
 
-  it("carries the rule when the caller's config version differs; a new max keeps usage, new windows restart it", async () => {
+  it("carries the rule when the caller's config version differs; a new max keeps usage, and so does a new window (from the longest old window's count)", async () => {
     const rule = approximate([{ windowMs: 1000, max: 100 }]);
     const store = await storeWith(rule);
     const seen = await store.sync(call("i", 1, [entry("k", { usage: [[T0, 30]] })], ""), T0);
@@ -512,10 +523,11 @@ describe("quota-sync.lua", () => {
     // the 30 used stay; what is left of the lower max (10) is this instance's allowance, reserved
     expect(changed).toMatchObject({ configVersion: "v2", rule: lower, entries: [{ used: [40], allowance: 10 }] });
     await store.publish("api", { ...rule, limits: [{ windowMs: 2000, max: 40 }] }, "v3", 1, 3);
-    // new windows: the 30 are gone, only the new allowance is counted
+    // a new window: it starts from what the old one held (the 30 used and the 10 reserved); this sync settles
+    // the 10 (none used), so what is left of 40 is 10
     expect((await store.sync(call("i", 4, [entry("k", { offered: 50 })], "v2"), T0 + 20)).entries[0]).toMatchObject({
       used: [40],
-      allowance: 40,
+      allowance: 10,
     });
   });
 });

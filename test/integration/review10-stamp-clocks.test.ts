@@ -124,7 +124,7 @@ describe("review10: spend stamps and callers' clocks (lua/quota-sync.lua)", () =
   });
 
   // The same contract as the store-level test below (docs/quotas.md: strict "L, exactly", in any window of
-  // W; docs/DECISIONS.md: "exactness assumes callers' clocks agree within a bucket"), end to end: the SDK's
+  // W; docs/DECISIONS.md: "exactness assumes callers' clocks agree within 10 ms"), end to end: the SDK's
   // observation dates A's spends at its own now (T0+1025 on A's clock) less 29, bucket 19, while they were
   // made in bucket 20 by B's clock and in real time; B is granted again at T0+2000 and the window
   // [T0+1000.5, T0+2000.5) holds A's 10 and B's grant.
@@ -166,10 +166,10 @@ describe("review10: spend stamps and callers' clocks (lua/quota-sync.lua)", () =
     const replay = await s.sync(call("a", 2, entry({ usage: [[at, 10]], spentAgo: [5000] })), T0 + 110);
     const replay2 = await s.sync(call("a", 2, entry({ usage: [[at, 10]] })), T0 + 120);
     expect([replay.status, replay2.status]).toEqual(["duplicate", "duplicate"]);
-    // an age of 5 ms is within the stamps' margin for clocks (10 ms): dated T0 + 100 (bucket 2), as without
-    // one; still in the window at T0 + 1100, out at T0 + 1150
+    // an age of 5 ms is within the stamps' margin for clocks (10 ms): dated T0 + 100, as without one; still
+    // in the window at T0 + 1109, out from T0 + 1110 (the end of its 10 ms bucket + W)
     const peek = (t: number) => s.read(call("r", 1, entry()), t).then(used);
-    expect([await peek(T0 + 120), await peek(T0 + 1100), await peek(T0 + 1150)]).toEqual([10, 10, 0]);
+    expect([await peek(T0 + 120), await peek(T0 + 1109), await peek(T0 + 1110)]).toEqual([10, 10, 0]);
   });
 
   it("entries of both lengths in one call: each read by its own counts (the unstamped one from now)", async () => {
@@ -195,9 +195,10 @@ describe("review10: spend stamps and callers' clocks (lua/quota-sync.lua)", () =
     );
     const peek = async (key: string, t: number) =>
       used(await s.read({ ...req(1, [entry({ key })]), instanceId: "r" }, t));
-    // x dated T0 + 20 (bucket 0): out at T0 + 1050; y from T0 + 100 (bucket 2): out at T0 + 1150
-    expect([await peek("x", T0 + 1049), await peek("x", T0 + 1050)]).toEqual([10, 0]);
-    expect([await peek("y", T0 + 1149), await peek("y", T0 + 1150)]).toEqual([10, 0]);
+    // x dated T0 + 100 - 80 + 10 (the stamps' margin), its 10 ms bucket ending at T0 + 40: out at T0 + 1040;
+    // y from T0 + 100: out at T0 + 1110
+    expect([await peek("x", T0 + 1039), await peek("x", T0 + 1040)]).toEqual([10, 0]);
+    expect([await peek("y", T0 + 1109), await peek("y", T0 + 1110)]).toEqual([10, 0]);
   });
 
   it("the HTTP route refuses ages that are negative, fractional, not numbers, or not one per usage pair", () => {

@@ -7,13 +7,16 @@ export const STAMP_SKEW_MS = 10;
 
 /**
  * The bucket size and the number of buckets a window sums, as the script's header defines them: `span`
- * for reservations and usage (strict: grants not reported spent), `spentSpan` for strict tokens
- * reported spent (counted at the report).
+ * for reservations and usage (strict: grants not reported spent), `spentSpan` buckets of `spentBucketMs`
+ * for strict tokens reported spent (counted from their stamp or the report).
  */
-export function windowShape(rule: QuotaRule, windowMs: number): { bucketMs: number; span: number; spentSpan: number } {
+export function windowShape(
+  rule: QuotaRule,
+  windowMs: number,
+): { bucketMs: number; span: number; spentBucketMs: number; spentSpan: number } {
   const bucketMs = windowMs <= 5000 ? 50 : windowMs / 100;
   const span = rule.mode === "strict" ? Math.ceil((windowMs + rule.leaseMs) / bucketMs) + 1 : windowMs / bucketMs + 1;
-  return { bucketMs, span, spentSpan: Math.ceil(windowMs / bucketMs) + 1 };
+  return { bucketMs, span, spentBucketMs: windowMs / 100, spentSpan: 101 };
 }
 
 interface Event {
@@ -103,11 +106,14 @@ export class QuotaModel {
   used(key: string): number[] {
     const latest = this.latest.get(key)!;
     return this.rule.limits.map((limit, i) => {
-      const { bucketMs, span, spentSpan } = windowShape(this.rule, limit.windowMs);
-      const current = Math.floor(latest / bucketMs);
+      const { bucketMs, span, spentBucketMs, spentSpan } = windowShape(this.rule, limit.windowMs);
+      const inWindow = (event: Event) =>
+        event.spentFor
+          ? Math.floor(event.at / spentBucketMs) > Math.floor(latest / spentBucketMs) - spentSpan
+          : Math.floor(event.at / bucketMs) > Math.floor(latest / bucketMs) - span;
       return this.events(key)
         .filter((event) => !event.spentFor || event.spentFor[i])
-        .filter((event) => Math.floor(event.at / bucketMs) > current - (event.spentFor ? spentSpan : span))
+        .filter(inWindow)
         .reduce((sum, event) => sum + event.count, 0);
     });
   }
