@@ -312,8 +312,9 @@ end
 local function carriedOver(oldLayout, header, windows)
   local parts = {}
   for kind, w in string.gmatch(oldLayout, ',(%a)(%d+)/%d+') do parts[#parts + 1] = { kind = kind, w = tonumber(w) } end
+  -- a header holds at most 3 + 4 doubles per part (a ring's cursor and two latest buckets, a window's sum)
   local doubles = #header / 8
-  if doubles ~= floor(doubles) or doubles < 3 + #parts then return nil end
+  if doubles ~= floor(doubles) or doubles < 3 + #parts or doubles > 3 + 4 * #parts then return nil end
   local old = { sunpack('<' .. string.rep('d', doubles), header) }
   local byPart, byWindow, largest = {}, {}, 0
   for j, part in ipairs(parts) do
@@ -334,7 +335,9 @@ local function carriedOver(oldLayout, header, windows)
       if sum > seed then seed = sum end
     end
     ring.seed = seed
-    stored[1 + 3 * r], stored[2 + 3 * r], stored[3 + 3 * r] = ring.now, seed, 0
+    -- in the bucket of now + STAMP_SKEW_MS: the counts may hold spends made by a caller whose clock is
+    -- that much ahead, and a ring ahead of a caller's now takes its writes in its own bucket
+    stored[1 + 3 * r], stored[2 + 3 * r], stored[3 + 3 * r] = floor((now + STAMP_SKEW_MS) / ring.q), seed, 0
   end
   for j, window in ipairs(windows) do stored[3 + 3 * #ringList + j] = window.ring.seed end
   return stored

@@ -470,12 +470,13 @@ describe("quota-sync.lua", () => {
     const later = (await store.sync(call("a", 2, [entry("k", { want: 10 })]), T0 + 310)).entries[0]!;
     expect(later).toMatchObject({ tokens: 0, used: [10] });
     // the counts are known, not when they were made: each starts again in its ring's bucket of the
-    // conversion (an over-count, never an under-count). The 3 spent leave W after their 10 ms bucket
-    // (T0 + 10), the 6 grants and the 1 granted with them W + lease after their 50 ms bucket (T0)
+    // conversion's now + 10 ms (the margin for callers' clocks; an over-count, never an under-count). The 3
+    // spent leave W after their 10 ms bucket (T0 + 20), the 6 grants and the 1 granted with them W + lease
+    // after their 50 ms bucket (T0)
     const used = async (t: number, seq: number) => (await store.sync(call("a", seq, [entry("k")]), t)).entries[0]!.used;
     expect([
-      await used(T0 + 1019, 3),
-      await used(T0 + 1020, 4),
+      await used(T0 + 1029, 3),
+      await used(T0 + 1030, 4),
       await used(T0 + 1099, 5),
       await used(T0 + 1100, 6),
     ]).toEqual([[10], [7], [7], [0]]);
