@@ -1,0 +1,155 @@
+// A review of strict's W/100 spent buckets and of keys carried over from another layout (lua/quota-sync.lua):
+// hostile but valid rule changes, windows and clocks. `it.fails` marks a defect the review found (the test
+// states the contract; it fails until the script is fixed); plain `it`, hostile cases that hold.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
+import { RedisQuotaStore } from "../../functions/adapters/redis-quota-store.ts";
+import { type QuotaRule, quotaKey, type SyncEntry, type SyncRequest, slotGroupPrefix } from "../../sdk/src/wire.ts";
+import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
+import { T0 } from "../support/rules.ts";
+
+let cluster: TollgateCluster;
+beforeAll(() => {
+  cluster = connectCluster();
+});
+afterAll(async () => {
+  await cluster.quit();
+});
+
+function entry(key: string, fields: Partial<SyncEntry> = {}): SyncEntry {
+  return { key, usage: [], refunds: [], offered: 0, want: 0, ...fields };
+}
+
+function call(instanceId: string, seq: number, entries: SyncEntry[], configVersion = "v1"): SyncRequest {
+  return { instanceId, rule: "api", group: 0, seq, configVersion, entries };
+}
+
+const strict = (limits: QuotaRule["limits"], leaseMs = 50): QuotaRule => ({
+  mode: "strict",
+  leaseMs,
+  fallback: "share",
+  slotGroups: 1,
+  limits,
+});
+const approximate = (limits: QuotaRule["limits"]): QuotaRule => ({
+  mode: "approximate",
+  leaseMs: 1000,
+  fallback: "share",
+  slotGroups: 1,
+  limits,
+});
+
+/** A store with the rule published as v1, and a way to publish the next versions. */
+async function storeWith(rule: QuotaRule) {
+  const namespace = uniqueNamespace();
+  const store = new RedisQuotaStore(cluster, namespace);
+  await store.publish("api", rule, "v1", rule.slotGroups, 1);
+  let version = 1;
+  const change = async (next: QuotaRule) => {
+    version += 1;
+    await store.publish("api", next, `v${version}`, next.slotGroups, version);
+  };
+  const stateKey = (key: string) => quotaKey(slotGroupPrefix(namespace, "api", 0), key);
+  return { store, change, stateKey };
+}
+
+type Tokens = { tokens: number; used: number[]; denyUntil: number };
+const tokensOf = (reply: Awaited<ReturnType<RedisQuotaStore["sync"]>>, i = 0): Tokens => {
+  const e = reply.entries[i]!;
+  if (e.mode !== "strict") throw new Error("expected a strict assignment");
+  return { tokens: e.tokens, used: e.used, denyUntil: e.denyUntil };
+};
+
+describe("review 11: strict's W/100 spent buckets and keys under another layout", () => {
+  it("strict: reordering a rule's two limits keeps what the windows hold (never below what was spent, never over max)", async () => {
+    const { store, change, stateKey } = await storeWith(
+      strict([
+        { windowMs: 1000, max: 10 },
+        { windowMs: 2000, max: 10 },
+      ]),
+    );
+    expect(tokensOf(await store.sync(call("a", 1, [entry("k", { want: 10 })]), T0))).toMatchObject({ tokens: 10 });
+    // all 10 spent, reported at T0 + 5; a sync at T0 + 100 moves the rings on (their buckets go to 'r')
+    await store.sync(call("a", 2, [entry("k", { usage: [[T0, 10]] })]), T0 + 5);
+    expect(tokensOf(await store.sync(call("a", 3, [entry("k")]), T0 + 100)).used).toEqual([10, 10]);
+    // the old rings are as long as the new ones ('r': 244 slots either way): their slots must not be read as
+    // the new rings' (the s1000 ring's at the place of the s2000 one)
+    expect((await cluster.hgetBuffer(stateKey("k"), "r"))?.length).toBe(244 * 4);
+    // the operator lists the same limits the other way round: a new layout of the same size
+    await change(
+      strict([
+        { windowMs: 2000, max: 10 },
+        { windowMs: 1000, max: 10 },
+      ]),
+    );
+    const trace: number[][] = [];
+    let seq = 4;
+    for (let t = T0 + 200; t <= T0 + 4000; t += 100) {
+      trace.push(tokensOf(await store.sync(call("a", seq++, [entry("k")]), t)).used);
+    }
+    // every window of 2 s counts at least what it truly holds: never below 0
+    expect(trace.flat().every((used) => used >= 0)).toBe(true);
+    // and, 4 s later, a fleet asking for 30 is given no more than max
+    const late = tokensOf(await store.sync(call("b", 1, [entry("k", { want: 30 })]), T0 + 4100));
+    expect(late.tokens).toBeLessThanOrEqual(10);
+  });
+
+  // Defect: a spend reported without an age, or with one of 10 ms or less, is dated at the report's now (the
+  // reporting caller's clock, which may be up to 10 ms behind another's) without the stamps' 10 ms margin.
+  // With 10 ms buckets it lands a bucket before its use's and leaves every window up to 10 ms before the use
+  // does. (With 50 ms buckets the same needed a use within the skew after a 50 ms boundary; now most uses.)
+  for (const spentAgo of [undefined, 1]) {
+    it.fails(`strict: a spend reported at once (spentAgo ${spentAgo}) through a caller 8 ms behind still holds every window of W that contains its use (clocks within 10 ms)`, async () => {
+      const { store } = await storeWith(strict([{ windowMs: 1000, max: 10 }]));
+      // caller B (right clock) grants x 10 tokens at T0 + 20
+      expect(tokensOf(await store.sync(call("x", 1, [entry("k", { want: 10 })]), T0 + 20)).tokens).toBe(10);
+      // x spends all 10 at T0 + 21 and reports them 1 ms later through caller A, whose clock is 8 ms behind:
+      // A's now is T0 + 14, and the 10 are filed in [T0 + 10, T0 + 20), before their use
+      const usage: [number, number][] = [[T0 + 20, 10]];
+      const report = entry("k", spentAgo === undefined ? { usage } : { usage, spentAgo: [spentAgo] });
+      await store.sync(call("x", 2, [report]), T0 + 22 - 8);
+      // at T0 + 1020 (B's clock) the window (T0 + 20, T0 + 1020] still holds the 10 spent at T0 + 21; the
+      // store answers used [0] and grants y 5 (then 10 more): 15 or 20 in a window of max 10
+      const late = tokensOf(await store.sync(call("y", 1, [entry("k", { want: 10 })]), T0 + 1020));
+      expect(late).toMatchObject({ tokens: 0, used: [10] });
+    });
+  }
+
+  it("strict: the same spend stamped with an age over 10 ms (its margin) holds every window containing its use", async () => {
+    const { store } = await storeWith(strict([{ windowMs: 1000, max: 10 }]));
+    expect(tokensOf(await store.sync(call("x", 1, [entry("k", { want: 10 })]), T0 + 20)).tokens).toBe(10);
+    // spent at T0 + 21, observed then; reported at T0 + 40 (19 ms later) through A, 8 ms behind: now T0 + 32
+    await store.sync(call("x", 2, [entry("k", { usage: [[T0 + 20, 10]], spentAgo: [19] })]), T0 + 40 - 8);
+    for (const [i, t] of [1020, 1021, 1029].entries()) {
+      const reply = tokensOf(await store.sync(call("y", i + 1, [entry("k", { want: 10 })]), T0 + t));
+      expect(reply).toMatchObject({ tokens: 0, used: [10] });
+    }
+  });
+
+  // Defect (the wire accepts any integer window; policies only whole seconds): a window over 5 s that is
+  // not a multiple of 100 ms has fractional buckets, and the key's expiry (span x bucket + 2 s) or the
+  // records' (max(longest, 60 s) + 60 s) is fractional: PEXPIRE refuses it after the call wrote its seq
+  // and its grant, so the caller gets an error and its retry is a duplicate (strict: no tokens).
+  for (const windowMs of [6001, 86_400_001]) {
+    it.fails(`a rule with a window of ${windowMs} ms syncs without an error (fractional buckets)`, async () => {
+      const { store } = await storeWith(strict([{ windowMs, max: 10 }]));
+      const reply = tokensOf(await store.sync(call("x", 1, [entry("k", { want: 10 })]), T0 + 20));
+      expect(reply).toMatchObject({ tokens: 10, used: [10] });
+    });
+  }
+
+  it("strict: windows not multiples of 100 ms (1001, 1500, 3333, 86_400_000 ms) keep a spent token until the end of its W/100 bucket + W, and no longer", async () => {
+    for (const windowMs of [1001, 1500, 3333, 86_400_000]) {
+      const { store } = await storeWith(strict([{ windowMs, max: 10 }]));
+      const q = windowMs / 100;
+      expect(tokensOf(await store.sync(call("x", 1, [entry("k", { want: 10 })]), T0 + 20)).tokens).toBe(10);
+      // spent and reported at T0 + 25: filed in its W/100 bucket
+      const spentAt = T0 + 25;
+      await store.sync(call("x", 2, [entry("k", { usage: [[T0 + 20, 10]] })]), spentAt);
+      const end = (Math.floor(spentAt / q) + 1) * q + windowMs; // the bucket's end + W
+      const before = tokensOf(await store.sync(call("y", 1, [entry("k")]), Math.ceil(end) - 1));
+      const after = tokensOf(await store.sync(call("y", 2, [entry("k")]), Math.ceil(end)));
+      expect([windowMs, before.used, after.used]).toEqual([windowMs, [10], [0]]);
+    }
+  });
+});
