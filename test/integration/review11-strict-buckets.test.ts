@@ -1,11 +1,13 @@
 // A review of strict's W/100 spent buckets and of keys carried over from another layout (lua/quota-sync.lua):
 // hostile but valid rule changes, windows and clocks. `it.fails` marks a defect the review found (the test
 // states the contract; it fails until the script is fixed); plain `it`, hostile cases that hold.
+import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
 import { RedisQuotaStore } from "../../functions/adapters/redis-quota-store.ts";
 import { type QuotaRule, quotaKey, type SyncEntry, type SyncRequest, slotGroupPrefix } from "../../sdk/src/wire.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
+import { maxInAnyWindow } from "../support/quota-model.ts";
 import { T0 } from "../support/rules.ts";
 
 let cluster: TollgateCluster;
@@ -150,6 +152,120 @@ describe("review 11: strict's W/100 spent buckets and keys under another layout"
       const before = tokensOf(await store.sync(call("y", 1, [entry("k")]), Math.ceil(end) - 1));
       const after = tokensOf(await store.sync(call("y", 2, [entry("k")]), Math.ceil(end)));
       expect([windowMs, before.used, after.used]).toEqual([windowMs, [10], [0]]);
+    }
+  });
+
+  it("strict: rule changes mid-traffic (lease 20/50/200, a second limit added, removed or listed first) never let a window of 1 s hold more than its 10 spent tokens, with grants of the old layouts spent, stamped and refunded", async () => {
+    const rules = [
+      strict([{ windowMs: 1000, max: 10 }], 50),
+      strict([{ windowMs: 1000, max: 10 }], 200),
+      strict([{ windowMs: 1000, max: 10 }], 20),
+      strict(
+        [
+          { windowMs: 1000, max: 10 },
+          { windowMs: 2000, max: 15 },
+        ],
+        50,
+      ),
+      strict(
+        [
+          { windowMs: 2000, max: 15 },
+          { windowMs: 1000, max: 10 },
+        ],
+        200,
+      ),
+      strict(
+        [
+          { windowMs: 1000, max: 10 },
+          { windowMs: 60_000, max: 40 },
+        ],
+        50,
+      ),
+    ];
+    const stepArb = fc.record({
+      instance: fc.integer({ min: 0, max: 2 }),
+      gapMs: fc.oneof(
+        fc.integer({ min: 0, max: 60 }),
+        fc.integer({ min: 0, max: 250 }),
+        fc.integer({ min: 700, max: 1100 }),
+      ),
+      change: fc.option(fc.integer({ min: 0, max: rules.length - 1 }), { freq: 4 }),
+      want: fc.integer({ min: 0, max: 12 }),
+      spend: fc.integer({ min: 0, max: 12 }),
+      // how long before the report the tokens were used (over 10 ms: stamped with it)
+      ago: fc.oneof(fc.constant(0), fc.integer({ min: 11, max: 120 })),
+      lost: fc.boolean(),
+    });
+    await fc.assert(
+      fc.asyncProperty(
+        fc.integer({ min: 0, max: rules.length - 1 }),
+        fc.array(stepArb, { minLength: 5, maxLength: 40 }),
+        async (first, steps) => {
+          const { store, change } = await storeWith(rules[first]!);
+          let version = 1;
+          const held: { grantedAt: number; left: number; leaseEnd: number }[][] = [[], [], []];
+          const seqs = [0, 0, 0];
+          const uses: number[] = [];
+          let now = T0 + 3;
+          for (const step of steps) {
+            now += step.gapMs;
+            if (step.change !== null) {
+              await change(rules[step.change]!);
+              version += 1;
+            }
+            const mine = held[step.instance]!;
+            // tokens used `ago` before the report, from grants whose lease had not ended by then
+            const usage: [number, number][] = [];
+            let toSpend = step.spend;
+            const usedAt = now - step.ago;
+            for (const grant of mine) {
+              if (toSpend === 0) break;
+              if (grant.left === 0 || usedAt < grant.grantedAt || usedAt >= grant.leaseEnd) continue;
+              const n = Math.min(grant.left, toSpend);
+              grant.left -= n;
+              toSpend -= n;
+              usage.push([grant.grantedAt, n]);
+              for (let u = 0; u < n; u++) uses.push(usedAt);
+            }
+            const refunds: [number, number][] = mine
+              .filter((grant) => grant.left > 0 && grant.leaseEnd <= now)
+              .map((grant) => [grant.grantedAt, grant.left]);
+            held[step.instance] = mine.filter((grant) => grant.left > 0 && grant.leaseEnd > now);
+            const fields: Partial<SyncEntry> = { usage, refunds, want: step.want, offered: step.want };
+            if (step.ago > 10 && usage.length > 0) fields.spentAgo = usage.map(() => step.ago);
+            seqs[step.instance]! += 1;
+            const reply = await store.sync(
+              call(`i${step.instance}`, seqs[step.instance]!, [entry("k", fields)], `v${version}`),
+              now,
+            );
+            const e = reply.entries[0]!;
+            if (e.mode !== "strict") throw new Error("expected strict");
+            expect(e.used.every((used) => used >= 0)).toBe(true);
+            if (!step.lost && e.tokens > 0) {
+              held[step.instance]!.push({ grantedAt: reply.serverTime, left: e.tokens, leaseEnd: e.leaseExpiresAt });
+            }
+          }
+          expect(maxInAnyWindow(uses, 1000)).toBeLessThanOrEqual(10);
+        },
+      ),
+      { numRuns: 60, endOnFailure: true },
+    );
+  });
+
+  it("strict -> approximate -> strict within one window: what strict held comes back as spent, nothing beyond max", async () => {
+    const { store, change } = await storeWith(strict([{ windowMs: 1000, max: 10 }], 200));
+    // x holds 6 granted (unspent), 4 spent
+    expect(tokensOf(await store.sync(call("x", 1, [entry("k", { want: 10 })]), T0 + 20)).tokens).toBe(10);
+    await store.sync(call("x", 2, [entry("k", { usage: [[T0 + 20, 4]] })]), T0 + 30);
+    await change(approximate([{ windowMs: 1000, max: 10 }]));
+    const approx = (await store.sync(call("y", 1, [entry("k", { offered: 10 })], "v2"), T0 + 60)).entries[0]!;
+    expect(approx).toMatchObject({ mode: "approximate", used: [10], allowance: 0 });
+    await change(strict([{ windowMs: 1000, max: 10 }], 200));
+    // x spends its 6 of the first strict layout, then y asks
+    await store.sync(call("x", 3, [entry("k", { usage: [[T0 + 20, 6]] })], "v3"), T0 + 100);
+    for (const [i, t] of [110, 500, 1020, 1035].entries()) {
+      const reply = tokensOf(await store.sync(call("y", i + 2, [entry("k", { want: 10 })], "v3"), T0 + t));
+      expect([t, reply.tokens]).toEqual([t, 0]);
     }
   });
 });
