@@ -1,11 +1,19 @@
 // A review of strict's W/100 spent buckets and of keys carried over from another layout (lua/quota-sync.lua):
 // hostile but valid rule changes, windows and clocks. `it.fails` marks a defect the review found (the test
 // states the contract; it fails until the script is fixed); plain `it`, hostile cases that hold.
+import { readFileSync } from "node:fs";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
 import { RedisQuotaStore } from "../../functions/adapters/redis-quota-store.ts";
-import { type QuotaRule, quotaKey, type SyncEntry, type SyncRequest, slotGroupPrefix } from "../../sdk/src/wire.ts";
+import {
+  encodeSync,
+  type QuotaRule,
+  quotaKey,
+  type SyncEntry,
+  type SyncRequest,
+  slotGroupPrefix,
+} from "../../sdk/src/wire.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
 import { maxInAnyWindow } from "../support/quota-model.ts";
 import { T0 } from "../support/rules.ts";
@@ -41,6 +49,9 @@ const approximate = (limits: QuotaRule["limits"]): QuotaRule => ({
   limits,
 });
 
+/** The script before this change (50 ms spent buckets), as a deploy rolled back would run it. */
+const PREVIOUS = readFileSync(new URL("../support/quota-sync-previous.lua", import.meta.url), "utf8");
+
 /** A store with the rule published as v1, and a way to publish the next versions. */
 async function storeWith(rule: QuotaRule) {
   const namespace = uniqueNamespace();
@@ -52,7 +63,12 @@ async function storeWith(rule: QuotaRule) {
     await store.publish("api", next, `v${version}`, next.slotGroups, version);
   };
   const stateKey = (key: string) => quotaKey(slotGroupPrefix(namespace, "api", 0), key);
-  return { store, change, stateKey };
+  const previous = async (request: SyncRequest, now: number) => {
+    const { keys, args } = encodeSync(namespace, request, now);
+    const reply = (await cluster.eval(PREVIOUS, keys.length, ...keys, ...args)) as unknown[];
+    return { tokens: reply[8] as number, used: reply[12] as number };
+  };
+  return { store, change, stateKey, previous };
 }
 
 type Tokens = { tokens: number; used: number[]; denyUntil: number };
@@ -267,5 +283,99 @@ describe("review 11: strict's W/100 spent buckets and keys under another layout"
       const reply = tokensOf(await store.sync(call("y", i + 2, [entry("k", { want: 10 })], "v3"), T0 + t));
       expect([t, reply.tokens]).toEqual([t, 0]);
     }
+  });
+
+  // Suspicion made concrete (a deploy hazard more than this script's fault): the previous script drops a key
+  // under another layout, and every strict key the new script wrote is under another layout for it (spent
+  // buckets s1000/101, not s1000/21). A rollback within a window lets it admit up to max again.
+  it.fails("a rollback to the previous script (50 ms spent buckets) keeps a strict key's counts: nothing beyond max", async () => {
+    const { store, previous } = await storeWith(strict([{ windowMs: 1000, max: 10 }]));
+    expect(tokensOf(await store.sync(call("x", 1, [entry("k", { want: 10 })]), T0 + 20)).tokens).toBe(10);
+    await store.sync(call("x", 2, [entry("k", { usage: [[T0 + 20, 10]] })]), T0 + 30);
+    // the deploy is rolled back at T0 + 100: the previous script answers y
+    const rolledBack = await previous(call("y", 1, [entry("k", { want: 10 })]), T0 + 100);
+    expect(rolledBack).toEqual({ tokens: 0, used: 10 });
+  });
+
+  it("a key of the previous script (b4, 50 ms spent buckets) read by this one and written back keeps its counts; a read converts nothing", async () => {
+    const { store, previous, stateKey } = await storeWith(strict([{ windowMs: 1000, max: 10 }]));
+    expect(await previous(call("x", 1, [entry("k", { want: 10 })]), T0 + 20)).toMatchObject({ tokens: 10 });
+    await previous(call("x", 2, [entry("k", { usage: [[T0 + 20, 4]] })]), T0 + 30);
+    expect(await cluster.hget(stateKey("k"), "L")).toBe("b4|strict,g1000/22,s1000/21");
+    const read = await store.read(call("", 0, [entry("k")]), T0 + 40);
+    expect(read.entries[0]!.used).toEqual([10]);
+    expect(await cluster.hget(stateKey("k"), "L")).toBe("b4|strict,g1000/22,s1000/21");
+    // converted by y's sync: 6 granted and 4 spent still count, nothing more is granted
+    expect(tokensOf(await store.sync(call("y", 1, [entry("k", { want: 10 })]), T0 + 50))).toMatchObject({
+      tokens: 0,
+      used: [10],
+    });
+    expect(await cluster.hget(stateKey("k"), "L")).toBe("b4|strict,g1000/22,s1000/101");
+    // x spends its 6 (of the old layout's grant) at T0 + 60: over-counted, never under
+    await store.sync(call("x", 3, [entry("k", { usage: [[T0 + 20, 6]] })]), T0 + 60);
+    for (const [i, t] of [100, 900, 1059].entries()) {
+      expect(tokensOf(await store.sync(call("y", i + 2, [entry("k", { want: 10 })]), T0 + t)).tokens).toBe(0);
+    }
+  });
+
+  it("malformed stored state under another layout: 'h' of a wrong length, 'L' of another format, a b4 layout of 0 parts, a b3 blob cut short: no error, the key starts again", async () => {
+    const { store, stateKey } = await storeWith(strict([{ windowMs: 1000, max: 10 }]));
+    const cases: Record<string, string | Buffer>[] = [
+      { L: "b4|strict,g1000/25,s1000/101", h: Buffer.alloc(13, 7) },
+      { L: "b4|strict,g1000/25,s1000/101", h: Buffer.alloc(8) },
+      { L: "b9|strict,g1000/22,s1000/101", h: Buffer.alloc(64) },
+      { L: "b4|strict", h: Buffer.alloc(24) },
+      { L: "b3|strict,g1000/25,s1000/21", b: Buffer.alloc(20) },
+      { L: "nonsense" },
+    ];
+    for (const [i, fields] of cases.entries()) {
+      const key = `m${i}`;
+      await cluster.hset(stateKey(key), fields);
+      const reply = tokensOf(await store.sync(call("x", i + 1, [entry(key, { want: 4 })]), T0 + 20));
+      expect([i, reply]).toMatchObject([i, { tokens: 4, used: [4] }]);
+      expect(await cluster.hget(stateKey(key), "L")).toBe("b4|strict,g1000/22,s1000/101");
+    }
+  });
+
+  it("one call converting 20 keys of a strict rule of 4 limits (each from a lease change) keeps every key's counts", async () => {
+    const limits = [
+      { windowMs: 1000, max: 10 },
+      { windowMs: 2000, max: 15 },
+      { windowMs: 60_000, max: 100 },
+      { windowMs: 86_400_000, max: 1000 },
+    ];
+    const { store, change } = await storeWith(strict(limits, 50));
+    const keys = Array.from({ length: 20 }, (_, i) => `k${i}`);
+    await store.sync(
+      call(
+        "x",
+        1,
+        keys.map((key) => entry(key, { want: 10 })),
+      ),
+      T0 + 20,
+    );
+    await store.sync(
+      call(
+        "x",
+        2,
+        keys.map((key) => entry(key, { usage: [[T0 + 20, 3]] })),
+      ),
+      T0 + 30,
+    );
+    await change(strict(limits, 200));
+    const started = performance.now();
+    const converted = await store.sync(
+      call(
+        "y",
+        1,
+        keys.map((key) => entry(key, { want: 10 })),
+        "v2",
+      ),
+      T0 + 40,
+    );
+    const elapsed = performance.now() - started;
+    for (const e of converted.entries) expect(e).toMatchObject({ tokens: 0, used: [10, 10, 10, 10] });
+    // a loose bound: the call is one script run on one node (a cluster under other tests' load)
+    expect(elapsed).toBeLessThan(500);
   });
 });
