@@ -378,4 +378,38 @@ describe("review 11: strict's W/100 spent buckets and keys under another layout"
     // a loose bound: the call is one script run on one node (a cluster under other tests' load)
     expect(elapsed).toBeLessThan(500);
   });
+
+  // Defect: a key converted from another layout has each ring's counts seeded in the converting caller's
+  // bucket (ring.now), not in max(its bucket, the stored ring's cursor): a caller whose clock is behind moves
+  // every count of the window back to its own bucket, so the window lets them go up to its skew early. The
+  // same-layout path never rewinds a ring ("a caller whose clock is behind never rewinds the ring").
+  it.fails("strict: a lease change converted by a caller 8 ms behind keeps every spend in the windows that contain its use (clocks within 10 ms)", async () => {
+    const { store, change, stateKey } = await storeWith(strict([{ windowMs: 1000, max: 10 }], 50));
+    // B (right clock) grants x 10 at T0 + 20; x spends them at T0 + 21 and reports at T0 + 22 through B:
+    // filed in [T0 + 20, T0 + 30), they hold every window until T0 + 1030
+    expect(tokensOf(await store.sync(call("x", 1, [entry("k", { want: 10 })]), T0 + 20)).tokens).toBe(10);
+    await store.sync(call("x", 2, [entry("k", { usage: [[T0 + 20, 10]] })]), T0 + 22);
+    // the operator raises the lease; the first sync under it reaches A, 8 ms behind: now T0 + 15
+    await change(strict([{ windowMs: 1000, max: 10 }], 200));
+    await store.sync(call("z", 1, [entry("k")], "v2"), T0 + 23 - 8);
+    expect(await cluster.hget(stateKey("k"), "L")).toBe("b4|strict,g1000/25,s1000/101");
+    // at T0 + 1020 (B) the window (T0 + 20, T0 + 1020] holds the use at T0 + 21
+    const late = tokensOf(await store.sync(call("y", 1, [entry("k", { want: 10 })], "v2"), T0 + 1020));
+    expect(late).toMatchObject({ tokens: 0, used: [10] });
+  });
+
+  it("strict: the same lease change converted by a caller with the right clock keeps the spend until T0 + 1030", async () => {
+    const { store, change } = await storeWith(strict([{ windowMs: 1000, max: 10 }], 50));
+    expect(tokensOf(await store.sync(call("x", 1, [entry("k", { want: 10 })]), T0 + 20)).tokens).toBe(10);
+    await store.sync(call("x", 2, [entry("k", { usage: [[T0 + 20, 10]] })]), T0 + 22);
+    await change(strict([{ windowMs: 1000, max: 10 }], 200));
+    await store.sync(call("z", 1, [entry("k")], "v2"), T0 + 23);
+    for (const [i, t] of [1020, 1029].entries()) {
+      const reply = tokensOf(await store.sync(call("y", i + 1, [entry("k", { want: 10 })], "v2"), T0 + t));
+      expect([t, reply]).toMatchObject([t, { tokens: 0, used: [10] }]);
+    }
+    const freed = tokensOf(await store.sync(call("y", 3, [entry("k", { want: 10 })], "v2"), T0 + 1030));
+    expect(freed.tokens).toBeGreaterThan(0);
+    expect(freed.used).toEqual([freed.tokens]);
+  });
 });
