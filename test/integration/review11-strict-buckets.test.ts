@@ -412,4 +412,75 @@ describe("review 11: strict's W/100 spent buckets and keys under another layout"
     expect(freed.tokens).toBeGreaterThan(0);
     expect(freed.used).toEqual([freed.tokens]);
   });
+
+  it("strict: callers whose clocks differ by up to 10 ms, spends stamped with their age (over 10 ms), windows of 1, 1.001, 1.5 and 3.333 s: no window holds more than max", async () => {
+    const stepArb = fc.record({
+      instance: fc.integer({ min: 0, max: 2 }),
+      // the caller (server) the sync goes through: its clock's offset from the real time
+      offset: fc.integer({ min: -5, max: 5 }),
+      gapMs: fc.oneof(
+        fc.integer({ min: 0, max: 30 }),
+        fc.integer({ min: 0, max: 120 }),
+        fc.integer({ min: 800, max: 1100 }),
+      ),
+      want: fc.integer({ min: 0, max: 12 }),
+      spend: fc.integer({ min: 0, max: 12 }),
+      // the use: this long before the report (the report at least 11 ms after it: stamped)
+      ago: fc.integer({ min: 11, max: 60 }),
+      lost: fc.boolean(),
+    });
+    await fc.assert(
+      fc.asyncProperty(
+        fc.constantFrom(1000, 1001, 1500, 3333),
+        fc.constantFrom(20, 50, 200),
+        fc.array(stepArb, { minLength: 5, maxLength: 40 }),
+        async (windowMs, leaseMs, steps) => {
+          const { store } = await storeWith(strict([{ windowMs, max: 10 }], leaseMs));
+          // grants in real time: granted at, tokens left, the real time the lease ends (the store's end less
+          // the granting caller's offset, less the most another clock may be behind)
+          const held: { grantedAt: number; realAt: number; left: number; realEnd: number }[][] = [[], [], []];
+          const seqs = [0, 0, 0];
+          const uses: number[] = [];
+          let real = T0 + 7;
+          for (const step of steps) {
+            real += step.gapMs;
+            const now = real + step.offset;
+            const usedAt = real - step.ago;
+            const mine = held[step.instance]!;
+            const usage: [number, number][] = [];
+            let toSpend = step.spend;
+            for (const grant of mine) {
+              if (toSpend === 0) break;
+              if (grant.left === 0 || usedAt <= grant.realAt || usedAt >= grant.realEnd) continue;
+              const n = Math.min(grant.left, toSpend);
+              grant.left -= n;
+              toSpend -= n;
+              usage.push([grant.grantedAt, n]);
+              for (let u = 0; u < n; u++) uses.push(usedAt);
+            }
+            const refunds: [number, number][] = mine
+              .filter((grant) => grant.left > 0 && grant.realEnd <= real)
+              .map((grant) => [grant.grantedAt, grant.left]);
+            held[step.instance] = mine.filter((grant) => grant.left > 0 && grant.realEnd > real);
+            const fields: Partial<SyncEntry> = { usage, refunds, want: step.want, offered: step.want };
+            if (usage.length > 0) fields.spentAgo = usage.map(() => step.ago);
+            seqs[step.instance]! += 1;
+            const reply = await store.sync(call(`i${step.instance}`, seqs[step.instance]!, [entry("k", fields)]), now);
+            const e = reply.entries[0]!;
+            if (e.mode !== "strict") throw new Error("expected strict");
+            if (!step.lost && e.tokens > 0) {
+              held[step.instance]!.push({
+                grantedAt: reply.serverTime,
+                realAt: real,
+                left: e.tokens,
+                realEnd: e.leaseExpiresAt - step.offset - 10,
+              });
+            }
+          }
+          expect(maxInAnyWindow(uses, windowMs)).toBeLessThanOrEqual(10);
+        },
+      ),
+      { numRuns: 80, endOnFailure: true },
+    );
+  });
 });
