@@ -537,4 +537,46 @@ describe("review 11: strict's W/100 spent buckets and keys under another layout"
       expect([moved, reply.used]).toEqual([moved, [expected]]);
     }
   });
+
+  // Defect: a converted key keeps its stored expiry mark, so the conversion does not push its expiry to the
+  // new layout's (KEY_TTL is pushed only when the mark is 1 s old). A limit of a day added to a rule of 1 s:
+  // the key still expires ~3 s after the old mark, taking the day window's counts (spends made after the
+  // conversion included) with it. Before, the key started again: a new key, expiry set at once.
+  it.fails("strict: a day limit added to a key (converted within a second of its expiry mark) keeps the day's spends past the old layout's expiry", async () => {
+    const { store, change, stateKey } = await storeWith(strict([{ windowMs: 1000, max: 10 }], 50));
+    expect(tokensOf(await store.sync(call("x", 1, [entry("k", { want: 5 })]), T0)).tokens).toBe(5);
+    await change(
+      strict(
+        [
+          { windowMs: 1000, max: 10 },
+          { windowMs: 86_400_000, max: 20 },
+        ],
+        50,
+      ),
+    );
+    const converted = tokensOf(await store.sync(call("x", 2, [entry("k", { want: 5 })], "v2"), T0 + 100));
+    expect(converted.tokens).toBe(5);
+    await store.sync(
+      call(
+        "x",
+        3,
+        [
+          entry("k", {
+            usage: [
+              [T0, 5],
+              [T0 + 100, 5],
+            ],
+          }),
+        ],
+        "v2",
+      ),
+      T0 + 200,
+    );
+    // the key's expiry is still the old layout's (under 3.2 s), not a day's
+    const ttl = await cluster.pttl(stateKey("k"));
+    await new Promise((resolve) => setTimeout(resolve, ttl + 200));
+    // 5 s later the day window still holds the 10 spent
+    const day = tokensOf(await store.sync(call("y", 1, [entry("k")], "v2"), T0 + 5000));
+    expect(day.used[1]).toBeGreaterThanOrEqual(10);
+  }, 15_000);
 });
