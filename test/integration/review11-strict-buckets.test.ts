@@ -52,6 +52,9 @@ const approximate = (limits: QuotaRule["limits"]): QuotaRule => ({
 /** The script before this change (50 ms spent buckets), as a deploy rolled back would run it. */
 const PREVIOUS = readFileSync(new URL("../support/quota-sync-previous.lua", import.meta.url), "utf8");
 
+/** The script of the b3 format (protocol 1: text arguments), to write b3 keys of any shape. */
+const B3 = readFileSync(new URL("../support/quota-sync-b3.lua", import.meta.url), "utf8");
+
 /** A store with the rule published as v1, and a way to publish the next versions. */
 async function storeWith(rule: QuotaRule) {
   const namespace = uniqueNamespace();
@@ -68,7 +71,14 @@ async function storeWith(rule: QuotaRule) {
     const reply = (await cluster.eval(PREVIOUS, keys.length, ...keys, ...args)) as unknown[];
     return { tokens: reply[8] as number, used: reply[12] as number };
   };
-  return { store, change, stateKey, previous };
+  /** One key's sync by the b3 script: usage and refunds as "at:count,..."; its reply's grant and windows. */
+  const b3 = async (instance: string, seq: number, key: string, now: number, usage: string, want: number) => {
+    const { keys } = encodeSync(namespace, call(instance || "r", seq, [entry(key)]), now);
+    const args = [1, now, instance, seq, "v1", usage, "", want, want];
+    const reply = (await cluster.eval(B3, keys.length, ...keys, ...args)) as unknown[];
+    return { amount: reply[8] as number, used: reply.slice(12) as number[] };
+  };
+  return { store, change, stateKey, previous, b3 };
 }
 
 type Tokens = { tokens: number; used: number[]; denyUntil: number };
@@ -579,4 +589,40 @@ describe("review 11: strict's W/100 spent buckets and keys under another layout"
     const day = tokensOf(await store.sync(call("y", 1, [entry("k")], "v2"), T0 + 5000));
     expect(day.used[1]).toBeGreaterThanOrEqual(10);
   }, 15_000);
+
+  it("keys the b3 script wrote, of several shapes (two strict limits, 2 s strict, three approximate windows, a 10 s strict one), keep at least what each window held", async () => {
+    const rules = [
+      strict(
+        [
+          { windowMs: 1000, max: 10 },
+          { windowMs: 60_000, max: 30 },
+        ],
+        50,
+      ),
+      strict([{ windowMs: 2000, max: 10 }], 200),
+      approximate([
+        { windowMs: 1000, max: 10 },
+        { windowMs: 2000, max: 15 },
+        { windowMs: 60_000, max: 40 },
+      ]),
+      strict([{ windowMs: 10_000, max: 10 }], 200),
+    ];
+    for (const rule of rules) {
+      const { store, stateKey, b3 } = await storeWith(rule);
+      const granted = await b3("x", 1, "k", T0, "", 10);
+      expect(granted.amount).toBeGreaterThan(0);
+      // strict: 4 of the grant spent (at its grant time); approximate: 4 used at T0 + 30
+      const usage = rule.mode === "strict" ? `${T0}:4` : `${T0 + 30}:4`;
+      await b3("x", 2, "k", T0 + 30, usage, 0);
+      await b3("x", 3, "k", T0 + 140, "", 3);
+      const before = await b3("", 0, "k", T0 + 150, "", 0);
+      expect((await cluster.hget(stateKey("k"), "L"))?.startsWith("b3|")).toBe(true);
+      const read = (await store.read(call("", 0, [entry("k")]), T0 + 150)).entries[0]!.used;
+      const converted = (await store.sync(call("y", 1, [entry("k")]), T0 + 150)).entries[0]!.used;
+      expect(await cluster.hget(stateKey("k"), "L")).toMatch(/^b4\|/);
+      for (const [j, used] of before.used.entries()) {
+        expect([rule.mode, j, read[j]! >= used, converted[j]! >= used]).toEqual([rule.mode, j, true, true]);
+      }
+    }
+  });
 });
