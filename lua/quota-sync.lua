@@ -13,8 +13,8 @@ ARGV[1..5] protocol (2), now (ms), instanceId, seq, configVersion seen; instance
 ARGV[5+i]  key i: little-endian doubles offered, want, #usage, #refunds, then #usage pairs at, count
            (strict: grantedAt, tokens spent) and #refunds pairs grantedAt, count, then (strict, optional)
            #usage doubles spentAgo: those tokens were spent at least that many ms before the request was
-           sent (absent: 0 each; dated STAMP_SKEW_MS later, never before their grant) (packed, never text: unpacking is one C call, where parsing "at:count"
-           cost a pattern match and two tonumber each)
+           sent (absent: 0 each; never dated before their grant) (packed, never text: unpacking is one C
+           call, where parsing "at:count" cost a pattern match and two tonumber each)
 Reply      { 2, status ("applied"|"duplicate"|"stale"|"norule"), now, configVersion, rule (encoded, or ""
            when the request saw this version), mode, windows, instances, then per key: amount
            (allowance | tokens), expiresAt (validUntil | leaseExpiresAt), denyUntil, resetAt, used per window }
@@ -28,9 +28,10 @@ epochs. So allowances handed out at different instants see each other; the windo
 and usage over the last W/bucket + 1 buckets (the extra bucket covers usage spent up to a bucket after
 its grant; spent later, e.g. after a late reply, it leaves the window early: the approximate part).
 strict sums the grants not reported spent over every bucket that touches (now - W - lease, now] and the
-tokens reported spent (usage: grantedAt:count) over W from their stamp (now - spentAgo + STAMP_SKEW_MS,
-never before the spend while callers' clocks agree within that margin; the report's now without one), so used tokens in any W stay <= max (docs/DECISIONS.md has
-the argument).
+tokens reported spent (usage: grantedAt:count) over W plus STAMP_SKEW_MS from their stamp (now - spentAgo,
+the report's now without one: never before the spend on the reporter's clock, and the extra time covers
+callers' clocks that disagree by up to that much), so used tokens in any W stay <= max (docs/DECISIONS.md
+has the argument).
 The chunk returns the call as a function of (KEYS, ARGV): run as a Redis Function, the structures of
 a rule (its limits, rings and windows, the formats of a key) are built once per rule text and node
 (prepare, below), and the functions over them once per node, not once per call. ]]
@@ -41,10 +42,10 @@ local DEMAND_TAU_MS = 1000
 -- instances get an even share (and can admit their first request), busy ones a share close to their
 -- demand, and the shares of all instances still add up to 1
 local PSEUDO_DEMAND = 1 / 8
--- strict spend stamps are trusted to within this many ms: each caller's now is its own clock, and callers'
--- clocks may disagree by that much, so a stamped spend is dated that much later than its stamp says (and
--- never before its grant); without the margin a caller a few ms behind filed a spend made at the start of a
--- bucket in the bucket before, out of every window a bucket early
+-- callers' clocks are trusted to agree within this many ms: each caller's now is its own clock, so strict's
+-- spent tokens count over W plus at least this much from their date (the stamp, or the report), which is on
+-- the reporter's clock; without it a caller a few ms behind filed a spend in the bucket before its use, out
+-- of every window early (an age dated later by this much, as before, left reports without an age uncovered)
 local STAMP_SKEW_MS = 10
 -- strict: the buckets of a window's spent tokens (their ring's bucket is W / SPENT_BUCKETS)
 local SPENT_BUCKETS = 100
@@ -112,10 +113,12 @@ local function prepare(ruleText)
       addPart(limit, 'g', math.ceil((w + lease) / limit.q) + 1, limit.q)
       -- spent tokens in W/100 buckets (10 ms for 1 s): a spent token holds the limit until the end of the
       -- bucket its W ends in, so a bucket of W/20 (the grants') held each token about 5 % past W, and the
-      -- fleet, spending as capacity frees, about a whole bucket past it (utilisation ~95 % at best)
-      addPart(limit, 's', SPENT_BUCKETS + 1, w / SPENT_BUCKETS)
+      -- fleet, spending as capacity frees, about a whole bucket past it (utilisation ~95 % at best); then
+      -- the buckets that cover STAMP_SKEW_MS (one for W >= 1 s)
+      local q = w / SPENT_BUCKETS
+      addPart(limit, 's', SPENT_BUCKETS + 1 + math.ceil(STAMP_SKEW_MS / q), q)
     else
-      addPart(limit, 'a', w / limit.q + 1, limit.q)
+      addPart(limit, 'a', math.ceil(w / limit.q) + 1, limit.q)
     end
     limit.first, limit.second = limit.parts[1], limit.parts[2]
     -- strict grants from at least twice what a bucket frees at the limit's rate (below)
@@ -153,7 +156,7 @@ local function prepare(ruleText)
   -- sum) then the rings' slots as in 'r'
   local B3_HEADER = 3 + RINGS + #windows
   local B3_FORMAT = '<' .. string.rep('d', B3_HEADER)
-  local KEY_TTL = longest + 2000
+  local KEY_TTL = math.ceil(longest) + 2000
 
   P = {
     mode = mode, lease = lease, strict = strict, limits = limits, windows = windows, ringList = ringList,
@@ -323,6 +326,10 @@ local function carriedOver(oldLayout, header, windows)
     byWindow[part.w] = (byWindow[part.w] or 0) + sum
     if byWindow[part.w] > largest then largest = byWindow[part.w] end
   end
+  -- where the old rings stand: the first ring's cursor (4th double, in b3 and b4) in buckets of the first
+  -- part's size (a ring of reservations or grants: 50 ms up to 5 s, W/100 beyond, in every layout so far)
+  local firstW = parts[1] and parts[1].w or 0
+  local latest = (old[4] or 0) * (firstW <= 5000 and 50 or firstW / 100)
   local stored = { old[1], old[2], old[3] }
   for r = 1, #ringList do
     local ring = ringList[r]
@@ -335,9 +342,9 @@ local function carriedOver(oldLayout, header, windows)
       if sum > seed then seed = sum end
     end
     ring.seed = seed
-    -- in the bucket of now + STAMP_SKEW_MS: the counts may hold spends made by a caller whose clock is
-    -- that much ahead, and a ring ahead of a caller's now takes its writes in its own bucket
-    stored[1 + 3 * r], stored[2 + 3 * r], stored[3 + 3 * r] = floor((now + STAMP_SKEW_MS) / ring.q), seed, 0
+    -- in the latest bucket: now's, or the old rings' if they are ahead (a caller whose clock is behind
+    -- never rewinds a ring; spent tokens' windows are STAMP_SKEW_MS longer for callers ahead)
+    stored[1 + 3 * r], stored[2 + 3 * r], stored[3 + 3 * r] = floor(max(now, latest) / ring.q), seed, 0
   end
   for j, window in ipairs(windows) do stored[3 + 3 * #ringList + j] = window.ring.seed end
   return stored
@@ -432,7 +439,7 @@ return function(KEYS, ARGV)
 
   -- the seq and instance records outlive the longest window, so a replay they no longer know about only
   -- carries usage too old to count; their expiry is pushed on for new members and every 16th seq
-  local retention = max(longest, 60000) + 60000
+  local retention = math.ceil(max(longest, 60000)) + 60000
   local newInstance = not reading and rcall('ZADD', KEYS[3], now, instance) == 1
   if newInstance or (not reading and seq % 16 == 0) then
     local gone = rcall('ZRANGEBYSCORE', KEYS[3], '-inf', now - retention, 'LIMIT', 0, 32)
@@ -456,7 +463,7 @@ return function(KEYS, ARGV)
     local offered, want, usages, refunds = sunpack('<dddd', entry)
     local meta = rcall('HMGET', key, 'L', 'h', INSTANCE_FIELD)
     local writeLayout = meta[1] ~= layout
-    local stored = nil
+    local stored, converted = nil, false
     slots, slotsKey = false, key
     if not writeLayout then
       if meta[2] and #meta[2] == HEADER * 8 then
@@ -491,6 +498,7 @@ return function(KEYS, ARGV)
         header = nil
       end
       stored = header and carriedOver(meta[1], header, windows) or nil
+      converted = stored ~= nil
       if not stored then
         -- unreadable: the key starts again
         if not reading then rcall('DEL', key) end
@@ -585,7 +593,7 @@ return function(KEYS, ARGV)
         local spentAt = now
         if agesAt then
           local ago = sunpack('<d', entry, agesAt + 8 * u)
-          if ago > STAMP_SKEW_MS then spentAt = max(now - ago + STAMP_SKEW_MS, at) end
+          if ago > 0 then spentAt = max(now - ago, at) end
         end
         -- a limit whose window no longer counts the grant has no use for its tokens either
         for j = 1, #limits do
@@ -655,7 +663,9 @@ return function(KEYS, ARGV)
     end
 
     local expiresMark = stored and stored[3] or nil
-    local refresh = not expiresMark or now - expiresMark >= 1000
+    -- a key carried over from another layout takes this one's TTL at once (a longer window's counts must
+    -- not expire with the old layout's shorter TTL)
+    local refresh = not expiresMark or converted or now - expiresMark >= 1000
     local added = 0
     if not reading then
       head[1], head[2], head[3] = demand, demandAt, refresh and now or expiresMark

@@ -296,17 +296,17 @@ describe("quota-sync.lua", () => {
       // what the window holds at t (b asks for nothing)
       const at = async (t: number, seq: number) =>
         (await store.sync(call("b", seq, [entry("k")]), t)).entries[0]!.used[0];
-      const times = [1029, 1030, 1069, 1070, 1109, 1110];
+      const times = [1029, 1030, 1069, 1070, 1119, 1120];
       const used: number[] = [];
       for (const [i, t] of times.entries()) used.push((await at(T0 + t, i + 1)) as number);
       return used;
     };
-    // spent by T0 + 10, dated T0 + 20 (the stamps' 10 ms margin for clocks): out of every window from the
-    // end of its 10 ms bucket + W, T0 + 1030
+    // spent by T0 + 10: out of every window from the end of its 10 ms bucket + W + one bucket (the margin for
+    // callers' clocks), T0 + 1030
     expect(await spentBy(90, T0 + 100)).toEqual([10, 0, 0, 0, 0, 0]);
-    // the same request resent at T0 + 140: dated T0 + 60, out from T0 + 1070
+    // the same request resent at T0 + 140: dated T0 + 50, out from T0 + 1070
     expect(await spentBy(90, T0 + 140)).toEqual([10, 10, 10, 0, 0, 0]);
-    // no age (an older client): counted from the report at T0 + 100, out from T0 + 1110
+    // no age (an older client): counted from the report at T0 + 100, out from T0 + 1120
     expect(await spentBy(undefined, T0 + 100)).toEqual([10, 10, 10, 10, 10, 0]);
   });
 
@@ -465,14 +465,14 @@ describe("quota-sync.lua", () => {
     const granted = (await store.sync(call("a", 1, [entry("k", { want: 10 })]), T0 + 10)).entries[0]!;
     expect(granted).toMatchObject({ tokens: 1, used: [10] });
     expect((await cluster.hkeys(stateKey)).sort()).toEqual(["L", "h", "i:a", "r"]);
-    expect(await cluster.hget(stateKey, "L")).toBe("b4|strict,g1000/22,s1000/101");
+    expect(await cluster.hget(stateKey, "L")).toBe("b4|strict,g1000/22,s1000/102");
     // the rings move on: every count is still in the window, nothing more is granted
     const later = (await store.sync(call("a", 2, [entry("k", { want: 10 })]), T0 + 310)).entries[0]!;
     expect(later).toMatchObject({ tokens: 0, used: [10] });
     // the counts are known, not when they were made: each starts again in its ring's bucket of the
-    // conversion's now + 10 ms (the margin for callers' clocks; an over-count, never an under-count). The 3
-    // spent leave W after their 10 ms bucket (T0 + 20), the 6 grants and the 1 granted with them W + lease
-    // after their 50 ms bucket (T0)
+    // conversion (an over-count, never an under-count). The 3 spent leave W and one bucket (for callers'
+    // clocks) after their 10 ms bucket (T0 + 10), the 6 grants and the 1 granted with them W + lease after
+    // their 50 ms bucket (T0)
     const used = async (t: number, seq: number) => (await store.sync(call("a", seq, [entry("k")]), t)).entries[0]!.used;
     expect([
       await used(T0 + 1029, 3),

@@ -166,8 +166,8 @@ describe("review10: spend stamps and callers' clocks (lua/quota-sync.lua)", () =
     const replay = await s.sync(call("a", 2, entry({ usage: [[at, 10]], spentAgo: [5000] })), T0 + 110);
     const replay2 = await s.sync(call("a", 2, entry({ usage: [[at, 10]] })), T0 + 120);
     expect([replay.status, replay2.status]).toEqual(["duplicate", "duplicate"]);
-    // an age of 5 ms is within the stamps' margin for clocks (10 ms): dated T0 + 100, as without one; still
-    // in the window at T0 + 1109, out from T0 + 1110 (the end of its 10 ms bucket + W)
+    // an age of 5 ms: dated T0 + 95, in the window at T0 + 1109, out from T0 + 1110 (the end of its 10 ms
+    // bucket + W + one bucket for callers' clocks)
     const peek = (t: number) => s.read(call("r", 1, entry()), t).then(used);
     expect([await peek(T0 + 120), await peek(T0 + 1109), await peek(T0 + 1110)]).toEqual([10, 10, 0]);
   });
@@ -195,10 +195,10 @@ describe("review10: spend stamps and callers' clocks (lua/quota-sync.lua)", () =
     );
     const peek = async (key: string, t: number) =>
       used(await s.read({ ...req(1, [entry({ key })]), instanceId: "r" }, t));
-    // x dated T0 + 100 - 80 + 10 (the stamps' margin), its 10 ms bucket ending at T0 + 40: out at T0 + 1040;
-    // y from T0 + 100: out at T0 + 1110
+    // x dated T0 + 100 - 80, its 10 ms bucket ending at T0 + 30: out at T0 + 1040 (W and one bucket for
+    // callers' clocks); y from T0 + 100: out at T0 + 1120
     expect([await peek("x", T0 + 1039), await peek("x", T0 + 1040)]).toEqual([10, 0]);
-    expect([await peek("y", T0 + 1109), await peek("y", T0 + 1110)]).toEqual([10, 0]);
+    expect([await peek("y", T0 + 1119), await peek("y", T0 + 1120)]).toEqual([10, 0]);
   });
 
   it("the HTTP route refuses ages that are negative, fractional, not numbers, or not one per usage pair", () => {

@@ -1,6 +1,7 @@
 // A review of strict's W/100 spent buckets and of keys carried over from another layout (lua/quota-sync.lua):
-// hostile but valid rule changes, windows and clocks. `it.fails` marks a defect the review found (the test
-// states the contract; it fails until the script is fixed); plain `it`, hostile cases that hold.
+// hostile but valid rule changes, windows and clocks. "Found by the review" marks a defect it found, fixed
+// since (the test states the contract); `it.fails`, one not fixed (a rollback, below); the rest, hostile
+// cases that held.
 import { readFileSync } from "node:fs";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -100,9 +101,9 @@ describe("review 11: strict's W/100 spent buckets and keys under another layout"
     // all 10 spent, reported at T0 + 5; a sync at T0 + 100 moves the rings on (their buckets go to 'r')
     await store.sync(call("a", 2, [entry("k", { usage: [[T0, 10]] })]), T0 + 5);
     expect(tokensOf(await store.sync(call("a", 3, [entry("k")]), T0 + 100)).used).toEqual([10, 10]);
-    // the old rings are as long as the new ones ('r': 244 slots either way): their slots must not be read as
+    // the old rings are as long as the new ones ('r': 246 slots either way): their slots must not be read as
     // the new rings' (the s1000 ring's at the place of the s2000 one)
-    expect((await cluster.hgetBuffer(stateKey("k"), "r"))?.length).toBe(244 * 4);
+    expect((await cluster.hgetBuffer(stateKey("k"), "r"))?.length).toBe(246 * 4);
     // the operator lists the same limits the other way round: a new layout of the same size
     await change(
       strict([
@@ -122,12 +123,12 @@ describe("review 11: strict's W/100 spent buckets and keys under another layout"
     expect(late.tokens).toBeLessThanOrEqual(10);
   });
 
-  // Defect: a spend reported without an age, or with one of 10 ms or less, is dated at the report's now (the
-  // reporting caller's clock, which may be up to 10 ms behind another's) without the stamps' 10 ms margin.
-  // With 10 ms buckets it lands a bucket before its use's and leaves every window up to 10 ms before the use
-  // does. (With 50 ms buckets the same needed a use within the skew after a 50 ms boundary; now most uses.)
+  // Found by the review: a spend reported without an age, or with one of 10 ms or less, was dated at the
+  // report's now (the reporting caller's clock, which may be up to 10 ms behind another's) without the stamps'
+  // 10 ms margin: with 10 ms buckets it landed a bucket before its use's and left every window up to 10 ms
+  // early. Fixed: every spent token counts over W plus one bucket (at least 10 ms), stamped or not.
   for (const spentAgo of [undefined, 1]) {
-    it.fails(`strict: a spend reported at once (spentAgo ${spentAgo}) through a caller 8 ms behind still holds every window of W that contains its use (clocks within 10 ms)`, async () => {
+    it(`strict: a spend reported at once (spentAgo ${spentAgo}) through a caller 8 ms behind still holds every window of W that contains its use (clocks within 10 ms)`, async () => {
       const { store } = await storeWith(strict([{ windowMs: 1000, max: 10 }]));
       // caller B (right clock) grants x 10 tokens at T0 + 20
       expect(tokensOf(await store.sync(call("x", 1, [entry("k", { want: 10 })]), T0 + 20)).tokens).toBe(10);
@@ -154,19 +155,19 @@ describe("review 11: strict's W/100 spent buckets and keys under another layout"
     }
   });
 
-  // Defect (the wire accepts any integer window; policies only whole seconds): a window over 5 s that is
-  // not a multiple of 100 ms has fractional buckets, and the key's expiry (span x bucket + 2 s) or the
-  // records' (max(longest, 60 s) + 60 s) is fractional: PEXPIRE refuses it after the call wrote its seq
-  // and its grant, so the caller gets an error and its retry is a duplicate (strict: no tokens).
+  // Found by the review (the wire accepts any integer window; policies only whole seconds): a window over 5 s
+  // that is not a multiple of 100 ms has fractional buckets, and the key's expiry (span x bucket + 2 s) or the
+  // records' (max(longest, 60 s) + 60 s) was fractional: PEXPIRE refused it after the call wrote its seq and
+  // its grant, so the caller got an error and its retry was a duplicate. Fixed: both are rounded up.
   for (const windowMs of [6001, 86_400_001]) {
-    it.fails(`a rule with a window of ${windowMs} ms syncs without an error (fractional buckets)`, async () => {
+    it(`a rule with a window of ${windowMs} ms syncs without an error (fractional buckets)`, async () => {
       const { store } = await storeWith(strict([{ windowMs, max: 10 }]));
       const reply = tokensOf(await store.sync(call("x", 1, [entry("k", { want: 10 })]), T0 + 20));
       expect(reply).toMatchObject({ tokens: 10, used: [10] });
     });
   }
 
-  it("strict: windows not multiples of 100 ms (1001, 1500, 3333, 86_400_000 ms) keep a spent token until the end of its W/100 bucket + W, and no longer", async () => {
+  it("strict: windows not multiples of 100 ms (1001, 1500, 3333, 86_400_000 ms) keep a spent token until the end of its W/100 bucket + W + the buckets that cover 10 ms (one), and no longer", async () => {
     for (const windowMs of [1001, 1500, 3333, 86_400_000]) {
       const { store } = await storeWith(strict([{ windowMs, max: 10 }]));
       const q = windowMs / 100;
@@ -174,7 +175,8 @@ describe("review 11: strict's W/100 spent buckets and keys under another layout"
       // spent and reported at T0 + 25: filed in its W/100 bucket
       const spentAt = T0 + 25;
       await store.sync(call("x", 2, [entry("k", { usage: [[T0 + 20, 10]] })]), spentAt);
-      const end = (Math.floor(spentAt / q) + 1) * q + windowMs; // the bucket's end + W
+      // the bucket's end + W + one bucket (the margin for callers' clocks, 10 ms or more)
+      const end = (Math.floor(spentAt / q) + 1) * q + windowMs + Math.ceil(10 / q) * q;
       const before = tokensOf(await store.sync(call("y", 1, [entry("k")]), Math.ceil(end) - 1));
       const after = tokensOf(await store.sync(call("y", 2, [entry("k")]), Math.ceil(end)));
       expect([windowMs, before.used, after.used]).toEqual([windowMs, [10], [0]]);
@@ -297,7 +299,7 @@ describe("review 11: strict's W/100 spent buckets and keys under another layout"
 
   // Suspicion made concrete (a deploy hazard more than this script's fault): the previous script drops a key
   // under another layout, and every strict key the new script wrote is under another layout for it (spent
-  // buckets s1000/101, not s1000/21). A rollback within a window lets it admit up to max again.
+  // buckets s1000/102, not s1000/21). A rollback within a window lets it admit up to max again.
   it.fails("a rollback to the previous script (50 ms spent buckets) keeps a strict key's counts: nothing beyond max", async () => {
     const { store, previous } = await storeWith(strict([{ windowMs: 1000, max: 10 }]));
     expect(tokensOf(await store.sync(call("x", 1, [entry("k", { want: 10 })]), T0 + 20)).tokens).toBe(10);
@@ -320,7 +322,7 @@ describe("review 11: strict's W/100 spent buckets and keys under another layout"
       tokens: 0,
       used: [10],
     });
-    expect(await cluster.hget(stateKey("k"), "L")).toBe("b4|strict,g1000/22,s1000/101");
+    expect(await cluster.hget(stateKey("k"), "L")).toBe("b4|strict,g1000/22,s1000/102");
     // x spends its 6 (of the old layout's grant) at T0 + 60: over-counted, never under
     await store.sync(call("x", 3, [entry("k", { usage: [[T0 + 20, 6]] })]), T0 + 60);
     for (const [i, t] of [100, 900, 1059].entries()) {
@@ -343,7 +345,7 @@ describe("review 11: strict's W/100 spent buckets and keys under another layout"
       await cluster.hset(stateKey(key), fields);
       const reply = tokensOf(await store.sync(call("x", i + 1, [entry(key, { want: 4 })]), T0 + 20));
       expect([i, reply]).toMatchObject([i, { tokens: 4, used: [4] }]);
-      expect(await cluster.hget(stateKey(key), "L")).toBe("b4|strict,g1000/22,s1000/101");
+      expect(await cluster.hget(stateKey(key), "L")).toBe("b4|strict,g1000/22,s1000/102");
     }
   });
 
@@ -389,20 +391,19 @@ describe("review 11: strict's W/100 spent buckets and keys under another layout"
     expect(elapsed).toBeLessThan(500);
   });
 
-  // Defect: a key converted from another layout has each ring's counts seeded in the converting caller's
-  // bucket (ring.now), not in max(its bucket, the stored ring's cursor): a caller whose clock is behind moves
-  // every count of the window back to its own bucket, so the window lets them go up to its skew early. The
-  // same-layout path never rewinds a ring ("a caller whose clock is behind never rewinds the ring").
-  it.fails("strict: a lease change converted by a caller 8 ms behind keeps every spend in the windows that contain its use (clocks within 10 ms)", async () => {
+  // Found by the review: a key converted from another layout had each ring's counts seeded in the converting
+  // caller's bucket, not in max(its bucket, the stored ring's cursor): a caller whose clock is behind moved
+  // every count of the window back to its own bucket. Fixed: the seeds go where the old rings stood, or now.
+  it("strict: a lease change converted by a caller 8 ms behind keeps every spend in the windows that contain its use (clocks within 10 ms)", async () => {
     const { store, change, stateKey } = await storeWith(strict([{ windowMs: 1000, max: 10 }], 50));
     // B (right clock) grants x 10 at T0 + 20; x spends them at T0 + 21 and reports at T0 + 22 through B:
-    // filed in [T0 + 20, T0 + 30), they hold every window until T0 + 1030
+    // filed in [T0 + 20, T0 + 30), they hold every window until T0 + 1040 (W and one bucket for clocks)
     expect(tokensOf(await store.sync(call("x", 1, [entry("k", { want: 10 })]), T0 + 20)).tokens).toBe(10);
     await store.sync(call("x", 2, [entry("k", { usage: [[T0 + 20, 10]] })]), T0 + 22);
     // the operator raises the lease; the first sync under it reaches A, 8 ms behind: now T0 + 15
     await change(strict([{ windowMs: 1000, max: 10 }], 200));
     await store.sync(call("z", 1, [entry("k")], "v2"), T0 + 23 - 8);
-    expect(await cluster.hget(stateKey("k"), "L")).toBe("b4|strict,g1000/25,s1000/101");
+    expect(await cluster.hget(stateKey("k"), "L")).toBe("b4|strict,g1000/25,s1000/102");
     // at T0 + 1020 (B) the window (T0 + 20, T0 + 1020] holds the use at T0 + 21
     const late = tokensOf(await store.sync(call("y", 1, [entry("k", { want: 10 })], "v2"), T0 + 1020));
     expect(late).toMatchObject({ tokens: 0, used: [10] });
@@ -410,7 +411,7 @@ describe("review 11: strict's W/100 spent buckets and keys under another layout"
 
   // The same with a clock gone back 300 ms (outside the 10 ms the contract assumes, but the same-layout path
   // writes to the ring's bucket whatever the caller's clock says): the conversion takes every count 300 ms early.
-  it.fails("strict: a lease change converted by a caller whose clock went back 300 ms keeps the spend until T0 + 1030", async () => {
+  it("strict: a lease change converted by a caller whose clock went back 300 ms keeps the spend in its windows", async () => {
     const { store, change } = await storeWith(strict([{ windowMs: 1000, max: 10 }], 50));
     expect(tokensOf(await store.sync(call("x", 1, [entry("k", { want: 10 })]), T0 + 320)).tokens).toBe(10);
     await store.sync(call("x", 2, [entry("k", { usage: [[T0 + 320, 10]] })]), T0 + 322);
@@ -420,17 +421,17 @@ describe("review 11: strict's W/100 spent buckets and keys under another layout"
     expect(late).toMatchObject({ tokens: 0, used: [10] });
   });
 
-  it("strict: the same lease change converted by a caller with the right clock keeps the spend until T0 + 1030", async () => {
+  it("strict: the same lease change converted by a caller with the right clock keeps the spend until T0 + 1040 (W and one bucket for clocks)", async () => {
     const { store, change } = await storeWith(strict([{ windowMs: 1000, max: 10 }], 50));
     expect(tokensOf(await store.sync(call("x", 1, [entry("k", { want: 10 })]), T0 + 20)).tokens).toBe(10);
     await store.sync(call("x", 2, [entry("k", { usage: [[T0 + 20, 10]] })]), T0 + 22);
     await change(strict([{ windowMs: 1000, max: 10 }], 200));
     await store.sync(call("z", 1, [entry("k")], "v2"), T0 + 23);
-    for (const [i, t] of [1020, 1029].entries()) {
+    for (const [i, t] of [1020, 1039].entries()) {
       const reply = tokensOf(await store.sync(call("y", i + 1, [entry("k", { want: 10 })], "v2"), T0 + t));
       expect([t, reply]).toMatchObject([t, { tokens: 0, used: [10] }]);
     }
-    const freed = tokensOf(await store.sync(call("y", 3, [entry("k", { want: 10 })], "v2"), T0 + 1030));
+    const freed = tokensOf(await store.sync(call("y", 3, [entry("k", { want: 10 })], "v2"), T0 + 1040));
     expect(freed.tokens).toBeGreaterThan(0);
     expect(freed.used).toEqual([freed.tokens]);
   });
@@ -507,10 +508,10 @@ describe("review 11: strict's W/100 spent buckets and keys under another layout"
   });
 
   // Found while probing windows the wire accepts (not this change's: approximate's buckets are as before): an
-  // approximate window over W/50 buckets that is not whole (1001 ms: a span of 21.02) lets no count go while
-  // its ring moves on by less than its size (`b - span` is not a bucket: the wrong slot is taken off), so a
-  // key synced often stays full.
-  it.fails("approximate: a window of 1001 ms lets usage go once it is older than the window", async () => {
+  // approximate window over W/50 buckets that is not whole (1001 ms: a span of 21.02) let no count go while
+  // its ring moved on by less than its size (`b - span` is not a bucket: the wrong slot was taken off), so a
+  // key synced often stayed full. Fixed: the span is rounded up.
+  it("approximate: a window of 1001 ms lets usage go once it is older than the window", async () => {
     // the same syncs under 1000 ms and 1001 ms: the 7 used at T0 + 10 leave both windows by T0 + 1100; what
     // stays is the reservation of 1 made at each sync (nothing offered, as much left as instances)
     const usedAfter = async (windowMs: number) => {
@@ -526,7 +527,7 @@ describe("review 11: strict's W/100 spent buckets and keys under another layout"
     expect(await usedAfter(1001)).toEqual([1]);
   });
 
-  it("strict: the spent ring moved on by 1 to 102 buckets in one sync keeps exactly the spends of its last 101 buckets", async () => {
+  it("strict: the spent ring moved on by 1 to 102 buckets in one sync keeps exactly the spends of its last 102 buckets (W and one for clocks)", async () => {
     for (const moved of [1, 2, 3, 50, 99, 100, 101, 102]) {
       const { store } = await storeWith(strict([{ windowMs: 1000, max: 1000 }], 50));
       // a spend of 1 in each of 101 buckets of 10 ms (T0 + 5, + 15, ...), each reported when made
@@ -542,17 +543,16 @@ describe("review 11: strict's W/100 spent buckets and keys under another layout"
       const last = T0 + 5 + 10 * 100;
       const at = last + 10 * moved;
       const current = Math.floor(at / 10);
-      const expected = spentAt.filter((t) => Math.floor(t / 10) > current - 101).length;
+      const expected = spentAt.filter((t) => Math.floor(t / 10) > current - 102).length;
       const reply = tokensOf(await store.sync(call("y", 1, [entry("k")]), at));
       expect([moved, reply.used]).toEqual([moved, [expected]]);
     }
   });
 
-  // Defect: a converted key keeps its stored expiry mark, so the conversion does not push its expiry to the
-  // new layout's (KEY_TTL is pushed only when the mark is 1 s old). A limit of a day added to a rule of 1 s:
-  // the key still expires ~3 s after the old mark, taking the day window's counts (spends made after the
-  // conversion included) with it. Before, the key started again: a new key, expiry set at once.
-  it.fails("strict: a day limit added to a key (converted within a second of its expiry mark) keeps the day's spends past the old layout's expiry", async () => {
+  // Found by the review: a converted key kept its stored expiry mark, so the conversion did not push its
+  // expiry to the new layout's (KEY_TTL was pushed only when the mark was 1 s old). A limit of a day added to
+  // a rule of 1 s: the key still expired ~3 s after the old mark, taking the day window's counts with it.
+  it("strict: a day limit added to a key (converted within a second of its expiry mark) keeps the day's spends past the old layout's expiry", async () => {
     const { store, change, stateKey } = await storeWith(strict([{ windowMs: 1000, max: 10 }], 50));
     expect(tokensOf(await store.sync(call("x", 1, [entry("k", { want: 5 })]), T0)).tokens).toBe(5);
     await change(
@@ -582,13 +582,12 @@ describe("review 11: strict's W/100 spent buckets and keys under another layout"
       ),
       T0 + 200,
     );
-    // the key's expiry is still the old layout's (under 3.2 s), not a day's
-    const ttl = await cluster.pttl(stateKey("k"));
-    await new Promise((resolve) => setTimeout(resolve, ttl + 200));
-    // 5 s later the day window still holds the 10 spent
+    // the key's expiry is the new layout's (a day and more), not the old one's (under 3.2 s): the day window's
+    // 10 spent outlive the old expiry
+    expect(await cluster.pttl(stateKey("k"))).toBeGreaterThan(86_400_000);
     const day = tokensOf(await store.sync(call("y", 1, [entry("k")], "v2"), T0 + 5000));
     expect(day.used[1]).toBeGreaterThanOrEqual(10);
-  }, 15_000);
+  });
 
   it("keys the b3 script wrote, of several shapes (two strict limits, 2 s strict, three approximate windows, a 10 s strict one), keep at least what each window held", async () => {
     const rules = [

@@ -2,7 +2,7 @@
 // counted event and window sums recomputed from it. Property tests compare the script to it.
 import type { QuotaRule, SyncRequest } from "../../sdk/src/wire.ts";
 
-/** lua/quota-sync.lua's margin for callers' clocks: a stamped spend is dated this much later. */
+/** lua/quota-sync.lua's margin for callers' clocks: spent tokens count over W plus at least this much. */
 export const STAMP_SKEW_MS = 10;
 
 /**
@@ -15,8 +15,10 @@ export function windowShape(
   windowMs: number,
 ): { bucketMs: number; span: number; spentBucketMs: number; spentSpan: number } {
   const bucketMs = windowMs <= 5000 ? 50 : windowMs / 100;
-  const span = rule.mode === "strict" ? Math.ceil((windowMs + rule.leaseMs) / bucketMs) + 1 : windowMs / bucketMs + 1;
-  return { bucketMs, span, spentBucketMs: windowMs / 100, spentSpan: 101 };
+  const span =
+    rule.mode === "strict" ? Math.ceil((windowMs + rule.leaseMs) / bucketMs) + 1 : Math.ceil(windowMs / bucketMs) + 1;
+  const spentBucketMs = windowMs / 100;
+  return { bucketMs, span, spentBucketMs, spentSpan: 101 + Math.ceil(STAMP_SKEW_MS / spentBucketMs) };
 }
 
 interface Event {
@@ -86,8 +88,7 @@ export class QuotaModel {
 
   /**
    * strict: tokens of the grant made at `grantedAt` reported spent at `now`, `ago` ms before the request
-   * was sent: out of the grant, counted from now - ago + STAMP_SKEW_MS and never before the grant (from now
-   * without an age, or with one of STAMP_SKEW_MS or less).
+   * was sent: out of the grant, counted from now - ago and never before the grant (from now without an age).
    */
   addSpent(key: string, now: number, grantedAt: number, count: number, ago = 0): void {
     const latest = this.latest.get(key)!;
@@ -98,7 +99,7 @@ export class QuotaModel {
     });
     this.events(key).push({ at, count: -count });
     // the script's ring never moves back: a stamp past its latest bucket lands in that bucket
-    const stamped = ago > STAMP_SKEW_MS ? Math.max(now - ago + STAMP_SKEW_MS, at) : latest;
+    const stamped = ago > 0 ? Math.max(now - ago, at) : latest;
     this.events(key).push({ at: Math.min(stamped, latest), count, spentFor });
   }
 
