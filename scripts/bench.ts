@@ -561,10 +561,13 @@ async function rlfServer(rlf: RateLimiterRedis): Promise<{ url: string; stop(): 
     request.on("end", () => {
       const { key } = JSON.parse(text) as { key: string };
       rlf.consume(key).then(
-        (res) =>
+        (res) => {
+          // with its length, as the local Function URL server answers (not in chunked transfer coding)
+          const reply = JSON.stringify({ allowed: true, remaining: res.remainingPoints });
           response
-            .writeHead(200, { "content-type": "application/json" })
-            .end(JSON.stringify({ allowed: true, remaining: res.remainingPoints })),
+            .writeHead(200, { "content-type": "application/json", "content-length": String(Buffer.byteLength(reply)) })
+            .end(reply);
+        },
         () => response.writeHead(429).end(),
       );
     });
