@@ -502,6 +502,24 @@ interface LoadResult {
   ok: number;
   statuses: string;
   codes: Record<string, number>;
+  /** Answers counted by autocannon. */
+  requests: number;
+  /**
+   * CPU per request of this process (every server under load runs in it, one at a time) and of the
+   * primaries (INFO cpu): on 2 cores what the load around a run moves least, where requests/s move most.
+   */
+  serverUs: number;
+  redisUs: number;
+}
+
+/** `load`, with this process's and the primaries' CPU time per request over the run. */
+async function measuredLoad(url: string, body: string, seconds: number, primaries: Redis[]): Promise<LoadResult> {
+  const redisBefore = await cpuSeconds(primaries);
+  const before = process.cpuUsage();
+  const result = await load(url, body, seconds);
+  const cpu = process.cpuUsage(before);
+  const redis = (await cpuSeconds(primaries)) - redisBefore;
+  return { ...result, serverUs: (cpu.user + cpu.system) / result.requests, redisUs: (redis * 1e6) / result.requests };
 }
 
 async function load(url: string, body: string, seconds = 10): Promise<LoadResult> {
@@ -511,7 +529,7 @@ async function load(url: string, body: string, seconds = 10): Promise<LoadResult
     { timeout: 60_000, maxBuffer: 16 * 1024 * 1024 },
   );
   const report = JSON.parse(stdout) as {
-    requests: { average: number };
+    requests: { average: number; total: number };
     latency: { p99: number };
     errors: number;
     non2xx: number;
@@ -527,6 +545,9 @@ async function load(url: string, body: string, seconds = 10): Promise<LoadResult
     ok: codes["200"] ?? 0,
     statuses: statusText(codes),
     codes,
+    requests: report.requests.total,
+    serverUs: Number.NaN,
+    redisUs: Number.NaN,
   };
 }
 
@@ -540,9 +561,15 @@ function combined(runs: LoadResult[]): LoadResult & { rates: number[] } {
   const codes: Record<string, number> = {};
   for (const run of runs)
     for (const [code, count] of Object.entries(run.codes)) codes[code] = (codes[code] ?? 0) + count;
+  const requests = runs.reduce((sum, run) => sum + run.requests, 0);
+  const perRequest = (cost: (run: LoadResult) => number) =>
+    runs.reduce((sum, run) => sum + cost(run) * run.requests, 0) / requests;
   return {
     rps: runs.reduce((sum, run) => sum + run.rps, 0) / runs.length,
     rates: runs.map((run) => run.rps),
+    requests,
+    serverUs: perRequest((run) => run.serverUs),
+    redisUs: perRequest((run) => run.redisUs),
     p99: Math.max(...runs.map((run) => run.p99)),
     errors: runs.reduce((sum, run) => sum + run.errors, 0),
     ok: codes["200"] ?? 0,
@@ -561,10 +588,13 @@ async function rlfServer(rlf: RateLimiterRedis): Promise<{ url: string; stop(): 
     request.on("end", () => {
       const { key } = JSON.parse(text) as { key: string };
       rlf.consume(key).then(
-        (res) =>
+        (res) => {
+          // with its length, as the local Function URL server answers (not in chunked transfer coding)
+          const reply = JSON.stringify({ allowed: true, remaining: res.remainingPoints });
           response
-            .writeHead(200, { "content-type": "application/json" })
-            .end(JSON.stringify({ allowed: true, remaining: res.remainingPoints })),
+            .writeHead(200, { "content-type": "application/json", "content-length": String(Buffer.byteLength(reply)) })
+            .end(reply);
+        },
         () => response.writeHead(429).end(),
       );
     });
@@ -590,6 +620,9 @@ async function runCheckApi(): Promise<string[]> {
     queuePrefix: "bench-check",
     environment: { KEY_NAMESPACE: `bench-check-${Date.now()}` },
     checkApiConcurrency: 32,
+    // no campaign queue here: its poller's long polls cost this process 2 % of a core, which the CPU per
+    // request of every server measured in it would carry
+    poll: false,
   });
   const servers: { stop(): Promise<void> }[] = [];
   try {
@@ -736,6 +769,7 @@ async function runCheckApi(): Promise<string[]> {
       max: 1_000_000_000,
       windowMs: 365 * DAY,
     });
+    const primaries = (first as (typeof stack.checkApiEnvironments)[number]).cluster.nodes("master");
     // the servers take turns, 5 s each, twice: load from outside this run falls on all of them alike
     const runs: Record<"ours" | "plain" | "pipelined" | "lambda", LoadResult[]> = {
       ours: [],
@@ -744,10 +778,10 @@ async function runCheckApi(): Promise<string[]> {
       lambda: [],
     };
     for (let round = 0; round < 2; round++) {
-      runs.ours.push(await load(`${stack.endpoints.functionUrl}/v1/limit`, body, 5));
-      runs.plain.push(await load(rlfServers.plain, body, 5));
-      runs.pipelined.push(await load(rlfServers.pipelined, body, 5));
-      runs.lambda.push(await load(rlfLambda.url, body, 5));
+      runs.ours.push(await measuredLoad(`${stack.endpoints.functionUrl}/v1/limit`, body, 5, primaries));
+      runs.plain.push(await measuredLoad(rlfServers.plain, body, 5, primaries));
+      runs.pipelined.push(await measuredLoad(rlfServers.pipelined, body, 5, primaries));
+      runs.lambda.push(await measuredLoad(rlfLambda.url, body, 5, primaries));
     }
     const ours = combined(runs.ours);
     const theirsLambda = combined(runs.lambda);
@@ -813,16 +847,22 @@ async function runCheckApi(): Promise<string[]> {
     const httpRatio = ours.rps / theirs.rps;
     const lambdaRatio = ours.rps / theirsLambda.rps;
     const verdict = (met: boolean) => (met ? "met" : "not met");
+    const us = (value: number) => `${value.toFixed(0)} µs`;
+    /** theirs / ours, CPU per request (the server's, Redis', or both): above 1 when ours costs less. */
+    const cpuRatio = (theirs: LoadResult, ours: LoadResult, part?: "serverUs" | "redisUs") => {
+      const cost = (run: LoadResult) => (part ? run[part] : run.serverUs + run.redisUs);
+      return `${(cost(theirs) / cost(ours)).toFixed(2)}×`;
+    };
     return [
       `Measured ${new Date().toISOString().slice(0, 10)} by \`npm run bench\`, load average ${loadavg()[0]?.toFixed(1)} at the end of the section.`,
       "",
       "| Target | This run |",
       "|---|---|",
       `| Handler layer: handler throughput / \`Limiter.check\` throughput, ${n32} execution environments, ≥ 0.8 | ${handlerLayer.toFixed(2)} (rounds ${span(perRound(layers.handler.rates, layers.limiterPerEnvironment.rates))}; by CPU per call ${(layers.limiterPerEnvironment.cpuUs / layers.handler.cpuUs).toFixed(2)}): ${verdict(handlerLayer >= 0.8)} |`,
-      `| HTTP: local Function URL server / rate-limiter-flexible behind a minimal server ≥ 0.7× | ${httpRatio.toFixed(2)}× (rounds ${span(perRound(ours.rates, theirs.rates))}×): ${verdict(httpRatio >= 0.7)} |`,
+      `| HTTP: local Function URL server / rate-limiter-flexible behind a minimal server ≥ 0.7× | ${httpRatio.toFixed(2)}× (rounds ${span(perRound(ours.rates, theirs.rates))}×; by CPU per request, server and Redis: ${cpuRatio(theirs, ours)}): ${verdict(httpRatio >= 0.7)} |`,
       `| What the ${n32} Lambda-like environments cost: \`Limiter.check\` on ${n32} clients / on one | ${(layers.limiterPerEnvironment.rps / layers.limiter.rps).toFixed(2)}× (rounds ${span(perRound(layers.limiterPerEnvironment.rates, layers.limiter.rates))}×; by CPU per call ${(layers.limiter.cpuUs / layers.limiterPerEnvironment.cpuUs).toFixed(2)}×) |`,
       `| The same for rate-limiter-flexible: \`consume\` on ${n32} clients / on one | ${(layers.rlfPerEnvironment.rps / layers.rlf.rps).toFixed(2)}× (rounds ${span(perRound(layers.rlfPerEnvironment.rates, layers.rlf.rates))}×; by CPU per call ${(layers.rlf.cpuUs / layers.rlfPerEnvironment.cpuUs).toFixed(2)}×) |`,
-      `| HTTP, both in the same ${n32} Lambda-like environments: local Function URL server, check API / rate-limiter-flexible | ${lambdaRatio.toFixed(2)}× (rounds ${span(perRound(ours.rates, theirsLambda.rates))}×) |`,
+      `| HTTP, both in the same ${n32} Lambda-like environments: local Function URL server, check API / rate-limiter-flexible | ${lambdaRatio.toFixed(2)}× (rounds ${span(perRound(ours.rates, theirsLambda.rates))}×; by CPU per request, server and Redis: ${cpuRatio(theirsLambda, ours)}) |`,
       "",
       "2,000 sequential requests per row after 200 warm-up ones (1,000 for a fresh block), the handler called in process (payload 2.0 events, middy, Powertools), on the bench cluster.",
       "",
@@ -830,16 +870,16 @@ async function runCheckApi(): Promise<string[]> {
       "|---|---|---|",
       ...rows,
       "",
-      `Over HTTP on loopback, autocannon in its own process (32 connections), one key, a limit never reached, the servers taking turns (5 s each, 2 rounds; mean rate, rounds in brackets); the check API runs ${n32} execution environments, one invocation each at a time, as Lambda would; rate-limiter-flexible runs on plain ioredis clients of its own, and the faster is the baseline:`,
+      `Over HTTP on loopback, autocannon in its own process (32 connections), one key, a limit never reached, the servers taking turns (5 s each, 2 rounds; mean rate, rounds in brackets); the check API runs ${n32} execution environments, one invocation each at a time, as Lambda would; rate-limiter-flexible runs on plain ioredis clients of its own, and the faster is the baseline. CPU per request: this Node process's (every server runs in it, one under load at a time) and the primaries' (INFO cpu), over the same runs: what load from outside the run moves least:`,
       "",
-      "| Server | Requests/s | p99 | Answers |",
-      "|---|---|---|---|",
-      `| Tollgate local Function URL server, POST /v1/limit fixed-window | ${n(ours.rps)} (${ours.rates.map(n).join(", ")}) | ${ours.p99} ms | ${ours.statuses}; ${n(charged)} charged |`,
-      `| rate-limiter-flexible \`RateLimiterRedis.consume\` behind a minimal Node HTTP server, ioredis defaults${baseline === "plain" ? " (baseline)" : ""} | ${n(theirsPlain.rps)} (${theirsPlain.rates.map(n).join(", ")}) | ${theirsPlain.p99} ms | ${theirsPlain.statuses} |`,
-      `| the same, ioredis autopipelining${baseline === "pipelined" ? " (baseline)" : ""} | ${n(theirsPipelined.rps)} (${theirsPipelined.rates.map(n).join(", ")}) | ${theirsPipelined.p99} ms | ${theirsPipelined.statuses} |`,
-      `| Ratio | ${httpRatio.toFixed(2)}× | | |`,
-      `| rate-limiter-flexible \`consume\` in ${n32} Lambda-like environments behind the same local Function URL server (one plain client each, one invocation each at a time) | ${n(theirsLambda.rps)} (${theirsLambda.rates.map(n).join(", ")}) | ${theirsLambda.p99} ms | ${theirsLambda.statuses} |`,
-      `| Ratio, both in the same environments | ${lambdaRatio.toFixed(2)}× | | |`,
+      "| Server | Requests/s | p99 | Server CPU per request | Redis CPU per request | Answers |",
+      "|---|---|---|---|---|---|",
+      `| Tollgate local Function URL server, POST /v1/limit fixed-window | ${n(ours.rps)} (${ours.rates.map(n).join(", ")}) | ${ours.p99} ms | ${us(ours.serverUs)} | ${us(ours.redisUs)} | ${ours.statuses}; ${n(charged)} charged |`,
+      `| rate-limiter-flexible \`RateLimiterRedis.consume\` behind a minimal Node HTTP server, ioredis defaults${baseline === "plain" ? " (baseline)" : ""} | ${n(theirsPlain.rps)} (${theirsPlain.rates.map(n).join(", ")}) | ${theirsPlain.p99} ms | ${us(theirsPlain.serverUs)} | ${us(theirsPlain.redisUs)} | ${theirsPlain.statuses} |`,
+      `| the same, ioredis autopipelining${baseline === "pipelined" ? " (baseline)" : ""} | ${n(theirsPipelined.rps)} (${theirsPipelined.rates.map(n).join(", ")}) | ${theirsPipelined.p99} ms | ${us(theirsPipelined.serverUs)} | ${us(theirsPipelined.redisUs)} | ${theirsPipelined.statuses} |`,
+      `| Ratio | ${httpRatio.toFixed(2)}× | | ${cpuRatio(theirs, ours, "serverUs")} | ${cpuRatio(theirs, ours, "redisUs")} | |`,
+      `| rate-limiter-flexible \`consume\` in ${n32} Lambda-like environments behind the same local Function URL server (one plain client each, one invocation each at a time) | ${n(theirsLambda.rps)} (${theirsLambda.rates.map(n).join(", ")}) | ${theirsLambda.p99} ms | ${us(theirsLambda.serverUs)} | ${us(theirsLambda.redisUs)} | ${theirsLambda.statuses} |`,
+      `| Ratio, both in the same environments | ${lambdaRatio.toFixed(2)}× | | ${cpuRatio(theirsLambda, ours, "serverUs")} | ${cpuRatio(theirsLambda, ours, "redisUs")} | |`,
       "",
       "The same request in process, 32 in flight, layer by layer, the layers taking turns (1 s each, 5 rounds) (CPU: this Node process's, per call; Redis runs in its own processes). The handler's event is built once: the Lambda runtime builds it, not the handler.",
       "",

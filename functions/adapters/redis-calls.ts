@@ -124,34 +124,57 @@ export class RedisCalls {
       });
   }
 
-  private async attempts<T>(
+  private attempts<T>(what: string, send: () => Promise<T>, options: CallOptions, deadlineMs: number): Promise<T> {
+    // performance.now(), not Date.now(): the deadline must not move with the wall clock
+    const deadline = performance.now() + deadlineMs;
+    // the usual case, a ready client: its first attempt without an async function's promise and ticks, and
+    // without a promise to wait on for readiness
+    if (this.cluster.status !== "ready") return this.retried(what, send, options, deadline, undefined);
+    return this.attempt(send, deadline).catch((error: unknown) =>
+      this.retried(what, send, options, deadline, classifyRedisError(error, what)),
+    );
+  }
+
+  /** One attempt on a ready connection; `inFlight` counts it until it settles (reply, error or deadline). */
+  private attempt<T>(send: () => Promise<T>, deadline: number): Promise<T> {
+    if (this.inFlight > 0) this.coalesceWrites();
+    this.inFlight++;
+    let sent: Promise<T>;
+    try {
+      sent = send();
+    } catch (error) {
+      this.inFlight--;
+      return Promise.reject(error);
+    }
+    return withDeadline(sent, deadline - performance.now(), () => {
+      this.inFlight--;
+    });
+  }
+
+  /** The attempts after `failure` (the first one's, or none yet: the client was not ready), until the deadline. */
+  private async retried<T>(
     what: string,
     send: () => Promise<T>,
     options: CallOptions,
-    deadlineMs: number,
+    deadline: number,
+    failure: Error | undefined,
   ): Promise<T> {
-    // performance.now(), not Date.now(): the deadline must not move with the wall clock
-    const deadline = performance.now() + deadlineMs;
     let backoff: IBackoff<unknown> | undefined;
     for (;;) {
-      let failure: Error;
-      // the usual case, a ready client, without a promise to wait on
-      if (this.cluster.status === "ready" || (await this.whenReady(deadline - performance.now()))) {
-        try {
-          if (this.inFlight > 0) this.coalesceWrites();
-          this.inFlight++;
-          return await withDeadline(send(), deadline - performance.now());
-        } catch (error) {
-          failure = classifyRedisError(error, what);
-        } finally {
-          this.inFlight--;
+      if (failure === undefined) {
+        if (this.cluster.status === "ready" || (await this.whenReady(deadline - performance.now()))) {
+          try {
+            return await this.attempt(send, deadline);
+          } catch (error) {
+            failure = classifyRedisError(error, what);
+          }
+        } else {
+          // Not handed to ioredis while it has no ready connection: its offline queue would send the
+          // command after this caller gave up (a charge landing after a 503).
+          failure = new StoreUnavailableError(`${what}: not sent: no ready connection to the cluster`, {
+            mayHaveRun: false,
+          });
         }
-      } else {
-        // Not handed to ioredis while it has no ready connection: its offline queue would send the
-        // command after this caller gave up (a charge landing after a 503).
-        failure = new StoreUnavailableError(`${what}: not sent: no ready connection to the cluster`, {
-          mayHaveRun: false,
-        });
       }
       const retryable =
         failure instanceof StoreUnavailableError && (options.retryOn === "no-answer" || !failure.mayHaveRun);
@@ -162,6 +185,7 @@ export class RedisCalls {
       // attempt goes out on a fresh slot map
       this.cluster.refreshSlotsCache();
       await sleep(backoff.duration);
+      failure = undefined;
     }
   }
 
@@ -241,32 +265,41 @@ export function hashTagOf(key: string): string {
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 /**
- * Rejects when `promise` has not settled `ms` after the call. A busy event loop runs due timers before it
+ * Rejects when `promise` has not settled `ms` after the call; `settled` is called once either way. A busy event loop runs due timers before it
  * reads its sockets, so a reply that arrived in time would lose to its own deadline (and the request,
  * charged, would be told "no reply"): the deadline reads pending I/O once (setImmediate runs after the
  * poll phase) before it gives up.
  */
-function withDeadline<T>(promise: Promise<T>, ms: number): Promise<T> {
+function withDeadline<T>(promise: Promise<T>, ms: number, settled: () => void): Promise<T> {
   // one promise and one timer, no Promise.race/finally: this wraps every call, and the race's extra
   // promises cost more than a rate-limit check's own work
   return new Promise<T>((resolve, reject) => {
     let immediate: NodeJS.Immediate | undefined;
+    let done = false;
     const timer = setTimeout(
       () => {
-        immediate = setImmediate(() => reject(new Error(`no reply within ${Math.round(Math.max(ms, 0))} ms`)));
+        immediate = setImmediate(() => {
+          done = true;
+          settled();
+          reject(new Error(`no reply within ${Math.round(Math.max(ms, 0))} ms`));
+        });
       },
       Math.max(ms, 0),
     );
+    const answered = () => {
+      clearTimeout(timer);
+      clearImmediate(immediate);
+      if (done) return false;
+      done = true;
+      settled();
+      return true;
+    };
     promise.then(
       (value) => {
-        clearTimeout(timer);
-        clearImmediate(immediate);
-        resolve(value);
+        if (answered()) resolve(value);
       },
       (error: unknown) => {
-        clearTimeout(timer);
-        clearImmediate(immediate);
-        reject(error);
+        if (answered()) reject(error);
       },
     );
   });

@@ -8,7 +8,7 @@ import middy from "@middy/core";
 import type { APIGatewayProxyEventV2, Context } from "aws-lambda";
 import type { SyncReply } from "../../sdk/src/wire.ts";
 import type { FrequencyResult } from "../core/capping/frequency.ts";
-import type { LimitSpec } from "../core/limits/limit-specs.ts";
+import type { LimitResult, LimitSpec } from "../core/limits/limit-specs.ts";
 import type { Limiter } from "../core/limits/limiter.ts";
 import { cacheIdentity, type NegativeCache } from "../core/limits/negative-cache.ts";
 import {
@@ -98,15 +98,19 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
     : {};
   const routes: Routes = {
     "/v1/limit": {
-      POST: async (body) => {
+      // not async: a then on the decision, not an await in an async function (the promises and ticks of
+      // one more async layer on every check)
+      POST: (body) => {
         const request = limiter.validate(body);
         const identity = negativeCache ? cacheIdentity(request) : undefined;
         const cached = identity ? negativeCache?.get(identity) : undefined;
+        const answer = (reply: LimitResult) => {
+          if (identity && !cached) negativeCache?.remember(identity, reply);
+          count(request.algorithm, reply);
+          return json(200, reply, rateLimitHeaders(reply, decidedAt(body), [request]));
+        };
         // a cached denial is the same reply as the fresh denial it repeats
-        const reply = cached ?? (await limiter.decide(request));
-        if (identity && !cached) negativeCache?.remember(identity, reply);
-        count(request.algorithm, reply);
-        return json(200, reply, rateLimitHeaders(reply, decidedAt(body), [request]));
+        return cached ? Promise.resolve(answer(cached)) : limiter.decide(request).then(answer);
       },
     },
     "/v1/limits": {
@@ -137,7 +141,9 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
     },
   };
 
-  const handler = async (event: APIGatewayProxyEventV2, context: Context): Promise<HttpResponse> => {
+  // Not async: a request's refusals and faults, thrown before its action's promise or rejecting it, are
+  // answered by `failed`; an async handler awaiting the action cost one more promise layer per request.
+  const handler = (event: APIGatewayProxyEventV2, context: Context): Promise<HttpResponse> => {
     add("requests");
     let body: Record<string, unknown> = {};
     try {
@@ -147,49 +153,54 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
         body = parseJsonObject(event);
         checkOnStoreError(body);
       }
-      return await action(body);
+      return action(body).catch((error: unknown) => failed(error, event, body));
     } catch (error) {
-      const refused = refusal(error);
-      if (refused) return refused;
-      if (error instanceof StoreUnavailableError) {
-        add("storeErrors");
-        logger.warn("store unavailable", { path: event.rawPath, error: error.message });
-        // `maybeCounted`: the command reached Redis before the answer was given up, so it may have run
-        const maybeCounted = error.mayHaveRun;
-        if (body.onStoreError === "allow") {
-          add("allowedOnStoreError");
-          return json(200, { allowed: true, reason: "store_unavailable", maybeCounted });
-        }
-        return json(
-          503,
-          {
-            error: {
-              code: "store_unavailable",
-              message: `the counter store did not answer in time; ${maybeCounted ? "the request may have been counted" : "nothing was counted"}`,
-              maybeCounted,
-            },
-          },
-          { "retry-after": "1" },
-        );
-      }
-      if (error instanceof RulesUnavailableError) {
-        add("rulesUnavailable");
-        logger.error("no valid rules loaded", { path: event.rawPath, error: error.message });
-        return json(
-          503,
-          { error: { code: "rules_unavailable", message: "no valid capping policy is loaded" } },
-          { "retry-after": "5" },
-        );
-      }
-      // Redis answered with an error (StoreReplyError) or a bug: never fail-open, whatever onStoreError says
-      if (error instanceof StoreReplyError) add("storeReplyErrors");
-      logger.error("check failed", {
-        path: event.rawPath,
-        error: error as Error,
-        ...(error instanceof StoreReplyError ? { reply: error.reply } : {}),
-      });
-      return json(500, { error: { code: "internal_error", message: "internal error" } });
+      return Promise.resolve(failed(error, event, body));
     }
+  };
+
+  /** The answer to a request that threw or rejected with `error`: a refusal (4xx), or a fault (503, 500). */
+  const failed = (error: unknown, event: APIGatewayProxyEventV2, body: Record<string, unknown>): HttpResponse => {
+    const refused = refusal(error);
+    if (refused) return refused;
+    if (error instanceof StoreUnavailableError) {
+      add("storeErrors");
+      logger.warn("store unavailable", { path: event.rawPath, error: error.message });
+      // `maybeCounted`: the command reached Redis before the answer was given up, so it may have run
+      const maybeCounted = error.mayHaveRun;
+      if (body.onStoreError === "allow") {
+        add("allowedOnStoreError");
+        return json(200, { allowed: true, reason: "store_unavailable", maybeCounted });
+      }
+      return json(
+        503,
+        {
+          error: {
+            code: "store_unavailable",
+            message: `the counter store did not answer in time; ${maybeCounted ? "the request may have been counted" : "nothing was counted"}`,
+            maybeCounted,
+          },
+        },
+        { "retry-after": "1" },
+      );
+    }
+    if (error instanceof RulesUnavailableError) {
+      add("rulesUnavailable");
+      logger.error("no valid rules loaded", { path: event.rawPath, error: error.message });
+      return json(
+        503,
+        { error: { code: "rules_unavailable", message: "no valid capping policy is loaded" } },
+        { "retry-after": "5" },
+      );
+    }
+    // Redis answered with an error (StoreReplyError) or a bug: never fail-open, whatever onStoreError says
+    if (error instanceof StoreReplyError) add("storeReplyErrors");
+    logger.error("check failed", {
+      path: event.rawPath,
+      error: error as Error,
+      ...(error instanceof StoreReplyError ? { reply: error.reply } : {}),
+    });
+    return json(500, { error: { code: "internal_error", message: "internal error" } });
   };
 
   // No early-timeout timer per invocation: every Redis call has its own deadline (CHECK_TIMEOUT_MS),

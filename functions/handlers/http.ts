@@ -3,7 +3,7 @@
 import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2 } from "aws-lambda";
 import { MAX_SYNC_BODY_BYTES } from "../../sdk/src/wire.ts";
 import { ValidationError } from "../core/shared/errors.ts";
-import { duplicateMember } from "./json-members.ts";
+import { repeatedMember } from "./json-members.ts";
 
 /** Every route's body limit: the quota wire protocol's, which the SDK sizes its sync requests against. */
 export const MAX_BODY_BYTES = MAX_SYNC_BODY_BYTES;
@@ -38,7 +38,8 @@ export const json = (status: number, body: unknown, headers: Record<string, stri
 export function parseJsonObject(event: APIGatewayProxyEventV2): Record<string, unknown> {
   const raw = event.body ?? "";
   const text = event.isBase64Encoded ? Buffer.from(raw, "base64").toString("utf8") : raw;
-  if (Buffer.byteLength(text) > MAX_BODY_BYTES)
+  // a UTF-16 code unit is at most 3 bytes of UTF-8: a short text is not counted (a call into C++ per request)
+  if (text.length > MAX_BODY_BYTES / 3 && Buffer.byteLength(text) > MAX_BODY_BYTES)
     throw new HttpError(413, "payload_too_large", `body over ${MAX_BODY_BYTES} bytes`);
   let body: unknown;
   try {
@@ -48,7 +49,7 @@ export function parseJsonObject(event: APIGatewayProxyEventV2): Record<string, u
   }
   if (typeof body !== "object" || body === null || Array.isArray(body))
     throw new HttpError(400, "invalid_request", "expected a JSON object", "body");
-  const repeated = duplicateMember(text);
+  const repeated = repeatedMember(text, body);
   if (repeated !== undefined) throw new HttpError(400, "invalid_request", `${repeated}: given twice`, repeated);
   return body as Record<string, unknown>;
 }

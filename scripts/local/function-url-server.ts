@@ -63,8 +63,16 @@ export async function startFunctionUrlServer(
         return;
       }
       const result = await handler(toEvent(request, body), lambdaContext(30_000, FUNCTION_NAME, qualifier));
-      response.writeHead(result.statusCode ?? 200, result.headers as Record<string, string>);
-      response.end(result.isBase64Encoded ? Buffer.from(result.body ?? "", "base64") : (result.body ?? ""));
+      const payload = result.isBase64Encoded ? Buffer.from(result.body ?? "", "base64") : (result.body ?? "");
+      // A Function URL buffers the function's whole result: the body goes out with its length, head and
+      // body in one write, not in chunked transfer coding (a head, then a chunk, its size and the last one).
+      // Not for HEAD, whose length is the GET's (RFC 9110), which the empty body here does not tell.
+      const headers =
+        request.method === "HEAD"
+          ? result.headers
+          : Object.assign({ "content-length": String(Buffer.byteLength(payload)) }, result.headers);
+      response.writeHead(result.statusCode ?? 200, headers as Record<string, string>);
+      response.end(payload);
     } catch (error) {
       response
         .writeHead(502, { "content-type": "application/json" })

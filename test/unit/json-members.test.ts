@@ -2,7 +2,7 @@
 // cannot repeat a member) never is, whatever its strings hold.
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { duplicateMember } from "../../functions/handlers/json-members.ts";
+import { duplicateMember, repeatedMember } from "../../functions/handlers/json-members.ts";
 
 /** `object` as JSON with `name` written a second time as its last member. */
 const withRepeat = (object: Record<string, unknown>, name: string) =>
@@ -37,5 +37,31 @@ describe("duplicateMember", () => {
     expect(duplicateMember('{"key":"a","\\u006bey":"b"}')).toBe("key");
     expect(duplicateMember('{"a":{"key":1},"b":{"key":2},"key":3}')).toBeUndefined();
     expect(duplicateMember('{"a":"\\"key\\":","key":1}')).toBeUndefined();
+  });
+
+  it("counts before it scans: repeatedMember answers as duplicateMember does, on any JSON and any repeat", () => {
+    const repeatedIn = (text: string) => repeatedMember(text, JSON.parse(text));
+    fc.assert(
+      fc.property(fc.jsonValue(), (value) => {
+        expect(repeatedIn(JSON.stringify(value))).toBeUndefined();
+        expect(repeatedIn(JSON.stringify(value, null, 2))).toBeUndefined();
+      }),
+      { numRuns: 300 },
+    );
+    const names = fc.string({ minLength: 1, maxLength: 8 });
+    fc.assert(
+      fc.property(fc.dictionary(names, fc.jsonValue(), { minKeys: 1, maxKeys: 5 }), fc.nat(), (object, pick) => {
+        const keys = Object.keys(object);
+        const name = keys[pick % keys.length] as string;
+        expect(repeatedIn(withRepeat(object, name))).toBe(name);
+        const nested = `{"scope":"s","limits":[{"key":"a"},${withRepeat(object, name)}]}`;
+        expect(repeatedIn(nested)).toBe(`limits[1].${name}`);
+      }),
+      { numRuns: 300 },
+    );
+    expect(repeatedIn('{"key":"a","\\u006bey":"b"}')).toBe("key");
+    expect(repeatedIn('{"__proto__":1,"__proto__":2}')).toBe("__proto__");
+    expect(repeatedIn('{"a" :1, "b":{"c":[{"d":1},{"d":2}]},\n"a"\t: 2}')).toBe("a");
+    expect(repeatedIn('{"a":":","b":"\\":"}')).toBeUndefined();
   });
 });
