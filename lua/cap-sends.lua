@@ -48,7 +48,12 @@ ARGV[11] the size in bytes past which a record blob splits
 ARGV[11+p] page p (1..P, P = #ARGV - 11): byte 1 the index (1..S) of its record range, byte 2 the path
          (1: block, 0: user records), bytes 3-5 the page number (user ID / 256, big endian), then per user
          2 bytes: offset in the page (0..255) and profile number (0-based in ARGV[7]); offsets ascending, no
-         repeats; pages ascending (a sparse call's new blob takes its users' IDs in argument order)
+         repeats; pages ascending
+         or, in a call whose pages all take the user records and which does not ask "+windows" (a sparse
+         campaign's), ARGV[11+r] holds range r's users (r = 1..S, each range once): byte 1 r, byte 2 2, then
+         each user's ID (4 bytes, big endian, ascending: a new blob takes them in this order), then each user's
+         profile number (1 byte) in the same order; the script works on whole sections with C string
+         functions (runSparseCall()), or makes the page arguments for the general path
 Reply    one byte per user in argument order: 0 allowed (counted), 1 duplicate, 2 exempt (counted without
          checks), 3+i capped by cap i (0-based) of its profile. With "+windows", then a line per user in
          argument order, "<retry at> <used> <reset at> ...\n" with a pair per cap of its profile, as of the
@@ -80,6 +85,8 @@ local identityTableKey, keyPrefix, callTag -- per call
 -- the record ranges by index (a page argument's byte 1)
 local rangeNames -- per call
 local FIRST_PAGE_ARG = 11
+-- byte 2 of an argument holding a range's users (a sparse call's format; a page argument's is its path, 0 or 1)
+local RANGE_USERS = 2
 
 local FORMAT, PAGE_USERS, MIN_COMPACT_AT, MIN_CLASS_LIMIT = 5, 256, 32, 256
 local FUTURE_BOUND_MS = 300000
@@ -1949,44 +1956,27 @@ local function beginCall(keys, args)
   return readProfiles(args[7], args[8])
 end
 
--- A whole sparse call in C string functions: every page a record-path page (a sparse campaign's call: most
--- pages hold one user), and each range's users either new to an empty blob or a run of its users (the same
--- audience again). The page arguments are concatenated (one of 7 bytes per user) and split by string.gsub
--- into the users' 4 ID bytes (the blob's own format), checking range, path, tag and profile in the same
--- pass; a range's outcome is worked out once when its users share a profile and a record, and its blob is
--- then made by string.rep and slices: no Lua per user (the general path's lookups, tables and edits cost
--- ~20k instructions a user). Any other call (a page with a block, a busy user, users scattered in a blob or
--- in the old-layout hash, a directory, "+windows") is left to the general path: runSparseCall() returns nil
--- having written nothing but a new identity number, with the set of marked pages once read (readMarkers()).
--- Returns true when done (the replies and each edited blob's new value set).
--- Bytes as Lua pattern items: a byte stands for itself but for the few a pattern gives a meaning to (in a
--- set: % ] - ^; outside: those and . $ ( ) [ * + ?), which take a %, and 0 (%z); a byte that stands for
--- itself is matched by one comparison, a %-escape by a call of tolower() (a set of 64 escapes doubled a
--- string.gsub's cost).
-local ITEM_ESCAPED = { [94] = true, [36] = true, [40] = true, [41] = true, [37] = true, [46] = true, [91] = true,
-  [93] = true, [42] = true, [43] = true, [45] = true, [63] = true }
-local function patternItem(b, escaped)
+-- A byte as an item of a Lua pattern set: a byte stands for itself but for the few a set gives a meaning to
+-- (% ] - ^), which take a %, and 0 (%z); a byte that stands for itself is matched by one comparison, a
+-- %-escape by a call of tolower() (a set of 64 escapes doubled a string.gsub's cost).
+local function setItem(b)
   if b == 0 then return '%z' end
-  if escaped[b] then return '%' .. char(b) end
+  if SET_SPECIAL[b] then return '%' .. char(b) end
   return char(b)
 end
--- A byte as a string.gsub replacement (% escaped).
-local function replacementOf(b)
-  if b == 37 then return '%%' end
-  return char(b)
-end
--- The middle of a page argument as a pattern (by tag; the same for every call: not call state), capturing the
--- user's 4 ID bytes, with the page's tag in their bytes 2 and 3 (capSends() states the check).
-local sparsePageOf = {}
-local function sparsePagePattern(tag)
-  local known = sparsePageOf[tag]
+-- A pattern matching a user's 4 ID bytes (big endian) when the user is of tag `tag` (bits 10..17 of the ID:
+-- the low 2 bits of byte 2, the high 6 of byte 3; functions/core/shared/keys.ts), made once per tag (the same
+-- for every call: not call state).
+local tagIdPatternOf = {}
+local function tagIdPattern(tag)
+  local known = tagIdPatternOf[tag]
   if known == nil then
     local lows = {}
-    for b = floor(tag / 64), 255, 4 do lows[#lows + 1] = patternItem(b, SET_SPECIAL) end
+    for b = floor(tag / 64), 255, 4 do lows[#lows + 1] = setItem(b) end
     local highs = {}
-    for c = 4 * (tag % 64), 4 * (tag % 64) + 3 do highs[#highs + 1] = patternItem(c, SET_SPECIAL) end
-    known = '%z(.[' .. concat(lows) .. '][' .. concat(highs) .. '].)'
-    sparsePageOf[tag] = known
+    for c = 4 * (tag % 64), 4 * (tag % 64) + 3 do highs[#highs + 1] = setItem(c) end
+    known = '.[' .. concat(lows) .. '][' .. concat(highs) .. '].'
+    tagIdPatternOf[tag] = known
   end
   return known
 end
@@ -2080,20 +2070,38 @@ local MARKER_SCAN_FIELDS_PER_PAGE, MARKER_SCAN_MIN_PAGES = 16, 4
 -- A page's name (page: its number): its marker field in the identity table, and its block key after the prefix
 -- (functions/core/shared/keys.ts, capPageName(), makes the same)
 local function pageNameOf(page) return format('p:%d', page) end
--- The pages that have a block, as a set of page numbers, and this call's identity number (myNumber): a table
--- with few fields next to the call's pages is listed by HSCAN MATCH p:* (in C, its whole set of markers);
--- another is asked by one HMGET of the call's pages' markers (the set holds only those).
-local function readMarkers(args, pageCount)
-  local marked, fields = {}, pageCount >= MARKER_SCAN_MIN_PAGES and redis.call('HLEN', identityTableKey)
-  if not fields or fields > MARKER_SCAN_FIELDS_PER_PAGE * pageCount then
-    local numbers, names = {}, {}
+-- The page numbers of a call: of its page arguments (pageCount of them), or with `sections` (its ranges' users'
+-- ID bytes, 4 each, ascending: the page in bytes 1-3) of its users, each page once.
+local function pagesOfCall(args, pageCount, sections)
+  local numbers = {}
+  if not sections then
     for p = 1, pageCount do
       local a, b, c = byte(args[FIRST_PAGE_ARG + p], 3, 5)
       numbers[p] = (a * 256 + b) * 256 + c
-      names[p] = pageNameOf(numbers[p])
     end
+    return numbers
+  end
+  local last = -1
+  for _, ids in ipairs(sections) do
+    for q = 1, #ids, 4 do
+      local a, b, c = byte(ids, q, q + 2)
+      local page = (a * 256 + b) * 256 + c
+      if page ~= last then numbers[#numbers + 1], last = page, page end
+    end
+  end
+  return numbers
+end
+-- The pages that have a block, as a set of page numbers, and this call's identity number (myNumber): a table
+-- with few fields next to the call's pages (pageCount: at least how many it has) is listed by HSCAN MATCH p:*
+-- (in C, its whole set of markers); another is asked by one HMGET of the call's pages' markers (the set holds
+-- only those; pagesOfCall() states `sections`).
+local function readMarkers(args, pageCount, sections)
+  local marked, fields = {}, pageCount >= MARKER_SCAN_MIN_PAGES and redis.call('HLEN', identityTableKey)
+  if not fields or fields > MARKER_SCAN_FIELDS_PER_PAGE * pageCount then
+    local numbers, names = pagesOfCall(args, pageCount, sections), {}
+    for p = 1, #numbers do names[p] = pageNameOf(numbers[p]) end
     local markers = redis.call('HMGET', identityTableKey, 'i:' .. identity, unpackList(names))
-    for p = 1, pageCount do
+    for p = 1, #numbers do
       if markers[p + 1] then marked[numbers[p]] = true end
     end
     myNumber = tonumber(markers[1] or nil) or false
@@ -2113,63 +2121,68 @@ local function readMarkers(args, pageCount)
   end
   return marked
 end
--- Whether page number `page` is a page of the call's users `all` (7 bytes each, pages in bytes 3-5,
--- ascending): a binary search.
-local function hasPage(all, userCount, page)
-  local low, high = 1, userCount
+-- Whether page number `page` is the page of one of the users `ids` (4 ID bytes each, ascending; the page in
+-- bytes 1-3): a binary search.
+local function hasPage(ids, page)
+  local low, high = 1, #ids / 4
   while low <= high do
     local half = floor((low + high) / 2)
-    local a, b, c = byte(all, 7 * half - 4, 7 * half - 2)
+    local a, b, c = byte(ids, 4 * half - 3, 4 * half - 1)
     local at = (a * 256 + b) * 256 + c
     if at == page then return true end
     if at < page then low = half + 1 else high = half - 1 end
   end
   return false
 end
-local function runSparseCall(args, pageCount)
-  if withWindows or pageCount == 0 then return nil end
-  -- every user as a page argument of its own (7 bytes: a page of one user, as most of a sparse call's are):
-  -- the arguments of pages of several users are split, the others taken as they are
-  local first, last = FIRST_PAGE_ARG + 1, FIRST_PAGE_ARG + pageCount
-  local parts
-  for i = first, last do
-    local spec = args[i]
-    if #spec ~= 7 then
-      -- a block-path page (a dense call) leaves before its users are split
-      if byte(spec, 2) ~= 0 then return nil end
-      if parts == nil then parts = { unpackList(args, first, i - 1) } end
-      local head = sub(spec, 1, 5)
-      for u = 6, #spec - 1, 2 do parts[#parts + 1] = head .. sub(spec, u, u + 1) end
-    elseif parts then
-      parts[#parts + 1] = spec
-    end
-  end
-  local all = parts and concat(parts) or concat(args, '', first, last)
-  local userCount = #all / 7
-  if userCount % 1 ~= 0 then return nil end
-  local middle = sparsePagePattern(callTag)
-  -- each range's users: the pages of range 1, then of range 2, ... (pages ascend, and so do ranges); a page
-  -- argument of another range, path or tag in a range's run leaves its string.gsub a match short
-  local plans, from = {}, 1
-  for r, range in ipairs(ranges) do
-    -- the range's last page: a binary search over the pages' range bytes
-    local low, high = from - 1, userCount
-    if r < #ranges then
-      while low < high do
-        local half = floor((low + high + 1) / 2)
-        if byte(all, 7 * half - 6) <= r then low = half else high = half - 1 end
+-- A call's users as its ranges send them (ARGV[11 + r]: range r's users, packed; the header states it), as the
+-- page arguments a call of the general path takes (the same users, pages and order): a Lua loop per user,
+-- only for a call the sparse path leaves.
+local function pageArgsOf(args, rangeCount)
+  local pageArgs = {}
+  for r = 1, rangeCount do
+    local arg = args[FIRST_PAGE_ARG + r]
+    local m = (#arg - 2) / 5
+    local idBytes, profileOf = bytesOf(sub(arg, 3, 2 + 4 * m)), bytesOf(sub(arg, 3 + 4 * m))
+    local parts, last = nil, -1
+    for i = 1, m do
+      local a, b, c = idBytes[4 * i - 3], idBytes[4 * i - 2], idBytes[4 * i - 1]
+      local page = (a * 256 + b) * 256 + c
+      if page ~= last then
+        if parts then pageArgs[#pageArgs + 1] = concat(parts) end
+        parts, last = { char(r, 0, a, b, c) }, page
       end
+      parts[#parts + 1] = char(idBytes[4 * i], profileOf[i])
     end
-    local m = high - from + 1
+    if parts then pageArgs[#pageArgs + 1] = concat(parts) end
+  end
+  return pageArgs
+end
+-- A whole sparse call in C string functions: a call whose users come by range (every user on the record path,
+-- no "+windows"), each range's users either new to an empty blob or a run of its users (the same audience
+-- again). A range's users arrive as the blob's own ID section (4 bytes each) and a byte of profile each; a
+-- new blob takes the IDs once string.gsub has checked each is of the call's tag, a run is compared whole with
+-- the blob's IDs; a range whose users share a profile and a record is decided once and its blob made by
+-- string.rep and slices: no Lua per user (the general path's lookups, tables and edits cost ~20k instructions a
+-- user). Any other call (a page with a block, a busy user, users scattered in a blob or in the old-layout hash,
+-- a directory) is left to the general path: runSparseCall() returns nil having written nothing but a new
+-- identity number, with the set of marked pages once read (readMarkers()).
+-- Returns true when done (the replies and each edited blob's new value set).
+local function runSparseCall(args)
+  if withWindows then return nil end
+  local plans, sections, userCount = {}, {}, 0
+  for r, range in ipairs(ranges) do
+    local arg = args[FIRST_PAGE_ARG + r]
+    local m = (#arg - 2) / 5
     local blob = range.single
     if m > 0 then
       if not blob then return nil end
+      local packed, profileBytes = sub(arg, 3, 2 + 4 * m), sub(arg, 3 + 4 * m)
       -- where the users are in the blob: none (an empty blob, no old-layout hash), or a run from `at` (its first
-      -- and last users looked at before any user's bytes are extracted: a call reaching part of a range's
-      -- audience leaves for the general path at the cost of a few C calls)
+      -- and last users looked at first: a call reaching part of a range's audience leaves for the general path
+      -- at the cost of a few C calls)
       local at = 0
       if blob.n > 0 then
-        local value, firstId = blob.value, sub(all, 7 * from - 4, 7 * from - 1)
+        local value, firstId = blob.value, sub(packed, 1, 4)
         local search, stop = BLOB_HEADER + 1, blob.classNumbers - 1
         while at == 0 do
           local found = find(value, firstId, search, true)
@@ -2178,42 +2191,29 @@ local function runSparseCall(args, pageCount)
           search = found + 1
         end
         local lastAt = BLOB_HEADER + 4 * (at + m - 1)
-        if lastAt > stop or sub(value, lastAt - 3, lastAt) ~= sub(all, 7 * high - 4, 7 * high - 1) then return nil end
+        if lastAt > stop or sub(value, lastAt - 3, lastAt) ~= sub(packed, -4) then return nil end
+        -- every user of the run, not only its ends: equal, its IDs are the blob's (of this tag)
+        if sub(value, BLOB_HEADER + 4 * at - 3, lastAt) ~= packed then return nil end
       elseif range.hashExists then
         return nil
-      end
-      local run = sub(all, 7 * from - 6, 7 * high)
-      local profileBytes, packed = sub(run, 7, 7)
-      local section = at > 0 and sub(blob.value, BLOB_HEADER + 4 * at - 3, BLOB_HEADER + 4 * (at + m - 1))
-      -- the same audience of one profile: the run's arguments as the blob's IDs make them (one string.gsub with
-      -- no capture, which would make a Lua string per user); equal, its IDs are the blob's, of this tag
-      local template = section and replacementOf(r) .. '\0%0' .. replacementOf(byte(profileBytes))
-      if section and run == string.gsub(section, '....', template) then
-        packed, profileBytes = section, repeated(profileBytes, m)
       else
-        local head = patternItem(r, ITEM_ESCAPED) .. middle
-        -- one profile (the first user's) is checked by the same pass
-        local matched
-        packed, matched = string.gsub(run, head .. patternItem(byte(profileBytes), ITEM_ESCAPED), '%1')
-        if matched == m then
-          profileBytes = repeated(profileBytes, m)
-        else
-          packed, matched = string.gsub(run, head .. '.', '%1')
-          if matched ~= m then return nil end
-          profileBytes = string.gsub(run, '......(.)', '%1')
-        end
-        -- every user of the run, not only its ends
-        if section and packed ~= section then return nil end
+        -- every ID of the call's tag (the general path refuses a page of another): m matches of 4 bytes in
+        -- 4m bytes tile them, so each is aligned on an ID
+        local _, matched = string.gsub(packed, tagIdPattern(callTag), '')
+        if matched ~= m then return nil end
       end
       plans[#plans + 1] = { range, blob, packed, profileBytes, at, m }
+      sections[#sections + 1] = packed
+      userCount = userCount + m
     end
-    from = from + m
   end
-  if from ~= userCount + 1 then return nil end
-  -- which pages have a block (the general path takes the set when a page has one)
-  local marked = readMarkers(args, pageCount)
+  -- which pages have a block (the general path takes the set when a page has one); a sparse call has about
+  -- as many pages as users
+  local marked = readMarkers(args, userCount, sections)
   for page in pairs(marked) do
-    if hasPage(all, userCount, page) then return nil, marked end
+    for _, ids in ipairs(sections) do
+      if hasPage(ids, page) then return nil, marked end
+    end
   end
   local touched = {}
   for _, range in ipairs(ranges) do
@@ -2276,8 +2276,29 @@ local function capSends(keys, args)
     end
   end
 
-  local sparse, fetchedMarked = runSparseCall(args, pageCount)
-  if sparse then return sparse == true and finishCall() or sparse end
+  -- a call of ranges' users (byte 2 of its first argument: RANGE_USERS) takes the sparse path, or is made page
+  -- arguments for the general path
+  local fetchedMarked
+  if pageCount > 0 and byte(args[FIRST_PAGE_ARG + 1], 2) == RANGE_USERS then
+    if pageCount ~= #ranges then
+      return redis.error_reply(format('ERR cap-sends: %d arguments of users for %d ranges', pageCount, #ranges))
+    end
+    for r = 1, pageCount do
+      local arg = args[FIRST_PAGE_ARG + r]
+      local index, kind = byte(arg, 1, 2)
+      if index ~= r or kind ~= RANGE_USERS or (#arg - 2) % 5 ~= 0 then
+        return redis.error_reply(format('ERR cap-sends: argument %d is not the users of range %d', FIRST_PAGE_ARG + r, r))
+      end
+    end
+    local sparse
+    sparse, fetchedMarked = runSparseCall(args)
+    if sparse then
+      return sparse == true and finishCall() or sparse
+    end
+    local pageArgs = pageArgsOf(args, pageCount)
+    args, pageCount = {}, #pageArgs
+    for p = 1, pageCount do args[FIRST_PAGE_ARG + p] = pageArgs[p] end
+  end
 
   -- the user records of every page (one GET per blob), and from the identity table this call's identity number
   -- and which pages have a block (readMarkers(): marked[page number] set; a record-path page's is looked at, a
