@@ -228,11 +228,12 @@ local IDENTITY_SWEEP = 3
 -- Looks at the next IDENTITY_SWEEP numbers of the sweep and drops those unused for long enough. The sweep
 -- goes round the numbers from "floor" (below it every number is dropped) to the newest, so a round costs
 -- what the live identities cost, not every number ever given. A number with no "t:" (written before
--- last-use times were kept) gets one now, so it waits a whole horizon too.
-local function sweepIdentities(newest)
-  local state = redis.call('HMGET', identityTableKey, 'sweep', 'floor')
-  local floor = tonumber(state[2] or nil) or 1
-  local from = math.max(tonumber(state[1] or nil) or 1, floor)
+-- last-use times were kept) gets one now, so it waits a whole horizon too. `newest` is the number being
+-- given to this call's identity (written with `writes`, its last use now); `sweepAt` and `floorAt` the
+-- table's "sweep" and "floor"; the sweep's own writes are appended to `writes`.
+local function sweepIdentities(newest, sweepAt, floorAt, writes)
+  local floor = tonumber(floorAt or nil) or 1
+  local from = math.max(tonumber(sweepAt or nil) or 1, floor)
   if from >= newest then from = floor end
   local fields = {}
   for number = from, from + IDENTITY_SWEEP - 1 do
@@ -240,9 +241,10 @@ local function sweepIdentities(newest)
     fields[#fields + 1] = 't:' .. number
   end
   local found = redis.call('HMGET', identityTableKey, unpackList(fields))
-  local stale, writes = {}, {}
+  local stale = {}
   for i = 1, IDENTITY_SWEEP do
     local number, name, used = from + i - 1, found[2 * i - 1], tonumber(found[2 * i] or nil)
+    if number == newest then name, used = identity, now end
     local gone = not name and number < newest
     if name and used == nil then
       writes[#writes + 1] = 't:' .. number
@@ -260,20 +262,38 @@ local function sweepIdentities(newest)
   writes[#writes + 1] = from + IDENTITY_SWEEP
   writes[#writes + 1] = 'floor'
   writes[#writes + 1] = floor
-  redis.call('HSET', identityTableKey, unpackList(writes))
 end
 
--- whether this call wrote a send of its identity into a user record (its "t:" is then set once, at the end)
-local myNumberWritten -- per call
+-- The fields of the identity table read with this call's "i:<identity>" (one HMGET, in readMarkers() or
+-- here): what giving a number needs ("next", "sweep", "floor"), so a call that gives one reads the table once
+-- more (the sweep's numbers) and writes it once.
+local IDENTITY_STATE_FIELDS = { 'next', 'sweep', 'floor' }
+local stateRead, nextNumber, sweepAt, floorAt -- per call
+-- Sets myNumber (false: the identity has none) and the numbering state from an HMGET reply of "i:<identity>"
+-- then IDENTITY_STATE_FIELDS.
+local function takeIdentity(reply)
+  myNumber, nextNumber, sweepAt, floorAt = tonumber(reply[1] or nil) or false, reply[2], reply[3], reply[4]
+  stateRead = true
+end
+-- whether this call wrote a send of its identity into a user record (its "t:" is then set once, at the end,
+-- or when the number is given: myNumberStamped)
+local myNumberWritten, myNumberStamped -- per call
 local function myIdentityNumber(create)
   if myNumber == nil then
-    myNumber = tonumber(redis.call('HGET', identityTableKey, 'i:' .. identity) or nil) or false
+    takeIdentity(redis.call('HMGET', identityTableKey, 'i:' .. identity, unpackList(IDENTITY_STATE_FIELDS)))
   end
   if not myNumber and create then
-    myNumber = redis.call('HINCRBY', identityTableKey, 'next', 1)
-    redis.call('HSET', identityTableKey, 'i:' .. identity, myNumber, 'n:' .. myNumber, identity)
+    if not stateRead then
+      local state = redis.call('HMGET', identityTableKey, unpackList(IDENTITY_STATE_FIELDS))
+      nextNumber, sweepAt, floorAt, stateRead = state[1], state[2], state[3], true
+    end
+    -- the number after "next" (as HINCRBY gives it), its fields, its last use and the sweep's writes: one HSET
+    myNumber = (tonumber(nextNumber or nil) or 0) + 1
     identityByNumber[myNumber] = identity
-    sweepIdentities(myNumber)
+    local writes = { 'next', myNumber, 'i:' .. identity, myNumber, 'n:' .. myNumber, identity, 't:' .. myNumber, now }
+    sweepIdentities(myNumber, sweepAt, floorAt, writes)
+    redis.call('HSET', identityTableKey, unpackList(writes))
+    myNumberStamped = true
   end
   if create then myNumberWritten = true end
   return myNumber
@@ -1002,16 +1022,10 @@ local function partOf(bounds, id)
   return bounds[low]
 end
 
--- Reads a range's blob or directory and whether its old-layout hash exists, before the page arguments are
--- parsed: a range of one blob (range.single) then looks its record-path users up as they are parsed
--- (lookUpUser()), the others wait for readRange(). Refused keys (a slot migrating) return the error; nothing
--- is written before every read is done.
-local function readRangeRoot(range)
-  local value = redis.pcall('GET', range.root)
-  if type(value) == 'table' then return value end
-  local exists = redis.pcall('EXISTS', range.hashKey)
-  if type(exists) == 'table' then return exists end
-  range.hashExists = exists == 1
+-- One range's part of readRangeRoots() (below): `value` its blob or directory (false: none), `hashExists`
+-- whether its old-layout hash exists.
+local function readRangeRoot(range, value, hashExists)
+  range.hashExists = hashExists
   range.hasRecords = value and true or range.hashExists
   range.rootValue = value
   -- the users whose record may be a field of the hash (not in the blob, the hash exists)
@@ -1022,6 +1036,37 @@ local function readRangeRoot(range)
   if not (value and byte(value, 1) == BLOB_DIRECTORY) then
     range.single = readBlobValue(range.root, 0, value)
     range.parts[0] = range.single
+  end
+end
+-- Reads every range's blob or directory (one MGET) and whether its old-layout hash exists (one EXISTS of them
+-- all: mostly none does; else one per range), before the page arguments are parsed: a range of one blob
+-- (range.single) then looks its record-path users up as they are parsed (lookUpUser()), the others wait for
+-- readRange(). Refused keys (a slot migrating) return the error; nothing is written before every read is done.
+local function readRangeRoots()
+  if #ranges == 0 then return end
+  if #ranges == 1 then
+    -- (a single-user check's call: no tables of keys and values)
+    local range = ranges[1]
+    local value = redis.pcall('GET', range.root)
+    if type(value) == 'table' then return value end
+    local exists = redis.pcall('EXISTS', range.hashKey)
+    if type(exists) == 'table' then return exists end
+    readRangeRoot(range, value, exists == 1)
+    return
+  end
+  local roots, hashKeys = {}, {}
+  for r, range in ipairs(ranges) do roots[r], hashKeys[r] = range.root, range.hashKey end
+  local values = redis.pcall('MGET', unpackList(roots))
+  if values.err then return values end
+  local hashes = redis.pcall('EXISTS', unpackList(hashKeys))
+  if type(hashes) == 'table' then return hashes end
+  for r, range in ipairs(ranges) do
+    local exists = hashes
+    if hashes > 0 then
+      exists = redis.pcall('EXISTS', range.hashKey)
+      if type(exists) == 'table' then return exists end
+    end
+    readRangeRoot(range, values[r], exists == 1)
   end
 end
 
@@ -1948,7 +1993,8 @@ local function beginCall(keys, args)
   if identityTableKey ~= keyPrefix .. 'ids' or callTag == nil then
     return redis.error_reply('ERR cap-sends: key prefix ' .. keyPrefix .. ' does not name the tag of ' .. identityTableKey)
   end
-  onCallChannel, identityByNumber, myNumber, myNumberWritten, repeatedOf = {}, {}, nil, false, {}
+  onCallChannel, identityByNumber, repeatedOf = {}, {}, {}
+  myNumber, myNumberWritten, myNumberStamped, stateRead = nil, false, false, false
   reply, replyParts, windowLines = {}, {}, {}
   scratchTimes, scratchOnChannel, scratchIsMine = {}, {}, {}
   records, blobOfUser, inHash, identityTableTtl, recordOutcomes = {}, {}, {}, 0, {}
@@ -1956,29 +2002,30 @@ local function beginCall(keys, args)
   return readProfiles(args[7], args[8])
 end
 
--- A byte as an item of a Lua pattern set: a byte stands for itself but for the few a set gives a meaning to
--- (% ] - ^), which take a %, and 0 (%z); a byte that stands for itself is matched by one comparison, a
--- %-escape by a call of tolower() (a set of 64 escapes doubled a string.gsub's cost).
-local function setItem(b)
-  if b == 0 then return '%z' end
-  if SET_SPECIAL[b] then return '%' .. char(b) end
-  return char(b)
-end
--- A pattern matching a user's 4 ID bytes (big endian) when the user is of tag `tag` (bits 10..17 of the ID:
--- the low 2 bits of byte 2, the high 6 of byte 3; functions/core/shared/keys.ts), made once per tag (the same
--- for every call: not call state).
-local tagIdPatternOf = {}
-local function tagIdPattern(tag)
-  local known = tagIdPatternOf[tag]
-  if known == nil then
-    local lows = {}
-    for b = floor(tag / 64), 255, 4 do lows[#lows + 1] = setItem(b) end
+-- Whether every user of `ids` (4 ID bytes each, big endian) is of the call's tag: bits 10..17 of its ID, the
+-- low 2 bits of byte 2 and the high 6 of byte 3 (functions/core/shared/keys.ts). One string.gsub in C: byte 3
+-- matched by a pattern set of its 4 values, byte 2 looked up in a table of its 64 (by the tag's high 2 bits: 4
+-- tables for every tag), a user of the tag replaced by nothing, any other byte kept.
+-- (a pattern set of byte 2's 64 values is scanned twice a user: ~1.8k instructions; a Lua loop over the
+-- bytes ~1k)
+local SET_SPECIAL_ITEMS = { [37] = '%%', [93] = '%]', [94] = '%^', [45] = '%-', [0] = '%z' }
+local tagPatternOf, tagByteTwoOf = {}, {}
+local function allOfCallTag(ids)
+  local pattern = tagPatternOf[callTag]
+  if pattern == nil then
     local highs = {}
-    for c = 4 * (tag % 64), 4 * (tag % 64) + 3 do highs[#highs + 1] = setItem(c) end
-    known = '.[' .. concat(lows) .. '][' .. concat(highs) .. '].'
-    tagIdPatternOf[tag] = known
+    for c = 4 * (callTag % 64), 4 * (callTag % 64) + 3 do highs[#highs + 1] = SET_SPECIAL_ITEMS[c] or char(c) end
+    pattern = '.(.)[' .. concat(highs) .. '].'
+    tagPatternOf[callTag] = pattern
   end
-  return known
+  local high = floor(callTag / 64)
+  local byteTwo = tagByteTwoOf[high]
+  if byteTwo == nil then
+    byteTwo = {}
+    for b = high, 255, 4 do byteTwo[char(b)] = '' end
+    tagByteTwoOf[high] = byteTwo
+  end
+  return string.gsub(ids, pattern, byteTwo) == ''
 end
 -- The codes of users[1..m] of `blob` at positions at..at + m - 1 (at 0: none in the blob, which is empty),
 -- profile bytes `profileBytes`, and the blob's value after them (nil: unchanged); false when the general path
@@ -1988,7 +2035,8 @@ local function sparseRange(range, blob, packed, profileBytes, at, m)
   local profileNumber = byte(profileBytes, 1)
   local uniform = profileBytes == repeated(char(profileNumber), m)
   local oldClasses = at > 0 and sub(value, blob.classNumbers + 3 * at - 3, blob.classNumbers + 3 * (at + m - 1) - 1)
-  if uniform and (at == 0 or oldClasses == repeated(sub(oldClasses, 1, 3), m)) then
+  -- (a blob of one class, as a campaign to a whole new range leaves it, has one record: no comparison)
+  if uniform and (at == 0 or blob.classes == 1 or oldClasses == repeated(sub(oldClasses, 1, 3), m)) then
     -- one profile and one record: one outcome
     local profile = profiles[profileNumber]
     if profile == nil then return false end
@@ -2070,18 +2118,10 @@ local MARKER_SCAN_FIELDS_PER_PAGE, MARKER_SCAN_MIN_PAGES = 16, 4
 -- A page's name (page: its number): its marker field in the identity table, and its block key after the prefix
 -- (functions/core/shared/keys.ts, capPageName(), makes the same)
 local function pageNameOf(page) return format('p:%d', page) end
--- The page numbers of a call: of its page arguments (pageCount of them), or with `sections` (its ranges' users'
--- ID bytes, 4 each, ascending: the page in bytes 1-3) of its users, each page once.
-local function pagesOfCall(args, pageCount, sections)
-  local numbers = {}
-  if not sections then
-    for p = 1, pageCount do
-      local a, b, c = byte(args[FIRST_PAGE_ARG + p], 3, 5)
-      numbers[p] = (a * 256 + b) * 256 + c
-    end
-    return numbers
-  end
-  local last = -1
+-- The page numbers of a call whose users come by range (`sections`: its ranges' users' ID bytes, 4 each,
+-- ascending: the page in bytes 1-3), each page once.
+local function pagesOfSections(sections)
+  local numbers, last = {}, -1
   for _, ids in ipairs(sections) do
     for q = 1, #ids, 4 do
       local a, b, c = byte(ids, q, q + 2)
@@ -2091,15 +2131,25 @@ local function pagesOfCall(args, pageCount, sections)
   end
   return numbers
 end
--- The pages that have a block, as a set of page numbers, and this call's identity number (myNumber): a table
+-- The pages that have a block, as a set of page numbers, and this call's identity number (myNumber; with the
+-- table's numbering state, takeIdentity(), when the table is listed: a sparse campaign's call gives one): a table
 -- with few fields next to the call's pages (pageCount: at least how many it has) is listed by HSCAN MATCH p:*
 -- (in C, its whole set of markers); another is asked by one HMGET of the call's pages' markers (the set holds
--- only those; pagesOfCall() states `sections`).
+-- only those; pagesOfSections() states `sections`).
 local function readMarkers(args, pageCount, sections)
   local marked, fields = {}, pageCount >= MARKER_SCAN_MIN_PAGES and redis.call('HLEN', identityTableKey)
   if not fields or fields > MARKER_SCAN_FIELDS_PER_PAGE * pageCount then
-    local numbers, names = pagesOfCall(args, pageCount, sections), {}
-    for p = 1, #numbers do names[p] = pageNameOf(numbers[p]) end
+    local numbers, names = sections and pagesOfSections(sections), {}
+    if numbers then
+      for p = 1, #numbers do names[p] = pageNameOf(numbers[p]) end
+    else
+      numbers = {}
+      for p = 1, pageCount do
+        local a, b, c = byte(args[FIRST_PAGE_ARG + p], 3, 5)
+        numbers[p] = (a * 256 + b) * 256 + c
+        names[p] = pageNameOf(numbers[p])
+      end
+    end
     local markers = redis.call('HMGET', identityTableKey, 'i:' .. identity, unpackList(names))
     for p = 1, #numbers do
       if markers[p + 1] then marked[numbers[p]] = true end
@@ -2107,7 +2157,7 @@ local function readMarkers(args, pageCount, sections)
     myNumber = tonumber(markers[1] or nil) or false
     return marked
   end
-  myNumber = tonumber(redis.call('HGET', identityTableKey, 'i:' .. identity) or nil) or false
+  takeIdentity(redis.call('HMGET', identityTableKey, 'i:' .. identity, unpackList(IDENTITY_STATE_FIELDS)))
   local cursor = '0'
   while fields > 0 do
     local scan = redis.call('HSCAN', identityTableKey, cursor, 'MATCH', 'p:*', 'COUNT', fields)
@@ -2197,10 +2247,8 @@ local function runSparseCall(args)
       elseif range.hashExists then
         return nil
       else
-        -- every ID of the call's tag (the general path refuses a page of another): m matches of 4 bytes in
-        -- 4m bytes tile them, so each is aligned on an ID
-        local _, matched = string.gsub(packed, tagIdPattern(callTag), '')
-        if matched ~= m then return nil end
+        -- every ID of the call's tag (the general path refuses a page of another)
+        if not allOfCallTag(packed) then return nil end
       end
       plans[#plans + 1] = { range, blob, packed, profileBytes, at, m }
       sections[#sections + 1] = packed
@@ -2252,7 +2300,7 @@ local function finishCall()
     markers[#markers + 1] = pageName
     markers[#markers + 1] = 1
   end
-  if myNumberWritten and myNumber then
+  if myNumberWritten and myNumber and not myNumberStamped then
     markers[#markers + 1] = 't:' .. myNumber
     markers[#markers + 1] = now
   end
@@ -2269,11 +2317,9 @@ local function capSends(keys, args)
   local failure = beginCall(keys, args)
   if failure then return failure end
   local pageCount = #args - FIRST_PAGE_ARG
-  for _, range in ipairs(ranges) do
-    local refused = readRangeRoot(range)
-    if refused then
-      return redis.error_reply('TRYAGAIN cap-sends: a key of ' .. keyPrefix .. ' is not on this node: ' .. refused.err)
-    end
+  local refused = readRangeRoots()
+  if refused then
+    return redis.error_reply('TRYAGAIN cap-sends: a key of ' .. keyPrefix .. ' is not on this node: ' .. refused.err)
   end
 
   -- a call of ranges' users (byte 2 of its first argument: RANGE_USERS) takes the sparse path, or is made page
@@ -2287,7 +2333,8 @@ local function capSends(keys, args)
       local arg = args[FIRST_PAGE_ARG + r]
       local index, kind = byte(arg, 1, 2)
       if index ~= r or kind ~= RANGE_USERS or (#arg - 2) % 5 ~= 0 then
-        return redis.error_reply(format('ERR cap-sends: argument %d is not the users of range %d', FIRST_PAGE_ARG + r, r))
+        return redis.error_reply(format('ERR cap-sends: argument %d is not the users of range %d', FIRST_PAGE_ARG + r,
+          r))
       end
     end
     local sparse
