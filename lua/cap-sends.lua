@@ -48,7 +48,12 @@ ARGV[11] the size in bytes past which a record blob splits
 ARGV[11+p] page p (1..P, P = #ARGV - 11): byte 1 the index (1..S) of its record range, byte 2 the path
          (1: block, 0: user records), bytes 3-5 the page number (user ID / 256, big endian), then per user
          2 bytes: offset in the page (0..255) and profile number (0-based in ARGV[7]); offsets ascending, no
-         repeats; pages ascending (a sparse call's new blob takes its users' IDs in argument order)
+         repeats; pages ascending
+         or, in a call whose pages all take the user records and which does not ask "+windows" (a sparse
+         campaign's), ARGV[11+r] holds range r's users (r = 1..S, each range once): byte 1 r, byte 2 2, then
+         each user's ID (4 bytes, big endian, ascending: a new blob takes them in this order), then each user's
+         profile number (1 byte) in the same order; the script works on whole sections with C string
+         functions (runSparseCall()), or makes the page arguments for the general path
 Reply    one byte per user in argument order: 0 allowed (counted), 1 duplicate, 2 exempt (counted without
          checks), 3+i capped by cap i (0-based) of its profile. With "+windows", then a line per user in
          argument order, "<retry at> <used> <reset at> ...\n" with a pair per cap of its profile, as of the
@@ -80,6 +85,8 @@ local identityTableKey, keyPrefix, callTag -- per call
 -- the record ranges by index (a page argument's byte 1)
 local rangeNames -- per call
 local FIRST_PAGE_ARG = 11
+-- byte 2 of an argument holding a range's users (a sparse call's format; a page argument's is its path, 0 or 1)
+local RANGE_USERS = 2
 
 local FORMAT, PAGE_USERS, MIN_COMPACT_AT, MIN_CLASS_LIMIT = 5, 256, 32, 256
 local FUTURE_BOUND_MS = 300000
@@ -221,11 +228,12 @@ local IDENTITY_SWEEP = 3
 -- Looks at the next IDENTITY_SWEEP numbers of the sweep and drops those unused for long enough. The sweep
 -- goes round the numbers from "floor" (below it every number is dropped) to the newest, so a round costs
 -- what the live identities cost, not every number ever given. A number with no "t:" (written before
--- last-use times were kept) gets one now, so it waits a whole horizon too.
-local function sweepIdentities(newest)
-  local state = redis.call('HMGET', identityTableKey, 'sweep', 'floor')
-  local floor = tonumber(state[2] or nil) or 1
-  local from = math.max(tonumber(state[1] or nil) or 1, floor)
+-- last-use times were kept) gets one now, so it waits a whole horizon too. `newest` is the number being
+-- given to this call's identity (written with `writes`, its last use now); `sweepAt` and `floorAt` the
+-- table's "sweep" and "floor"; the sweep's own writes are appended to `writes`.
+local function sweepIdentities(newest, sweepAt, floorAt, writes)
+  local floor = tonumber(floorAt or nil) or 1
+  local from = math.max(tonumber(sweepAt or nil) or 1, floor)
   if from >= newest then from = floor end
   local fields = {}
   for number = from, from + IDENTITY_SWEEP - 1 do
@@ -233,9 +241,10 @@ local function sweepIdentities(newest)
     fields[#fields + 1] = 't:' .. number
   end
   local found = redis.call('HMGET', identityTableKey, unpackList(fields))
-  local stale, writes = {}, {}
+  local stale = {}
   for i = 1, IDENTITY_SWEEP do
     local number, name, used = from + i - 1, found[2 * i - 1], tonumber(found[2 * i] or nil)
+    if number == newest then name, used = identity, now end
     local gone = not name and number < newest
     if name and used == nil then
       writes[#writes + 1] = 't:' .. number
@@ -253,20 +262,38 @@ local function sweepIdentities(newest)
   writes[#writes + 1] = from + IDENTITY_SWEEP
   writes[#writes + 1] = 'floor'
   writes[#writes + 1] = floor
-  redis.call('HSET', identityTableKey, unpackList(writes))
 end
 
--- whether this call wrote a send of its identity into a user record (its "t:" is then set once, at the end)
-local myNumberWritten -- per call
+-- The fields of the identity table read with this call's "i:<identity>" (one HMGET, in readMarkers() or
+-- here): what giving a number needs ("next", "sweep", "floor"), so a call that gives one reads the table once
+-- more (the sweep's numbers) and writes it once.
+local IDENTITY_STATE_FIELDS = { 'next', 'sweep', 'floor' }
+local stateRead, nextNumber, sweepAt, floorAt -- per call
+-- Sets myNumber (false: the identity has none) and the numbering state from an HMGET reply of "i:<identity>"
+-- then IDENTITY_STATE_FIELDS.
+local function takeIdentity(reply)
+  myNumber, nextNumber, sweepAt, floorAt = tonumber(reply[1] or nil) or false, reply[2], reply[3], reply[4]
+  stateRead = true
+end
+-- whether this call wrote a send of its identity into a user record (its "t:" is then set once, at the end,
+-- or when the number is given: myNumberStamped)
+local myNumberWritten, myNumberStamped -- per call
 local function myIdentityNumber(create)
   if myNumber == nil then
-    myNumber = tonumber(redis.call('HGET', identityTableKey, 'i:' .. identity) or nil) or false
+    takeIdentity(redis.call('HMGET', identityTableKey, 'i:' .. identity, unpackList(IDENTITY_STATE_FIELDS)))
   end
   if not myNumber and create then
-    myNumber = redis.call('HINCRBY', identityTableKey, 'next', 1)
-    redis.call('HSET', identityTableKey, 'i:' .. identity, myNumber, 'n:' .. myNumber, identity)
+    if not stateRead then
+      local state = redis.call('HMGET', identityTableKey, unpackList(IDENTITY_STATE_FIELDS))
+      nextNumber, sweepAt, floorAt, stateRead = state[1], state[2], state[3], true
+    end
+    -- the number after "next" (as HINCRBY gives it), its fields, its last use and the sweep's writes: one HSET
+    myNumber = (tonumber(nextNumber or nil) or 0) + 1
     identityByNumber[myNumber] = identity
-    sweepIdentities(myNumber)
+    local writes = { 'next', myNumber, 'i:' .. identity, myNumber, 'n:' .. myNumber, identity, 't:' .. myNumber, now }
+    sweepIdentities(myNumber, sweepAt, floorAt, writes)
+    redis.call('HSET', identityTableKey, unpackList(writes))
+    myNumberStamped = true
   end
   if create then myNumberWritten = true end
   return myNumber
@@ -995,16 +1022,10 @@ local function partOf(bounds, id)
   return bounds[low]
 end
 
--- Reads a range's blob or directory and whether its old-layout hash exists, before the page arguments are
--- parsed: a range of one blob (range.single) then looks its record-path users up as they are parsed
--- (lookUpUser()), the others wait for readRange(). Refused keys (a slot migrating) return the error; nothing
--- is written before every read is done.
-local function readRangeRoot(range)
-  local value = redis.pcall('GET', range.root)
-  if type(value) == 'table' then return value end
-  local exists = redis.pcall('EXISTS', range.hashKey)
-  if type(exists) == 'table' then return exists end
-  range.hashExists = exists == 1
+-- One range's part of readRangeRoots() (below): `value` its blob or directory (false: none), `hashExists`
+-- whether its old-layout hash exists.
+local function readRangeRoot(range, value, hashExists)
+  range.hashExists = hashExists
   range.hasRecords = value and true or range.hashExists
   range.rootValue = value
   -- the users whose record may be a field of the hash (not in the blob, the hash exists)
@@ -1015,6 +1036,37 @@ local function readRangeRoot(range)
   if not (value and byte(value, 1) == BLOB_DIRECTORY) then
     range.single = readBlobValue(range.root, 0, value)
     range.parts[0] = range.single
+  end
+end
+-- Reads every range's blob or directory (one MGET) and whether its old-layout hash exists (one EXISTS of them
+-- all: mostly none does; else one per range), before the page arguments are parsed: a range of one blob
+-- (range.single) then looks its record-path users up as they are parsed (lookUpUser()), the others wait for
+-- readRange(). Refused keys (a slot migrating) return the error; nothing is written before every read is done.
+local function readRangeRoots()
+  if #ranges == 0 then return end
+  if #ranges == 1 then
+    -- (a single-user check's call: no tables of keys and values)
+    local range = ranges[1]
+    local value = redis.pcall('GET', range.root)
+    if type(value) == 'table' then return value end
+    local exists = redis.pcall('EXISTS', range.hashKey)
+    if type(exists) == 'table' then return exists end
+    readRangeRoot(range, value, exists == 1)
+    return
+  end
+  local roots, hashKeys = {}, {}
+  for r, range in ipairs(ranges) do roots[r], hashKeys[r] = range.root, range.hashKey end
+  local values = redis.pcall('MGET', unpackList(roots))
+  if values.err then return values end
+  local hashes = redis.pcall('EXISTS', unpackList(hashKeys))
+  if type(hashes) == 'table' then return hashes end
+  for r, range in ipairs(ranges) do
+    local exists = hashes
+    if hashes > 0 then
+      exists = redis.pcall('EXISTS', range.hashKey)
+      if type(exists) == 'table' then return exists end
+    end
+    readRangeRoot(range, values[r], exists == 1)
   end
 end
 
@@ -1941,7 +1993,8 @@ local function beginCall(keys, args)
   if identityTableKey ~= keyPrefix .. 'ids' or callTag == nil then
     return redis.error_reply('ERR cap-sends: key prefix ' .. keyPrefix .. ' does not name the tag of ' .. identityTableKey)
   end
-  onCallChannel, identityByNumber, myNumber, myNumberWritten, repeatedOf = {}, {}, nil, false, {}
+  onCallChannel, identityByNumber, repeatedOf = {}, {}, {}
+  myNumber, myNumberWritten, myNumberStamped, stateRead = nil, false, false, false
   reply, replyParts, windowLines = {}, {}, {}
   scratchTimes, scratchOnChannel, scratchIsMine = {}, {}, {}
   records, blobOfUser, inHash, identityTableTtl, recordOutcomes = {}, {}, {}, 0, {}
@@ -1949,46 +2002,30 @@ local function beginCall(keys, args)
   return readProfiles(args[7], args[8])
 end
 
--- A whole sparse call in C string functions: every page a record-path page (a sparse campaign's call: most
--- pages hold one user), and each range's users either new to an empty blob or a run of its users (the same
--- audience again). The page arguments are concatenated (one of 7 bytes per user) and split by string.gsub
--- into the users' 4 ID bytes (the blob's own format), checking range, path, tag and profile in the same
--- pass; a range's outcome is worked out once when its users share a profile and a record, and its blob is
--- then made by string.rep and slices: no Lua per user (the general path's lookups, tables and edits cost
--- ~20k instructions a user). Any other call (a page with a block, a busy user, users scattered in a blob or
--- in the old-layout hash, a directory, "+windows") is left to the general path: runSparseCall() returns nil
--- having written nothing but a new identity number, with the set of marked pages once read (readMarkers()).
--- Returns true when done (the replies and each edited blob's new value set).
--- Bytes as Lua pattern items: a byte stands for itself but for the few a pattern gives a meaning to (in a
--- set: % ] - ^; outside: those and . $ ( ) [ * + ?), which take a %, and 0 (%z); a byte that stands for
--- itself is matched by one comparison, a %-escape by a call of tolower() (a set of 64 escapes doubled a
--- string.gsub's cost).
-local ITEM_ESCAPED = { [94] = true, [36] = true, [40] = true, [41] = true, [37] = true, [46] = true, [91] = true,
-  [93] = true, [42] = true, [43] = true, [45] = true, [63] = true }
-local function patternItem(b, escaped)
-  if b == 0 then return '%z' end
-  if escaped[b] then return '%' .. char(b) end
-  return char(b)
-end
--- A byte as a string.gsub replacement (% escaped).
-local function replacementOf(b)
-  if b == 37 then return '%%' end
-  return char(b)
-end
--- The middle of a page argument as a pattern (by tag; the same for every call: not call state), capturing the
--- user's 4 ID bytes, with the page's tag in their bytes 2 and 3 (capSends() states the check).
-local sparsePageOf = {}
-local function sparsePagePattern(tag)
-  local known = sparsePageOf[tag]
-  if known == nil then
-    local lows = {}
-    for b = floor(tag / 64), 255, 4 do lows[#lows + 1] = patternItem(b, SET_SPECIAL) end
+-- Whether every user of `ids` (4 ID bytes each, big endian) is of the call's tag: bits 10..17 of its ID, the
+-- low 2 bits of byte 2 and the high 6 of byte 3 (functions/core/shared/keys.ts). One string.gsub in C: byte 3
+-- matched by a pattern set of its 4 values, byte 2 looked up in a table of its 64 (by the tag's high 2 bits: 4
+-- tables for every tag), a user of the tag replaced by nothing, any other byte kept.
+-- (a pattern set of byte 2's 64 values is scanned twice a user: ~1.8k instructions; a Lua loop over the
+-- bytes ~1k)
+local SET_SPECIAL_ITEMS = { [37] = '%%', [93] = '%]', [94] = '%^', [45] = '%-', [0] = '%z' }
+local tagPatternOf, tagByteTwoOf = {}, {}
+local function allOfCallTag(ids)
+  local pattern = tagPatternOf[callTag]
+  if pattern == nil then
     local highs = {}
-    for c = 4 * (tag % 64), 4 * (tag % 64) + 3 do highs[#highs + 1] = patternItem(c, SET_SPECIAL) end
-    known = '%z(.[' .. concat(lows) .. '][' .. concat(highs) .. '].)'
-    sparsePageOf[tag] = known
+    for c = 4 * (callTag % 64), 4 * (callTag % 64) + 3 do highs[#highs + 1] = SET_SPECIAL_ITEMS[c] or char(c) end
+    pattern = '.(.)[' .. concat(highs) .. '].'
+    tagPatternOf[callTag] = pattern
   end
-  return known
+  local high = floor(callTag / 64)
+  local byteTwo = tagByteTwoOf[high]
+  if byteTwo == nil then
+    byteTwo = {}
+    for b = high, 255, 4 do byteTwo[char(b)] = '' end
+    tagByteTwoOf[high] = byteTwo
+  end
+  return string.gsub(ids, pattern, byteTwo) == ''
 end
 -- The codes of users[1..m] of `blob` at positions at..at + m - 1 (at 0: none in the blob, which is empty),
 -- profile bytes `profileBytes`, and the blob's value after them (nil: unchanged); false when the general path
@@ -1998,7 +2035,8 @@ local function sparseRange(range, blob, packed, profileBytes, at, m)
   local profileNumber = byte(profileBytes, 1)
   local uniform = profileBytes == repeated(char(profileNumber), m)
   local oldClasses = at > 0 and sub(value, blob.classNumbers + 3 * at - 3, blob.classNumbers + 3 * (at + m - 1) - 1)
-  if uniform and (at == 0 or oldClasses == repeated(sub(oldClasses, 1, 3), m)) then
+  -- (a blob of one class, as a campaign to a whole new range leaves it, has one record: no comparison)
+  if uniform and (at == 0 or blob.classes == 1 or oldClasses == repeated(sub(oldClasses, 1, 3), m)) then
     -- one profile and one record: one outcome
     local profile = profiles[profileNumber]
     if profile == nil then return false end
@@ -2080,26 +2118,46 @@ local MARKER_SCAN_FIELDS_PER_PAGE, MARKER_SCAN_MIN_PAGES = 16, 4
 -- A page's name (page: its number): its marker field in the identity table, and its block key after the prefix
 -- (functions/core/shared/keys.ts, capPageName(), makes the same)
 local function pageNameOf(page) return format('p:%d', page) end
--- The pages that have a block, as a set of page numbers, and this call's identity number (myNumber): a table
--- with few fields next to the call's pages is listed by HSCAN MATCH p:* (in C, its whole set of markers);
--- another is asked by one HMGET of the call's pages' markers (the set holds only those).
-local function readMarkers(args, pageCount)
+-- The page numbers of a call whose users come by range (`sections`: its ranges' users' ID bytes, 4 each,
+-- ascending: the page in bytes 1-3), each page once.
+local function pagesOfSections(sections)
+  local numbers, last = {}, -1
+  for _, ids in ipairs(sections) do
+    for q = 1, #ids, 4 do
+      local a, b, c = byte(ids, q, q + 2)
+      local page = (a * 256 + b) * 256 + c
+      if page ~= last then numbers[#numbers + 1], last = page, page end
+    end
+  end
+  return numbers
+end
+-- The pages that have a block, as a set of page numbers, and this call's identity number (myNumber; with the
+-- table's numbering state, takeIdentity(), when the table is listed: a sparse campaign's call gives one): a table
+-- with few fields next to the call's pages (pageCount: at least how many it has) is listed by HSCAN MATCH p:*
+-- (in C, its whole set of markers); another is asked by one HMGET of the call's pages' markers (the set holds
+-- only those; pagesOfSections() states `sections`).
+local function readMarkers(args, pageCount, sections)
   local marked, fields = {}, pageCount >= MARKER_SCAN_MIN_PAGES and redis.call('HLEN', identityTableKey)
   if not fields or fields > MARKER_SCAN_FIELDS_PER_PAGE * pageCount then
-    local numbers, names = {}, {}
-    for p = 1, pageCount do
-      local a, b, c = byte(args[FIRST_PAGE_ARG + p], 3, 5)
-      numbers[p] = (a * 256 + b) * 256 + c
-      names[p] = pageNameOf(numbers[p])
+    local numbers, names = sections and pagesOfSections(sections), {}
+    if numbers then
+      for p = 1, #numbers do names[p] = pageNameOf(numbers[p]) end
+    else
+      numbers = {}
+      for p = 1, pageCount do
+        local a, b, c = byte(args[FIRST_PAGE_ARG + p], 3, 5)
+        numbers[p] = (a * 256 + b) * 256 + c
+        names[p] = pageNameOf(numbers[p])
+      end
     end
     local markers = redis.call('HMGET', identityTableKey, 'i:' .. identity, unpackList(names))
-    for p = 1, pageCount do
+    for p = 1, #numbers do
       if markers[p + 1] then marked[numbers[p]] = true end
     end
     myNumber = tonumber(markers[1] or nil) or false
     return marked
   end
-  myNumber = tonumber(redis.call('HGET', identityTableKey, 'i:' .. identity) or nil) or false
+  takeIdentity(redis.call('HMGET', identityTableKey, 'i:' .. identity, unpackList(IDENTITY_STATE_FIELDS)))
   local cursor = '0'
   while fields > 0 do
     local scan = redis.call('HSCAN', identityTableKey, cursor, 'MATCH', 'p:*', 'COUNT', fields)
@@ -2113,63 +2171,68 @@ local function readMarkers(args, pageCount)
   end
   return marked
 end
--- Whether page number `page` is a page of the call's users `all` (7 bytes each, pages in bytes 3-5,
--- ascending): a binary search.
-local function hasPage(all, userCount, page)
-  local low, high = 1, userCount
+-- Whether page number `page` is the page of one of the users `ids` (4 ID bytes each, ascending; the page in
+-- bytes 1-3): a binary search.
+local function hasPage(ids, page)
+  local low, high = 1, #ids / 4
   while low <= high do
     local half = floor((low + high) / 2)
-    local a, b, c = byte(all, 7 * half - 4, 7 * half - 2)
+    local a, b, c = byte(ids, 4 * half - 3, 4 * half - 1)
     local at = (a * 256 + b) * 256 + c
     if at == page then return true end
     if at < page then low = half + 1 else high = half - 1 end
   end
   return false
 end
-local function runSparseCall(args, pageCount)
-  if withWindows or pageCount == 0 then return nil end
-  -- every user as a page argument of its own (7 bytes: a page of one user, as most of a sparse call's are):
-  -- the arguments of pages of several users are split, the others taken as they are
-  local first, last = FIRST_PAGE_ARG + 1, FIRST_PAGE_ARG + pageCount
-  local parts
-  for i = first, last do
-    local spec = args[i]
-    if #spec ~= 7 then
-      -- a block-path page (a dense call) leaves before its users are split
-      if byte(spec, 2) ~= 0 then return nil end
-      if parts == nil then parts = { unpackList(args, first, i - 1) } end
-      local head = sub(spec, 1, 5)
-      for u = 6, #spec - 1, 2 do parts[#parts + 1] = head .. sub(spec, u, u + 1) end
-    elseif parts then
-      parts[#parts + 1] = spec
-    end
-  end
-  local all = parts and concat(parts) or concat(args, '', first, last)
-  local userCount = #all / 7
-  if userCount % 1 ~= 0 then return nil end
-  local middle = sparsePagePattern(callTag)
-  -- each range's users: the pages of range 1, then of range 2, ... (pages ascend, and so do ranges); a page
-  -- argument of another range, path or tag in a range's run leaves its string.gsub a match short
-  local plans, from = {}, 1
-  for r, range in ipairs(ranges) do
-    -- the range's last page: a binary search over the pages' range bytes
-    local low, high = from - 1, userCount
-    if r < #ranges then
-      while low < high do
-        local half = floor((low + high + 1) / 2)
-        if byte(all, 7 * half - 6) <= r then low = half else high = half - 1 end
+-- A call's users as its ranges send them (ARGV[11 + r]: range r's users, packed; the header states it), as the
+-- page arguments a call of the general path takes (the same users, pages and order): a Lua loop per user,
+-- only for a call the sparse path leaves.
+local function pageArgsOf(args, rangeCount)
+  local pageArgs = {}
+  for r = 1, rangeCount do
+    local arg = args[FIRST_PAGE_ARG + r]
+    local m = (#arg - 2) / 5
+    local idBytes, profileOf = bytesOf(sub(arg, 3, 2 + 4 * m)), bytesOf(sub(arg, 3 + 4 * m))
+    local parts, last = nil, -1
+    for i = 1, m do
+      local a, b, c = idBytes[4 * i - 3], idBytes[4 * i - 2], idBytes[4 * i - 1]
+      local page = (a * 256 + b) * 256 + c
+      if page ~= last then
+        if parts then pageArgs[#pageArgs + 1] = concat(parts) end
+        parts, last = { char(r, 0, a, b, c) }, page
       end
+      parts[#parts + 1] = char(idBytes[4 * i], profileOf[i])
     end
-    local m = high - from + 1
+    if parts then pageArgs[#pageArgs + 1] = concat(parts) end
+  end
+  return pageArgs
+end
+-- A whole sparse call in C string functions: a call whose users come by range (every user on the record path,
+-- no "+windows"), each range's users either new to an empty blob or a run of its users (the same audience
+-- again). A range's users arrive as the blob's own ID section (4 bytes each) and a byte of profile each; a
+-- new blob takes the IDs once string.gsub has checked each is of the call's tag, a run is compared whole with
+-- the blob's IDs; a range whose users share a profile and a record is decided once and its blob made by
+-- string.rep and slices: no Lua per user (the general path's lookups, tables and edits cost ~20k instructions a
+-- user). Any other call (a page with a block, a busy user, users scattered in a blob or in the old-layout hash,
+-- a directory) is left to the general path: runSparseCall() returns nil having written nothing but a new
+-- identity number, with the set of marked pages once read (readMarkers()).
+-- Returns true when done (the replies and each edited blob's new value set).
+local function runSparseCall(args)
+  if withWindows then return nil end
+  local plans, sections, userCount = {}, {}, 0
+  for r, range in ipairs(ranges) do
+    local arg = args[FIRST_PAGE_ARG + r]
+    local m = (#arg - 2) / 5
     local blob = range.single
     if m > 0 then
       if not blob then return nil end
+      local packed, profileBytes = sub(arg, 3, 2 + 4 * m), sub(arg, 3 + 4 * m)
       -- where the users are in the blob: none (an empty blob, no old-layout hash), or a run from `at` (its first
-      -- and last users looked at before any user's bytes are extracted: a call reaching part of a range's
-      -- audience leaves for the general path at the cost of a few C calls)
+      -- and last users looked at first: a call reaching part of a range's audience leaves for the general path
+      -- at the cost of a few C calls)
       local at = 0
       if blob.n > 0 then
-        local value, firstId = blob.value, sub(all, 7 * from - 4, 7 * from - 1)
+        local value, firstId = blob.value, sub(packed, 1, 4)
         local search, stop = BLOB_HEADER + 1, blob.classNumbers - 1
         while at == 0 do
           local found = find(value, firstId, search, true)
@@ -2178,42 +2241,27 @@ local function runSparseCall(args, pageCount)
           search = found + 1
         end
         local lastAt = BLOB_HEADER + 4 * (at + m - 1)
-        if lastAt > stop or sub(value, lastAt - 3, lastAt) ~= sub(all, 7 * high - 4, 7 * high - 1) then return nil end
+        if lastAt > stop or sub(value, lastAt - 3, lastAt) ~= sub(packed, -4) then return nil end
+        -- every user of the run, not only its ends: equal, its IDs are the blob's (of this tag)
+        if sub(value, BLOB_HEADER + 4 * at - 3, lastAt) ~= packed then return nil end
       elseif range.hashExists then
         return nil
-      end
-      local run = sub(all, 7 * from - 6, 7 * high)
-      local profileBytes, packed = sub(run, 7, 7)
-      local section = at > 0 and sub(blob.value, BLOB_HEADER + 4 * at - 3, BLOB_HEADER + 4 * (at + m - 1))
-      -- the same audience of one profile: the run's arguments as the blob's IDs make them (one string.gsub with
-      -- no capture, which would make a Lua string per user); equal, its IDs are the blob's, of this tag
-      local template = section and replacementOf(r) .. '\0%0' .. replacementOf(byte(profileBytes))
-      if section and run == string.gsub(section, '....', template) then
-        packed, profileBytes = section, repeated(profileBytes, m)
       else
-        local head = patternItem(r, ITEM_ESCAPED) .. middle
-        -- one profile (the first user's) is checked by the same pass
-        local matched
-        packed, matched = string.gsub(run, head .. patternItem(byte(profileBytes), ITEM_ESCAPED), '%1')
-        if matched == m then
-          profileBytes = repeated(profileBytes, m)
-        else
-          packed, matched = string.gsub(run, head .. '.', '%1')
-          if matched ~= m then return nil end
-          profileBytes = string.gsub(run, '......(.)', '%1')
-        end
-        -- every user of the run, not only its ends
-        if section and packed ~= section then return nil end
+        -- every ID of the call's tag (the general path refuses a page of another)
+        if not allOfCallTag(packed) then return nil end
       end
       plans[#plans + 1] = { range, blob, packed, profileBytes, at, m }
+      sections[#sections + 1] = packed
+      userCount = userCount + m
     end
-    from = from + m
   end
-  if from ~= userCount + 1 then return nil end
-  -- which pages have a block (the general path takes the set when a page has one)
-  local marked = readMarkers(args, pageCount)
+  -- which pages have a block (the general path takes the set when a page has one); a sparse call has about
+  -- as many pages as users
+  local marked = readMarkers(args, userCount, sections)
   for page in pairs(marked) do
-    if hasPage(all, userCount, page) then return nil, marked end
+    for _, ids in ipairs(sections) do
+      if hasPage(ids, page) then return nil, marked end
+    end
   end
   local touched = {}
   for _, range in ipairs(ranges) do
@@ -2252,7 +2300,7 @@ local function finishCall()
     markers[#markers + 1] = pageName
     markers[#markers + 1] = 1
   end
-  if myNumberWritten and myNumber then
+  if myNumberWritten and myNumber and not myNumberStamped then
     markers[#markers + 1] = 't:' .. myNumber
     markers[#markers + 1] = now
   end
@@ -2269,15 +2317,35 @@ local function capSends(keys, args)
   local failure = beginCall(keys, args)
   if failure then return failure end
   local pageCount = #args - FIRST_PAGE_ARG
-  for _, range in ipairs(ranges) do
-    local refused = readRangeRoot(range)
-    if refused then
-      return redis.error_reply('TRYAGAIN cap-sends: a key of ' .. keyPrefix .. ' is not on this node: ' .. refused.err)
-    end
+  local refused = readRangeRoots()
+  if refused then
+    return redis.error_reply('TRYAGAIN cap-sends: a key of ' .. keyPrefix .. ' is not on this node: ' .. refused.err)
   end
 
-  local sparse, fetchedMarked = runSparseCall(args, pageCount)
-  if sparse then return sparse == true and finishCall() or sparse end
+  -- a call of ranges' users (byte 2 of its first argument: RANGE_USERS) takes the sparse path, or is made page
+  -- arguments for the general path
+  local fetchedMarked
+  if pageCount > 0 and byte(args[FIRST_PAGE_ARG + 1], 2) == RANGE_USERS then
+    if pageCount ~= #ranges then
+      return redis.error_reply(format('ERR cap-sends: %d arguments of users for %d ranges', pageCount, #ranges))
+    end
+    for r = 1, pageCount do
+      local arg = args[FIRST_PAGE_ARG + r]
+      local index, kind = byte(arg, 1, 2)
+      if index ~= r or kind ~= RANGE_USERS or (#arg - 2) % 5 ~= 0 then
+        return redis.error_reply(format('ERR cap-sends: argument %d is not the users of range %d', FIRST_PAGE_ARG + r,
+          r))
+      end
+    end
+    local sparse
+    sparse, fetchedMarked = runSparseCall(args)
+    if sparse then
+      return sparse == true and finishCall() or sparse
+    end
+    local pageArgs = pageArgsOf(args, pageCount)
+    args, pageCount = {}, #pageArgs
+    for p = 1, pageCount do args[FIRST_PAGE_ARG + p] = pageArgs[p] end
+  end
 
   -- the user records of every page (one GET per blob), and from the identity table this call's identity number
   -- and which pages have a block (readMarkers(): marked[page number] set; a record-path page's is looked at, a

@@ -684,32 +684,57 @@ describe("calls split by page", () => {
     expect(denseCalls.flatMap((call) => call.pages)).toHaveLength(100);
   });
 
-  it("refuses a call whose key prefix is not its identity table's tag, or whose page is of another tag", async () => {
+  it("refuses a call whose key prefix is not its identity table's tag, or whose page or user is of another tag", async () => {
     const namespace = uniqueNamespace();
     const policy = parsePolicy({ version: "p", channels: CHANNELS, segments: [], default: { name: "rest", caps: {} } });
-    const [call] = planCapSends({
-      namespace,
-      now: T0,
-      at: T0,
-      mode: "count",
-      channel: "a",
-      campaignId: "c",
-      forced: false,
-      horizonMs: keptHorizonMs(policy, REDELIVERY_MS),
-      profiles: scriptProfiles(policy, "a", REDELIVERY_MS),
-      sortedIds: Uint32Array.from([5, 300]),
-      segmentOf: new Uint8Array(2),
-    });
-    if (!call) throw new Error("no call planned");
+    const planned = (withWindows: boolean) => {
+      const [call] = planCapSends({
+        namespace,
+        now: T0,
+        at: T0,
+        mode: "count",
+        ...(withWindows ? { withWindows } : {}),
+        channel: "a",
+        campaignId: "c",
+        forced: false,
+        horizonMs: keptHorizonMs(policy, REDELIVERY_MS),
+        profiles: scriptProfiles(policy, "a", REDELIVERY_MS),
+        sortedIds: Uint32Array.from(withWindows ? [300] : [5, 300]),
+        segmentOf: new Uint8Array(withWindows ? 1 : 2),
+      });
+      if (!call) throw new Error("no call planned");
+      return call;
+    };
+    const call = planned(false);
+    // a campaign call of record-path pages carries its range's users: byte 2 is 2, then IDs, then profiles
+    expect(call.args).toHaveLength(12);
+    expect([...(call.args[11] as Buffer)]).toEqual([1, 2, 0, 0, 0, 5, 0, 0, 1, 44, 0, 0]);
     const otherPrefix = [...call.args];
     otherPrefix[8] = `${namespace}:cap:{1}:`;
     await expect(store.capSends(call.keys, otherPrefix)).rejects.toThrow(/key prefix .* does not name the tag/);
-    // page 1 (users 256..511) is of tag 0; page 4 (users 1,024..1,279) is of tag 1
-    const otherPage = [...call.args];
-    const spec = Buffer.from(otherPage[12] as Buffer);
+    // user 300 (page 1: users 256..511) is of tag 0; user 1,068 (page 4: users 1,024..1,279) is of tag 1
+    const otherUser = [...call.args];
+    const users = Buffer.from(otherUser[11] as Buffer);
+    users.writeUInt32BE(1_068, 6);
+    otherUser[11] = users;
+    await expect(store.capSends(call.keys, otherUser)).rejects.toThrow(/page 4 .* is not of the tag/);
+    // an argument of users that is not its range's, or not whole users
+    for (const broken of [Buffer.of(2, 2, 0, 0, 0, 5, 0), Buffer.of(1, 2, 0, 0, 0, 5, 0, 0)]) {
+      const args = [...call.args];
+      args[11] = broken;
+      await expect(store.capSends(call.keys, args)).rejects.toThrow(/argument 12 is not the users of range 1/);
+    }
+    await expect(store.capSends(call.keys, [...call.args, call.args[11] as Buffer])).rejects.toThrow(
+      /2 arguments of users for 1 ranges/,
+    );
+    // a check ("+windows") carries page arguments: page 1 made page 4
+    const check = planned(true);
+    const otherPage = [...check.args];
+    const spec = Buffer.from(otherPage[11] as Buffer);
+    expect([...spec]).toEqual([1, 0, 0, 0, 1, 44, 0]);
     spec.writeUIntBE(4, 2, 3);
-    otherPage[12] = spec;
-    await expect(store.capSends(call.keys, otherPage)).rejects.toThrow(/page 4 .* is not of the tag/);
+    otherPage[11] = spec;
+    await expect(store.capSends(check.keys, otherPage)).rejects.toThrow(/page 4 .* is not of the tag/);
     expect(await cluster.exists(capIdentityKey(namespace, 0))).toBe(0);
     expect(await cluster.exists(capIdentityKey(namespace, 1))).toBe(0);
     // the call as planned runs

@@ -2,6 +2,7 @@
 // empty blob or a run of its users) where it hands a call to the general path: a busy user's record
 // outgrowing the blob, a profile the call does not carry, a page with a block (its marker found by listing the
 // identity table's markers, or by page in a table of many fields).
+import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RedisCapStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
 import {
@@ -14,7 +15,10 @@ import {
 } from "../../functions/core/capping/cap-sends-script.ts";
 import { keptHorizonMs, parsePolicy } from "../../functions/core/capping/policy.ts";
 import { capBlobKey, capIdentityKey, capRecordKey } from "../../functions/core/shared/keys.ts";
+import { asPageArgs, decisionOf } from "../support/cap-sends-runner.ts";
+import { CappingModel, type ModelDecision } from "../support/capping-model.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
+import { POLICY_CHANNELS, policyArbitrary } from "../support/policy-arbitrary.ts";
 import { T0 } from "../support/rules.ts";
 
 let cluster: TollgateCluster;
@@ -84,24 +88,23 @@ describe("a sparse call", () => {
   it("refuses a profile the call does not carry, and writes nothing", async () => {
     const namespace = uniqueNamespace();
     const call = callOf(namespace, "c", T0);
-    const args = [...call.args];
-    const spec = Buffer.from(args[11] as Buffer);
-    spec[6] = 3;
-    args[11] = spec;
-    await expect(store.capSends(call.keys, args)).rejects.toThrow(/unknown profile 3/);
-    const spec2 = Buffer.from(args[12] as Buffer);
-    spec2[6] = 3;
-    args[12] = spec2;
-    await expect(store.capSends(call.keys, args)).rejects.toThrow(/unknown profile 3/);
+    // the range's users: byte 2 is 2, then the 2 users' IDs (4 bytes each), then their profiles
+    const withProfiles = (args: (string | Buffer)[], first: number, second: number) => {
+      const users = Buffer.from(args[11] as Buffer);
+      expect(users.length).toBe(12);
+      users[10] = first;
+      users[11] = second;
+      return [...args.slice(0, 11), users];
+    };
+    await expect(store.capSends(call.keys, withProfiles(call.args, 3, 0))).rejects.toThrow(/unknown profile 3/);
+    await expect(store.capSends(call.keys, withProfiles(call.args, 0, 3))).rejects.toThrow(/unknown profile 3/);
+    await expect(store.capSends(call.keys, withProfiles(call.args, 3, 3))).rejects.toThrow(/unknown profile 3/);
     expect(await cluster.exists(capBlobKey(namespace, 0, 0))).toBe(0);
     // the same call with the profile it carries: both users new to an empty blob
     expect(await codesOf(namespace, "c", T0)).toEqual([REPLY_ALLOWED, REPLY_ALLOWED]);
     // the second user with a profile the call does not carry, the first user's send already counted
     const again = callOf(namespace, "d", T0 + 1000);
-    const changed = [...again.args];
-    const second = Buffer.from(changed[12] as Buffer);
-    second[6] = 3;
-    changed[12] = second;
+    const changed = withProfiles(again.args, 0, 3);
     const before = await cluster.getBuffer(capBlobKey(namespace, 0, 0));
     await expect(store.capSends(again.keys, changed)).rejects.toThrow(/unknown profile 3/);
     expect(await cluster.getBuffer(capBlobKey(namespace, 0, 0))).toEqual(before);
@@ -164,5 +167,81 @@ describe("a sparse call", () => {
     expect(await cluster.hlen(capIdentityKey(namespace, 0))).toBeGreaterThan(16 * sparse.length);
     expect(await codesOf(namespace, "sparse", T0 + 2000, sparse, onePerDay)).toEqual(capped);
     expect(await codesOf(namespace, "sparse", T0 + 3000, sparse, onePerDay)).toEqual(again);
+  });
+});
+
+// A call whose pages all take the user records carries each range's users in one argument (their IDs as the
+// range's blob holds them, then their profiles); a call of block-path pages or a check carries page arguments.
+// Both formats must decide alike: the same calls run as planned in one namespace and with their ranges' users
+// made page arguments (asPageArgs(), the general path's format) in another, against the model.
+describe("a call of ranges' users", () => {
+  it("decides as the same users sent as page arguments and as the model does (random IDs of one tag in every range, sparse and dense)", async () => {
+    const stepArbitrary = fc.record({
+      pick: fc.array(fc.nat(), { minLength: 1, maxLength: 30 }),
+      dense: fc.constantFrom(false, false, false, true),
+      elapsed: fc.integer({ min: 0, max: 90_000 }),
+      mode: fc.constantFrom<"count" | "peek">("count", "count", "count", "peek"),
+      channel: fc.constantFrom(...POLICY_CHANNELS),
+      campaignId: fc.constantFrom("", "c1", "c2", "c3"),
+    });
+    await fc.assert(
+      fc.asyncProperty(
+        policyArbitrary,
+        fc.integer({ min: 0, max: 255 }),
+        // IDs of the tag: bits 10..17 are the tag, the rest random (all 8 ranges of 2^29 IDs)
+        fc.array(fc.tuple(fc.integer({ min: 0, max: 2 ** 14 - 1 }), fc.integer({ min: 0, max: 1023 })), {
+          minLength: 1,
+          maxLength: 40,
+        }),
+        fc.array(stepArbitrary, { minLength: 2, maxLength: 10 }),
+        async (rules, tag, parts, steps) => {
+          const pool = [...new Set(parts.map(([high, low]) => ((high * 256 + tag) * 1024 + low) >>> 0))];
+          // a page of the tag reached densely (16 users or more: its block)
+          const densePage = Array.from({ length: 20 }, (_, i) => (tag * 4 + 1) * 256 + 7 * i);
+          const segmentOf = (user: number) => user % rules.segments.length;
+          const model = new CappingModel(rules, segmentOf, REDELIVERY_MS);
+          const [byRange, byPage] = [uniqueNamespace(), uniqueNamespace()];
+          let now = T0;
+          for (const step of steps) {
+            now += step.elapsed;
+            const picked = step.pick.map((k) => pool[k % pool.length] as number);
+            const users = [...new Set([...picked, ...(step.dense ? densePage : [])])].sort((a, b) => a - b);
+            const call = { ...step, now, at: now, exemptCounted: false, users };
+            const want = model.apply(call);
+            for (const [namespace, pageArgs] of [
+              [byRange, false],
+              [byPage, true],
+            ] as const) {
+              const calls = planCapSends({
+                namespace,
+                now,
+                at: now,
+                mode: step.mode,
+                channel: step.channel,
+                campaignId: step.campaignId,
+                forced: false,
+                horizonMs: keptHorizonMs(rules, REDELIVERY_MS),
+                profiles: scriptProfiles(rules, step.channel, REDELIVERY_MS),
+                sortedIds: Uint32Array.from(users),
+                segmentOf: Uint8Array.from(users, segmentOf),
+              });
+              const got = new Map<number, ModelDecision>();
+              for (const planned of calls) {
+                const args = pageArgs ? asPageArgs(planned.args) : planned.args;
+                const { codes } = readCapSendsReply(await store.capSends(planned.keys, args), planned.members.length);
+                for (const [m, member] of planned.members.entries()) {
+                  got.set(users[member] as number, decisionOf(codes[m] as number));
+                }
+              }
+              expect(
+                users.map((user) => got.get(user)),
+                JSON.stringify({ pageArgs, users }),
+              ).toEqual(want);
+            }
+          }
+        },
+      ),
+      { numRuns: 60 },
+    );
   });
 });

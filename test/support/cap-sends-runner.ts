@@ -28,7 +28,7 @@ export function idOf(b0: number, b1: number, b2: number, b3: number): number {
 
 /**
  * The script before the change (test/support/cap-sends-previous.lua) as an EVAL command defined on
- * `cluster` under `name`; its arguments are the current script's (they end with the page arguments).
+ * `cluster` under `name`; its arguments are the current script's with page arguments (asPageArgs()).
  */
 export function previousScript(cluster: TollgateCluster, name: string): CapSendsCall {
   const source = readFileSync(new URL("./cap-sends-previous.lua", import.meta.url), "utf8");
@@ -37,6 +37,41 @@ export function previousScript(cluster: TollgateCluster, name: string): CapSends
     `${name}Buffer`
   ] as (...keysAndArgs: (string | Buffer)[]) => Promise<Buffer>;
   return (keys, args) => command.call(cluster, ...keys, ...args);
+}
+
+/**
+ * A call's arguments with its ranges' users (a sparse call's format: ARGV[11 + r] is range r's users, their
+ * IDs then their profiles) made page arguments, the format the previous script takes: the same users, pages
+ * and order, so its reply reads the same. Other arguments are returned as they are.
+ */
+export function asPageArgs(args: readonly (string | Buffer)[]): (string | Buffer)[] {
+  const users = args.slice(11) as Buffer[];
+  if (users.length === 0 || users[0]?.[1] !== 2) return [...args];
+  const pages: Buffer[] = [];
+  for (const arg of users) {
+    const m = (arg.length - 2) / 5;
+    let page = -1;
+    let pairs: number[] = [];
+    const flush = () => {
+      if (page < 0) return;
+      const spec = Buffer.alloc(5 + pairs.length);
+      spec[0] = arg[0] as number;
+      spec.writeUIntBE(page, 2, 3);
+      Buffer.from(pairs).copy(spec, 5);
+      pages.push(spec);
+    };
+    for (let i = 0; i < m; i++) {
+      const id = arg.readUInt32BE(2 + 4 * i);
+      if (Math.floor(id / 256) !== page) {
+        flush();
+        page = Math.floor(id / 256);
+        pairs = [];
+      }
+      pairs.push(id % 256, arg[2 + 4 * m + i] as number);
+    }
+    flush();
+  }
+  return [...args.slice(0, 11), ...pages];
 }
 
 /** A reply code of cap-sends as the model's decision. */
@@ -85,7 +120,7 @@ export async function runScript(
   });
   const byUser = new Map<number, ModelDecision>();
   const run = (keys: readonly string[], args: readonly (string | Buffer)[]) =>
-    call.byPrevious ? scripts.previous(keys, args) : scripts.store.capSends(keys, args);
+    call.byPrevious ? scripts.previous(keys, asPageArgs(args)) : scripts.store.capSends(keys, args);
   const replies = parallel ? await Promise.all(calls.map((planned) => run(planned.keys, planned.args))) : [];
   for (const [c, planned] of calls.entries()) {
     const reply = parallel ? (replies[c] as Buffer) : await run(planned.keys, planned.args);

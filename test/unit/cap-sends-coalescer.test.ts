@@ -13,9 +13,12 @@ function fakeStore(failing?: string) {
   const calls: { key: string; users: number }[] = [];
   const store: CapStore = {
     capSends: async (keys, args) => {
-      // the page arguments, then as many page names
-      const specs = args.slice(11);
-      const users = specs.reduce((sum, spec) => sum + (spec.length - 5) / 2, 0);
+      // page arguments (5 bytes, then 2 a user), or ranges' users (byte 2 is 2: 2 bytes, then 5 a user)
+      const specs = args.slice(11) as Buffer[];
+      const users = specs.reduce(
+        (sum, spec) => sum + (spec[1] === 2 ? (spec.length - 2) / 5 : (spec.length - 5) / 2),
+        0,
+      );
       calls.push({ key: keys[0] as string, users });
       if (keys[0] === failing) throw new Error(`no answer from ${failing}`);
       return Buffer.alloc(users);

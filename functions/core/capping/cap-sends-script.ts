@@ -65,6 +65,8 @@ export class Verdicts {
  * fewer go to user records, so a single-user call never rewrites a page of 256 users.
  */
 export const BLOCK_PATH_MIN_USERS = 16;
+/** Byte 2 of an argument holding a range's users (lua/cap-sends.lua's header; a page argument's is its path, 0 or 1). */
+const RANGE_USERS = 2;
 /**
  * Keys one call reads and writes whatever their content, at most: the identity table, the record hashes and
  * the blocks of block-path pages (each block read, unpacked and written costs ~35 µs). A record-path page
@@ -154,7 +156,7 @@ export interface CapSendsCall {
   members: number[];
   /** The hash tag of every key of the call (one slot). */
   tag: number;
-  /** The pages the call holds (one page argument each), ascending. */
+  /** The pages the call holds, ascending (one page argument each, or their users in their ranges' arguments). */
   pages: number[];
 }
 
@@ -459,35 +461,60 @@ function buildCall(request: CapSendsRequest, tag: number, runs: PageRun[], users
   const localProfile = new Int16Array(256).fill(-1);
   const localOfContent = new Map<string, number>();
   const callProfiles: number[] = [];
+  const localOf = (profile: number): number => {
+    let local = localProfile[profile] as number;
+    if (local < 0) {
+      const content = packedProfile(request.profiles[profile] as ScriptProfile).content;
+      local = localOfContent.get(content) ?? callProfiles.length;
+      if (local === callProfiles.length) {
+        localOfContent.set(content, local);
+        callProfiles.push(profile);
+      }
+      localProfile[profile] = local;
+    }
+    return local;
+  };
   const members = new Array<number>(users);
   let m = 0;
-  const pageSpecs = runs.map((run) => {
-    const spec = Buffer.allocUnsafe(5 + 2 * run.count);
-    spec[0] = rangeIndex.get(run.range) as number;
-    spec[1] = run.count >= BLOCK_PATH_MIN_USERS ? 1 : 0;
-    spec.writeUIntBE(run.page, 2, 3);
-    // users ascending: the script relies on it (a whole page's pairs are offsets 0..255 in order)
-    let k = 5;
-    for (let i = run.first; i <= run.last; i++) {
-      if (i > run.first && sortedIds[i] === sortedIds[i - 1]) continue;
-      const profile = segmentOf[i] as number;
-      let local = localProfile[profile] as number;
-      if (local < 0) {
-        const content = packedProfile(request.profiles[profile] as ScriptProfile).content;
-        local = localOfContent.get(content) ?? callProfiles.length;
-        if (local === callProfiles.length) {
-          localOfContent.set(content, local);
-          callProfiles.push(profile);
+  // a call whose pages all take the user records, without "+windows" (a sparse campaign's): one argument per
+  // range, its users' IDs as the range's blob holds them, then their profiles (the script extracts and compares
+  // whole sections in C); otherwise one argument per page
+  const byRange = !request.withWindows && runs.every((run) => run.count < BLOCK_PATH_MIN_USERS);
+  const userArgs = byRange
+    ? [...rangeIndex.keys()].map((range) => {
+        const ofRange = runs.filter((run) => run.range === range);
+        const count = ofRange.reduce((sum, run) => sum + run.count, 0);
+        const arg = Buffer.allocUnsafe(2 + 5 * count);
+        arg[0] = rangeIndex.get(range) as number;
+        arg[1] = RANGE_USERS;
+        let k = 0;
+        for (const run of ofRange) {
+          for (let i = run.first; i <= run.last; i++) {
+            if (i > run.first && sortedIds[i] === sortedIds[i - 1]) continue;
+            arg.writeUInt32BE(sortedIds[i] as number, 2 + 4 * k);
+            arg[2 + 4 * count + k] = localOf(segmentOf[i] as number);
+            k++;
+            members[m++] = i;
+          }
         }
-        localProfile[profile] = local;
-      }
-      spec[k] = (sortedIds[i] as number) % USERS_PER_PAGE;
-      spec[k + 1] = local;
-      k += 2;
-      members[m++] = i;
-    }
-    return spec;
-  });
+        return arg;
+      })
+    : runs.map((run) => {
+        const spec = Buffer.allocUnsafe(5 + 2 * run.count);
+        spec[0] = rangeIndex.get(run.range) as number;
+        spec[1] = run.count >= BLOCK_PATH_MIN_USERS ? 1 : 0;
+        spec.writeUIntBE(run.page, 2, 3);
+        // users ascending: the script relies on it (a whole page's pairs are offsets 0..255 in order)
+        let k = 5;
+        for (let i = run.first; i <= run.last; i++) {
+          if (i > run.first && sortedIds[i] === sortedIds[i - 1]) continue;
+          spec[k] = (sortedIds[i] as number) % USERS_PER_PAGE;
+          spec[k + 1] = localOf(segmentOf[i] as number);
+          k += 2;
+          members[m++] = i;
+        }
+        return spec;
+      });
   const profiles = callProfiles.map((p) => packedProfile(request.profiles[p] as ScriptProfile));
   // one declared key (it routes the call); the script names the record hashes and blocks from the prefix
   const keys = [capIdentityKey(request.namespace, tag)];
@@ -509,7 +536,7 @@ function buildCall(request: CapSendsRequest, tag: number, runs: PageRun[], users
     [...rangeIndex.keys()].join(","),
     String(request.blobSplitBytes ?? BLOB_SPLIT_BYTES),
     // (no page names: the script lists the identity table's page markers, and names only the pages it reads)
-    ...pageSpecs,
+    ...userArgs,
   ];
   return { keys, args, members, tag, pages: runs.map((run) => run.page) };
 }
