@@ -83,7 +83,8 @@ local function prepare(ruleText)
   --     ring never misses the part of (now - W, now] that precedes its oldest bucket's start);
   --   strict: 'g', grants not yet reported spent, over every bucket that touches (now - W - lease, now]
   --     (a token may be spent until its lease ends), and 's', tokens reported spent, counted from their
-  --     stamp (or the report) over 101 buckets of W/100 (each was spent before the stamp that says so).
+  --     stamp (or the report) over 101 buckets of W/100 and the ones that cover STAMP_SKEW_MS (each was
+  --     spent before the stamp that says so, on the reporter's clock).
   local limits, windows, ringList = {}, {}, {}
   -- shared rings by kind, then bucket size (numbers as keys: turning a number into text costs thousands of
   -- instructions)
@@ -305,10 +306,11 @@ local function ringBytes()
   return table.concat(parts)
 end
 
--- A key stored under another b4 layout, as a header of this one (or nil: a header that does not match its
--- layout). Each window's count is known, not when it was counted: every ring starts with its windows' largest
--- count in its current bucket, so each window counts at least what it held, for up to a window more (an
--- over-count, never an under-count: strict stays exact). A window the old layout did not have takes the
+-- A key stored under another layout (b4, or b3's header), as a header of this one (or nil: a header that does
+-- not match its layout). Each window's count is known, not when it was counted: every ring starts with its
+-- windows' largest count in the latest bucket (now's, or the old rings' when they are ahead), so each window
+-- counts at least what it held, for up to a window more (an over-count, never an under-count: strict stays
+-- exact). A window the old layout did not have takes the
 -- largest count of the old ones (history it never kept is not known), except strict's grants, which start
 -- at 0 as their tokens are counted spent; approximate counts what strict held in both parts, and strict
 -- counts what approximate held as spent.
