@@ -343,6 +343,8 @@ local function carriedOver(oldLayout, header, windows)
       end
       if sum > seed then seed = sum end
     end
+    -- a slot holds at most SLOT_MAX (a window's sum may be more): far beyond any max, so the window stays full
+    if seed > SLOT_MAX then seed = SLOT_MAX end
     ring.seed = seed
     -- in the latest bucket: now's, or the old rings' if they are ahead (a caller whose clock is behind
     -- never rewinds a ring; spent tokens' windows are STAMP_SKEW_MS longer for callers ahead)

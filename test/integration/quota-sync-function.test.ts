@@ -426,7 +426,12 @@ describe("quota-sync as a Redis Function", () => {
           }
         },
       ),
-      { numRuns: Number(process.env.QS_RUNS ?? 20), endOnFailure: true },
+      {
+        numRuns: Number(process.env.QS_RUNS ?? 20),
+        endOnFailure: true,
+        // QS_SEED and QS_PATH replay a reported failure
+        ...(process.env.QS_SEED ? { seed: Number(process.env.QS_SEED), path: process.env.QS_PATH } : {}),
+      },
     );
   });
 });

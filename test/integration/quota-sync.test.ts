@@ -512,6 +512,20 @@ describe("quota-sync.lua", () => {
     });
   });
 
+  it("a window whose count passes a slot's range (2^32 - 1) is carried to another layout full, its slots in range", async () => {
+    const rule = approximate([{ windowMs: 1000, max: 100 }]);
+    const store = await storeWith(rule);
+    // usage beyond any reservation, in two buckets: each holds at most 2^32 - 1, the window twice that
+    await store.sync(call("i", 1, [entry("k", { usage: [[T0, 5e9]] })]), T0);
+    await store.sync(call("i", 2, [entry("k", { usage: [[T0 + 60, 5e9]] })]), T0 + 60);
+    await store.publish("api", { ...rule, limits: [{ windowMs: 2000, max: 100 }] }, "v2", 1, 2);
+    const converted = (await store.sync(call("i", 3, [entry("k", { offered: 5 })], "v2"), T0 + 70)).entries[0]!;
+    expect(converted).toMatchObject({ used: [4_294_967_295], allowance: 0 });
+    // the ring moves on: its latest bucket goes to a 32-bit slot as it is, and the window stays full
+    const later = (await store.sync(call("i", 4, [entry("k", { offered: 5 })], "v2"), T0 + 400)).entries[0]!;
+    expect(later).toMatchObject({ used: [4_294_967_295], allowance: 0 });
+  });
+
   it("carries the rule when the caller's config version differs; a new max keeps usage, and so does a new window (from the longest old window's count)", async () => {
     const rule = approximate([{ windowMs: 1000, max: 100 }]);
     const store = await storeWith(rule);
