@@ -212,6 +212,59 @@ describe("packed range arguments: malformed", () => {
   });
 });
 
+describe("packed range arguments: malformed, decisions that held", () => {
+  const threePerDay = parsePolicy({
+    version: "p",
+    channels: ["a"],
+    segments: [],
+    default: { name: "rest", caps: { a: [{ window: "1d", max: 3 }] } },
+  });
+  const send = async (namespace: string, campaignId: string, at: number, users: number[], arg?: Buffer) => {
+    const call = callOf(namespace, campaignId, at, users, threePerDay);
+    const args = arg ? [...call.args.slice(0, 11), arg] : call.args;
+    const reply = await store.capSends(call.keys, args);
+    return [...readCapSendsReply(reply, arg ? (arg.length - 2) / 5 : users.length).codes];
+  };
+
+  it("a repeated user, new to the blob or in it, and users out of order in a blob holding them, are counted once each", async () => {
+    // new blob: [A, A] counts A once (then 2 more sends allowed, the 4th capped)
+    let namespace = uniqueNamespace();
+    expect(await send(namespace, "d", T0, [A], rangeArg(1, [A, A]))).toHaveLength(2);
+    expect(await send(namespace, "e", T0 + 1000, [A])).toEqual([REPLY_ALLOWED]);
+    expect(await send(namespace, "f", T0 + 2000, [A])).toEqual([REPLY_ALLOWED]);
+    expect(await send(namespace, "g", T0 + 3000, [A])).toEqual([CAPPED]);
+    // in the blob (the general path takes the call)
+    namespace = uniqueNamespace();
+    expect(await send(namespace, "c", T0, [A, B])).toEqual([REPLY_ALLOWED, REPLY_ALLOWED]);
+    expect(await send(namespace, "d", T0 + 1000, [A], rangeArg(1, [A, A]))).toHaveLength(2);
+    expect(await send(namespace, "e", T0 + 2000, [A, B])).toEqual([REPLY_ALLOWED, REPLY_ALLOWED]);
+    expect(await send(namespace, "f", T0 + 3000, [A, B])).toEqual([CAPPED, REPLY_ALLOWED]);
+    // out of order, all in the blob
+    namespace = uniqueNamespace();
+    const users = [A, 700, B];
+    expect(await send(namespace, "c", T0, users)).toEqual(users.map(() => REPLY_ALLOWED));
+    expect(await send(namespace, "d", T0 + 1000, users, rangeArg(1, [B, 700, A]))).toEqual(
+      users.map(() => REPLY_ALLOWED),
+    );
+    expect(await send(namespace, "e", T0 + 2000, users)).toEqual(users.map(() => REPLY_ALLOWED));
+    expect(await send(namespace, "f", T0 + 3000, users)).toEqual(users.map(() => CAPPED));
+  });
+
+  it("a range argument of no users beside one of users decides the users it holds", async () => {
+    const namespace = uniqueNamespace();
+    // (one range argument for a call of two ranges: refused)
+    await expect(send(namespace, "c", T0, [A, R1], rangeArg(1, [A]))).rejects.toThrow(/1 arguments of users for 2/);
+    const call = callOf(namespace, "d", T0 + 1000, [A, R1], threePerDay);
+    const reply = await store.capSends(call.keys, [...call.args.slice(0, 11), rangeArg(1, [A]), rangeArg(2, [])]);
+    expect([...readCapSendsReply(reply, 1).codes]).toEqual([REPLY_ALLOWED]);
+    expect(await send(namespace, "e", T0 + 2000, [A, R1])).toEqual([REPLY_ALLOWED, REPLY_ALLOWED]);
+    // A: d, e, f (max 3); R1: e, f, g
+    expect(await send(namespace, "f", T0 + 3000, [A, R1])).toEqual([REPLY_ALLOWED, REPLY_ALLOWED]);
+    expect(await send(namespace, "g", T0 + 4000, [A, R1])).toEqual([CAPPED, REPLY_ALLOWED]);
+    expect(await send(namespace, "h", T0 + 5000, [A, R1])).toEqual([CAPPED, CAPPED]);
+  });
+});
+
 describe("packed range arguments: hostile but valid", () => {
   it("IDs whose bytes are NUL, '%', pattern characters and the range edges decide as the model (sent, then capped, then a redelivery duplicate)", async () => {
     // tag 9: byte 3 in 36..39 ('$' '%' '&' '''), byte 2 any of 4k+0; tag 23: byte 3 92..95 ('\\' ']' '^' '_');
