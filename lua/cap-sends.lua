@@ -2184,15 +2184,49 @@ local function hasPage(ids, page)
   end
   return false
 end
+-- Whether the m IDs of `ids` (4 bytes each, big endian) ascend strictly and are all of the record range
+-- named `rangeName` (an ID's range is its high 3 bits: functions/core/shared/keys.ts, recordRangeOf()): a range
+-- argument's IDs as the blob keeps them. The blob's binary searches (hasPage(), a run's position) need them
+-- sorted, a user twice would be two users, and one of another range would sit in the wrong blob.
+-- (the IDs read as numbers by struct.unpack in C, a slice at a time: ~0.7k instructions a user, against ~1.5k
+-- for their bytes by string.byte and the arithmetic in Lua)
+local ID_SLICE = 2000
+local idFormats = {}
+local function isRangeSection(ids, m, rangeName)
+  local last = -1
+  for first = 1, m, ID_SLICE do
+    local count = math.min(ID_SLICE, m - first + 1)
+    local idFormat = idFormats[count]
+    if idFormat == nil then
+      idFormat = '>' .. string.rep('I4', count)
+      idFormats[count] = idFormat
+    end
+    local numbers = { struct.unpack(idFormat, ids, 4 * first - 3) }
+    for i = 1, count do
+      local id = numbers[i]
+      if id <= last then return false end
+      last = id
+    end
+  end
+  local range = tonumber(rangeName)
+  return m == 0 or (floor(byte(ids, 1) / 32) == range and floor(byte(ids, 4 * m - 3) / 32) == range)
+end
+local function notRangeSection(r)
+  return redis.error_reply(format('ERR cap-sends: argument %d: the users of range %d are not ascending, unique and ' ..
+    'of range %s', FIRST_PAGE_ARG + r, r, rangeNames[r]))
+end
 -- A call's users as its ranges send them (ARGV[11 + r]: range r's users, packed; the header states it), as the
 -- page arguments a call of the general path takes (the same users, pages and order): a Lua loop per user,
--- only for a call the sparse path leaves.
+-- only for a call the sparse path leaves. An argument whose IDs are not a range's section (isRangeSection())
+-- returns the error instead.
 local function pageArgsOf(args, rangeCount)
   local pageArgs = {}
   for r = 1, rangeCount do
     local arg = args[FIRST_PAGE_ARG + r]
     local m = (#arg - 2) / 5
-    local idBytes, profileOf = bytesOf(sub(arg, 3, 2 + 4 * m)), bytesOf(sub(arg, 3 + 4 * m))
+    local ids = sub(arg, 3, 2 + 4 * m)
+    if not isRangeSection(ids, m, rangeNames[r]) then return nil, notRangeSection(r) end
+    local idBytes, profileOf = bytesOf(ids), bytesOf(sub(arg, 3 + 4 * m))
     local parts, last = nil, -1
     for i = 1, m do
       local a, b, c = idBytes[4 * i - 3], idBytes[4 * i - 2], idBytes[4 * i - 1]
@@ -2249,6 +2283,8 @@ local function runSparseCall(args)
       else
         -- every ID of the call's tag (the general path refuses a page of another)
         if not allOfCallTag(packed) then return nil end
+        -- and the IDs a blob keeps: ascending, unique, of this range (a run above is compared with such IDs)
+        if not isRangeSection(packed, m, rangeNames[r]) then return notRangeSection(r) end
       end
       plans[#plans + 1] = { range, blob, packed, profileBytes, at, m }
       sections[#sections + 1] = packed
@@ -2342,7 +2378,8 @@ local function capSends(keys, args)
     if sparse then
       return sparse == true and finishCall() or sparse
     end
-    local pageArgs = pageArgsOf(args, pageCount)
+    local pageArgs, refused = pageArgsOf(args, pageCount)
+    if refused then return refused end
     args, pageCount = {}, #pageArgs
     for p = 1, pageCount do args[FIRST_PAGE_ARG + p] = pageArgs[p] end
   end
@@ -2363,6 +2400,12 @@ local function capSends(keys, args)
       if (b % 4) * 64 + (c - c % 4) / 4 ~= callTag or range == nil then
         return redis.error_reply(format('ERR cap-sends: page %d (record hash %d) is not of the tag of %s', pageNumber,
           hashIndex, identityTableKey))
+      end
+      -- its path (0 or 1: a range's users, RANGE_USERS, only come as every argument of a call), its users (an
+      -- offset and a profile byte each, at least one) and its range (the page's high 3 bits)
+      if (path ~= 0 and path ~= 1) or #spec < 7 or #spec % 2 == 0 or floor(a / 32) ~= tonumber(rangeNames[hashIndex]) then
+        return redis.error_reply(format('ERR cap-sends: argument %d is not a page of users of range %s',
+          FIRST_PAGE_ARG + page, rangeNames[hashIndex]))
       end
       local pageBase, ids = pageNumber * PAGE_USERS, range.ids
       pageHashes[page], pagePaths[page], pageBases[page] = hashIndex, path, pageBase
