@@ -1,4 +1,5 @@
-// The two Lambdas: the campaign consumer (SQS event source) and the check API (Function URL, AWS_IAM).
+// The Lambdas: the campaign consumer (SQS event source), the check API (Function URL, AWS_IAM), and the same
+// code again as QuotaSync, serving quota sync alone for Quotas clients outside the VPC (Function URL, AWS_IAM).
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Duration, type RemovalPolicy } from "aws-cdk-lib";
@@ -10,7 +11,6 @@ import * as nodejs from "aws-cdk-lib/aws-lambda-nodejs";
 import * as logs from "aws-cdk-lib/aws-logs";
 import { Construct } from "constructs";
 import type { CheckApiVariables, CommonVariables, ConsumerVariables } from "../functions/app/environment.ts";
-import { QUOTA_SYNC_ALIAS } from "../functions/handlers/function-urls.ts";
 import type { Cache } from "./cache.ts";
 import type { TollgateConfig } from "./config.ts";
 import type { Network } from "./network.ts";
@@ -89,8 +89,11 @@ export class Functions extends Construct {
   readonly checkApiUrl: lambda.FunctionUrl;
   /** What the Function URL invokes: the `live` alias with provisioned concurrency, else the function. */
   readonly checkApiTarget: lambda.IFunction;
-  /** The alias whose URL serves `POST /v1/quotas/sync` alone (what `grantQuotaSync` grants). */
-  readonly quotaSyncAlias: lambda.Alias;
+  /**
+   * The check API's code serving `POST /v1/quotas/sync` alone (`CHECK_API_ROUTES=quota-sync`), a function of
+   * its own: its URL is what `grantQuotaSync` grants, and its concurrency is not the check API's.
+   */
+  readonly quotaSync: nodejs.NodejsFunction;
   readonly quotaSyncUrl: lambda.FunctionUrl;
 
   constructor(scope: Construct, id: string, props: FunctionsProps) {
@@ -185,12 +188,27 @@ export class Functions extends Construct {
     // AWS_IAM: callers sign with SigV4 and need lambda:InvokeFunctionUrl and lambda:InvokeFunction (grantCheckApi)
     this.checkApiUrl = target.addFunctionUrl({ authType: lambda.FunctionUrlAuthType.AWS_IAM });
     this.checkApiTarget = target;
-    // Quotas clients outside the VPC: a URL of its own, on an alias the handler serves quota sync alone from
-    this.quotaSyncAlias = new lambda.Alias(this, "CheckApiQuotaSync", {
-      aliasName: QUOTA_SYNC_ALIAS,
-      version: this.checkApi.currentVersion,
+    // Quotas clients outside the VPC: the same code (one asset) serving quota sync alone, behind a URL of its
+    // own. A function, not an alias of the check API: an alias shares the function's reserved concurrency, so
+    // a fleet's syncs (every 50 ms per client instance) would take what the checks reserved, and throttle them.
+    // Unreserved: it draws on the account's pool.
+    const quotaSyncVariables: CheckApiVariables = { ...variables, CHECK_API_ROUTES: "quota-sync" };
+    this.quotaSync = new nodejs.NodejsFunction(this, "QuotaSync", {
+      ...common,
+      entry: join(root, "functions/entry/check-api-lambda.ts"),
+      description: "Tollgate: POST /v1/quotas/sync alone, for Quotas clients outside the VPC",
+      memorySize: config.checkApiMemoryMb,
+      timeout: Duration.seconds(10),
+      logGroup: logGroup("QuotaSync"),
+      environment: lambdaEnvironment({
+        ...quotaSyncVariables,
+        ...node,
+        ...(config.checkApiMetrics ? {} : { POWERTOOLS_METRICS_DISABLED: "true" }),
+      }),
     });
-    this.quotaSyncUrl = this.quotaSyncAlias.addFunctionUrl({ authType: lambda.FunctionUrlAuthType.AWS_IAM });
+    for (const statement of rulesAccess(storage)) this.quotaSync.addToRolePolicy(statement);
+    cache.authToken.grantRead(this.quotaSync);
+    this.quotaSyncUrl = this.quotaSync.addFunctionUrl({ authType: lambda.FunctionUrlAuthType.AWS_IAM });
   }
 
   /**
@@ -206,9 +224,9 @@ export class Functions extends Construct {
 
   /**
    * Lets a role or user call `POST /v1/quotas/sync` and nothing else: the same two statements as
-   * `grantCheckApi`, on the quota-sync alias, whose URL the handler serves quota sync alone from.
+   * `grantCheckApi`, on the QuotaSync function, which serves quota sync alone.
    */
   grantQuotaSync(grantee: iam.IGrantable): iam.Grant {
-    return this.quotaSyncAlias.grantInvokeUrl(grantee);
+    return this.quotaSync.grantInvokeUrl(grantee);
   }
 }

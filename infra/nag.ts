@@ -10,7 +10,7 @@ function accept(construct: IConstruct, findings: Record<string, string>): void {
 export function acknowledgeFindings(stack: TollgateStack): void {
   const { config, network, cache, storage, functions } = stack;
   const bucketArn = `<${stack.getLogicalId(storage.bucket.node.defaultChild as never)}.Arn>`;
-  for (const fn of [functions.consumer, functions.checkApi]) {
+  for (const fn of [functions.consumer, functions.checkApi, functions.quotaSync]) {
     accept(fn, {
       "AwsSolutions::AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]":
         "CDK's execution policy for the function's own log group; writing logs is all it grants",
@@ -29,11 +29,11 @@ export function acknowledgeFindings(stack: TollgateStack): void {
       "Serverless::Serverless-LambdaLatestVersion":
         "Same as AwsSolutions-L1: nodejs22.x is the newest runtime the code is tested for",
       "Serverless::Serverless-LambdaDLQ":
-        "A Lambda DLQ only catches asynchronous invocations: the consumer is invoked by SQS (its queue's redrive policy is the DLQ) and the check API synchronously by its Function URL",
+        "A Lambda DLQ only catches asynchronous invocations: the consumer is invoked by SQS (its queue's redrive policy is the DLQ), the check API and QuotaSync synchronously by their Function URLs",
     });
   }
   if (!config.tracing) {
-    for (const fn of [functions.consumer, functions.checkApi]) {
+    for (const fn of [functions.consumer, functions.checkApi, functions.quotaSync]) {
       accept(fn, {
         "Serverless::Serverless-LambdaTracing":
           "Tracing is a setting (tollgate:tracing, on in the prod profile): X-Ray costs per trace and its VPC endpoint per hour, which a dev stack should not pay for",

@@ -131,9 +131,12 @@ export class Observability extends Construct {
             width: 6,
           }),
           new cloudwatch.GraphWidget({
-            title: "Quotas sync route (POST /v1/quotas/sync)",
-            left: [checkApiMetric("quotaSyncs")],
-            right: [checkApiMetric("quotaSyncKeys")],
+            title: "Quotas sync route (POST /v1/quotas/sync, the QuotaSync function)",
+            left: [checkApiMetric("quotaSyncs"), checkApiMetric("quotaSyncKeys")],
+            right: [
+              functions.quotaSync.metricThrottles({ period, label: "throttles" }),
+              functions.quotaSync.metricErrors({ period, label: "errors" }),
+            ],
             width: 6,
           }),
         ],

@@ -15,10 +15,9 @@ import { createAwsClients } from "../functions/adapters/aws-clients.ts";
 import type { CheckApiVariables, CommonVariables, ConsumerVariables } from "../functions/app/environment.ts";
 import { wireCampaignConsumer, wireCheckApi } from "../functions/app/wiring.ts";
 import type { CampaignConsumerHandlerDeps } from "../functions/handlers/campaign-consumer-handler.ts";
-import { QUOTA_SYNC_ALIAS } from "../functions/handlers/function-urls.ts";
 import { isMain } from "./is-main.ts";
 import { ENDPOINTS_FILE, type Endpoints } from "./local/endpoints.ts";
-import { environmentsOf, startFunctionUrlServer } from "./local/function-url-server.ts";
+import { startFunctionUrlServer } from "./local/function-url-server.ts";
 import { SqsPoller } from "./local/sqs-poller.ts";
 import { cleanUpAbandonedStack, removeStackFiles, writeStackRecord } from "./local/stack-record.ts";
 import { startCluster, stopCluster } from "./redis-cluster.ts";
@@ -49,12 +48,14 @@ export interface LocalStackOptions {
   onOutcome?: CampaignConsumerHandlerDeps["onOutcome"];
   /** Port of the check API's Function URL (0 picks a free one). */
   functionUrlPort?: number;
-  /** Port of its quota-sync alias's Function URL (0 picks a free one). */
+  /** Port of the QuotaSync function's URL (0 picks a free one). */
   quotaSyncUrlPort?: number;
   /** Extra check API environment (CHECK_TIMEOUT_MS, NEGATIVE_CACHE, ...). */
   checkApiEnvironment?: Partial<CheckApiVariables>;
   /** Execution environments of the check API: invocations at once, one each (default 4). */
   checkApiConcurrency?: number;
+  /** Execution environments of the QuotaSync function (default 2). */
+  quotaSyncConcurrency?: number;
 }
 
 export interface LocalStack {
@@ -116,18 +117,33 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
       AWS_ENDPOINT_URL: awsEndpoint,
     };
     const shared = { ...process.env, ...variables };
-    const checkApiEnvironments = Array.from({ length: options.checkApiConcurrency ?? 4 }, () => {
-      const environment = wireCheckApi({ ...shared, ...options.environment, ...options.checkApiEnvironment });
-      stops.unshift(() => environment.cluster.quit());
-      return environment;
+    // the check API, and the same code as the QuotaSync function (POST /v1/quotas/sync alone), as
+    // infra/functions.ts deploys them: each function its own execution environments and URL
+    const environmentsWith = (count: number, routes: Partial<CheckApiVariables>) =>
+      Array.from({ length: count }, () => {
+        const environment = wireCheckApi({
+          ...shared,
+          ...options.environment,
+          ...options.checkApiEnvironment,
+          ...routes,
+        });
+        stops.unshift(() => environment.cluster.quit());
+        return environment;
+      });
+    const checkApiEnvironments = environmentsWith(options.checkApiConcurrency ?? 4, {});
+    const quotaSyncEnvironments = environmentsWith(options.quotaSyncConcurrency ?? 2, {
+      CHECK_API_ROUTES: "quota-sync",
     });
     // each environment's init phase, as Lambda runs it before the first invocation
-    await Promise.all(checkApiEnvironments.map((environment) => environment.warm()));
-    // the check API's URL, and its quota-sync alias's URL (POST /v1/quotas/sync alone), on the same environments
-    const environments = environmentsOf(checkApiEnvironments.map((environment) => environment.handler));
-    const functionUrl = await startFunctionUrlServer(environments, options.functionUrlPort ?? 0);
+    await Promise.all([...checkApiEnvironments, ...quotaSyncEnvironments].map((environment) => environment.warm()));
+    const handlersOf = (wired: typeof checkApiEnvironments) => wired.map(({ handler }) => handler);
+    const functionUrl = await startFunctionUrlServer(handlersOf(checkApiEnvironments), options.functionUrlPort ?? 0);
     stops.unshift(() => functionUrl.stop());
-    const quotaSyncUrl = await startFunctionUrlServer(environments, options.quotaSyncUrlPort ?? 0, QUOTA_SYNC_ALIAS);
+    const quotaSyncUrl = await startFunctionUrlServer(
+      handlersOf(quotaSyncEnvironments),
+      options.quotaSyncUrlPort ?? 0,
+      "tollgate-quota-sync",
+    );
     stops.unshift(() => quotaSyncUrl.stop());
     const endpoints: Endpoints = {
       functionUrl: functionUrl.url,

@@ -7,6 +7,7 @@ import { DEFAULT_DELIVERY_BATCH_SIZE } from "../core/capping/delivery.ts";
 import { DEFAULT_POLICY_KEY, DEFAULT_REDELIVERY_MS } from "../core/capping/policy.ts";
 import { DEFAULT_NAMESPACE, NAMESPACE_PATTERN, NAMESPACE_RULE } from "../core/shared/keys.ts";
 import { parseOrThrow } from "../core/shared/validation.ts";
+import { CHECK_API_ROUTES } from "../handlers/function-urls.ts";
 
 const integer = (min: number, max: number, fallback: number) =>
   z
@@ -88,6 +89,8 @@ export const checkApiEnvironmentSchema = z.object({
   CHECK_TIMEOUT_MS: integer(5, 10_000, 50),
   /** Answer keys known to be denied until they may pass again, without a Redis call. */
   NEGATIVE_CACHE: flag("true"),
+  /** `quota-sync`: serve `POST /v1/quotas/sync` alone (the stack's QuotaSync function: function-urls.ts). */
+  CHECK_API_ROUTES: z.enum(CHECK_API_ROUTES, `expected one of ${CHECK_API_ROUTES.join(", ")}`).default("all"),
 });
 
 /** The variables a deployment sets (every value a string, as Lambda stores them); omitted ones default. */

@@ -166,6 +166,7 @@ export function wireCheckApi(env: NodeJS.ProcessEnv) {
     limiter,
     frequency: (body) => capper.checkUser(body),
     quotaSync: (body) => quotas.sync(body),
+    routes: config.CHECK_API_ROUTES,
     health,
     logger,
     metrics,

@@ -17,7 +17,7 @@ import {
   StoreReplyError,
   StoreUnavailableError,
 } from "../core/shared/errors.ts";
-import { QUOTA_SYNC_ALIAS } from "./function-urls.ts";
+import type { CheckApiRoutes } from "./function-urls.ts";
 import { actionFor, HttpError, type HttpResponse, json, parseJsonObject, type Routes, refusal } from "./http.ts";
 import { rateLimitHeaders } from "./rate-limit-headers.ts";
 
@@ -37,22 +37,16 @@ export interface CheckApiDeps {
   health: () => Promise<HealthReport>;
   /** POST /v1/quotas/sync: one Quotas sync call for clients outside the VPC (sdk/src/wire.ts). */
   quotaSync?: (body: unknown) => Promise<SyncReply>;
+  /**
+   * What this function serves: every route, or `quota-sync`, `POST /v1/quotas/sync` alone (every other route
+   * 404), the stack's QuotaSync function, whose URL Quotas clients are granted (IAM cannot narrow a Function
+   * URL grant to a path) and whose concurrency is its own, not the check API's.
+   */
+  routes?: CheckApiRoutes;
   negativeCache?: NegativeCache;
   logger: Logger;
   metrics: Metrics;
 }
-
-/**
- * Invoked through the quota-sync alias: the invoked ARN's qualifier
- * (`arn:aws:lambda:<region>:<account>:function:<name>:<qualifier>`), read without splitting it on every
- * request (an unqualified ARN of a function named like the alias ends in `:function:<name>`).
- */
-const QUOTA_SYNC_QUALIFIER = `:${QUOTA_SYNC_ALIAS}`;
-const UNQUALIFIED_NAMESAKE = `:function:${QUOTA_SYNC_ALIAS}`;
-const isQuotaSyncUrl = (context: Context): boolean => {
-  const arn = context.invokedFunctionArn;
-  return arn?.endsWith(QUOTA_SYNC_QUALIFIER) === true && !arn.endsWith(UNQUALIFIED_NAMESAKE);
-};
 
 /** The time a validated request was decided at: its `at` (a replay or backfill), or now. */
 const decidedAt = (body: Record<string, unknown>) => (typeof body.at === "number" ? body.at : Date.now());
@@ -141,14 +135,16 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
     },
   };
 
+  const served = deps.routes === "quota-sync" ? quotaRoutes : routes;
+
   // Not async: a request's refusals and faults, thrown before its action's promise or rejecting it, are
   // answered by `failed`; an async handler awaiting the action cost one more promise layer per request.
-  const handler = (event: APIGatewayProxyEventV2, context: Context): Promise<HttpResponse> => {
+  const handler = (event: APIGatewayProxyEventV2): Promise<HttpResponse> => {
     add("requests");
     let body: Record<string, unknown> = {};
     try {
-      // the quota-sync URL (a grant for Quotas clients) reaches quota sync only, never a limit or a cap
-      const action = actionFor(isQuotaSyncUrl(context) ? quotaRoutes : routes, event);
+      // the quota-sync function (a grant for Quotas clients) reaches quota sync only, never a limit or a cap
+      const action = actionFor(served, event);
       if (event.requestContext.http.method.toUpperCase() === "POST") {
         body = parseJsonObject(event);
         checkOnStoreError(body);

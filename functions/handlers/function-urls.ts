@@ -1,8 +1,11 @@
-// The check API's Function URLs, a contract between the handler and the stack (infra/functions.ts).
+// What a check API function serves, a contract between the handler and the stack (infra/functions.ts).
 
 /**
- * The alias whose Function URL serves `POST /v1/quotas/sync` alone: IAM cannot narrow a Function URL grant
- * to a path, so Quotas clients are granted this alias's URL (`grantQuotaSync`), and the handler answers
- * nothing else there (404). The function's own URL (or the `live` alias's) serves every route.
+ * A check API function's routes (its `CHECK_API_ROUTES` variable): `all`, the check API; `quota-sync`,
+ * `POST /v1/quotas/sync` alone, every other route 404. IAM cannot narrow a Function URL grant to a path, so
+ * Quotas clients outside the VPC are granted the URL of a function of their own (`grantQuotaSync`), the same
+ * code deployed with `quota-sync`: it can reach no limit and no user's caps, and its concurrency is its own,
+ * so a fleet's syncs never take the check API's reserved concurrency.
  */
-export const QUOTA_SYNC_ALIAS = "quotas";
+export const CHECK_API_ROUTES = ["all", "quota-sync"] as const;
+export type CheckApiRoutes = (typeof CHECK_API_ROUTES)[number];

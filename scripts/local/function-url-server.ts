@@ -13,7 +13,6 @@ export type FunctionUrlHandler = (
 /** Function URLs accept request bodies up to 6 MB; the handler enforces its own, smaller limit. */
 const MAX_REQUEST_BYTES = 6 * 1024 * 1024;
 /** The name the invocations' context carries (the check API is the function behind the Function URL). */
-const FUNCTION_NAME = "tollgate-check-api";
 
 /**
  * Runs each invocation on a free handler, one invocation per handler at a time, as Lambda runs one per
@@ -35,26 +34,13 @@ export function dispatcher(handlers: readonly FunctionUrlHandler[]): FunctionUrl
   };
 }
 
-/** The execution environments of one function, shared by its Function URLs (one per alias). */
-export interface Environments {
-  readonly dispatch: FunctionUrlHandler;
-}
-
-export const environmentsOf = (handlers: FunctionUrlHandler | readonly FunctionUrlHandler[]): Environments => ({
-  dispatch: dispatcher(Array.isArray(handlers) ? handlers : [handlers as FunctionUrlHandler]),
-});
-
-/**
- * Serves `handlers` (the execution environments of one function) at a local Function URL; with `qualifier`,
- * the URL of that alias (the invocations' ARN carries it). Pass the same `Environments` to serve several
- * URLs of one function: an environment still takes one invocation at a time, whichever URL it came from.
- */
+/** Serves `handlers` (the execution environments of function `functionName`) at a local Function URL. */
 export async function startFunctionUrlServer(
-  handlers: FunctionUrlHandler | readonly FunctionUrlHandler[] | Environments,
+  handlers: FunctionUrlHandler | readonly FunctionUrlHandler[],
   port = 0,
-  qualifier?: string,
+  functionName = "tollgate-check-api",
 ): Promise<{ url: string; server: Server; stop(): Promise<void> }> {
-  const handler = "dispatch" in handlers ? handlers.dispatch : environmentsOf(handlers).dispatch;
+  const handler = dispatcher(Array.isArray(handlers) ? handlers : [handlers as FunctionUrlHandler]);
   const server = createServer(async (request, response) => {
     try {
       const body = await readBody(request);
@@ -62,7 +48,7 @@ export async function startFunctionUrlServer(
         response.writeHead(413, { "content-type": "application/json" }).end('{"error":{"code":"payload_too_large"}}');
         return;
       }
-      const result = await handler(toEvent(request, body), lambdaContext(30_000, FUNCTION_NAME, qualifier));
+      const result = await handler(toEvent(request, body), lambdaContext(30_000, functionName));
       const payload = result.isBase64Encoded ? Buffer.from(result.body ?? "", "base64") : (result.body ?? "");
       // A Function URL buffers the function's whole result: the body goes out with its length, head and
       // body in one write, not in chunked transfer coding (a head, then a chunk, its size and the last one).

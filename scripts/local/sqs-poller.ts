@@ -188,17 +188,12 @@ function remainingTime(this: { [DEADLINE]: number }): number {
  * A Lambda context whose remaining time counts down from `timeoutMs`: per function its names, per
  * invocation its request ID and deadline, as the runtime hands them over.
  */
-export function lambdaContext(
-  timeoutMs: number,
-  functionName = "tollgate-campaign-consumer",
-  qualifier?: string,
-): Context {
+export function lambdaContext(timeoutMs: number, functionName = "tollgate-campaign-consumer"): Context {
   const context: Context & { [DEADLINE]: number } = {
     callbackWaitsForEmptyEventLoop: false,
     functionName,
     functionVersion: "$LATEST",
-    // invoked through an alias (a Function URL on it): the ARN carries the alias as its qualifier
-    invokedFunctionArn: `arn:aws:lambda:local:000000000000:function:${functionName}${qualifier ? `:${qualifier}` : ""}`,
+    invokedFunctionArn: `arn:aws:lambda:local:000000000000:function:${functionName}`,
     memoryLimitInMB: "1024",
     awsRequestId: randomUUID(),
     logGroupName: `/aws/lambda/${functionName}`,

@@ -8,7 +8,6 @@ import { Template } from "aws-cdk-lib/assertions";
 import * as ec2 from "aws-cdk-lib/aws-ec2";
 import * as iam from "aws-cdk-lib/aws-iam";
 import { describe, expect, it } from "vitest";
-import { QUOTA_SYNC_ALIAS } from "../../functions/handlers/function-urls.ts";
 import { buildApp } from "../../infra/app.ts";
 
 const cdkJson = JSON.parse(readFileSync(join(import.meta.dirname, "../../cdk.json"), "utf8")) as {
@@ -82,18 +81,24 @@ describe("grantQuotaSync: a client outside the VPC", () => {
       { "tollgate:profile": "prod", "tollgate:checkApiProvisionedConcurrency": 2 },
     ],
   ] as const) {
-    it(`may invoke the quota-sync alias's Function URL only (${label}), with the AWS_IAM auth-type condition`, () => {
+    it(`may invoke the QuotaSync function's URL only (${label}), with the AWS_IAM auth-type condition`, () => {
       const { tollgate, orders, ids } = synthWithClient(context);
+      const functions = ofType(tollgate, "AWS::Lambda::Function");
+      const routesOf = (fn: Resource) =>
+        (fn.Properties.Environment as { Variables?: Record<string, unknown> } | undefined)?.Variables?.CHECK_API_ROUTES;
+      const [[quotaSyncId, quotaSync] = []] = functions.filter(([, fn]) => routesOf(fn) === "quota-sync");
+      expect(quotaSync).toBeDefined();
       const urls = ofType(tollgate, "AWS::Lambda::Url");
-      const [[quotaUrlId, quotaUrl] = []] = urls.filter(([, url]) => url.Properties.Qualifier === QUOTA_SYNC_ALIAS);
-      expect(quotaUrl?.Properties.AuthType).toBe("AWS_IAM");
-      expect(tollgate.Outputs?.QuotaSyncUrl?.Value).toEqual({ "Fn::GetAtt": [quotaUrlId, "FunctionUrl"] });
-      // the ARN the grant must name: the alias's own (a grant on the function does not cover an alias)
-      const [[aliasId] = []] = ofType(tollgate, "AWS::Lambda::Alias").filter(
-        ([, a]) => a.Properties.Name === QUOTA_SYNC_ALIAS,
+      const target = { "Fn::GetAtt": [quotaSyncId, "Arn"] };
+      const [[quotaUrlId, quotaUrl] = []] = urls.filter(
+        ([, url]) => JSON.stringify(url.Properties.TargetFunctionArn) === JSON.stringify(target),
       );
-      expect(aliasId).toBeDefined();
-      const target = { Ref: aliasId };
+      expect(quotaUrl?.Properties.AuthType).toBe("AWS_IAM");
+      expect(quotaUrl?.Properties.Qualifier).toBeUndefined();
+      expect(tollgate.Outputs?.QuotaSyncUrl?.Value).toEqual({ "Fn::GetAtt": [quotaUrlId, "FunctionUrl"] });
+      // a function of its own: no alias of the check API, whose reserved concurrency (prod) it does not share
+      expect(ofType(tollgate, "AWS::Lambda::Alias").map(([, a]) => a.Properties.Name)).not.toContain("quotas");
+      expect(quotaSync?.Properties.ReservedConcurrentExecutions).toBeUndefined();
 
       const statements = statementsOf(orders, ids.syncRole);
       const invokeUrl = statements.filter((s) => actionsOf(s).includes("lambda:InvokeFunctionUrl"));
@@ -106,7 +111,7 @@ describe("grantQuotaSync: a client outside the VPC", () => {
       expect(imported(invoke[0]?.Resource, tollgate)).toEqual(target);
       // nothing else: no other action, no wildcard resource, and not the check API's own URL's target
       expect(statements.flatMap(actionsOf).sort()).toEqual(["lambda:InvokeFunction", "lambda:InvokeFunctionUrl"]);
-      const [[, checkApiUrl] = []] = urls.filter(([, url]) => url.Properties.Qualifier !== QUOTA_SYNC_ALIAS);
+      const [[, checkApiUrl] = []] = urls.filter(([id]) => id !== quotaUrlId);
       expect(checkApiUrl).toBeDefined();
       for (const statement of statements) {
         expect(imported(statement.Resource, tollgate)).not.toEqual(checkApiUrl?.Properties.TargetFunctionArn);
@@ -178,7 +183,7 @@ describe("the dashboard's Quotas row", () => {
         "Quotas: admitted and denied by service",
         "Quotas: sync latency p99 and allowance age (ms)",
         "Quotas: time degraded (ms) and sync errors",
-        "Quotas sync route (POST /v1/quotas/sync)",
+        "Quotas sync route (POST /v1/quotas/sync, the QuotaSync function)",
       ]);
       const all = row.map((w) => w.metrics).join("\n");
       const search = (metric: string, statistic: string) =>

@@ -72,7 +72,19 @@ describe("the Lambda environment in the template", () => {
     expect(unread(variables, checkApiEnvironmentSchema)).toEqual([]);
     const parsed = checkApiEnvironmentSchema.safeParse(variables);
     expect(parsed.error?.issues ?? []).toEqual([]);
-    expect(parsed.data).toMatchObject({ REDIS_TLS: true, REDIS_NODES: [{ port: 6379 }] });
+    expect(parsed.data).toMatchObject({ REDIS_TLS: true, REDIS_NODES: [{ port: 6379 }], CHECK_API_ROUTES: "all" });
+  });
+
+  it("parses the QuotaSync function's (the check API's code) with the same schema: quota sync alone", () => {
+    const variables = variablesOf("FunctionsQuotaSync");
+    expect(unread(variables, checkApiEnvironmentSchema)).toEqual([]);
+    const parsed = checkApiEnvironmentSchema.safeParse(variables);
+    expect(parsed.error?.issues ?? []).toEqual([]);
+    expect(parsed.data).toMatchObject({
+      REDIS_TLS: true,
+      REDIS_NODES: [{ port: 6379 }],
+      CHECK_API_ROUTES: "quota-sync",
+    });
   });
 
   it("tells the consumer the queues' own limits: the delivery queue's size and the campaign queue's maxReceiveCount", () => {

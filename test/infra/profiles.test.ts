@@ -30,7 +30,7 @@ describe("dev profile", () => {
 
   it("passes cdk-nag with cdk.json's recommended feature flags, and needs its single-AZ acknowledgement", () => {
     expect(cdkJson.context["@aws-cdk/aws-iam:minimizePolicies"]).toBe(true);
-    expect(tollgateFunctions(resources)).toHaveLength(2);
+    expect(tollgateFunctions(resources)).toHaveLength(3);
     const bare = buildApp({ ...cdkJson.context, "aws:cdk:bundling-stacks": [] }, { acknowledge: false });
     expect(() => bare.app.synth()).toThrow(/AwsSolutions-AEC4/);
   });
@@ -112,13 +112,14 @@ describe("settings in the template", () => {
       expect(alarm.Properties.AlarmActions).toBeUndefined();
   });
 
-  it("turns the check API's per-request metrics off and tracing on by setting", () => {
+  it("turns the check API's (and QuotaSync's) per-request metrics off and tracing on by setting", () => {
     const { resources } = synth({ "tollgate:checkApiMetrics": "false", "tollgate:tracing": "true" });
     const functions = tollgateFunctions(resources);
     const disabled = functions.map(
       (f) => (f.Properties.Environment as { Variables: Record<string, string> }).Variables.POWERTOOLS_METRICS_DISABLED,
     );
-    expect(disabled.sort()).toEqual(["true", undefined]);
+    // the check API and QuotaSync (its code) publish the per-request metrics; the consumer has none to turn off
+    expect(disabled.sort()).toEqual(["true", "true", undefined]);
     for (const fn of functions) expect(fn.Properties.TracingConfig).toEqual({ Mode: "Active" });
   });
 

@@ -46,8 +46,8 @@ beforeAll(async () => {
 }, 300_000);
 
 describe("cdk synth", () => {
-  it("runs offline with no credentials and writes the template and both bundles", () => {
-    expect(ofType("AWS::Lambda::Function").length).toBeGreaterThanOrEqual(2);
+  it("runs offline with no credentials and writes the template and the bundles", () => {
+    expect(ofType("AWS::Lambda::Function").length).toBeGreaterThanOrEqual(3);
   });
 
   it("passes cdk-nag (AwsSolutions, Serverless) with every acknowledgement reasoned, and fails without them", () => {
@@ -96,7 +96,7 @@ describe("template", () => {
       ).toBe(true);
   });
 
-  it("runs both Lambdas in the VPC's private subnets, on nodejs22.x, with tracing and log retention", () => {
+  it("runs the Lambdas (consumer, check API, QuotaSync) in the VPC's private subnets, on nodejs22.x, with tracing and log retention", () => {
     const isolated = new Set(
       ofType("AWS::EC2::Subnet")
         .filter(([, r]) => JSON.stringify(r.Properties.Tags).includes("Isolated"))
@@ -106,7 +106,7 @@ describe("template", () => {
     const functions = ofType("AWS::Lambda::Function").filter(
       ([, r]) => (r.Properties.Runtime as string) === "nodejs22.x",
     );
-    expect(functions).toHaveLength(2);
+    expect(functions).toHaveLength(3);
     for (const [, fn] of functions) {
       const subnets = (fn.Properties.VpcConfig as { SubnetIds: { Ref: string }[] }).SubnetIds.map((s) => s.Ref);
       expect(subnets.length).toBeGreaterThanOrEqual(2);
@@ -198,7 +198,7 @@ describe("template", () => {
     }
   });
 
-  it("lets both functions list the config bucket, so a missing accepted/ record reads as 404, not 403", () => {
+  it("lets every function list the config bucket, so a missing accepted/ record reads as 404, not 403", () => {
     const roles = new Set<string>();
     for (const [, policy] of ofType("AWS::IAM::Policy")) {
       const document = policy.Properties.PolicyDocument as { Statement: { Action: string | string[] }[] };
@@ -207,7 +207,7 @@ describe("template", () => {
       );
       if (lists) for (const role of policy.Properties.Roles as unknown[]) roles.add(JSON.stringify(role));
     }
-    expect(roles.size).toBe(2);
+    expect(roles.size).toBe(3);
   });
 
   it("has the alarms an operator needs and outputs what a user needs", () => {
@@ -294,6 +294,13 @@ describe("the bundles synth built", () => {
     const [reply] = checkApi.replies as { statusCode: number; body: string }[];
     expect(reply?.statusCode).toBe(200);
     expect(JSON.parse(reply?.body ?? "{}")).toMatchObject({ allowed: true, limit: 2, remaining: 1 });
+    // QuotaSync is the same bundle, told by its variable to serve quota sync alone
+    expect(assetOf("QuotaSync")).toBe(assetOf("CheckApi"));
+    const quotaSync = await invokeOnNode22(assetOf("QuotaSync"), [limitEvent(limit)], {
+      env: { ...env, CHECK_API_ROUTES: "quota-sync" },
+    });
+    expect(quotaSync.error).toBeUndefined();
+    expect((quotaSync.replies as { statusCode: number }[])[0]?.statusCode).toBe(404);
     const consumer = await invokeOnNode22(assetOf("CampaignConsumer"), [{ Records: [] }], { env });
     expect(consumer.error).toBeUndefined();
     expect(consumer.replies).toEqual([{ batchItemFailures: [] }]);

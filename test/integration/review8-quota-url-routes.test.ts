@@ -1,8 +1,8 @@
-// Review (passing; hostile coverage no test had): the quota-sync URL (the check API's `quotas` alias) reaches
-// quota sync alone, whatever the method, path spelling, encoding or body; and only the alias's qualifier in
-// the invoked ARN narrows the routes (the function's own URL, `live`, a version or $LATEST serve every route).
-// Contract (docs/api.md, "Check API (Function URL)"): "A second URL, the quotas alias's (output QuotaSyncUrl),
-// serves POST /v1/quotas/sync alone and answers every other route 404".
+// Review (passing; hostile coverage no test had): the QuotaSync function (the check API's code deployed with
+// CHECK_API_ROUTES=quota-sync) reaches quota sync alone, whatever the method, path spelling, encoding or body;
+// and only that setting narrows the routes (the invoked ARN, whatever its qualifier, does not).
+// Contract (docs/api.md, "Check API (Function URL)"): "A second URL, the QuotaSync function's (output
+// QuotaSyncUrl), serves POST /v1/quotas/sync alone and answers every other route 404".
 // No Redis: the handler's deps are stubs that record being called.
 import { Logger } from "@aws-lambda-powertools/logger";
 import { Metrics } from "@aws-lambda-powertools/metrics";
@@ -10,6 +10,7 @@ import type { APIGatewayProxyEventV2, Context } from "aws-lambda";
 import { describe, expect, it } from "vitest";
 import { Limiter } from "../../functions/core/limits/limiter.ts";
 import { makeCheckApiHandler } from "../../functions/handlers/check-api-handler.ts";
+import type { CheckApiRoutes } from "../../functions/handlers/function-urls.ts";
 
 const ARN = "arn:aws:lambda:eu-west-1:123456789012:function:tollgate-check-api";
 const context = (invokedFunctionArn: string) =>
@@ -32,7 +33,7 @@ const event = (method: string, rawPath: string, body = "{}", isBase64Encoded = f
     requestContext: { http: { method, path: rawPath } },
   }) as unknown as APIGatewayProxyEventV2;
 
-function handlerWithSpies() {
+function handlerWithSpies(routes?: CheckApiRoutes) {
   const called: string[] = [];
   const limiter = new Limiter({
     store: {
@@ -62,13 +63,14 @@ function handlerWithSpies() {
     },
     logger: new Logger({ serviceName: "review8", logLevel: "SILENT" }),
     metrics: new Metrics({ namespace: "Tollgate", serviceName: "check-api" }),
+    ...(routes ? { routes } : {}),
   });
   return { handler, called };
 }
 
 const limitBody = JSON.stringify({ key: "k", algorithm: "fixed-window", max: 1, windowMs: 1000 });
 
-describe("review8: the quota-sync URL reaches quota sync alone", () => {
+describe("review8: the QuotaSync function reaches quota sync alone", () => {
   const paths = [
     "/v1/limit",
     "/v1/limits",
@@ -92,9 +94,9 @@ describe("review8: the quota-sync URL reaches quota sync alone", () => {
   ];
   const methods = ["POST", "GET", "HEAD", "OPTIONS", "PUT", "DELETE", "post", "get", "head"];
 
-  for (const arn of [`${ARN}:quotas`, `arn:aws-cn:lambda:cn-north-1:123456789012:function:tollgate-check-api:quotas`]) {
-    it(`answers 404 (or 405 on the sync route) and calls nothing for every other route and method (${arn.split(":")[1]})`, async () => {
-      const { handler, called } = handlerWithSpies();
+  for (const arn of [ARN, `${ARN}:live`, `arn:aws-cn:lambda:cn-north-1:123456789012:function:tollgate-quota-sync`]) {
+    it(`answers 404 (or 405 on the sync route) and calls nothing for every other route and method (${arn})`, async () => {
+      const { handler, called } = handlerWithSpies("quota-sync");
       for (const path of paths) {
         for (const method of methods) {
           for (const [body, base64] of [
@@ -118,7 +120,18 @@ describe("review8: the quota-sync URL reaches quota sync alone", () => {
     });
   }
 
-  it("the function's own URL, `live`, a version and $LATEST serve every route; a function named quotas too", async () => {
+  it("the check API (routes `all`, the default) serves every route, whatever the invoked ARN's qualifier", async () => {
+    for (const [routes, arn] of [
+      [undefined, ARN],
+      ["all", ARN],
+      ["all", `${ARN}:quotas`],
+      [undefined, `${ARN}:quotas`],
+    ] as const) {
+      const { handler, called } = handlerWithSpies(routes);
+      const health = await handler(event("GET", "/v1/health"), context(arn));
+      expect(health.statusCode, arn).toBe(200);
+      expect(called, arn).toEqual(["health"]);
+    }
     for (const arn of [
       ARN,
       `${ARN}:live`,

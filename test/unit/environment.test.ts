@@ -1,6 +1,6 @@
-// The consumer's environment: defaults, and a message naming the variable for every missing or bad value.
+// The functions' environments: defaults, and a message naming the variable for every missing or bad value.
 import { describe, expect, it } from "vitest";
-import { parseConsumerEnvironment } from "../../functions/app/environment.ts";
+import { parseCheckApiEnvironment, parseConsumerEnvironment } from "../../functions/app/environment.ts";
 import { ValidationError } from "../../functions/core/shared/errors.ts";
 
 const minimal = {
@@ -80,5 +80,22 @@ describe("consumer environment", () => {
       { host: "127.0.0.1", port: 7001 },
     ]);
     expect(env.REDIS_TLS).toBe(true);
+  });
+});
+
+describe("check API environment", () => {
+  const common = { REDIS_NODES: minimal.REDIS_NODES, CONFIG_BUCKET: minimal.CONFIG_BUCKET };
+  it("serves every route unless told quota-sync (the QuotaSync function), and names a bad value", () => {
+    expect(parseCheckApiEnvironment(common)).toMatchObject({
+      CHECK_TIMEOUT_MS: 50,
+      NEGATIVE_CACHE: true,
+      CHECK_API_ROUTES: "all",
+    });
+    expect(parseCheckApiEnvironment({ ...common, CHECK_API_ROUTES: "quota-sync" }).CHECK_API_ROUTES).toBe("quota-sync");
+    for (const value of ["quotas", "", "QUOTA-SYNC"]) {
+      expect(() => parseCheckApiEnvironment({ ...common, CHECK_API_ROUTES: value })).toThrow(
+        /^CHECK_API_ROUTES: expected one of all, quota-sync/,
+      );
+    }
   });
 });
