@@ -160,23 +160,33 @@ export class Functions extends Construct {
     storage.campaignDeadLetters.grantSendMessages(this.consumer);
     cache.authToken.grantRead(this.consumer);
 
-    this.checkApi = new nodejs.NodejsFunction(this, "CheckApi", {
-      ...common,
-      entry: join(root, "functions/entry/check-api-lambda.ts"),
-      description: "Tollgate: frequency checks and rate limits behind a Function URL",
-      memorySize: config.checkApiMemoryMb,
-      timeout: Duration.seconds(10),
-      logGroup: logGroup("CheckApi"),
-      reservedConcurrentExecutions: config.checkApiReservedConcurrency,
-      // at 1,000 requests/s, one EMF document per request is about $500 a month of log ingestion
-      environment: lambdaEnvironment({
-        ...checkApiVariables,
-        ...node,
-        ...(config.checkApiMetrics ? {} : { POWERTOOLS_METRICS_DISABLED: "true" }),
-      }),
-    });
-    for (const statement of rulesAccess(storage)) this.checkApi.addToRolePolicy(statement);
-    cache.authToken.grantRead(this.checkApi);
+    // The check API's code, as the check API (every route) or as QuotaSync (quota sync alone)
+    const checkApiFunction = (id: string, description: string, variables: CheckApiVariables, reserved?: number) => {
+      const fn = new nodejs.NodejsFunction(this, id, {
+        ...common,
+        entry: join(root, "functions/entry/check-api-lambda.ts"),
+        description,
+        memorySize: config.checkApiMemoryMb,
+        timeout: Duration.seconds(10),
+        logGroup: logGroup(id),
+        reservedConcurrentExecutions: reserved,
+        // at 1,000 requests/s, one EMF document per request is about $500 a month of log ingestion
+        environment: lambdaEnvironment({
+          ...variables,
+          ...node,
+          ...(config.checkApiMetrics ? {} : { POWERTOOLS_METRICS_DISABLED: "true" }),
+        }),
+      });
+      for (const statement of rulesAccess(storage)) fn.addToRolePolicy(statement);
+      cache.authToken.grantRead(fn);
+      return fn;
+    };
+    this.checkApi = checkApiFunction(
+      "CheckApi",
+      "Tollgate: frequency checks and rate limits behind a Function URL",
+      checkApiVariables,
+      config.checkApiReservedConcurrency,
+    );
     const target: lambda.Function | lambda.Alias =
       config.checkApiProvisionedConcurrency > 0
         ? new lambda.Alias(this, "CheckApiLive", {
@@ -192,22 +202,11 @@ export class Functions extends Construct {
     // own. A function, not an alias of the check API: an alias shares the function's reserved concurrency, so
     // a fleet's syncs (every 50 ms per client instance) would take what the checks reserved, and throttle them.
     // Unreserved: it draws on the account's pool.
-    const quotaSyncVariables: CheckApiVariables = { ...variables, CHECK_API_ROUTES: "quota-sync" };
-    this.quotaSync = new nodejs.NodejsFunction(this, "QuotaSync", {
-      ...common,
-      entry: join(root, "functions/entry/check-api-lambda.ts"),
-      description: "Tollgate: POST /v1/quotas/sync alone, for Quotas clients outside the VPC",
-      memorySize: config.checkApiMemoryMb,
-      timeout: Duration.seconds(10),
-      logGroup: logGroup("QuotaSync"),
-      environment: lambdaEnvironment({
-        ...quotaSyncVariables,
-        ...node,
-        ...(config.checkApiMetrics ? {} : { POWERTOOLS_METRICS_DISABLED: "true" }),
-      }),
-    });
-    for (const statement of rulesAccess(storage)) this.quotaSync.addToRolePolicy(statement);
-    cache.authToken.grantRead(this.quotaSync);
+    this.quotaSync = checkApiFunction(
+      "QuotaSync",
+      "Tollgate: POST /v1/quotas/sync alone, for Quotas clients outside the VPC",
+      { ...checkApiVariables, CHECK_API_ROUTES: "quota-sync" },
+    );
     this.quotaSyncUrl = this.quotaSync.addFunctionUrl({ authType: lambda.FunctionUrlAuthType.AWS_IAM });
   }
 
