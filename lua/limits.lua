@@ -17,8 +17,10 @@ return function(KEYS, ARGV)
     local a = 1 + 6 * (i - 1)
     local algorithm = ALGORITHMS[ARGV[a + 1]]
     if algorithm == nil then return redis.error_reply('ERR limits: unknown algorithm ' .. tostring(ARGV[a + 1])) end
-    local allowed, limit, remaining, remainingNow, resetAt, retry, commit, onDeny =
-      algorithm(KEYS[i], now, tonumber(ARGV[a + 2]), ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6])
+    -- deferred: each returns its commit (and a strict bucket its onDeny), called once every verdict is in
+    local allowed, limit, remaining, remainingNow, resetAt, retry, commit, onDeny = algorithm(KEYS[i], now,
+      tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]),
+      tonumber(ARGV[a + 6]), true)
     if not allowed then all = false end
     commits[i], denies[i], nows[i] = commit, (not allowed) and onDeny or nil, reply(remainingNow)
     local base = #results

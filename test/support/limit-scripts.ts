@@ -32,6 +32,10 @@ export async function runLimit(
   cost: number,
   params: readonly (string | number)[],
 ): Promise<ScriptReply> {
-  const result = decodeLimitReply(await store.runLimit(algorithm, key, [String(now), String(cost), ...padded(params)]));
+  const args = Buffer.alloc(48);
+  [now, cost, ...params.map(Number)].forEach((value, i) => {
+    args.writeDoubleLE(value, 8 * i);
+  });
+  const result = decodeLimitReply(await store.runLimit(algorithm, key, args));
   return { ...result, retryAfterMs: result.retryAfterMs ?? 0 };
 }
