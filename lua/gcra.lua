@@ -20,7 +20,7 @@ local E6 = 1000000
 -- the interval (iMs, iNs) times n as (ms, ns)
 local function gcraIntervals(iMs, iNs, n)
   local ns = iNs * n
-  local carry = math.floor(ns / E6)
+  local carry = floorOf(ns / E6)
   return iMs * n + carry, ns - carry * E6
 end
 
@@ -48,7 +48,7 @@ end
 local function gcraLeft(iMs, iNs, tolMs, tolNs, now, ms, ns)
   local nMs, nNs = gcraNorm(tolMs - (ms - now), tolNs - ns)
   if nMs < 0 or (nMs == 0 and nNs == 0) then return 0 end
-  local q = math.floor((nMs * E6 + nNs) / (iMs * E6 + iNs))
+  local q = floorOf((nMs * E6 + nNs) / (iMs * E6 + iNs))
   while q > 0 and not gcraFits(iMs, iNs, q, nMs, nNs) do q = q - 1 end
   while gcraFits(iMs, iNs, q + 1, nMs, nNs) do q = q + 1 end
   return q
@@ -56,8 +56,8 @@ end
 
 ALGORITHMS['gcra'] = function(key, now, cost, burst, count, periodMs, _, deferred)
   local limit = burst + 1
-  local interval = math.floor(periodMs * E6 / count)
-  local iNs = math.fmod(interval, E6)
+  local interval = floorOf(periodMs * E6 / count)
+  local iNs = interval % E6
   local iMs = (interval - iNs) / E6
   local tolMs, tolNs = gcraIntervals(iMs, iNs, limit)
   local tatMs, tatNs = now, 0

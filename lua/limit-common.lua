@@ -46,8 +46,23 @@ local REPLAY_TTL_MS = 60000
 -- How long a state must live by the server's clock: until `expiresAt` (request time), when no request can
 -- read it any more, but at least min(span, REPLAY_TTL_MS) and at most MAX_TTL_MS.
 local function ttlOf(expiresAt, span)
-  local ttl = math.max(expiresAt - serverClock(), math.min(span, REPLAY_TTL_MS), 1)
-  return math.min(ttl, MAX_TTL_MS)
+  local ttl, least = expiresAt - serverClock(), span
+  if least > REPLAY_TTL_MS then least = REPLAY_TTL_MS end
+  if ttl < least then ttl = least end
+  if ttl < 1 then ttl = 1 end
+  if ttl > MAX_TTL_MS then ttl = MAX_TTL_MS end
+  return ttl
+end
+
+-- floor and ceiling by the VM's `%` (x % 1 is x - floor(x)): math.floor and math.ceil are a global looked
+-- up and a C function called through Lua's API, several times the cost of the arithmetic
+local function floorOf(x)
+  return x - x % 1
+end
+local function ceilOf(x)
+  local f = x - x % 1
+  if f < x then return f + 1 end
+  return f
 end
 
 local function persist(key, value, expiresAt, span)

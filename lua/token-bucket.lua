@@ -14,8 +14,11 @@ Result  allowed, limit (max), remaining if charged, remaining now, resetAt (full
         commit and onDeny when deferred ]]
 -- when a bucket of `t` tokens with refill clock `l` is full again (at the chunk's level, not a closure per call)
 local function fullAt(t, l, max, amount, every, now)
-  if t >= max then return math.max(now, l) end
-  return l + math.ceil((max - t) / amount) * every
+  if t >= max then
+    if l > now then return l end
+    return now
+  end
+  return l + ceilOf((max - t) / amount) * every
 end
 
 ALGORITHMS['token-bucket'] = function(key, now, cost, max, amount, every, strictFlag, deferred)
@@ -24,13 +27,15 @@ ALGORITHMS['token-bucket'] = function(key, now, cost, max, amount, every, strict
   local state = redis.call('GET', key)
   if state then
     local t, l, m = struct.unpack('<ddd', state)
-    tokens = math.max(0, math.min(max, t + max - m))
+    tokens = t + max - m
+    if tokens > max then tokens = max end
+    if tokens < 0 then tokens = 0 end
     last = l
     if now > last then
       if tokens < max then
         -- step refills: whole periods only; the remainder of a period is kept
-        local periods = math.floor((now - last) / every)
-        if periods >= math.ceil((max - tokens) / amount) then
+        local periods = floorOf((now - last) / every)
+        if periods >= ceilOf((max - tokens) / amount) then
           tokens = max
         elseif periods > 0 then
           tokens = tokens + periods * amount
@@ -42,7 +47,7 @@ ALGORITHMS['token-bucket'] = function(key, now, cost, max, amount, every, strict
     end
   end
   -- from empty to full
-  local span = math.ceil(max / amount) * every
+  local span = ceilOf(max / amount) * every
   if tokens >= cost then
     local left = tokens - cost
     local fullAgain = fullAt(left, last, max, amount, every, now)
@@ -56,7 +61,7 @@ ALGORITHMS['token-bucket'] = function(key, now, cost, max, amount, every, strict
   end
   local restart = last
   if strict and now > last then restart = now end
-  local retryAt = restart + math.ceil((cost - tokens) / amount) * every
+  local retryAt = restart + ceilOf((cost - tokens) / amount) * every
   local fullAgain = fullAt(tokens, restart, max, amount, every, now)
   if not strict then return false, max, tokens, tokens, fullAgain, retryAt - now end
   if deferred then
