@@ -6,6 +6,7 @@ import { fcall, fcallBuffer } from "../../sdk/src/transports/redis-functions.ts"
 import type { CapStore } from "../core/capping/cap-sends-script.ts";
 import { type LimitStore, peeks } from "../core/limits/limit-script.ts";
 import type { Algorithm } from "../core/limits/limit-specs.ts";
+import { peeksAll } from "../core/limits/limits-script.ts";
 import { LIMIT_FUNCTIONS, limitLibrary, readerOf, tollgateLibrary } from "./lua-scripts.ts";
 import { type CallOptions, RedisCalls, type RedisCircuitOptions } from "./redis-calls.ts";
 
@@ -166,11 +167,9 @@ export class RedisLimitStore implements LimitStore {
     );
   }
 
-  /** Every cost "0" (ARGV: now, then per limit its algorithm, cost and four parameters): the reader. */
-  runLimits(keys: readonly string[], args: readonly string[]): Promise<number[]> {
-    let peek = true;
-    for (let cost = 2; cost < args.length; cost += 6) if (args[cost] !== "0") peek = false;
-    const name = peek ? readerOf("limits") : "limits";
+  /** Every cost 0 (limitsArgs): the reader. */
+  runLimits(keys: readonly string[], args: readonly (string | Buffer)[]): Promise<number[]> {
+    const name = peeksAll(args) ? readerOf("limits") : "limits";
     return this.calls.call(
       `limits on ${keys[0]}`,
       keys,

@@ -8,7 +8,7 @@ export interface LimitStore {
   /** Runs the one-limit script of `algorithm` (POST /v1/limit) with its packed arguments (limitArgs). */
   runLimit(algorithm: Algorithm, key: string, args: Buffer): Promise<Buffer>;
   /** Runs lua/limits.lua on keys that share one hash tag (POST /v1/limits). */
-  runLimits(keys: readonly string[], args: readonly string[]): Promise<number[]>;
+  runLimits(keys: readonly string[], args: readonly (string | Buffer)[]): Promise<number[]>;
 }
 
 /** Integers in one limit's reply: allowed, limit, remaining, resetAt, retryAfterMs. */
@@ -27,26 +27,31 @@ export function limitArgs(now: number, spec: LimitSpec, cost: number): Buffer {
   const packed = Buffer.allocUnsafe(LIMIT_ARGS_BYTES);
   packed.writeDoubleLE(now, 0);
   packed.writeDoubleLE(cost, 8);
+  packParameters(spec, packed, 16);
+  return packed;
+}
+
+/** Writes p1..p4 of `spec` (as its lua/<algorithm>.lua header names them; unused ones 0) at `offset`. */
+export function packParameters(spec: LimitSpec, packed: Buffer, offset: number): void {
   switch (spec.algorithm) {
     case "token-bucket":
-      packed.writeDoubleLE(spec.max, 16);
-      packed.writeDoubleLE(spec.refillAmount, 24);
-      packed.writeDoubleLE(spec.refillEveryMs, 32);
-      packed.writeDoubleLE(spec.strict ? 1 : 0, 40);
+      packed.writeDoubleLE(spec.max, offset);
+      packed.writeDoubleLE(spec.refillAmount, offset + 8);
+      packed.writeDoubleLE(spec.refillEveryMs, offset + 16);
+      packed.writeDoubleLE(spec.strict ? 1 : 0, offset + 24);
       break;
     case "gcra":
-      packed.writeDoubleLE(spec.burst, 16);
-      packed.writeDoubleLE(spec.count, 24);
-      packed.writeDoubleLE(spec.periodMs, 32);
-      packed.writeDoubleLE(0, 40);
+      packed.writeDoubleLE(spec.burst, offset);
+      packed.writeDoubleLE(spec.count, offset + 8);
+      packed.writeDoubleLE(spec.periodMs, offset + 16);
+      packed.writeDoubleLE(0, offset + 24);
       break;
     default:
-      packed.writeDoubleLE(spec.max, 16);
-      packed.writeDoubleLE(spec.windowMs, 24);
-      packed.writeDoubleLE(0, 32);
-      packed.writeDoubleLE(0, 40);
+      packed.writeDoubleLE(spec.max, offset);
+      packed.writeDoubleLE(spec.windowMs, offset + 8);
+      packed.writeDoubleLE(0, offset + 16);
+      packed.writeDoubleLE(0, offset + 24);
   }
-  return packed;
 }
 
 /** Whether packed limitArgs charge nothing (cost 0): a peek, which writes nothing. */
