@@ -11,9 +11,14 @@ Change  a new windowMs applies from the end of the stored window: that window ke
         the first boundary of the new length at or after that end, the stored count still counts (so the
         epoch-aligned window of the new length holding the stored end never counts more than max).
 Result  allowed, limit, remaining if charged, remaining now, resetAt (end of the window), retryAfterMs,
-        commit ]]
-ALGORITHMS['fixed-window'] = function(key, now, cost, p1, p2)
-  local max, window = tonumber(p1), tonumber(p2)
+        commit when deferred ]]
+-- writes the window after a charge: the stored window keeps the lifetime it was given when it opened
+local function fixedWrite(key, stop, count, open, window)
+  local value = struct.pack('<dd', stop, count)
+  if open then rewrite(key, value) else persist(key, value, stop, window) end
+end
+
+ALGORITHMS['fixed-window'] = function(key, now, cost, max, window, _, _, deferred)
   local start = now - now % window
   local stop, count, open = start + window, 0, false
   local state = redis.call('GET', key)
@@ -27,12 +32,13 @@ ALGORITHMS['fixed-window'] = function(key, now, cost, p1, p2)
     end
   end
   if count + cost <= max then
-    return true, max, max - count - cost, max - count, stop, 0, function()
-      if cost == 0 then return end
-      -- the stored window keeps the lifetime it was given when it opened
-      local value = struct.pack('<dd', stop, count + cost)
-      if open then rewrite(key, value) else persist(key, value, stop, window) end
+    if deferred then
+      return true, max, max - count - cost, max - count, stop, 0, function()
+        if cost > 0 then fixedWrite(key, stop, count + cost, open, window) end
+      end
     end
+    if cost > 0 then fixedWrite(key, stop, count + cost, open, window) end
+    return true, max, max - count - cost, max - count, stop, 0
   end
   -- cost <= max (the caller refuses more): the next window has room
   return false, max, math.max(0, max - count), math.max(0, max - count), stop, stop - now

@@ -12,7 +12,7 @@ Replay  the TAT never moves back: a request dated before it is decided against i
 Change  the TAT is kept, so the time until all capacity is back carries over and is re-read at the new rate
         (as redis-cell does for a key called with other parameters).
 Result  allowed, limit (burst + 1), remaining if charged, remaining now, resetAt (the TAT: all capacity
-        back), retryAfterMs, commit ]]
+        back), retryAfterMs, commit when deferred ]]
 -- Helpers at the chunk's level, not closures made per call (a Redis Function defines them once per node;
 -- its chunk runs where no library global, math included, exists yet: they are read inside the functions).
 local E6 = 1000000
@@ -20,7 +20,7 @@ local E6 = 1000000
 -- the interval (iMs, iNs) times n as (ms, ns)
 local function gcraIntervals(iMs, iNs, n)
   local ns = iNs * n
-  local carry = math.floor(ns / E6)
+  local carry = floorOf(ns / E6)
   return iMs * n + carry, ns - carry * E6
 end
 
@@ -48,16 +48,16 @@ end
 local function gcraLeft(iMs, iNs, tolMs, tolNs, now, ms, ns)
   local nMs, nNs = gcraNorm(tolMs - (ms - now), tolNs - ns)
   if nMs < 0 or (nMs == 0 and nNs == 0) then return 0 end
-  local q = math.floor((nMs * E6 + nNs) / (iMs * E6 + iNs))
+  local q = floorOf((nMs * E6 + nNs) / (iMs * E6 + iNs))
   while q > 0 and not gcraFits(iMs, iNs, q, nMs, nNs) do q = q - 1 end
   while gcraFits(iMs, iNs, q + 1, nMs, nNs) do q = q + 1 end
   return q
 end
 
-ALGORITHMS['gcra'] = function(key, now, cost, p1, p2, p3)
-  local limit = tonumber(p1) + 1
-  local interval = math.floor(tonumber(p3) * E6 / tonumber(p2))
-  local iNs = math.fmod(interval, E6)
+ALGORITHMS['gcra'] = function(key, now, cost, burst, count, periodMs, _, deferred)
+  local limit = burst + 1
+  local interval = floorOf(periodMs * E6 / count)
+  local iNs = interval % E6
   local iMs = (interval - iNs) / E6
   local tolMs, tolNs = gcraIntervals(iMs, iNs, limit)
   local tatMs, tatNs = now, 0
@@ -71,10 +71,15 @@ ALGORITHMS['gcra'] = function(key, now, cost, p1, p2, p3)
   local aMs, aNs = gcraNorm(newMs - tolMs - now, newNs - tolNs)
   if aMs < 0 or (aMs == 0 and aNs == 0) then
     local resetAt = gcraCeilMs(newMs, newNs)
-    return true, limit, gcraLeft(iMs, iNs, tolMs, tolNs, now, newMs, newNs),
-      gcraLeft(iMs, iNs, tolMs, tolNs, now, baseMs, baseNs), resetAt, 0, function()
+    local remaining = gcraLeft(iMs, iNs, tolMs, tolNs, now, newMs, newNs)
+    if deferred then
+      return true, limit, remaining, gcraLeft(iMs, iNs, tolMs, tolNs, now, baseMs, baseNs), resetAt, 0, function()
         if cost > 0 then persist(key, struct.pack('<dd', newMs, newNs), resetAt, tolMs + 1) end
       end
+    end
+    if cost > 0 then persist(key, struct.pack('<dd', newMs, newNs), resetAt, tolMs + 1) end
+    -- remaining now is read only when another limit of the call denies (deferred)
+    return true, limit, remaining, remaining, resetAt, 0
   end
   local remaining = gcraLeft(iMs, iNs, tolMs, tolNs, now, tatMs, tatNs)
   return false, limit, remaining, remaining, gcraCeilMs(tatMs, tatNs), gcraCeilMs(aMs, aNs)

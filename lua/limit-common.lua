@@ -3,10 +3,13 @@ files (each defines ALGORITHMS[name]), then a driver: limit.lua (one limit, POST
 (several, all or nothing, POST /v1/limits). The whole is a chunk that returns the call's function (a Redis
 Function's body): nothing defined here may keep state from one call to the next (beginCall resets it).
 
-Every algorithm is a function (key, now, cost, p1, p2, p3, p4) that reads its state and returns
-  allowed, limit, remaining if charged, remaining now, resetAt, retryAfterMs, commit[, onDeny]
-without writing anything; the driver calls commit() (charge) or onDeny() (a strict token bucket's restart)
-once the verdict of the whole call is known.
+Every algorithm is a function (key, now, cost, p1, p2, p3, p4, deferred), its arguments numbers, that reads
+its state and returns
+  allowed, limit, remaining if charged, remaining now, resetAt, retryAfterMs[, commit, onDeny]
+Without `deferred` (one limit: its verdict is the call's) it writes at once: the charge when allowed, a
+strict token bucket's restart when denied. With `deferred` (several limits, all or nothing) it writes
+nothing and returns commit and onDeny, which the driver calls once the verdict of the whole call is known:
+closures cost allocations (and the collector's time), so the one-limit path makes none.
 
 Time: `now` (ms, the request's `at` or the caller's clock) decides; a state never moves back in time (each
 algorithm says how it answers a request dated before its state). Key lifetimes are counted from the
@@ -29,7 +32,9 @@ end
 local function serverClock()
   if serverNow == nil then
     local t = redis.call('TIME')
-    serverNow = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    -- arithmetic converts each string once (tonumber() parses its argument twice)
+    local us = t[2] + 0
+    serverNow = t[1] * 1000 + (us - us % 1000) / 1000
   end
   return serverNow
 end
@@ -41,8 +46,23 @@ local REPLAY_TTL_MS = 60000
 -- How long a state must live by the server's clock: until `expiresAt` (request time), when no request can
 -- read it any more, but at least min(span, REPLAY_TTL_MS) and at most MAX_TTL_MS.
 local function ttlOf(expiresAt, span)
-  local ttl = math.max(expiresAt - serverClock(), math.min(span, REPLAY_TTL_MS), 1)
-  return math.min(ttl, MAX_TTL_MS)
+  local ttl, least = expiresAt - serverClock(), span
+  if least > REPLAY_TTL_MS then least = REPLAY_TTL_MS end
+  if ttl < least then ttl = least end
+  if ttl < 1 then ttl = 1 end
+  if ttl > MAX_TTL_MS then ttl = MAX_TTL_MS end
+  return ttl
+end
+
+-- floor and ceiling by the VM's `%` (x % 1 is x - floor(x)): math.floor and math.ceil are a global looked
+-- up and a C function called through Lua's API, several times the cost of the arithmetic
+local function floorOf(x)
+  return x - x % 1
+end
+local function ceilOf(x)
+  local f = x - x % 1
+  if f < x then return f + 1 end
+  return f
 end
 
 local function persist(key, value, expiresAt, span)

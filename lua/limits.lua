@@ -1,8 +1,9 @@
 --[[ limits.lua: checks several rate limits and charges them all or none, in one atomic call
 (POST /v1/limits). Loaded after limit-common.lua and every algorithm file.
 KEYS[i]    the state key of limit i; all keys of a call share one hash tag (the scope)
-ARGV[1]    now, ms since the epoch
-ARGV[1+6*(i-1)+1 .. +6]  limit i: algorithm, cost, p1, p2, p3, p4 (see each algorithm; unused = "")
+ARGV[1]    struct-packed doubles: now (ms since the epoch), then per limit i its cost and p1..p4 (see each
+           algorithm; unused ones 0), 5 doubles a limit (see limit.lua on why numbers travel packed)
+ARGV[1+i]  the algorithm of limit i
 Reply      { allowed (1 when every limit allowed), then per limit: allowed (this limit alone), limit,
            remaining, resetAt, retryAfterMs } as integers. When any limit denies, none is charged and
            every remaining is what is left now; a strict token bucket that denied still restarts its
@@ -10,15 +11,17 @@ Reply      { allowed (1 when every limit allowed), then per limit: allowed (this
 The chunk returns the call as a function of (KEYS, ARGV) (see limit.lua). ]]
 return function(KEYS, ARGV)
   beginCall()
-  local now = tonumber(ARGV[1])
+  local numbers = ARGV[1]
+  local now = struct.unpack('<d', numbers)
   local results, commits, denies, nows = { 1 }, {}, {}, {}
   local all = true
   for i = 1, #KEYS do
-    local a = 1 + 6 * (i - 1)
-    local algorithm = ALGORITHMS[ARGV[a + 1]]
-    if algorithm == nil then return redis.error_reply('ERR limits: unknown algorithm ' .. tostring(ARGV[a + 1])) end
+    local algorithm = ALGORITHMS[ARGV[1 + i]]
+    if algorithm == nil then return redis.error_reply('ERR limits: unknown algorithm ' .. tostring(ARGV[1 + i])) end
+    local cost, p1, p2, p3, p4 = struct.unpack('<ddddd', numbers, 9 + 40 * (i - 1))
+    -- deferred: each returns its commit (and a strict bucket its onDeny), called once every verdict is in
     local allowed, limit, remaining, remainingNow, resetAt, retry, commit, onDeny =
-      algorithm(KEYS[i], now, tonumber(ARGV[a + 2]), ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a + 6])
+      algorithm(KEYS[i], now, cost, p1, p2, p3, p4, true)
     if not allowed then all = false end
     commits[i], denies[i], nows[i] = commit, (not allowed) and onDeny or nil, reply(remainingNow)
     local base = #results

@@ -13,30 +13,56 @@ Replay  a request dated before the newest entry is decided and recorded at the n
         log's times only move forward, and what a backfill adds counts at least as long as it would have.
 Change  a new windowMs applies at once; entries already dropped by a shorter window stay dropped.
 Result  allowed, limit, remaining if charged, remaining now, resetAt (when everything counted has aged
-        out), retryAfterMs, commit ]]
-ALGORITHMS['sliding-log'] = function(key, now, cost, p1, p2)
-  local max, window = tonumber(p1), tonumber(p2)
+        out), retryAfterMs, commit when deferred ]]
+-- Counts passed to redis.call as text: Redis 7.0 formats a Lua number argument with snprintf("%.17g"),
+-- about 2,700 instructions each, a tenth of a call. LPOP's count is mostly 2 (the head and one aged-out
+-- entry).
+local COUNTS = { '1', '2', '3', '4', '5', '6', '7', '8' }
+
+-- writes a charge: adds it (to its ms if it has one), drops the aged-out entries, writes the head
+local function logWrite(key, head, entries, expired, newest, newestCost, t, cost, used, window)
+  local call, pack = redis.call, struct.pack
+  local count, lastCost = entries - expired + 1, cost
+  if newest == t and expired < entries then
+    count, lastCost = entries - expired, newestCost + cost
+    call('LSET', key, '-1', pack('<dd', t, lastCost))
+  else
+    call('RPUSH', key, pack('<dd', t, cost))
+  end
+  local newHead = pack('<dddd', used + cost, count, t, lastCost)
+  if head and expired == 0 then
+    call('LSET', key, '0', newHead)
+  else
+    if head then call('LPOP', key, COUNTS[1 + expired] or 1 + expired) end
+    call('LPUSH', key, newHead)
+  end
+  call('PEXPIRE', key, ttlOf(t + window, window))
+end
+
+ALGORITHMS['sliding-log'] = function(key, now, cost, max, window, _, _, deferred)
   local unpack, call = struct.unpack, redis.call
   local total, t, entries, newest, newestCost = 0, now, 0, nil, nil
-  local head = call('LINDEX', key, 0)
+  -- the head and the 2 oldest entries in one read: mostly none or one of them has aged out (each element
+  -- read costs Redis about 1,000 instructions)
+  local batch = call('LRANGE', key, '0', '2')
+  local head = batch[1]
   if head then
     if #head == 8 then
       -- the earlier layout: the total alone
       total = unpack('<d', head)
       entries = call('LLEN', key) - 1
-      newest, newestCost = unpack('<dd', call('LINDEX', key, -1))
+      newest, newestCost = unpack('<dd', call('LINDEX', key, '-1'))
     else
       total, entries, newest, newestCost = unpack('<dddd', head)
     end
     if newest > t then t = newest end
   end
-  -- the oldest entries that have aged out at t: how many, and their costs. Mostly none or one, so a few
-  -- of the oldest are read first; a longer run is read in growing chunks.
+  -- the oldest entries that have aged out at t: how many, and their costs; past the 2 read with the head,
+  -- a longer run is read in growing chunks
   local cutoff, expired, expiredCost = t - window, 0, 0
-  local chunk, scanning = 4, entries > 0
-  while scanning and expired < entries do
-    local batch = call('LRANGE', key, 1 + expired, expired + chunk)
-    for i = 1, #batch do
+  local from, chunk, scanning = 2, 2, entries > 0
+  while scanning do
+    for i = from, #batch do
       local at, c = unpack('<dd', batch[i])
       if at > cutoff then
         scanning = false
@@ -44,37 +70,31 @@ ALGORITHMS['sliding-log'] = function(key, now, cost, p1, p2)
       end
       expired, expiredCost = expired + 1, expiredCost + c
     end
-    if #batch < chunk then scanning = false end
-    chunk = chunk * 4
+    if scanning then
+      if #batch - from + 1 < chunk or expired >= entries then
+        scanning = false
+      else
+        chunk = chunk * 4
+        batch, from = call('LRANGE', key, 1 + expired, expired + chunk), 1
+      end
+    end
   end
   local used = total - expiredCost
   if used + cost <= max then
     local resetAt = t
     if cost > 0 then resetAt = t + window elseif used > 0 then resetAt = newest + window end
-    return true, max, max - used - cost, max - used, resetAt, 0, function()
-      if cost == 0 then return end
-      -- add this charge (to its ms if it has one), drop the aged-out entries, write the head
-      local count, lastCost = entries - expired + 1, cost
-      if newest == t and expired < entries then
-        count, lastCost = entries - expired, newestCost + cost
-        call('LSET', key, -1, struct.pack('<dd', t, lastCost))
-      else
-        call('RPUSH', key, struct.pack('<dd', t, cost))
+    if deferred then
+      return true, max, max - used - cost, max - used, resetAt, 0, function()
+        if cost > 0 then logWrite(key, head, entries, expired, newest, newestCost, t, cost, used, window) end
       end
-      local newHead = struct.pack('<dddd', used + cost, count, t, lastCost)
-      if head and expired == 0 then
-        call('LSET', key, 0, newHead)
-      else
-        if head then call('LPOP', key, 1 + expired) end
-        call('LPUSH', key, newHead)
-      end
-      call('PEXPIRE', key, ttlOf(t + window, window))
     end
+    if cost > 0 then logWrite(key, head, entries, expired, newest, newestCost, t, cost, used, window) end
+    return true, max, max - used - cost, max - used, resetAt, 0
   end
   -- the oldest counted entries age out one by one: wait until enough have gone (each holds >= 1 unit, so
   -- at most `need` entries are read)
   local need, freed, retryAt = used + cost - max, 0, t + window
-  local batch = call('LRANGE', key, 1 + expired, expired + need)
+  batch = call('LRANGE', key, 1 + expired, expired + need)
   for i = 1, #batch do
     local at, c = unpack('<dd', batch[i])
     freed = freed + c

@@ -13,7 +13,7 @@ Change  a new windowMs applies from the end of the stored window; the next windo
         when it starts right at that end.
 Result  allowed, limit, remaining if charged, remaining now (floors), resetAt (when everything counted
         has aged out: the end of the next window while this one counts, else the end of this one),
-        retryAfterMs, commit ]]
+        retryAfterMs, commit when deferred ]]
 -- Exact products of non-negative integers below 2^72 as six limbs of 24 bits (each partial product and
 -- column sum stays below 2^53): previous * (end - t) passes 2^53 at max 1e9 and a window of a day.
 local LIMB = 16777216
@@ -63,8 +63,13 @@ local function floorProductOver(a, b, d)
   return q
 end
 
-ALGORITHMS['sliding-window'] = function(key, now, cost, p1, p2)
-  local max, window = tonumber(p1), tonumber(p2)
+-- writes the open window after a charge: it keeps the lifetime it was given when it opened
+local function windowWrite(key, start, stop, previous, current, open, nextStop, window)
+  local value = struct.pack('<dddd', start, stop, previous, current)
+  if open then rewrite(key, value) else persist(key, value, nextStop, 2 * window) end
+end
+
+ALGORITHMS['sliding-window'] = function(key, now, cost, max, window, _, _, deferred)
   local start = now - now % window
   local stop, previous, current, open = start + window, 0, 0, false
   local state = redis.call('GET', key)
@@ -82,18 +87,20 @@ ALGORITHMS['sliding-window'] = function(key, now, cost, p1, p2)
   local t = math.max(now, start)
   -- in integers: weighted + current + cost <= max exactly when the fractional sum is, and floor(max - used)
   -- is max - used with used = weighted + current
-  local weighted = ceilProductOver(previous, stop - t, length)
+  local weighted = 0
+  if previous > 0 then weighted = ceilProductOver(previous, stop - t, length) end
   local used = weighted + current
   local nextStop = stop - stop % window + window
   if used + cost <= max then
     local resetAt = now
     if current + cost > 0 then resetAt = nextStop elseif previous > 0 then resetAt = stop end
-    return true, max, max - used - cost, max - used, resetAt, 0, function()
-      if cost == 0 then return end
-      -- the stored window keeps the lifetime it was given when it opened
-      local value = struct.pack('<dddd', start, stop, previous, current + cost)
-      if open then rewrite(key, value) else persist(key, value, nextStop, 2 * window) end
+    if deferred then
+      return true, max, max - used - cost, max - used, resetAt, 0, function()
+        if cost > 0 then windowWrite(key, start, stop, previous, current + cost, open, nextStop, window) end
+      end
     end
+    if cost > 0 then windowWrite(key, start, stop, previous, current + cost, open, nextStop, window) end
+    return true, max, max - used - cost, max - used, resetAt, 0
   end
   local retryAt
   if current + cost <= max then

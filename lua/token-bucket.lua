@@ -11,26 +11,31 @@ Replay  the refill clock never moves back: a request dated before it gets no ref
 Change  a new max shifts the tokens by its difference (gubernator: 100 -> 10 with 98 left leaves 8), within
         0..max; a new refillAmount or refillEveryMs applies from the refill clock on.
 Result  allowed, limit (max), remaining if charged, remaining now, resetAt (full again), retryAfterMs,
-        commit, onDeny ]]
+        commit and onDeny when deferred ]]
 -- when a bucket of `t` tokens with refill clock `l` is full again (at the chunk's level, not a closure per call)
 local function fullAt(t, l, max, amount, every, now)
-  if t >= max then return math.max(now, l) end
-  return l + math.ceil((max - t) / amount) * every
+  if t >= max then
+    if l > now then return l end
+    return now
+  end
+  return l + ceilOf((max - t) / amount) * every
 end
 
-ALGORITHMS['token-bucket'] = function(key, now, cost, p1, p2, p3, p4)
-  local max, amount, every, strict = tonumber(p1), tonumber(p2), tonumber(p3), p4 == '1'
+ALGORITHMS['token-bucket'] = function(key, now, cost, max, amount, every, strictFlag, deferred)
+  local strict = strictFlag == 1
   local tokens, last = max, now
   local state = redis.call('GET', key)
   if state then
     local t, l, m = struct.unpack('<ddd', state)
-    tokens = math.max(0, math.min(max, t + max - m))
+    tokens = t + max - m
+    if tokens > max then tokens = max end
+    if tokens < 0 then tokens = 0 end
     last = l
     if now > last then
       if tokens < max then
         -- step refills: whole periods only; the remainder of a period is kept
-        local periods = math.floor((now - last) / every)
-        if periods >= math.ceil((max - tokens) / amount) then
+        local periods = floorOf((now - last) / every)
+        if periods >= ceilOf((max - tokens) / amount) then
           tokens = max
         elseif periods > 0 then
           tokens = tokens + periods * amount
@@ -42,17 +47,28 @@ ALGORITHMS['token-bucket'] = function(key, now, cost, p1, p2, p3, p4)
     end
   end
   -- from empty to full
-  local span = math.ceil(max / amount) * every
+  local span = ceilOf(max / amount) * every
   if tokens >= cost then
     local left = tokens - cost
-    return true, max, left, tokens, fullAt(left, last, max, amount, every, now), 0, function()
-      if cost > 0 then persist(key, struct.pack('<ddd', left, last, max), fullAt(left, last, max, amount, every, now), span) end
+    local fullAgain = fullAt(left, last, max, amount, every, now)
+    if deferred then
+      return true, max, left, tokens, fullAgain, 0, function()
+        if cost > 0 then persist(key, struct.pack('<ddd', left, last, max), fullAgain, span) end
+      end
     end
+    if cost > 0 then persist(key, struct.pack('<ddd', left, last, max), fullAgain, span) end
+    return true, max, left, tokens, fullAgain, 0
   end
   local restart = last
   if strict and now > last then restart = now end
-  local retryAt = restart + math.ceil((cost - tokens) / amount) * every
-  return false, max, tokens, tokens, fullAt(tokens, restart, max, amount, every, now), retryAt - now, nil, strict and function()
-    persist(key, struct.pack('<ddd', tokens, restart, max), fullAt(tokens, restart, max, amount, every, now), span)
-  end or nil
+  local retryAt = restart + ceilOf((cost - tokens) / amount) * every
+  local fullAgain = fullAt(tokens, restart, max, amount, every, now)
+  if not strict then return false, max, tokens, tokens, fullAgain, retryAt - now end
+  if deferred then
+    return false, max, tokens, tokens, fullAgain, retryAt - now, nil, function()
+      persist(key, struct.pack('<ddd', tokens, restart, max), fullAgain, span)
+    end
+  end
+  persist(key, struct.pack('<ddd', tokens, restart, max), fullAgain, span)
+  return false, max, tokens, tokens, fullAgain, retryAt - now
 end

@@ -4,8 +4,9 @@
 import { Cluster, type ClusterNode } from "ioredis";
 import { fcall, fcallBuffer } from "../../sdk/src/transports/redis-functions.ts";
 import type { CapStore } from "../core/capping/cap-sends-script.ts";
-import type { LimitStore } from "../core/limits/limit-script.ts";
+import { type LimitStore, peeks } from "../core/limits/limit-script.ts";
 import type { Algorithm } from "../core/limits/limit-specs.ts";
+import { peeksAll } from "../core/limits/limits-script.ts";
 import { LIMIT_FUNCTIONS, limitLibrary, readerOf, tollgateLibrary } from "./lua-scripts.ts";
 import { type CallOptions, RedisCalls, type RedisCircuitOptions } from "./redis-calls.ts";
 
@@ -153,24 +154,22 @@ export class RedisLimitStore implements LimitStore {
     };
   }
 
-  /** A peek (cost "0", ARGV[2]) goes to the algorithm's reader, which a node past maxmemory still runs. */
-  runLimit(algorithm: Algorithm, key: string, args: readonly string[]): Promise<number[]> {
+  /** A peek (cost 0) goes to the algorithm's reader, which a node past maxmemory still runs. */
+  runLimit(algorithm: Algorithm, key: string, args: Buffer): Promise<Buffer> {
     const writer = LIMIT_FUNCTIONS[algorithm];
     if (!writer) throw new Error(`no limit function for ${algorithm}`);
-    const name = args[1] === "0" ? readerOf(writer) : writer;
+    const name = peeks(args) ? readerOf(writer) : writer;
     return this.calls.call(
       `limit on ${key}`,
       [key],
-      () => fcall<number[], keyof typeof limitLibrary.functions>(this.cluster, limitLibrary, name, [key], args),
+      () => fcallBuffer(this.cluster, limitLibrary, name, [key], [args]),
       this.callOptions,
     );
   }
 
-  /** Every cost "0" (ARGV: now, then per limit its algorithm, cost and four parameters): the reader. */
-  runLimits(keys: readonly string[], args: readonly string[]): Promise<number[]> {
-    let peek = true;
-    for (let cost = 2; cost < args.length; cost += 6) if (args[cost] !== "0") peek = false;
-    const name = peek ? readerOf("limits") : "limits";
+  /** Every cost 0 (limitsArgs): the reader. */
+  runLimits(keys: readonly string[], args: readonly (string | Buffer)[]): Promise<number[]> {
+    const name = peeksAll(args) ? readerOf("limits") : "limits";
     return this.calls.call(
       `limits on ${keys[0]}`,
       keys,

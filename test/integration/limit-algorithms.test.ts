@@ -19,7 +19,7 @@ import {
   TokenBucketModel,
   type WindowParams,
 } from "../support/limit-models.ts";
-import { padded, runLimit, scriptStore } from "../support/limit-scripts.ts";
+import { packedLimitsArgs, runLimit, scriptStore } from "../support/limit-scripts.ts";
 import { emissionIntervalNs, rateLimit } from "../support/redis-cell.ts";
 
 let cluster: TollgateCluster;
@@ -299,10 +299,14 @@ describe("limits (several, all or nothing)", () => {
             now += Math.trunc((permille * span) / 1000);
             const charges = limits.map((l, i) => Math.min(costs[i] as number, l.algorithm.capacity(l.params)));
             const keys = limits.map((_, i) => `${scope}:${i}`);
-            const args = [String(now)];
-            limits.forEach((l, i) => {
-              args.push(l.algorithm.name, String(charges[i]), ...padded(l.algorithm.args(l.params)));
-            });
+            const args = packedLimitsArgs(
+              now,
+              limits.map((l, i) => ({
+                algorithm: l.algorithm.name,
+                cost: charges[i] as number,
+                params: l.algorithm.args(l.params),
+              })),
+            );
             const results = decodeLimitsReply(await store.runLimits(keys, args), limits.length);
             const want = checkAll(
               limits.map((l, i) => ({

@@ -17,11 +17,19 @@ export function scriptStore(cluster: TollgateCluster): RedisLimitStore {
   return new RedisLimitStore(cluster, { deadlineMs: 5_000 });
 }
 
-/** p1..p4, unused ones empty. */
-export function padded(params: readonly (string | number)[]): string[] {
-  const out = params.map(String);
-  while (out.length < 4) out.push("");
-  return out;
+/** lua/limits.lua's arguments from raw parameters: now, then per limit its cost and p1..p4, packed; the algorithms. */
+export function packedLimitsArgs(
+  now: number,
+  limits: readonly { algorithm: Algorithm; cost: number; params: readonly (string | number)[] }[],
+): (string | Buffer)[] {
+  const numbers = Buffer.alloc(8 + 40 * limits.length);
+  numbers.writeDoubleLE(now, 0);
+  limits.forEach((limit, i) => {
+    [limit.cost, ...limit.params.map(Number)].forEach((value, j) => {
+      numbers.writeDoubleLE(value, 8 + 40 * i + 8 * j);
+    });
+  });
+  return [numbers, ...limits.map((limit) => limit.algorithm)];
 }
 
 export async function runLimit(
@@ -32,6 +40,10 @@ export async function runLimit(
   cost: number,
   params: readonly (string | number)[],
 ): Promise<ScriptReply> {
-  const result = decodeLimitReply(await store.runLimit(algorithm, key, [String(now), String(cost), ...padded(params)]));
+  const args = Buffer.alloc(48);
+  [now, cost, ...params.map(Number)].forEach((value, i) => {
+    args.writeDoubleLE(value, 8 * i);
+  });
+  const result = decodeLimitReply(await store.runLimit(algorithm, key, args));
   return { ...result, retryAfterMs: result.retryAfterMs ?? 0 };
 }

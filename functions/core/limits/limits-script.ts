@@ -1,18 +1,34 @@
 // The wire protocol of lua/limits.lua (its header is the contract): the arguments for a list of limits and
 // the decoding of its flat integer reply. The Limiter never sees an argument position or a reply offset.
-import { decodeResult, parameters, REPLY_PER_LIMIT } from "./limit-script.ts";
+import { decodeResult, packParameters, REPLY_PER_LIMIT } from "./limit-script.ts";
 import type { LimitResult, LimitSpec } from "./limit-specs.ts";
 
-/** ARGV: now, then per limit its algorithm, cost and four parameters (unused ones empty). */
-export function limitsArgs(now: number, specs: readonly LimitSpec[], costs: readonly number[]): string[] {
-  return [String(now), ...specs.flatMap((spec, i) => [spec.algorithm, String(costs[i]), ...fourParameters(spec)])];
+/** Bytes per limit in ARGV[1]: its cost and p1..p4, little-endian doubles (after now's 8). */
+const BYTES_PER_LIMIT = 40;
+
+/**
+ * ARGV: the numbers packed (now, then per limit its cost and p1..p4, unused ones 0), then each limit's
+ * algorithm (see lua/limit.lua on why numbers travel packed).
+ */
+export function limitsArgs(now: number, specs: readonly LimitSpec[], costs: readonly number[]): (string | Buffer)[] {
+  const numbers = Buffer.allocUnsafe(8 + BYTES_PER_LIMIT * specs.length);
+  numbers.writeDoubleLE(now, 0);
+  const args: (string | Buffer)[] = [numbers];
+  specs.forEach((spec, i) => {
+    const at = 8 + BYTES_PER_LIMIT * i;
+    numbers.writeDoubleLE(costs[i] as number, at);
+    packParameters(spec, numbers, at + 8);
+    args.push(spec.algorithm);
+  });
+  return args;
 }
 
-/** p1..p4 of one limit, the unused ones "" (limits.lua reads each limit's arguments at fixed offsets). */
-function fourParameters(spec: LimitSpec): string[] {
-  const values = parameters(spec);
-  while (values.length < 4) values.push("");
-  return values;
+/** Whether every limit of limitsArgs charges nothing (cost 0): a peek, which writes nothing. */
+export function peeksAll(args: readonly (string | Buffer)[]): boolean {
+  const numbers = args[0];
+  if (!Buffer.isBuffer(numbers)) return false;
+  for (let at = 8; at < numbers.length; at += BYTES_PER_LIMIT) if (numbers.readDoubleLE(at) !== 0) return false;
+  return true;
 }
 
 /** One result per limit, in argument order (after the leading "every limit allowed" flag). */
