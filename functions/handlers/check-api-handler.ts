@@ -5,7 +5,7 @@ import { injectLambdaContext } from "@aws-lambda-powertools/logger/middleware";
 import { Metrics, MetricUnit } from "@aws-lambda-powertools/metrics";
 import { logMetrics } from "@aws-lambda-powertools/metrics/middleware";
 import middy from "@middy/core";
-import type { APIGatewayProxyEventV2, Context } from "aws-lambda";
+import type { APIGatewayProxyEventV2 } from "aws-lambda";
 import type { SyncReply } from "../../sdk/src/wire.ts";
 import type { FrequencyResult } from "../core/capping/frequency.ts";
 import type { LimitResult, LimitSpec } from "../core/limits/limit-specs.ts";
