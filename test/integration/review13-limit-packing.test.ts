@@ -3,13 +3,17 @@
 // Limiter.check and Limiter.checkAll on the real cluster, against the previous scripts
 // (test/support/limit-previous/) run side by side on fresh keys with the same inputs, and on state the
 // previous scripts wrote.
+import calculateSlot from "cluster-key-slot";
 import fc from "fast-check";
+import type { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { limitLibrary, tollgateLibrary } from "../../functions/adapters/lua-scripts.ts";
 import type { TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
 import { ALGORITHMS, type Algorithm } from "../../functions/core/limits/limit-specs.ts";
 import { Limiter } from "../../functions/core/limits/limiter.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { limitKey, scopedLimitKey } from "../../functions/core/shared/keys.ts";
+import { loadLibrary } from "../../sdk/src/transports/redis-functions.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
 import { PreviousLimitStore } from "../support/limit-previous.ts";
 import { scriptStore } from "../support/limit-scripts.ts";
@@ -469,6 +473,56 @@ describe("a fleet running both versions (a rollout): calls on one key alternate 
   }
 });
 
+describe("clocks at the ends of the number line (the epoch, 2^53 - 1, the last time a Date holds)", () => {
+  /** Windows and periods of a minute or more: states dated at the epoch live at least that long (REPLAY_TTL_MS). */
+  const longWindows = fc.oneof(fc.constantFrom(60_000, DAY, YEAR - 1, YEAR), fc.integer({ min: 60_000, max: YEAR }));
+  const longParams: Record<Algorithm, fc.Arbitrary<Params>> = {
+    "fixed-window": fc.record({ max: counts, windowMs: longWindows }),
+    "sliding-window": fc.record({ max: counts, windowMs: longWindows }),
+    "sliding-log": fc.record({ max: logMax, windowMs: longWindows }),
+    "token-bucket": fc.record({ max: counts, refillAmount: counts, refillEveryMs: longWindows, strict: fc.boolean() }),
+    gcra: fc.record({ burst: fc.oneof(fc.constant(0), counts), count: counts, periodMs: longWindows }),
+  };
+  const clocks = [
+    0,
+    1,
+    YEAR,
+    8_640_000_000_000_000 - 1,
+    8_640_000_000_000_000,
+    Number.MAX_SAFE_INTEGER - FIVE_MINUTES,
+    Number.MAX_SAFE_INTEGER,
+  ];
+
+  for (const algorithm of ALGORITHMS) {
+    it(`${algorithm}: replies and states equal the previous scripts' with the clock and \`at\` at 0, near 8.64e15 and near 2^53`, async () => {
+      await fc.assert(
+        fc.asyncProperty(
+          fc.constantFrom(...clocks),
+          fc.array(longParams[algorithm], { minLength: 2, maxLength: 2 }),
+          fc.array(
+            fc.record({ params: fc.nat(1), cost: costShare, back: fc.integer({ min: -FIVE_MINUTES, max: YEAR }) }),
+            { minLength: 1, maxLength: 10 },
+          ),
+          async (clockAt, paramSets, steps) => {
+            const s = sides(clockAt);
+            for (const { params, cost, back } of steps) {
+              const p = paramSets[params] as Params;
+              const at = Math.min(Number.MAX_SAFE_INTEGER, Math.max(0, clockAt - back));
+              const request = { key: "k", algorithm, ...p, cost: costFor(cost, capacityOf(algorithm, p)), at };
+              const mine = await outcome(() => s.current.check(request));
+              expect(mine, JSON.stringify(request)).toEqual(await outcome(() => s.previous.check(request)));
+              expect(await stateOf(limitKey(s.currentNs, algorithm, "k"), algorithm)).toEqual(
+                await stateOf(limitKey(s.previousNs, algorithm, "k"), algorithm),
+              );
+            }
+          },
+        ),
+        { numRuns: 40 },
+      );
+    });
+  }
+});
+
 describe("edges of what validation accepts", () => {
   const edgeRequests: Record<string, unknown>[] = [
     { algorithm: "fixed-window", max: MAX_COUNT, windowMs: YEAR, cost: MAX_COUNT },
@@ -576,4 +630,67 @@ describe("edges of what validation accepts", () => {
     expect(Math.abs(mine - theirs)).toBeLessThanOrEqual(elapsed + 1);
     expect(mine).toBeGreaterThan(DAY);
   });
+});
+
+/** The primary serving `key`'s slot. */
+function primaryOf(key: string): Redis {
+  const address = (cluster.slots[calculateSlot(key)] ?? [])[0];
+  const node = cluster.nodes("master").find((n) => `${n.options.host}:${n.options.port}` === address);
+  if (!node) throw new Error(`no primary for ${key}`);
+  return node;
+}
+
+async function pastMaxmemory<T>(node: Redis, run: () => Promise<T>): Promise<T> {
+  const [, before] = (await node.config("GET", "maxmemory")) as [string, string];
+  try {
+    await node.config("SET", "maxmemory", "1");
+    return await run();
+  } finally {
+    await node.config("SET", "maxmemory", before);
+  }
+}
+
+describe("peeks on a node past maxmemory (the readers, and their EVAL form where the library is missing)", () => {
+  afterAll(async () => {
+    await loadLibrary(cluster, limitLibrary);
+    await loadLibrary(cluster, tollgateLibrary);
+  });
+
+  const specs: Record<Algorithm, Record<string, unknown>> = {
+    "fixed-window": { max: 5, windowMs: 60_000 },
+    "sliding-window": { max: 5, windowMs: 60_000 },
+    "sliding-log": { max: 5, windowMs: 60_000 },
+    "token-bucket": { max: 5, refillAmount: 1, refillEveryMs: 60_000, strict: true },
+    gcra: { burst: 4, count: 1, periodMs: 60_000 },
+  };
+
+  for (const flushed of [false, true]) {
+    it(`every algorithm's peek (POST /v1/limit and /v1/limits, cost 0) answers as before the node filled${flushed ? ", on a node that lost the library" : ""}`, async () => {
+      for (const algorithm of ALGORITHMS) {
+        const s = sides();
+        const one = { key: "k", algorithm, ...specs[algorithm], at: CLOCK };
+        const many = { scope: "s", at: CLOCK, limits: [{ key: "k", algorithm, ...specs[algorithm] }] };
+        await s.current.check({ ...one, cost: 2 });
+        await s.current.checkAll({ ...many, cost: 2 });
+        const peekOne = await s.current.check({ ...one, cost: 0 });
+        const peekMany = await s.current.checkAll({ ...many, cost: 0 });
+        const node = primaryOf(limitKey(s.currentNs, algorithm, "k"));
+        const scopeNode = primaryOf(scopedLimitKey(s.currentNs, "s", algorithm, "k"));
+        if (flushed) {
+          await node.function("FLUSH");
+          await scopeNode.function("FLUSH");
+        }
+        expect(await pastMaxmemory(node, () => outcome(() => s.current.check({ ...one, cost: 0 }))), algorithm).toEqual(
+          {
+            ok: JSON.parse(JSON.stringify(peekOne)),
+          },
+        );
+        expect(
+          await pastMaxmemory(scopeNode, () => outcome(() => s.current.checkAll({ ...many, cost: 0 }))),
+          algorithm,
+        ).toEqual({ ok: JSON.parse(JSON.stringify(peekMany)) });
+        await loadLibrary(cluster, limitLibrary);
+      }
+    });
+  }
 });
