@@ -523,6 +523,115 @@ describe("clocks at the ends of the number line (the epoch, 2^53 - 1, the last t
   }
 });
 
+describe("the reply's times, as the contract words them (the scripts under review alone)", () => {
+  /** A copy of a limit's state in a fresh namespace (same key text, so the same hash tag): a probe's own. */
+  async function copyOf(namespace: string, algorithm: Algorithm): Promise<string> {
+    const probeNs = uniqueNamespace();
+    await cluster.copy(limitKey(namespace, algorithm, "k"), limitKey(probeNs, algorithm, "k"));
+    return probeNs;
+  }
+  const probe = (namespace: string, at: number) => new Limiter({ store: current, clock: fixedClock(at), namespace });
+
+  for (const algorithm of ALGORITHMS) {
+    it(`${algorithm}: a denial's resetAt is not before now + retryAfterMs, the same request passes at now + retryAfterMs, and a peek at resetAt finds all capacity back`, async () => {
+      await fc.assert(
+        fc.asyncProperty(
+          fc.array(paramsOf[algorithm], { minLength: 2, maxLength: 2 }),
+          fc.array(step, { minLength: 1, maxLength: 16 }),
+          async (generated, steps) => {
+            // a fixed window's windowMs change is the known gap below: one set of parameters there
+            const paramSets = algorithm === "fixed-window" ? [generated[0], generated[0]] : generated;
+            const s = sides();
+            let at = CLOCK - YEAR / 2;
+            for (const { params, cost, dt } of steps) {
+              at = inRange(Math.max(CLOCK - YEAR, at + dt));
+              const p = paramSets[params % 2] as Params;
+              const request = { key: "k", algorithm, ...p, cost: costFor(cost, capacityOf(algorithm, p)), at };
+              let result: Awaited<ReturnType<Limiter["check"]>>;
+              try {
+                result = await s.current.check(request);
+              } catch {
+                continue; // refused by validation (a GCRA combination out of bounds)
+              }
+              const label = JSON.stringify({ request, result });
+              if (result.resetAt < 8_640_000_000_000_000 - YEAR) {
+                // all capacity back at resetAt: a peek there answers as a peek on a fresh key
+                const back = await probe(await copyOf(s.currentNs, algorithm), result.resetAt).check({
+                  ...request,
+                  cost: 0,
+                  at: result.resetAt,
+                });
+                const fresh = await probe(uniqueNamespace(), result.resetAt).check({
+                  ...request,
+                  cost: 0,
+                  at: result.resetAt,
+                });
+                expect(back.remaining, label).toBe(fresh.remaining);
+              }
+              if (result.allowed) continue;
+              const retry = result.retryAfterMs as number;
+              expect(retry, label).toBeGreaterThanOrEqual(1);
+              // times past the last a Date holds are the known gap below
+              if (at + retry < 8_640_000_000_000_000 - YEAR) {
+                expect(result.resetAt, label).toBeGreaterThanOrEqual(at + retry);
+                const again = await probe(await copyOf(s.currentNs, algorithm), at + retry).check({
+                  ...request,
+                  at: at + retry,
+                });
+                expect(again.allowed, label).toBe(true);
+              }
+            }
+          },
+        ),
+        { numRuns: 80 },
+      );
+    });
+  }
+
+  // Contract (docs/api.md, POST /v1/limit): "a denial's retryAfterMs is when the same request could pass if
+  // nothing else happened" and "resetAt is when the limit has all its capacity back". After windowMs grows
+  // (2 -> 3 here), the stored window's count still counts until the first boundary of the new length at or
+  // after its end (lua/fixed-window.lua, Change), but resetAt and retryAfterMs name the stored end: the same
+  // request is denied again there (retryAfterMs 1 more), and a peek there finds no capacity back. The
+  // previous scripts (c41fbf8) answer the same: a gap of the fixed window, not of the packing.
+  it.fails("fixed window after windowMs grows: the same request passes at now + retryAfterMs, and resetAt has all capacity back", async () => {
+    const base = CLOCK - (CLOCK % 6) - 600;
+    for (const limiter of ["current", "previous"] as const) {
+      const s = sides();
+      const check = (windowMs: number, cost: number, at: number) =>
+        s[limiter].check({ key: "k", algorithm: "fixed-window", max: 1, windowMs, cost, at });
+      expect(await check(2, 1, base + 1)).toMatchObject({ allowed: true, resetAt: base + 2 });
+      const denied = await check(3, 1, base + 1);
+      expect(denied).toMatchObject({ allowed: false, resetAt: base + 2, retryAfterMs: 1 });
+      expect(await check(3, 0, base + 2), limiter).toMatchObject({ remaining: 1 });
+      expect(await check(3, 1, base + 2), limiter).toMatchObject({ allowed: true });
+    }
+  });
+
+  // Contract (docs/api.md, POST /v1/limit): "resetAt is never before now + retryAfterMs". A token bucket of
+  // 1e9 tokens refilled one a year, emptied and asked for all of them: resetAt is capped at the last time a
+  // Date holds (8.64e15), retryAfterMs is capped at the same number of ms, counted from now: now +
+  // retryAfterMs is past resetAt by now (and past any Date). The previous scripts answer the same.
+  it.fails("token bucket emptied for years: resetAt is not before now + retryAfterMs when both are capped", async () => {
+    for (const limiter of ["current", "previous"] as const) {
+      const s = sides();
+      const request = {
+        key: "k",
+        algorithm: "token-bucket",
+        max: MAX_COUNT,
+        refillAmount: 1,
+        refillEveryMs: YEAR,
+        cost: MAX_COUNT,
+        at: CLOCK,
+      };
+      await s[limiter].check(request);
+      const denied = await s[limiter].check({ ...request, at: CLOCK + 1 });
+      expect(denied.allowed).toBe(false);
+      expect(denied.resetAt, limiter).toBeGreaterThanOrEqual(CLOCK + 1 + (denied.retryAfterMs as number));
+    }
+  });
+});
+
 describe("edges of what validation accepts", () => {
   const edgeRequests: Record<string, unknown>[] = [
     { algorithm: "fixed-window", max: MAX_COUNT, windowMs: YEAR, cost: MAX_COUNT },
