@@ -632,6 +632,54 @@ describe("the reply's times, as the contract words them (the scripts under revie
   });
 });
 
+describe("many calls in flight at once (packed arguments from a shared buffer pool, pipelined)", () => {
+  it("300 concurrent checks of one limit per algorithm and 300 of one scope: exactly capacity allowed, each remaining given once", async () => {
+    const s = sides();
+    const specs: Record<Algorithm, Record<string, unknown>> = {
+      "fixed-window": { max: 100, windowMs: YEAR },
+      "sliding-window": { max: 100, windowMs: YEAR },
+      "sliding-log": { max: 100, windowMs: YEAR },
+      "token-bucket": { max: 100, refillAmount: 1, refillEveryMs: YEAR },
+      gcra: { burst: 99, count: 1, periodMs: DAY },
+    };
+    const calls = ALGORITHMS.flatMap((algorithm) =>
+      Array.from({ length: 300 }, (_, i) =>
+        s.current
+          .check({ key: `k:${algorithm}`, algorithm, ...specs[algorithm], at: CLOCK, cost: i % 3 === 0 ? 0 : 1 })
+          .then((r) => ({ ...r, cost: i % 3 === 0 ? 0 : 1 })),
+      ),
+    );
+    const scoped = Array.from({ length: 300 }, () =>
+      s.current.checkAll({
+        scope: "s|,:",
+        at: CLOCK,
+        limits: ALGORITHMS.map((algorithm) => ({ key: algorithm, algorithm, ...specs[algorithm] })),
+      }),
+    );
+    const results = await Promise.all(calls);
+    for (const algorithm of ALGORITHMS) {
+      const charged = results.filter((r) => r.algorithm === algorithm && r.cost === 1);
+      const allowed = charged.filter((r) => r.allowed);
+      expect(allowed.length, algorithm).toBe(100);
+      expect(
+        allowed.map((r) => r.remaining).sort((a, b) => a - b),
+        algorithm,
+      ).toEqual(Array.from({ length: 100 }, (_, i) => i));
+    }
+    const many = await Promise.all(scoped);
+    expect(many.filter((r) => r.allowed).length).toBe(100);
+    for (const [i, algorithm] of ALGORITHMS.entries()) {
+      expect(
+        many
+          .filter((r) => r.allowed)
+          .map((r) => r.results[i]?.remaining)
+          .sort((a, b) => (a as number) - (b as number)),
+        algorithm,
+      ).toEqual(Array.from({ length: 100 }, (_, k) => k));
+    }
+  });
+});
+
 describe("edges of what validation accepts", () => {
   const edgeRequests: Record<string, unknown>[] = [
     { algorithm: "fixed-window", max: MAX_COUNT, windowMs: YEAR, cost: MAX_COUNT },
