@@ -1791,7 +1791,10 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageName)
   -- the class of a history made in this call: a new class, shared by the users that reach the same history.
   -- Every such history holds an event added by this call, so it never equals a class the block already had:
   -- only this call's classes are indexed (not the block's hundreds, when histories diverged)
-  local newClasses = {}
+  -- The successor of a class that only takes the call's send (no event of the page is past the profile's
+  -- cutoff) is the same for every profile: indexed by the old class (an array sized once), not by its bytes
+  -- (a string key is a hash node per new class)
+  local newClasses, plainSuccessors = {}, nil
   local function classOfHistory(history)
     local class = newClasses[history]
     if class == nil then
@@ -1812,7 +1815,7 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageName)
     end
     block.width = wider
     block.compactAt = math.min(block.compactAt, WIDTH_LIMIT[wider])
-    newClasses, callEventBytes = {}, nil
+    newClasses, plainSuccessors, callEventBytes = {}, nil, nil
   end
   -- the class of `class`'s history for `profile` with `extra` event numbers appended (sends at or before the
   -- profile's cutoff dropped); the bytes are appended as they are when no event of the page is that old
@@ -1840,7 +1843,20 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageName)
       end
       return classOfHistory(encodeClass(live, block.width) .. tail)
     end
-    return classOfHistory(block.classes[class] .. tail)
+    if extra then return classOfHistory(block.classes[class] .. tail) end
+    local successors = plainSuccessors
+    if successors == nil then
+      successors = falses(#block.classes)
+      plainSuccessors = successors
+    end
+    local successor = successors[class]
+    if not successor then
+      local classes = block.classes
+      successor = #classes + 1
+      classes[successor] = classes[class] .. tail
+      successors[class] = successor
+    end
+    return successor
   end
 
   -- per (profile, class), for users without a record: the reply code when nothing is recorded, else minus one
