@@ -1992,9 +1992,24 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageName)
       local outcome = byClass[class]
       if not outcome then
         local profile = profiles[profileNumber]
-        outcome = allowsEvery(profileNumber, profile) and 0 or decideClass(profileNumber, profile, class)
+        local allowed = allAllowed[profileNumber]
+        if allowed == nil then allowed = allowsEvery(profileNumber, profile) end
+        outcome = allowed and 0 or decideClass(profileNumber, profile, class)
         if not peek and (outcome == 0 or outcome == REPLY_EXEMPT) then
-          outcome = -1 - successorOf(profile, class, nil)
+          -- successorOf()'s plain path without the call, once its first use has set it up
+          local successor
+          if plainSuccessors and class > 0 and oldest > profile.cutoff then
+            successor = plainSuccessors[class]
+            if not successor then
+              local classes = block.classes
+              successor = #classes + 1
+              classes[successor] = classes[class] .. callEventBytes
+              plainSuccessors[class] = successor
+            end
+          else
+            successor = successorOf(profile, class, nil)
+          end
+          outcome = -1 - successor
           written = true
           if profile.retention > longestRetention then longestRetention = profile.retention end
         end
