@@ -635,6 +635,16 @@ local function repeated(text, count)
   return result
 end
 
+-- A table whose array part holds `count` falses, made in one allocation: a map keyed by class number filled
+-- key by key is rehashed at every power of two, and a key outside its array part costs a hash node (~250
+-- instructions a new key in Redis' Lua, against ~70 to overwrite one)
+local FALSES = {}
+for i = 1, 1024 do FALSES[i] = false end
+local function falses(count)
+  if count > #FALSES then return {} end
+  return { unpackList(FALSES, 1, count) }
+end
+
 local function emptyBlock()
   return { width = 1, compactAt = MIN_COMPACT_AT, classLimit = MIN_CLASS_LIMIT, identities = {}, times = {},
     eventIdentities = {}, classes = {}, userClasses = repeated('\0\0', PAGE_USERS) }
@@ -659,11 +669,12 @@ local function compact(block, users)
   if #block.times < block.compactAt then
     -- classes only: histories keep their bytes, only their numbers change. On a page whose histories
     -- diverged this runs at nearly every write, so the loop calls no function (math.floor is a C call)
-    local classMap, classes, oldClasses, count = { [0] = 0 }, {}, block.classes, 0
+    local classMap, classes, oldClasses, count = falses(#block.classes), {}, block.classes, 0
+    classMap[0] = 0
     for o = 1, 2 * PAGE_USERS - 1, 2 do
       local class = users[o] * 256 + users[o + 1]
       local renumbered = classMap[class]
-      if renumbered == nil then
+      if not renumbered then
         count = count + 1
         classes[count] = oldClasses[class]
         renumbered = count
@@ -1754,10 +1765,36 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageName)
     return decideSends(profile, #numbers, numbers, times, eventOwn, eventMine, anyMine)
   end
 
+  -- Per profile: whether every user of it on this page is allowed whatever its class, because the count plan
+  -- keeps no cap (every cap's window around `at` holds fewer of the page's events than its max, and no max is
+  -- 0) and no send of the call's identity can be a duplicate: then no class is decided at all (a diverged
+  -- page's late-week call of the busy week, ~128 users with a class each). Worked out once per profile.
+  local allAllowed = {}
+  local function allowsEvery(profileNumber, profile)
+    local allowed = allAllowed[profileNumber]
+    if allowed == nil then
+      if eventOwn == nil then learnEvents() end
+      allowed = false
+      if not exemptCounted and not (anyMine and not anonymous) then
+        local plan = countPlans[profileNumber]
+        if plan == nil then
+          plan = countPlanOf(profile)
+          countPlans[profileNumber] = plan
+        end
+        allowed = plan.count == 0
+      end
+      allAllowed[profileNumber] = allowed
+    end
+    return allowed
+  end
+
   -- the class of a history made in this call: a new class, shared by the users that reach the same history.
   -- Every such history holds an event added by this call, so it never equals a class the block already had:
   -- only this call's classes are indexed (not the block's hundreds, when histories diverged)
-  local newClasses = {}
+  -- The successor of a class that only takes the call's send (no event of the page is past the profile's
+  -- cutoff) is the same for every profile: indexed by the old class (an array sized once), not by its bytes
+  -- (a string key is a hash node per new class)
+  local newClasses, plainSuccessors = {}, nil
   local function classOfHistory(history)
     local class = newClasses[history]
     if class == nil then
@@ -1778,7 +1815,7 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageName)
     end
     block.width = wider
     block.compactAt = math.min(block.compactAt, WIDTH_LIMIT[wider])
-    newClasses, callEventBytes = {}, nil
+    newClasses, plainSuccessors, callEventBytes = {}, nil, nil
   end
   -- the class of `class`'s history for `profile` with `extra` event numbers appended (sends at or before the
   -- profile's cutoff dropped); the bytes are appended as they are when no event of the page is that old
@@ -1806,7 +1843,20 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageName)
       end
       return classOfHistory(encodeClass(live, block.width) .. tail)
     end
-    return classOfHistory(block.classes[class] .. tail)
+    if extra then return classOfHistory(block.classes[class] .. tail) end
+    local successors = plainSuccessors
+    if successors == nil then
+      successors = falses(#block.classes)
+      plainSuccessors = successors
+    end
+    local successor = successors[class]
+    if not successor then
+      local classes = block.classes
+      successor = #classes + 1
+      classes[successor] = classes[class] .. tail
+      successors[class] = successor
+    end
+    return successor
   end
 
   -- per (profile, class), for users without a record: the reply code when nothing is recorded, else minus one
@@ -1905,7 +1955,8 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageName)
       if profiles[profileNumber] == nil then
         return redis.error_reply('ERR cap-sends: unknown profile ' .. profileNumber)
       end
-      byClass = {}
+      -- keyed by the class each user had before the call (a user is decided once, on that class)
+      byClass = falses(#block.classes)
       outcomes[profileNumber] = byClass
     end
     r = r + 1
@@ -1939,11 +1990,26 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageName)
       end
     else
       local outcome = byClass[class]
-      if outcome == nil then
+      if not outcome then
         local profile = profiles[profileNumber]
-        outcome = decideClass(profileNumber, profile, class)
+        local allowed = allAllowed[profileNumber]
+        if allowed == nil then allowed = allowsEvery(profileNumber, profile) end
+        outcome = allowed and 0 or decideClass(profileNumber, profile, class)
         if not peek and (outcome == 0 or outcome == REPLY_EXEMPT) then
-          outcome = -1 - successorOf(profile, class, nil)
+          -- successorOf()'s plain path without the call, once its first use has set it up
+          local successor
+          if plainSuccessors and class > 0 and oldest > profile.cutoff then
+            successor = plainSuccessors[class]
+            if not successor then
+              local classes = block.classes
+              successor = #classes + 1
+              classes[successor] = classes[class] .. callEventBytes
+              plainSuccessors[class] = successor
+            end
+          else
+            successor = successorOf(profile, class, nil)
+          end
+          outcome = -1 - successor
           written = true
           if profile.retention > longestRetention then longestRetention = profile.retention end
         end
