@@ -78,3 +78,9 @@ local function reply(n)
   if n > MAX_REPLY then return MAX_REPLY end
   return n
 end
+-- a retry delay so that now + retry stays within MAX_REPLY, as a capped resetAt does (resetAt is never
+-- before now + retryAfterMs, capped or not)
+local function retryReply(retry, now)
+  if now + retry > MAX_REPLY then return MAX_REPLY - now end
+  return retry
+end

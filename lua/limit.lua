@@ -17,5 +17,5 @@ return function(KEYS, ARGV)
   -- the algorithm writes its verdict itself (not deferred): a denial charges nothing
   local allowed, limit, remaining, remainingNow, resetAt, retry = algorithm(KEYS[1], now, cost, p1, p2, p3, p4)
   if allowed then return struct.pack('<ddddd', 1, limit, reply(remaining), reply(resetAt), 0) end
-  return struct.pack('<ddddd', 0, limit, reply(remainingNow), reply(resetAt), reply(retry))
+  return struct.pack('<ddddd', 0, limit, reply(remainingNow), reply(resetAt), retryReply(retry, now))
 end

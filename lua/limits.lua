@@ -29,7 +29,7 @@ return function(KEYS, ARGV)
     results[base + 2] = limit
     results[base + 3] = reply(remaining)
     results[base + 4] = reply(resetAt)
-    results[base + 5] = reply(retry)
+    results[base + 5] = retryReply(retry, now)
   end
   if all then
     for i = 1, #KEYS do commits[i]() end

@@ -81,16 +81,25 @@ export class FixedWindowModel implements LimitModel<WindowParams> {
     const start = alignedStart(now, windowMs);
     const end = open?.end ?? start + windowMs;
     const count = open?.count ?? (s && s.end > start ? s.count : 0);
+    // what it counts is all back at its end, or, when windowMs changed so that a stored end is no boundary of
+    // the new length, at the first boundary after it (until then the stored count still counts)
+    const reset = end % windowMs === 0 ? end : end - (end % windowMs) + windowMs;
     if (count + cost <= max) {
       return {
-        reply: { allowed: true, limit: max, remaining: max - count - cost, resetAt: end, retryAfterMs: 0 },
+        reply: { allowed: true, limit: max, remaining: max - count - cost, resetAt: reset, retryAfterMs: 0 },
         commit: () => {
           if (cost > 0) this.state = { end, count: count + cost };
         },
       };
     }
     return {
-      reply: { allowed: false, limit: max, remaining: Math.max(0, max - count), resetAt: end, retryAfterMs: end - now },
+      reply: {
+        allowed: false,
+        limit: max,
+        remaining: Math.max(0, max - count),
+        resetAt: reset,
+        retryAfterMs: reset - now,
+      },
       commit: nothing,
     };
   }
