@@ -31,48 +31,28 @@ export function limitArgs(now: number, spec: LimitSpec, cost: number): Buffer {
   return packed;
 }
 
-/** Writes p1..p4 of `spec` (as its lua/<algorithm>.lua header names them; unused ones 0) at `offset`. */
+/** Writes p1..p4 of `spec` (parameterValues()) at `offset`. */
 export function packParameters(spec: LimitSpec, packed: Buffer, offset: number): void {
-  switch (spec.algorithm) {
-    case "token-bucket":
-      packed.writeDoubleLE(spec.max, offset);
-      packed.writeDoubleLE(spec.refillAmount, offset + 8);
-      packed.writeDoubleLE(spec.refillEveryMs, offset + 16);
-      packed.writeDoubleLE(spec.strict ? 1 : 0, offset + 24);
-      break;
-    case "gcra":
-      packed.writeDoubleLE(spec.burst, offset);
-      packed.writeDoubleLE(spec.count, offset + 8);
-      packed.writeDoubleLE(spec.periodMs, offset + 16);
-      packed.writeDoubleLE(0, offset + 24);
-      break;
-    default:
-      packed.writeDoubleLE(spec.max, offset);
-      packed.writeDoubleLE(spec.windowMs, offset + 8);
-      packed.writeDoubleLE(0, offset + 16);
-      packed.writeDoubleLE(0, offset + 24);
-  }
+  const [p1, p2, p3, p4] = parameterValues(spec);
+  packed.writeDoubleLE(p1, offset);
+  packed.writeDoubleLE(p2, offset + 8);
+  packed.writeDoubleLE(p3, offset + 16);
+  packed.writeDoubleLE(p4, offset + 24);
 }
 
 /** Whether packed limitArgs charge nothing (cost 0): a peek, which writes nothing. */
 export const peeks = (args: Buffer): boolean => args.readDoubleLE(8) === 0;
 
-/**
- * The parameters p1..p4 of each algorithm, as its lua/<algorithm>.lua header names them (unused ones left
- * out), appended to `head`.
- */
-export function parameters(spec: LimitSpec, head: string[] = []): string[] {
+/** The parameters p1..p4 of each algorithm, as its lua/<algorithm>.lua header names them (unused ones 0). */
+export function parameterValues(spec: LimitSpec): [number, number, number, number] {
   switch (spec.algorithm) {
     case "token-bucket":
-      head.push(String(spec.max), String(spec.refillAmount), String(spec.refillEveryMs), spec.strict ? "1" : "0");
-      break;
+      return [spec.max, spec.refillAmount, spec.refillEveryMs, spec.strict ? 1 : 0];
     case "gcra":
-      head.push(String(spec.burst), String(spec.count), String(spec.periodMs));
-      break;
+      return [spec.burst, spec.count, spec.periodMs, 0];
     default:
-      head.push(String(spec.max), String(spec.windowMs));
+      return [spec.max, spec.windowMs, 0, 0];
   }
-  return head;
 }
 
 /** One limit's result at `offset` of a reply; a denial always carries a retry time of at least 1 ms. */

@@ -2,7 +2,7 @@
 // call, until it could pass (its retryAfter). Only exact repeats hit it (same limit, parameters and cost),
 // never peeks, client timestamps or strict token buckets (whose denials change state).
 import type { Clock } from "../shared/clock.ts";
-import { parameters } from "./limit-script.ts";
+import { parameterValues } from "./limit-script.ts";
 import type { LimitRequest, LimitResult } from "./limit-specs.ts";
 
 export class NegativeCache {
@@ -45,5 +45,5 @@ export function cacheIdentity(request: LimitRequest): string | undefined {
   if (request.at !== undefined || request.cost === 0 || (request.algorithm === "token-bucket" && request.strict)) {
     return undefined;
   }
-  return `${request.algorithm} ${request.cost ?? 1} ${parameters(request).join(" ")} ${request.key}`;
+  return `${request.algorithm} ${request.cost ?? 1} ${parameterValues(request).join(" ")} ${request.key}`;
 }
