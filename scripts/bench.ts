@@ -6,6 +6,7 @@
 //   BENCH_USERS (1000000)  BENCH_CONCURRENCY (4 batches in flight)  BENCH_BASE_PORT (7200)
 //   BENCH_ONLY (capping | workloads | pipeline | check-api | limits | quotas; default all), or `npm run bench -- quotas`
 //   BENCH_WORKLOADS (sparse,week,checks,busy,big,huge: the workloads section's scenarios; default all)
+//   BENCH_REDIS_SCHEDULING (fifo: the primaries at real-time priority, as on nodes of their own; or normal)
 import { execFile } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
@@ -34,6 +35,7 @@ import { perUserLogKey } from "../functions/core/shared/keys.ts";
 import { type GrabCall, runCappingWorkloads } from "./bench/capping-workloads.ts";
 import { runLimitsBench } from "./bench/limits-bench.ts";
 import { publishQuotas, runQuotasBench } from "./bench/quotas.ts";
+import { schedulePrimaries } from "./bench/redis-priority.ts";
 import { cpuSeconds, redisVersion, usedMemory } from "./bench/redis-stats.ts";
 import { functionUrlEvent, startFunctionUrlServer } from "./local/function-url-server.ts";
 import { lambdaContext } from "./local/sqs-poller.ts";
@@ -67,6 +69,9 @@ const segmentOfUser = (id: number) => (Math.imul(id, 0x9e3779b1) >>> 0) % (SEGME
 
 async function main(): Promise<void> {
   const local = await startCluster({ basePort: BASE_PORT });
+  const scheduling = await schedulePrimaries(local.host, local.ports);
+  console.log(scheduling);
+  const publish = (section: string, lines: string[]) => publishSection(section, [...lines, "", `${scheduling}.`]);
   const nodes = local.ports.slice(0, 3).map((port) => ({ host: local.host, port }));
   const clients: TollgateCluster[] = [];
   const connect = () => {
@@ -103,7 +108,7 @@ async function main(): Promise<void> {
   if (only === undefined || only === "quotas") publishQuotas(await runQuotasBench());
 }
 
-function publish(section: string, lines: string[]): void {
+function publishSection(section: string, lines: string[]): void {
   const table = lines.join("\n");
   console.log(`\n${table}\n`);
   replaceSection("docs/BENCHMARKS.md", section, table);
