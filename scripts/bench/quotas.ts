@@ -23,6 +23,7 @@ import { isMain } from "../is-main.ts";
 import { startCluster, stopCluster } from "../redis-cluster.ts";
 import { runQuotaSyncCpu } from "./quota-sync-cpu.ts";
 import type { WorkerInput, WorkerOutput } from "./quotas-worker.ts";
+import { schedulePrimaries } from "./redis-priority.ts";
 
 const BASE_PORT = Number(process.env.BENCH_BASE_PORT ?? 7200);
 const QUICK = process.env.BENCH_QUOTAS_QUICK === "1";
@@ -352,6 +353,8 @@ async function runGrid(ports: number[], primaries: Redis[]): Promise<Result[]> {
 export async function runQuotasBench(): Promise<string[]> {
   const local = await startCluster({ basePort: BASE_PORT });
   const ports = local.ports;
+  const scheduling = await schedulePrimaries(local.host, ports);
+  console.log(scheduling);
   const primaries: Redis[] = [];
   const lines: string[] = [];
   try {
@@ -461,7 +464,7 @@ export async function runQuotasBench(): Promise<string[]> {
     console.log(`strict with a primary killed: over ${pct(kill.over)}, util ${(100 * kill.util).toFixed(0)} %`);
 
     const load = { start: loadAtStart, end: loadavg()[0] as number };
-    lines.push(...table(results, { overhead, high, reach, downWorst, downFor, kill, cpu, load }));
+    lines.push(...table(results, { overhead, high, reach, downWorst, downFor, kill, cpu, load }), "", `${scheduling}.`);
   } finally {
     for (const p of primaries) p.disconnect();
     // the last run SIGKILLs a primary: the cluster is not fit for another section, so it is stopped
