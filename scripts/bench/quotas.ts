@@ -9,6 +9,7 @@
 //   BENCH_QUOTAS_LOADS, _SIZES, _SPLITS (comma lists: a grid of your own)  BENCH_QUOTAS_GRID_ONLY=1 (the grid's
 //   lines only: no table, no other section; for iterating on one figure)  BENCH_QUOTAS_TRACE=<prefix> (each run's
 //   admission and denial times, ms from its start, to <prefix>.<design>.<N>.<split>.<load>.json)
+//   BENCH_QUOTAS_F (50: the clients' sync interval, ms)
 import { readFileSync, writeFileSync } from "node:fs";
 import { loadavg } from "node:os";
 import { join, resolve } from "node:path";
@@ -27,7 +28,7 @@ import { schedulePrimaries } from "./redis-priority.ts";
 
 const BASE_PORT = Number(process.env.BENCH_BASE_PORT ?? 7200);
 const QUICK = process.env.BENCH_QUOTAS_QUICK === "1";
-const F = 50;
+const F = Number(process.env.BENCH_QUOTAS_F ?? 50);
 const W = 1_000;
 /** L: the limit per 1 s window, as in the research simulation. */
 const L = 1_000;
