@@ -869,7 +869,7 @@ async function runCheckApi(): Promise<string[]> {
       `| The same for rate-limiter-flexible: \`consume\` on ${n32} clients / on one | ${(layers.rlfPerEnvironment.rps / layers.rlf.rps).toFixed(2)}× (rounds ${span(perRound(layers.rlfPerEnvironment.rates, layers.rlf.rates))}×; by CPU per call ${(layers.rlf.cpuUs / layers.rlfPerEnvironment.cpuUs).toFixed(2)}×) |`,
       `| HTTP, both in the same ${n32} Lambda-like environments: local Function URL server, check API / rate-limiter-flexible | ${lambdaRatio.toFixed(2)}× (rounds ${span(perRound(ours.rates, theirsLambda.rates))}×; by CPU per request, server and Redis: ${cpuRatio(theirsLambda, ours)}) |`,
       "",
-      "2,000 sequential requests per row after 200 warm-up ones (1,000 for a fresh block), the handler called in process (payload 2.0 events, middy, Powertools), on the bench cluster.",
+      "2,000 sequential requests per row after 200 warm-up ones (1,000 for a fresh block), the handler called in process (payload 2.0 events, Powertools logger), on the bench cluster.",
       "",
       "| In process, one request at a time | p50 | p99 |",
       "|---|---|---|",
@@ -898,7 +898,7 @@ async function runCheckApi(): Promise<string[]> {
           `(by CPU per call: ${(layers.limiter.cpuUs / layers.limiterPerEnvironment.cpuUs).toFixed(2)}×)`,
       ),
       layer(
-        `the handler (middy, Powertools logger and metrics, routing, JSON, headers), ${n32} execution environments`,
+        `the handler (Powertools logger and metrics, routing, JSON, headers), ${n32} execution environments`,
         layers.handler,
         `${(layers.handler.rps / layers.limiterPerEnvironment.rps).toFixed(2)}× the line above: the handler layer ` +
           `(by CPU per call: ${(layers.limiterPerEnvironment.cpuUs / layers.handler.cpuUs).toFixed(2)}×)`,

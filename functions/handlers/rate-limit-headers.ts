@@ -43,7 +43,8 @@ export function rateLimitHeaders(
   const headers: Record<string, string> = {
     "ratelimit-limit": String(result.limit),
     "ratelimit-remaining": String(result.remaining),
-    "ratelimit-policy": specs.map(policyOf).join(", "),
+    // one limit (POST /v1/limit) without an array and its join
+    "ratelimit-policy": specs.length === 1 ? policyOf(specs[0] as LimitSpec) : specs.map(policyOf).join(", "),
   };
   if (result.allowed) {
     headers["ratelimit-reset"] = String(Math.max(0, seconds(result.resetAt - decidedAt)));

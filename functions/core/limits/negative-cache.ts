@@ -13,6 +13,11 @@ export class NegativeCache {
     private readonly maxEntries = 10_000,
   ) {}
 
+  /** Denials held (expired ones included until a lookup or an insertion drops them). */
+  get size(): number {
+    return this.entries.size;
+  }
+
   /** The cached denial for this request, with remaining time recomputed, or undefined. */
   get(identity: string): LimitResult | undefined {
     const entry = this.entries.get(identity);
