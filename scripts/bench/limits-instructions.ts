@@ -4,12 +4,19 @@
 // key is charged every ~33 ms and a sliding log of 1 s holds ~30 entries; then the sliding log's documented
 // cases on one key (window 100 s): 100 and 99,000 entries, sliding by 1 ms a call, full and denied, and
 // 1,000 charges in one ms. CG_PORT (8470), CALLS (3000, measured per algorithm), FULL_LOG (1: fill the log
-// to 99,000 entries; 0 skips those rows, the slow part under valgrind).
+// to 99,000 entries; 0 skips those rows, the slow part under valgrind), EXTRA_LIBS (1: the engine's and the
+// quotas' libraries loaded too, as on a deployed node: Redis runs every Functions library in one Lua VM).
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { RateLimiterRedis } from "rate-limiter-flexible";
-import { LIMIT_FUNCTIONS, limitLibrary, readerOf } from "../../functions/adapters/lua-scripts.ts";
+import {
+  LIMIT_FUNCTIONS,
+  limitLibrary,
+  quotaLibrary,
+  readerOf,
+  tollgateLibrary,
+} from "../../functions/adapters/lua-scripts.ts";
 import { type LimitStore, limitArgs, peeks } from "../../functions/core/limits/limit-script.ts";
 import { Limiter } from "../../functions/core/limits/limiter.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
@@ -36,6 +43,8 @@ async function main(port: number, calls: number, fullLog: boolean) {
   const dump = dumper(child, dir);
   try {
     await redis.function("LOAD", limitLibrary.code);
+    if (process.env.EXTRA_LIBS === "1")
+      for (const library of [tollgateLibrary, quotaLibrary]) await redis.function("LOAD", library.code);
     type BufferFcall = { fcallBuffer: (name: string, keys: number, ...rest: (string | Buffer)[]) => Promise<Buffer> };
     const fcallBuffer = (name: string, key: string, args: Buffer) =>
       (redis as typeof redis & BufferFcall).fcallBuffer(name, 1, key, args);
