@@ -23,10 +23,11 @@ Windows are rings of buckets with running sums, updated incrementally: a bucket 
 to 5 s and W/100 beyond (strict's spent tokens: W/100 always, 10 ms for 1 s), so a sum is read, never recomputed; windows with the same bucket size share a
 ring. approximate reserves each allowance when it grants it (in the key's i:<instance> field)
 and settles it at that instance's next applied sync: the usage reported is charged to it (so counted
-from the grant), the unused rest goes back, usage beyond it (admitted under a fallback) counts at its
-epochs. So allowances handed out at different instants see each other; the windows sum reservations
-and usage over the last W/bucket + 1 buckets (the extra bucket covers usage spent up to a bucket after
-its grant; spent later, e.g. after a late reply, it leaves the window early: the approximate part).
+from the grant, or from SETTLE_LAG_MS before the report when that is later), the unused rest goes back,
+usage beyond it (admitted under a fallback) counts at its epochs. So allowances handed out at different
+instants see each other; the windows sum reservations and usage over the last W/bucket + 1 buckets (the
+extra bucket covers usage spent up to a bucket after its grant; spent later, e.g. after a late reply, it
+leaves the window early, by SETTLE_LAG_MS at most: the approximate part).
 strict sums the grants not reported spent over every bucket that touches (now - W - lease, now] and the
 tokens reported spent (usage: grantedAt:count) over W plus STAMP_SKEW_MS from their stamp (now - spentAgo,
 the report's now without one: never before the spend on the reporter's clock, and the extra time covers
@@ -47,6 +48,10 @@ local PSEUDO_DEMAND = 1 / 8
 -- the reporter's clock; without it a caller a few ms behind filed a spend in the bucket before its use, out
 -- of every window early (an age dated later by this much, as before, left reports without an age uncovered)
 local STAMP_SKEW_MS = 10
+-- approximate: usage charged to a reservation counts from the grant, or from this long before its report
+-- when that is later (two buckets of 50 ms: a report on time, about an interval after its grant, counts
+-- from the grant as before); so no usage leaves a window more than this early
+local SETTLE_LAG_MS = 100
 -- strict: the buckets of a window's spent tokens (their ring's bucket is W / SPENT_BUCKETS)
 local SPENT_BUCKETS = 100
 
@@ -578,6 +583,15 @@ return function(KEYS, ARGV)
         local take = min(left, count)
         left = left - take
         if count > take then add('a', at, count - take) end
+      end
+      -- a report that comes long after the grant (a key quiet for a while, a late timer) carries usage that
+      -- may have been spent just before it: counted from the grant it left the windows that long early, and
+      -- the store granted it again (an instance that held its allowance idle, then spent it, over-admitted
+      -- by that much). It counts from SETTLE_LAG_MS before the report at the latest, never before the grant
+      local charged, late = credit - left, now - SETTLE_LAG_MS
+      if charged > 0 and late > grantAt then
+        add('a', grantAt, -charged)
+        add('a', late, charged)
       end
       if left > 0 then add('a', grantAt, -left) end
     end

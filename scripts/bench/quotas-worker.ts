@@ -13,8 +13,8 @@ export interface WorkerInput {
   design: "sdk" | "grab";
   /** Per instance: its offered rate, requests/s. */
   rates: number[];
-  /** The first instance's index in the whole fleet. */
-  firstInstance: number;
+  /** Each instance's index in the whole fleet (instances are dealt to the threads in turn). */
+  instanceIds: number[];
   durationMs: number;
   syncIntervalMs: number;
   /** Grab: the key's limit per window, and the window. */
@@ -35,6 +35,11 @@ export interface WorkerOutput {
   syncEntries: number;
   /** Per instance: when it first held `watchVersion` (-1: never). */
   versionSeenAt: number[];
+  /**
+   * With BENCH_QUOTAS_TRACE only: every sync call, flat [instance, sentAt, repliedAt, offered, amount,
+   * denyUntil (local ms, 0: none), used in the window, ...].
+   */
+  syncs?: number[];
 }
 
 const input = workerData as WorkerInput;
@@ -111,12 +116,33 @@ function jittered(ms: number): number {
   return ms * (0.8 + 0.4 * Math.random());
 }
 
-function counting(transport: QuotaTransport, counts: { calls: number; entries: number }): QuotaTransport {
+function counting(
+  transport: QuotaTransport,
+  counts: { calls: number; entries: number },
+  trace?: { ids: Map<string, number>; syncs: number[] },
+): QuotaTransport {
   return {
     sync(request, at) {
       counts.calls++;
       counts.entries += request.entries.length;
-      return transport.sync(request, at);
+      const reply = transport.sync(request, at);
+      if (!trace) return reply;
+      const sentAt = now();
+      return reply.then((r) => {
+        const e = r.entries[0];
+        const denyUntil = e && e.denyUntil > r.serverTime ? sentAt + (e.denyUntil - r.serverTime) : 0;
+        const amount = e ? (e.mode === "approximate" ? e.allowance : e.tokens) : -1;
+        trace.syncs.push(
+          trace.ids.get(request.instanceId) ?? -1,
+          sentAt,
+          now(),
+          request.entries[0]?.offered ?? 0,
+          amount,
+          denyUntil,
+          e?.used[0] ?? -1,
+        );
+        return r;
+      });
     },
   };
 }
@@ -132,12 +158,14 @@ async function main(): Promise<void> {
     lua: readFileSync(new URL("./grab-quotas.lua", import.meta.url), "utf8"),
   });
   const counts = { calls: 0, entries: 0 };
-  const transport = counting(redisTransport({ redis, namespace: input.namespace }), counts);
+  const trace = process.env.BENCH_QUOTAS_TRACE ? { ids: new Map<string, number>(), syncs: [] as number[] } : undefined;
+  const transport = counting(redisTransport({ redis, namespace: input.namespace }), counts, trace);
   const sdk: Quotas[] = [];
   const grab: GrabInstance[] = [];
   for (let i = 0; i < input.rates.length; i++) {
     if (input.design === "sdk") {
       const quotas = createQuotas({ transport, syncIntervalMs: input.syncIntervalMs });
+      trace?.ids.set(quotas.instanceId, input.instanceIds[i] as number);
       quotas.resolve(RULE, KEY);
       sdk.push(quotas);
     } else {
@@ -172,8 +200,8 @@ async function main(): Promise<void> {
         while ((next[i] as number) <= t && (next[i] as number) < end) {
           offered++;
           const allowed = input.design === "sdk" ? sdk[i]!.checkHandle(handles[i]!).allowed : grab[i]!.check();
-          if (allowed) admitted.push(t, input.firstInstance + i);
-          else denied.push(t, input.firstInstance + i);
+          if (allowed) admitted.push(t, input.instanceIds[i] as number);
+          else denied.push(t, input.instanceIds[i] as number);
           next[i] = (next[i] as number) + gap(rate);
         }
         if (
@@ -203,6 +231,7 @@ async function main(): Promise<void> {
     syncCalls: counts.calls,
     syncEntries: counts.entries,
     versionSeenAt,
+    ...(trace ? { syncs: trace.syncs } : {}),
   };
   parentPort!.postMessage(output);
 }

@@ -114,7 +114,8 @@ async function runScenario(ports: number[], primaries: Redis[], scenario: Scenar
       namespace,
       design: scenario.design === "grab" ? "grab" : "sdk",
       rates: mine.map((m) => m.rate),
-      firstInstance: mine[0]?.i ?? 0,
+      // the fleet's index of each: the decisions' `by` (the onset delay follows each instance on its own)
+      instanceIds: mine.map((m) => m.i),
       durationMs,
       syncIntervalMs: F,
       max,
@@ -149,7 +150,12 @@ async function runScenario(ports: number[], primaries: Redis[], scenario: Scenar
     const relative = (times: Float64Array) => Array.from(times, (t) => Math.round((t - startAt) * 100) / 100);
     writeFileSync(
       `${TRACE}.${design}.${instances}.${split}.${load}.json`,
-      JSON.stringify({ admitted: relative(admitted), denied: relative(denied) }),
+      JSON.stringify({
+        admitted: relative(admitted),
+        denied: relative(denied),
+        // per instance: its decisions, and its sync calls [sentAt, repliedAt, offered, amount, denyUntil, used]
+        instances: instancesOf(outputs, startAt),
+      }),
     );
   }
   const offeredTimes = merge(outputs.flatMap((o) => [o.admitted, o.denied]));
@@ -174,6 +180,35 @@ async function runScenario(ports: number[], primaries: Redis[], scenario: Scenar
     startAt,
     versionSeenAt: outputs.flatMap((o) => o.versionSeenAt),
   };
+}
+
+/** The trace's per-instance view: each instance's admissions, denials and sync calls, ms from the start. */
+function instancesOf(outputs: WorkerOutput[], startAt: number) {
+  const at = (t: number) => Math.round((t - startAt) * 100) / 100;
+  const by = new Map<number, { admitted: number[]; denied: number[]; syncs: number[][] }>();
+  const of = (i: number) => {
+    const entry = by.get(i) ?? { admitted: [], denied: [], syncs: [] };
+    by.set(i, entry);
+    return entry;
+  };
+  for (const o of outputs) {
+    for (let k = 0; k < o.admitted.length; k++)
+      of(o.admittedBy[k] as number).admitted.push(at(o.admitted[k] as number));
+    for (let k = 0; k < o.denied.length; k++) of(o.deniedBy[k] as number).denied.push(at(o.denied[k] as number));
+    const s = o.syncs ?? [];
+    for (let k = 0; k < s.length; k += 7) {
+      const [i, sent, replied, offered, amount, denyUntil, used] = s.slice(k, k + 7) as number[];
+      of(i as number).syncs.push([
+        at(sent as number),
+        at(replied as number),
+        offered as number,
+        amount as number,
+        denyUntil ? at(denyUntil) : 0,
+        used as number,
+      ]);
+    }
+  }
+  return Object.fromEntries([...by].sort((a, b) => a[0] - b[0]));
 }
 
 function merge(parts: Float64Array[]): Float64Array {

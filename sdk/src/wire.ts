@@ -41,7 +41,8 @@
 //   request until the next reply replaces it (subtract what it admitted since sending). 0 with
 //   `denyUntil` > now: exhausted, deny locally until then. The store reserves the allowance (counts it
 //   in the windows) until the instance's next applied sync for the key, whose usage is what it covered:
-//   then the reservation goes back and the usage counts. A duplicate answers the same allowance. Past
+//   then the reservation goes back and the usage counts, from the grant (or, reported more than 100 ms
+//   after it, from 100 ms before the report). A duplicate answers the same allowance. Past
 //   `validUntil` an instance keeps at most the fallback of what is left, never a fresh share.
 // strict: `tokens` are reserved for the instance until `leaseExpiresAt` (added to what it holds).
 //   Tokens left at expiry go back as `refunds` = [grantedAt, count] (grantedAt = that reply's

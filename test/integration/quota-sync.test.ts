@@ -419,6 +419,29 @@ describe("quota-sync.lua", () => {
     });
   });
 
+  it("approximate: an allowance held idle and spent late counts from 100 ms before its report (never from before its grant), not from its grant", async () => {
+    const store = await storeWith(approximate([{ windowMs: 1000, max: 100 }]));
+    const usedAt = async (now: number) => (await store.read(call("", 0, [entry("k")]), now)).entries[0]!.used;
+    const granted = (
+      (await store.sync(call("a", 1, [entry("k", { offered: 10 })]), T0)).entries[0] as {
+        allowance: number;
+      }
+    ).allowance;
+    expect(granted).toBe(21);
+    // a holds it 600 ms, spends it all and reports it (offered 0: its next allowance is 1)
+    await store.sync(call("a", 2, [entry("k", { usage: [[T0 + 600, granted]] })]), T0 + 600);
+    // the grant's bucket has left the window (T0 + 1050); the usage, counted from T0 + 500, has not: it was
+    // spent at some time up to T0 + 600, so a window that ends then may hold it (counted from its grant, it
+    // left 500 ms early and the store granted it again)
+    expect(await usedAt(T0 + 1080)).toEqual([granted + 1]);
+    expect(await usedAt(T0 + 1560)).toEqual([1]);
+    // a report on time (within 100 ms of its grant) counts from the grant, as before
+    const b = await storeWith(approximate([{ windowMs: 1000, max: 100 }]));
+    await b.sync(call("b", 1, [entry("k", { offered: 10 })]), T0);
+    await b.sync(call("b", 2, [entry("k", { usage: [[T0 + 90, 21]] })]), T0 + 90);
+    expect((await b.read(call("", 0, [entry("k")]), T0 + 1060)).entries[0]!.used).toEqual([1]);
+  });
+
   it("drops a key's fields of instances silent longer than the seq records live, keeping the recent ones", async () => {
     const namespace = uniqueNamespace();
     const store = new RedisQuotaStore(cluster, namespace);

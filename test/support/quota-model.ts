@@ -4,6 +4,8 @@ import type { QuotaRule, SyncRequest } from "../../sdk/src/wire.ts";
 
 /** lua/quota-sync.lua's margin for callers' clocks: spent tokens count over W plus at least this much. */
 export const STAMP_SKEW_MS = 10;
+/** lua/quota-sync.lua: approximate usage settled later than this after its grant counts from this before the report. */
+export const SETTLE_LAG_MS = 100;
 
 /**
  * The bucket size and the number of buckets a window sums, as the script's header defines them: `span`
@@ -61,7 +63,8 @@ export class QuotaModel {
 
   /**
    * approximate, an applied sync of `instance`: its usage is charged to its previous allowance's
-   * reservation (epochs in order), the unused rest goes back, usage beyond it counts at min(at, now),
+   * reservation (epochs in order), counted from the grant or, later than SETTLE_LAG_MS after it, from
+   * SETTLE_LAG_MS before now; the unused rest goes back, usage beyond it counts at min(at, now),
    * and the new allowance is reserved in the key's current bucket.
    */
   settle(key: string, instance: string, now: number, usage: Array<[number, number]>, allowance: number): void {
@@ -75,6 +78,12 @@ export class QuotaModel {
       if (count > take) beyond.push([at, count - take]);
     }
     if (previous && credit > 0) this.events(key).push({ at: previous.at, count: -credit });
+    // usage settled long after its grant counts from SETTLE_LAG_MS before the report, never before the grant
+    const charged = (previous?.amount ?? 0) - credit;
+    if (previous && charged > 0 && now - SETTLE_LAG_MS > previous.at) {
+      this.events(key).push({ at: previous.at, count: -charged });
+      this.events(key).push({ at: now - SETTLE_LAG_MS, count: charged });
+    }
     this.addUsage(key, now, beyond);
     const at = this.latest.get(key)!;
     this.events(key).push({ at, count: allowance });

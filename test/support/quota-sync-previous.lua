@@ -1,5 +1,7 @@
 -- lua/quota-sync.lua as of f63a65d, before it ran as a Redis Function (test/integration/quota-sync-function.test.ts
--- runs it beside this one: keys either writes, the other must read the same)
+-- runs it beside this one: keys either writes, the other must read the same), with one later change of
+-- counting carried in so that the two count alike: approximate usage reported more than SETTLE_LAG_MS after
+-- its grant counts from SETTLE_LAG_MS before the report (the storage format is f63a65d's)
 --[[ quota-sync.lua: one Quotas sync call (protocol 2; sdk/src/wire.ts is the contract and builds the arguments).
 Applies an instance's usage and refunds for the keys of one slot group, once per (instance, seq), and
 answers each key's allowance (approximate) or reserved tokens (strict).
@@ -31,6 +33,8 @@ strict sums the grants not reported spent over every bucket that touches (now - 
 tokens reported spent (usage: grantedAt:count) over W from the report, so used tokens in any W stay
 <= max (docs/DECISIONS.md has the argument). ]]
 local REORDER = 32
+-- carried in from the current script (see the first lines)
+local SETTLE_LAG_MS = 100
 local ACTIVE_MS = 5000
 local DEMAND_TAU_MS = 1000
 -- every instance is credited a pseudo-demand of 1/8 of an even split of the limit's rate: idle
@@ -412,6 +416,11 @@ for i = 4, #KEYS do
       local take = math.min(left, count)
       left = left - take
       if count > take then add('a', at, count - take) end
+    end
+    local charged, late = credit - left, now - SETTLE_LAG_MS
+    if charged > 0 and late > grantAt then
+      add('a', grantAt, -charged)
+      add('a', late, charged)
     end
     if left > 0 then add('a', grantAt, -left) end
   end
