@@ -118,7 +118,7 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
       POST: (body) => {
         const request = limiter.validate(body);
         // the cache is looked in only while it holds a denial: an environment that denied nothing lately
-        // builds no identity for a request (the reply is a denial or it is not remembered; see answer)
+        // builds no identity for a request (only a fresh denial is remembered: see limitReply)
         const cached = negativeCache?.size ? cachedDenial(negativeCache, request) : undefined;
         // a cached denial is the same reply as the fresh denial it repeats
         if (cached) return Promise.resolve(limitReply(request, body, cached, false));
