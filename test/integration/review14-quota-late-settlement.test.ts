@@ -99,4 +99,14 @@ describe("quota-sync.lua: late settlement (review)", () => {
     expect(await usedAt(s, T0 + 1560)).toBe(5 + 1);
     expect(await usedAt(s, T0 + 1660)).toBe(0);
   });
+
+  it("held: an allowance held longer than the ring (its grant's bucket gone) counts its usage from report - 100 ms", async () => {
+    const s = await store();
+    const granted = await grant(s, "a", T0);
+    await s.sync(call("a", 2, [entry("k", { usage: [[T0 + 2500, granted]] })]), T0 + 2500);
+    // from T0 + 2400 (bucket 48, in the window up to T0 + 3449); a's next allowance (1) from T0 + 2500
+    expect(await usedAt(s, T0 + 2500)).toBe(granted + 1);
+    expect(await usedAt(s, T0 + 3449)).toBe(granted + 1);
+    expect(await usedAt(s, T0 + 3460)).toBe(1);
+  });
 });

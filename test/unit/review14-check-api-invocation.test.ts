@@ -202,4 +202,41 @@ describe("check API invocation without middy, against middy's", () => {
       [1, undefined, undefined],
     ]);
   });
+
+  it("held: while the cache holds a denial, requests it never answers (at, cost 0) and /v1/limits go to the store", async () => {
+    const now = 1_000_000;
+    const cache = new NegativeCache({ now: () => now });
+    const limiter = new Limiter({
+      store: {
+        runLimit: () => Promise.reject(new Error("unused")),
+        runLimits: () => Promise.reject(new Error("unused")),
+      },
+    });
+    const denial = { allowed: false, limit: 1, remaining: 0, resetAt: now + 500, retryAfterMs: 500 };
+    const decide = vi.spyOn(limiter, "decide").mockImplementation(() => Promise.resolve(denial));
+    const checkAll = vi
+      .spyOn(limiter, "checkAll")
+      .mockImplementation(() => Promise.resolve({ allowed: false, results: [denial] } as never));
+    const handler = makeCheckApiHandler({
+      limiter,
+      frequency: () => Promise.reject(new Error("not used")),
+      health: () => Promise.resolve({ ok: true, redis: "ok" }),
+      logger: new Logger({ serviceName: "check-api" }),
+      metrics: new Metrics({ namespace: "Test", serviceName: "check-api" }),
+      negativeCache: cache,
+    }) as (event: APIGatewayProxyEventV2, context: Context) => Promise<{ statusCode: number }>;
+    await handler(event("/v1/limit", limitBody), context("r1"));
+    expect(cache.size).toBe(1);
+    const spec = { key: "k", algorithm: "fixed-window", max: 1, windowMs: 1000 };
+    for (const body of [
+      { ...spec, at: now },
+      { ...spec, cost: 0 },
+    ]) {
+      await handler(event("/v1/limit", JSON.stringify(body)), context("r2"));
+    }
+    // a denial of a request the cache never answers is not remembered either
+    expect(cache.size).toBe(1);
+    await handler(event("/v1/limits", JSON.stringify({ limits: [spec] })), context("r3"));
+    expect([decide.mock.calls.length, checkAll.mock.calls.length]).toEqual([3, 1]);
+  });
 });
