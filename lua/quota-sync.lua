@@ -588,7 +588,8 @@ return function(KEYS, ARGV)
       -- may have been spent just before it: counted from the grant it left the windows that long early, and
       -- the store granted it again (an instance that held its allowance idle, then spent it, over-admitted
       -- by that much). It counts from SETTLE_LAG_MS before the report at the latest, never before the grant
-      local charged, late = credit - left, now - SETTLE_LAG_MS
+      -- (from the key's time, as a grant: a reporter whose clock is behind the key's cannot age it early)
+      local charged, late = credit - left, grantTime() - SETTLE_LAG_MS
       if charged > 0 and late > grantAt then
         add('a', grantAt, -charged)
         add('a', late, charged)

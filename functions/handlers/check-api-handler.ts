@@ -229,9 +229,15 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
   // for two calls before the handler and one after (in a profile of 32 environments, middy's own frames
   // were about as much as the route's). The same calls, in the same order, on success and on error.
   return (event: APIGatewayProxyEventV2, context: Context): Promise<HttpResponse> => {
-    logger.addContext(context);
-    logger.logEventIfEnabled(event);
-    const reply = handler(event);
+    let reply: Promise<HttpResponse>;
+    try {
+      logger.addContext(context);
+      logger.logEventIfEnabled(event);
+      reply = handler(event);
+    } catch (error) {
+      // a fault thrown before a promise exists (no context, a failing log write) rejects, as under middy
+      reply = Promise.reject(error);
+    }
     // one EMF document per invocation, published whether the handler answered or (a bug) rejected
     return metricsOn ? reply.finally(() => metrics.publishStoredMetrics()) : reply;
   };

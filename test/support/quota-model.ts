@@ -80,9 +80,11 @@ export class QuotaModel {
     if (previous && credit > 0) this.events(key).push({ at: previous.at, count: -credit });
     // usage settled long after its grant counts from SETTLE_LAG_MS before the report, never before the grant
     const charged = (previous?.amount ?? 0) - credit;
-    if (previous && charged > 0 && now - SETTLE_LAG_MS > previous.at) {
+    // from the key's latest time, as a grant: a reporter whose clock is behind the key's cannot age it early
+    const late = Math.max(now, this.latest.get(key) ?? now) - SETTLE_LAG_MS;
+    if (previous && charged > 0 && late > previous.at) {
       this.events(key).push({ at: previous.at, count: -charged });
-      this.events(key).push({ at: now - SETTLE_LAG_MS, count: charged });
+      this.events(key).push({ at: late, count: charged });
     }
     this.addUsage(key, now, beyond);
     const at = this.latest.get(key)!;

@@ -417,7 +417,8 @@ for i = 4, #KEYS do
       left = left - take
       if count > take then add('a', at, count - take) end
     end
-    local charged, late = credit - left, now - SETTLE_LAG_MS
+    -- (from the key's time, as a grant: a reporter whose clock is behind the key's cannot age it early)
+    local charged, late = credit - left, grantTime() - SETTLE_LAG_MS
     if charged > 0 and late > grantAt then
       add('a', grantAt, -charged)
       add('a', late, charged)
