@@ -53,11 +53,11 @@ const grant = async (s: RedisQuotaStore, instance: string, now: number) =>
 describe("quota-sync.lua: late settlement (review)", () => {
   // Found by review (fixed since). Contract (docs/quotas.md, Design and the bound): late-settled usage leaves the windows at most
   // 100 ms early; and (the script's reserve()) "a caller whose clock is behind cannot age a grant early",
-  // callers' clocks being allowed to disagree by STAMP_SKEW_MS (10 ms). The settlement takes
+  // callers' clocks being allowed to disagree by STAMP_SKEW_MS (10 ms). The settlement took
   // `now - SETTLE_LAG_MS` from the reporter's own `now`, not from the key's time (its rings' current
   // bucket, already moved on by a caller 10 ms ahead): a report at 640 on its clock, with the key at 650,
-  // files its usage at 540 (bucket 10), 110 ms before the key's time, instead of at 550 (bucket 11); it
-  // leaves the window at 1550, not 1600. Fix: count from max(now, the rings' time) - SETTLE_LAG_MS, as
+  // filed its usage at 540 (bucket 10), 110 ms before the key's time, instead of at 550 (bucket 11); it
+  // left the window at 1550, not 1600. Fixed: it counts from max(now, the rings' time) - SETTLE_LAG_MS, as
   // grantTime() does for the grant.
   it("a late report from a clock 10 ms behind the key's counts from 100 ms before the key's time", async () => {
     const s = await store();

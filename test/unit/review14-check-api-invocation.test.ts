@@ -120,9 +120,9 @@ describe("check API invocation without middy, against middy's", () => {
   // Found by review (fixed since). Contract (2ca2f70, "the same calls, in the same order, on success and on error"): one EMF
   // document per invocation, published after the handler whether it answered or failed, as logMetrics'
   // onError did. A fault thrown before the route's promise (decide throwing synchronously) whose answer
-  // itself throws (the error line cannot be written) escapes `handler` synchronously: the wrapper's
-  // `reply.finally(publishStoredMetrics)` is never reached, the invocation throws instead of rejecting, and
-  // its `requests` stays in the store, published with the next invocation that completes.
+  // itself throws (the error line cannot be written) escaped `handler` synchronously: the wrapper's
+  // `reply.finally(publishStoredMetrics)` was never reached, the invocation threw instead of rejecting, and
+  // its `requests` stayed in the store, published with the next invocation that completes.
   it("without middy: a synchronous fault still publishes one document per invocation and rejects", async () => {
     const { handler } = handlerWith({ sampleRateValue: 0, fail: "throw" });
     const printed = emfDocuments();

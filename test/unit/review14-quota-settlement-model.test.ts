@@ -48,8 +48,8 @@ describe("quota model: late settlement (review)", () => {
   // it; test/integration/review14-quota-late-settlement.test.ts shows it on the script). Contract: late usage
   // leaves a window at most SETTLE_LAG_MS early on the key's timeline; callers' clocks may disagree by
   // STAMP_SKEW_MS (10 ms), and a grant is reserved at the key's time so that a caller behind cannot age it
-  // early. The settlement counts from the reporter's now - 100 ms: with the key 1-10 ms ahead of the
-  // reporter, the usage's bucket can be one earlier than that of keyAt - 100 ms, and it leaves the window
+  // early. The settlement counted from the reporter's now - 100 ms: with the key 1-10 ms ahead of the
+  // reporter, the usage's bucket could be one earlier than that of keyAt - 100 ms, and it left the window
   // up to a bucket (50 ms for W <= 5 s, W/100 beyond) before keyAt - 100 ms + W.
   it("late-settled usage is in every window ending before (the key's time - 100 ms) + W, clocks 10 ms apart", () => {
     fc.assert(
