@@ -9,6 +9,7 @@ import { Limiter } from "../../functions/core/limits/limiter.ts";
 import { makeCheckApiHandler } from "../../functions/handlers/check-api-handler.ts";
 import { functionUrlEvent } from "../../scripts/local/function-url-server.ts";
 import { lambdaContext } from "../../scripts/local/sqs-poller.ts";
+import { emfDocuments } from "../support/check-api-invocation.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
 
 let cluster: TollgateCluster;
@@ -39,19 +40,6 @@ function handlerWith(disabled: boolean) {
     metrics,
   });
   return { metrics, handler };
-}
-
-/** The EMF documents written to stdout from now on (Powertools writes them through its own Console). */
-function emfDocuments(): () => Record<string, unknown>[] {
-  const documents: Record<string, unknown>[] = [];
-  const write = process.stdout.write.bind(process.stdout);
-  vi.spyOn(process.stdout, "write").mockImplementation((chunk: string | Uint8Array, ...rest: unknown[]) => {
-    const text = String(chunk);
-    if (!text.includes('"_aws"')) return write(chunk, ...(rest as []));
-    for (const line of text.split("\n").filter(Boolean)) documents.push(JSON.parse(line) as Record<string, unknown>);
-    return true;
-  });
-  return () => documents;
 }
 
 const limit = JSON.stringify({ key: "k", algorithm: "fixed-window", max: 5, windowMs: 60_000 });

@@ -3,20 +3,11 @@
 import { Logger } from "@aws-lambda-powertools/logger";
 import { Metrics } from "@aws-lambda-powertools/metrics";
 import middy from "@middy/core";
-import type { APIGatewayProxyEventV2, Context } from "aws-lambda";
+import type { APIGatewayProxyEventV2 } from "aws-lambda";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { Limiter } from "../../functions/core/limits/limiter.ts";
 import { lambdaContextOf, makeCheckApiHandler } from "../../functions/handlers/check-api-handler.ts";
-
-const context = (awsRequestId: string) =>
-  ({
-    awsRequestId,
-    functionName: "tollgate-check-api",
-    functionVersion: "$LATEST",
-    invokedFunctionArn: "arn:aws:lambda:local:000000000000:function:tollgate-check-api",
-    memoryLimitInMB: "1024",
-    getRemainingTimeInMillis: () => 30_000,
-  }) as unknown as Context;
+import { checkApiContext as context } from "../support/check-api-invocation.ts";
 
 const event = (body: string) =>
   ({

@@ -9,16 +9,7 @@ import { afterEach, describe, expect, it, vi } from "vitest";
 import { Limiter } from "../../functions/core/limits/limiter.ts";
 import { NegativeCache } from "../../functions/core/limits/negative-cache.ts";
 import { makeCheckApiHandler } from "../../functions/handlers/check-api-handler.ts";
-
-const context = (awsRequestId: string) =>
-  ({
-    awsRequestId,
-    functionName: "tollgate-check-api",
-    functionVersion: "$LATEST",
-    invokedFunctionArn: "arn:aws:lambda:local:000000000000:function:tollgate-check-api",
-    memoryLimitInMB: "1024",
-    getRemainingTimeInMillis: () => 30_000,
-  }) as unknown as Context;
+import { checkApiContext as context, emfDocuments } from "../support/check-api-invocation.ts";
 
 const event = (path: string, body: string) =>
   ({
@@ -30,19 +21,6 @@ const event = (path: string, body: string) =>
   }) as unknown as APIGatewayProxyEventV2;
 
 const limitBody = JSON.stringify({ key: "k", algorithm: "fixed-window", max: 1, windowMs: 1000 });
-
-/** The EMF documents Powertools writes to stdout from now on. */
-function emfDocuments(): () => Record<string, unknown>[] {
-  const documents: Record<string, unknown>[] = [];
-  const write = process.stdout.write.bind(process.stdout);
-  vi.spyOn(process.stdout, "write").mockImplementation((chunk: string | Uint8Array, ...rest: unknown[]) => {
-    const text = String(chunk);
-    if (!text.includes('"_aws"')) return write(chunk, ...(rest as []));
-    for (const line of text.split("\n").filter(Boolean)) documents.push(JSON.parse(line) as Record<string, unknown>);
-    return true;
-  });
-  return () => documents;
-}
 
 /**
  * A check API whose limiter's `decide` fails as `fail` says and whose logger cannot write its error line
@@ -134,7 +112,7 @@ describe("check API invocation without middy, against middy's", () => {
 
   // The same contract, reached without any logging fault: a Lambda context missing (a local runner that
   // passes none). middy runs injectLambdaContext's before inside its try: the invocation rejects. The plain
-  // function calls addContext outside any promise: it throws synchronously.
+  // function called addContext outside any promise: it threw synchronously.
   it("without middy: a failure before the handler (no context) rejects, as under middy", async () => {
     vi.stubEnv("POWERTOOLS_METRICS_DISABLED", "true");
     const handler = makeCheckApiHandler({
