@@ -1,18 +1,11 @@
 // What the check API's handler tests share: a Lambda context of the check API, and the EMF documents
 // Powertools writes to stdout.
-import type { Context } from "aws-lambda";
 import { vi } from "vitest";
+import { lambdaContext } from "../../scripts/local/sqs-poller.ts";
 
-/** A Lambda context of the check API with this request ID. */
+/** A Lambda context of the check API (the local stack's) with this request ID. */
 export const checkApiContext = (awsRequestId: string) =>
-  ({
-    awsRequestId,
-    functionName: "tollgate-check-api",
-    functionVersion: "$LATEST",
-    invokedFunctionArn: "arn:aws:lambda:local:000000000000:function:tollgate-check-api",
-    memoryLimitInMB: "1024",
-    getRemainingTimeInMillis: () => 30_000,
-  }) as unknown as Context;
+  Object.assign(lambdaContext(30_000, "tollgate-check-api"), { awsRequestId });
 
 /** The EMF documents written to stdout from now on (Powertools writes them through its own Console). */
 export function emfDocuments(): () => Record<string, unknown>[] {
