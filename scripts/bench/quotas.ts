@@ -8,7 +8,7 @@
 //   BENCH_QUOTAS_QUICK=1 (a smaller grid)  BENCH_QUOTAS_SECONDS (4 per run)  BENCH_QUOTAS_DESIGNS (strict,approximate,grab)
 //   BENCH_QUOTAS_LOADS, _SIZES, _SPLITS (comma lists: a grid of your own)  BENCH_QUOTAS_GRID_ONLY=1 (the grid's
 //   lines only: no table, no other section; for iterating on one figure)  BENCH_QUOTAS_TRACE=<prefix> (each run's
-//   admission and denial times, ms from its start, to <prefix>.<design>.<N>.<split>.<load>.json)
+//   admission and denial times, ms from its start, to <prefix>.<design>.<N>.<split>.<load>[.w<W s>].json)
 //   BENCH_QUOTAS_F (50: the clients' sync interval, ms)  BENCH_QUOTAS_WINDOW_S (1: the window of a GRID_ONLY
 //   grid, its limit 1,000 per 1 s of it; 5 is the full run's second grid)
 import { readFileSync, writeFileSync } from "node:fs";
@@ -594,7 +594,7 @@ function table(
     "",
     "| Figure | Grab-style verdicts (same harness, same run) | Tollgate Quotas | Target |",
     "|---|---|---|---|",
-    `| Over-admission, \`strict\`, worst of every N/split at 1.2×/2×/10× | none guarantees it | ${pct(worst("strict", () => true))}; primary SIGKILLed mid-run: ${pct(extra.kill.over)} | 0.0 % |`,
+    `| Over-admission, \`strict\`, worst of every run of both grids | none guarantees it | ${pct(worst("strict", () => true))}; primary SIGKILLed mid-run: ${pct(extra.kill.over)} | 0.0 % |`,
     `| Over-admission, \`approximate\`, worst at 2× / 10× | ${pct(worst("grab", at(2)))} / ${pct(worst("grab", at(10)))} | ${pct(worst("approximate", at(2)))} / ${pct(worst("approximate", at(10)))} | ≤ 5 % / ≤ 20 % |`,
     `| Decision delay at overload onset (L reached in the first window → the last instance denying), p99 over runs, N = 4–64 | ${delay(grabDelays, "grab")} | ${delay(delays, "approximate")} | ≤ 60 ms |`,
     `| Utilisation, worst (N ≤ 16, skew included): L = ${L} per ${W / 1_000} s (every load) / ${(L * LONG_W) / W} per ${LONG_W / 1_000} s (1.2×) | ${util("grab", W)} / ${util("grab", LONG_W)} | strict ${util("strict", W)} / ${util("strict", LONG_W)}, approximate ${util("approximate", W)} / ${util("approximate", LONG_W)} | ≥ 95 % / ≥ 90 % |`,
