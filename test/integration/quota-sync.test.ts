@@ -13,13 +13,19 @@ import {
   PROTOCOL,
   type QuotaRule,
   quotaKey,
-  type SyncEntry,
   type SyncRequest,
   slotGroupKeys,
   slotGroupPrefix,
 } from "../../sdk/src/wire.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
 import { maxInAnyWindow, QuotaModel } from "../support/quota-model.ts";
+import {
+  approximateRule as approximate,
+  syncCall as call,
+  syncEntry as entry,
+  publishedQuotaStore,
+  strictRule as strict,
+} from "../support/quota-sync-calls.ts";
 import { T0 } from "../support/rules.ts";
 
 let cluster: TollgateCluster;
@@ -30,34 +36,7 @@ afterAll(async () => {
   await cluster.quit();
 });
 
-async function storeWith(rule: QuotaRule, name = "api"): Promise<RedisQuotaStore> {
-  const store = new RedisQuotaStore(cluster, uniqueNamespace());
-  await store.publish(name, rule, "v1", rule.slotGroups, 1);
-  return store;
-}
-
-function entry(key: string, fields: Partial<SyncEntry> = {}): SyncEntry {
-  return { key, usage: [], refunds: [], offered: 0, want: 0, ...fields };
-}
-
-function call(instanceId: string, seq: number, entries: SyncEntry[], configVersion = "v1"): SyncRequest {
-  return { instanceId, rule: "api", group: 0, seq, configVersion, entries };
-}
-
-const approximate = (limits: QuotaRule["limits"]): QuotaRule => ({
-  mode: "approximate",
-  leaseMs: 1000,
-  fallback: "share",
-  slotGroups: 1,
-  limits,
-});
-const strict = (limits: QuotaRule["limits"], leaseMs = 50): QuotaRule => ({
-  mode: "strict",
-  leaseMs,
-  fallback: "share",
-  slotGroups: 1,
-  limits,
-});
+const storeWith = (rule: QuotaRule, name = "api") => publishedQuotaStore(cluster, rule, name);
 
 const windowsArb = fc.uniqueArray(fc.constantFrom(1000, 2000, 5000, 10_000, 60_000), { minLength: 1, maxLength: 3 });
 

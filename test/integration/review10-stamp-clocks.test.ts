@@ -10,6 +10,7 @@ import { redisTransport } from "../../sdk/src/transports/redis.ts";
 import type { QuotaRule, SyncEntry, SyncReply, SyncRequest } from "../../sdk/src/wire.ts";
 import { maxInWindow, neverScheduler } from "../../sdk/test/support/quota-fixtures.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
+import { publishedQuotaStore, syncCall, syncEntry } from "../support/quota-sync-calls.ts";
 import { T0 } from "../support/rules.ts";
 
 let cluster: TollgateCluster;
@@ -28,19 +29,9 @@ const rule: QuotaRule = {
   limits: [{ windowMs: 1000, max: 10 }],
 };
 
-async function store(): Promise<RedisQuotaStore> {
-  const s = new RedisQuotaStore(cluster, uniqueNamespace());
-  await s.publish("api", rule, "v1", 1, 1);
-  return s;
-}
-
-function entry(fields: Partial<SyncEntry> = {}): SyncEntry {
-  return { key: "k", usage: [], refunds: [], offered: 0, want: 0, ...fields };
-}
-
-function call(instanceId: string, seq: number, e: SyncEntry): SyncRequest {
-  return { instanceId, rule: "api", group: 0, seq, configVersion: "v1", entries: [e] };
-}
+const store = () => publishedQuotaStore(cluster, rule);
+const entry = (fields: Partial<SyncEntry> = {}) => syncEntry("k", fields);
+const call = (instanceId: string, seq: number, e: SyncEntry) => syncCall(instanceId, seq, [e]);
 
 function tokens(reply: SyncReply): number {
   const a = reply.entries[0];

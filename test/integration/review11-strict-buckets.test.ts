@@ -17,6 +17,12 @@ import {
 } from "../../sdk/src/wire.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
 import { maxInAnyWindow } from "../support/quota-model.ts";
+import {
+  approximateRule as approximate,
+  syncCall as call,
+  syncEntry as entry,
+  strictRule as strict,
+} from "../support/quota-sync-calls.ts";
 import { T0 } from "../support/rules.ts";
 
 let cluster: TollgateCluster;
@@ -25,29 +31,6 @@ beforeAll(() => {
 });
 afterAll(async () => {
   await cluster.quit();
-});
-
-function entry(key: string, fields: Partial<SyncEntry> = {}): SyncEntry {
-  return { key, usage: [], refunds: [], offered: 0, want: 0, ...fields };
-}
-
-function call(instanceId: string, seq: number, entries: SyncEntry[], configVersion = "v1"): SyncRequest {
-  return { instanceId, rule: "api", group: 0, seq, configVersion, entries };
-}
-
-const strict = (limits: QuotaRule["limits"], leaseMs = 50): QuotaRule => ({
-  mode: "strict",
-  leaseMs,
-  fallback: "share",
-  slotGroups: 1,
-  limits,
-});
-const approximate = (limits: QuotaRule["limits"]): QuotaRule => ({
-  mode: "approximate",
-  leaseMs: 1000,
-  fallback: "share",
-  slotGroups: 1,
-  limits,
 });
 
 /** The script before this change (50 ms spent buckets), as a deploy rolled back would run it. */

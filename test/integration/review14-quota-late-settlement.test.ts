@@ -3,9 +3,10 @@
 // (docs/quotas.md, the over-admission bound's F_late capped at 100 ms).
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
-import { RedisQuotaStore } from "../../functions/adapters/redis-quota-store.ts";
-import type { QuotaRule, SyncEntry, SyncRequest } from "../../sdk/src/wire.ts";
-import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
+import type { RedisQuotaStore } from "../../functions/adapters/redis-quota-store.ts";
+import type { QuotaRule } from "../../sdk/src/wire.ts";
+import { connectCluster } from "../support/cluster.ts";
+import { syncCall as call, syncEntry as entry, publishedQuotaStore } from "../support/quota-sync-calls.ts";
 import { T0 } from "../support/rules.ts";
 
 let cluster: TollgateCluster;
@@ -24,27 +25,7 @@ const rule: QuotaRule = {
   limits: [{ windowMs: 1000, max: 100 }],
 };
 
-async function store(): Promise<RedisQuotaStore> {
-  const s = new RedisQuotaStore(cluster, uniqueNamespace());
-  await s.publish("api", rule, "v1", rule.slotGroups, 1);
-  return s;
-}
-const entry = (key: string, fields: Partial<SyncEntry> = {}): SyncEntry => ({
-  key,
-  usage: [],
-  refunds: [],
-  offered: 0,
-  want: 0,
-  ...fields,
-});
-const call = (instanceId: string, seq: number, entries: SyncEntry[]): SyncRequest => ({
-  instanceId,
-  rule: "api",
-  group: 0,
-  seq,
-  configVersion: "v1",
-  entries,
-});
+const store = () => publishedQuotaStore(cluster, rule);
 const usedAt = async (s: RedisQuotaStore, now: number) =>
   (await s.read(call("", 0, [entry("k")]), now)).entries[0]!.used[0]!;
 const grant = async (s: RedisQuotaStore, instance: string, now: number) =>

@@ -1,0 +1,43 @@
+// Builders for quota-sync calls against the real cluster: a store with a rule published, and the
+// requests the SDK would send for rule "api", slot group 0.
+import type { TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
+import { RedisQuotaStore } from "../../functions/adapters/redis-quota-store.ts";
+import type { QuotaRule, SyncEntry, SyncRequest } from "../../sdk/src/wire.ts";
+import { uniqueNamespace } from "./cluster.ts";
+
+/** A store in a namespace of its own with `rule` published as `name`, configuration version "v1". */
+export async function publishedQuotaStore(
+  cluster: TollgateCluster,
+  rule: QuotaRule,
+  name = "api",
+): Promise<RedisQuotaStore> {
+  const store = new RedisQuotaStore(cluster, uniqueNamespace());
+  await store.publish(name, rule, "v1", rule.slotGroups, 1);
+  return store;
+}
+
+/** One key's entry: nothing used, refunded, offered or wanted unless `fields` says so. */
+export function syncEntry(key: string, fields: Partial<SyncEntry> = {}): SyncEntry {
+  return { key, usage: [], refunds: [], offered: 0, want: 0, ...fields };
+}
+
+/** A sync of rule "api", slot group 0. */
+export function syncCall(instanceId: string, seq: number, entries: SyncEntry[], configVersion = "v1"): SyncRequest {
+  return { instanceId, rule: "api", group: 0, seq, configVersion, entries };
+}
+
+export const strictRule = (limits: QuotaRule["limits"], leaseMs = 50): QuotaRule => ({
+  mode: "strict",
+  leaseMs,
+  fallback: "share",
+  slotGroups: 1,
+  limits,
+});
+
+export const approximateRule = (limits: QuotaRule["limits"]): QuotaRule => ({
+  mode: "approximate",
+  leaseMs: 1000,
+  fallback: "share",
+  slotGroups: 1,
+  limits,
+});
