@@ -14,6 +14,7 @@ import { buildApp as buildFauxqs } from "fauxqs";
 import { createAwsClients } from "../functions/adapters/aws-clients.ts";
 import type { CheckApiVariables, CommonVariables, ConsumerVariables } from "../functions/app/environment.ts";
 import { wireCampaignConsumer, wireCheckApi } from "../functions/app/wiring.ts";
+import type { Clock } from "../functions/core/shared/clock.ts";
 import type { CampaignConsumerHandlerDeps } from "../functions/handlers/campaign-consumer-handler.ts";
 import { isMain } from "./is-main.ts";
 import { ENDPOINTS_FILE, type Endpoints } from "./local/endpoints.ts";
@@ -56,6 +57,8 @@ export interface LocalStackOptions {
   checkApiConcurrency?: number;
   /** Execution environments of the QuotaSync function (default 2). */
   quotaSyncConcurrency?: number;
+  /** The clock the functions decide by (default: the system's); tests pin it. */
+  clock?: Clock;
 }
 
 export interface LocalStack {
@@ -117,16 +120,20 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
       AWS_ENDPOINT_URL: awsEndpoint,
     };
     const shared = { ...process.env, ...variables };
+    const clockOption = options.clock ? { clock: options.clock } : {};
     // the check API, and the same code as the QuotaSync function (POST /v1/quotas/sync alone), as
     // infra/functions.ts deploys them: each function its own execution environments and URL
     const environmentsWith = (count: number, routes: Partial<CheckApiVariables>) =>
       Array.from({ length: count }, () => {
-        const environment = wireCheckApi({
-          ...shared,
-          ...options.environment,
-          ...options.checkApiEnvironment,
-          ...routes,
-        });
+        const environment = wireCheckApi(
+          {
+            ...shared,
+            ...options.environment,
+            ...options.checkApiEnvironment,
+            ...routes,
+          },
+          clockOption,
+        );
         stops.unshift(() => environment.cluster.quit());
         return environment;
       });
@@ -170,7 +177,7 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
     };
     const consumer = wireCampaignConsumer(
       { ...shared, ...consumerVariables, ...options.environment },
-      options.onOutcome ? { onOutcome: options.onOutcome } : {},
+      { ...clockOption, ...(options.onOutcome ? { onOutcome: options.onOutcome } : {}) },
     );
     stops.unshift(() => consumer.cluster.quit());
     const poller = new SqsPoller({

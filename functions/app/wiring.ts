@@ -19,7 +19,7 @@ import { type Rules, RulesSource } from "../core/capping/rules-source.ts";
 import { Limiter } from "../core/limits/limiter.ts";
 import { NegativeCache } from "../core/limits/negative-cache.ts";
 import { QuotaSyncService, rulesStamp } from "../core/quotas/quota-sync-service.ts";
-import { systemClock } from "../core/shared/clock.ts";
+import { type Clock, systemClock } from "../core/shared/clock.ts";
 import {
   type CampaignConsumerHandlerDeps,
   makeCampaignConsumerHandler,
@@ -71,10 +71,16 @@ function commonParts(
   return { s3, sqs, cluster, rules };
 }
 
+/** What a caller may set besides the environment: the clock decisions are made by (default: the system's). */
+export interface WiringOptions {
+  clock?: Clock;
+}
+
 export function wireCampaignConsumer(
   env: NodeJS.ProcessEnv,
-  observe: Pick<CampaignConsumerHandlerDeps, "onOutcome"> = {},
+  observe: Pick<CampaignConsumerHandlerDeps, "onOutcome"> & WiringOptions = {},
 ) {
+  const clock = observe.clock ?? systemClock;
   const config = parseConsumerEnvironment(env);
   const logger = new Logger({ serviceName: "tollgate-campaign-consumer" });
   const metrics = new Metrics({ namespace: "Tollgate", serviceName: "campaign-consumer" });
@@ -87,6 +93,7 @@ export function wireCampaignConsumer(
     rules: (request) => rules.current(request),
     namespace: config.KEY_NAMESPACE,
     redeliveryMs: config.CAMPAIGN_REDELIVERY_SECONDS * 1000,
+    clock,
   });
   const consumer = new CampaignConsumer({
     capper,
@@ -104,13 +111,15 @@ export function wireCampaignConsumer(
     timeBudgetMarginMs: config.TIME_BUDGET_MARGIN_MS,
     recordsInFlight: config.RECORDS_IN_FLIGHT,
     maxReceiveCount: config.CAMPAIGN_MAX_RECEIVE_COUNT,
-    ...observe,
+    clock,
+    ...(observe.onOutcome ? { onOutcome: observe.onOutcome } : {}),
   });
   return { handler, consumer, cluster, s3, sqs, config };
 }
 
 /** The check API from its environment: Limiter over Redis (per-request budget), rules for health. */
-export function wireCheckApi(env: NodeJS.ProcessEnv) {
+export function wireCheckApi(env: NodeJS.ProcessEnv, options: WiringOptions = {}) {
+  const clock = options.clock ?? systemClock;
   const config = parseCheckApiEnvironment(env);
   const logger = new Logger({ serviceName: "tollgate-check-api" });
   const metrics = new Metrics({ namespace: "Tollgate", serviceName: "check-api" });
@@ -125,6 +134,7 @@ export function wireCheckApi(env: NodeJS.ProcessEnv) {
   const limiter = new Limiter({
     store: new RedisLimitStore(cluster, { deadlineMs: config.CHECK_TIMEOUT_MS }),
     namespace: config.KEY_NAMESPACE,
+    clock,
   });
   const capper = new Capper({
     // a frequency check without a campaign ID is not idempotent: retry only what surely did not run
@@ -132,6 +142,7 @@ export function wireCheckApi(env: NodeJS.ProcessEnv) {
     rules: (request) => rules.current(request),
     namespace: config.KEY_NAMESPACE,
     redeliveryMs: config.CAMPAIGN_REDELIVERY_SECONDS * 1000,
+    clock,
   });
   const health = async (): Promise<HealthReport> => {
     const redis = await Promise.race([
@@ -160,7 +171,7 @@ export function wireCheckApi(env: NodeJS.ProcessEnv) {
   const quotas = new QuotaSyncService({
     store: new RedisQuotaStore(cluster, config.KEY_NAMESPACE, config.CHECK_TIMEOUT_MS),
     rules: async (quotaRule) => quotaRulesOf(await rules.current(quotaRule === undefined ? {} : { quotaRule })),
-    clock: systemClock,
+    clock,
   });
   const handler = makeCheckApiHandler({
     limiter,
@@ -170,7 +181,8 @@ export function wireCheckApi(env: NodeJS.ProcessEnv) {
     health,
     logger,
     metrics,
-    ...(config.NEGATIVE_CACHE ? { negativeCache: new NegativeCache(systemClock) } : {}),
+    clock,
+    ...(config.NEGATIVE_CACHE ? { negativeCache: new NegativeCache(clock) } : {}),
   });
   /**
    * Lambda's init phase (and the local stack's start): the Redis connections and the rules, before the first

@@ -11,6 +11,7 @@ import type { FrequencyResult } from "../core/capping/frequency.ts";
 import type { LimitResult, LimitSpec } from "../core/limits/limit-specs.ts";
 import type { Limiter, ValidLimitRequest } from "../core/limits/limiter.ts";
 import { cacheIdentity, type NegativeCache } from "../core/limits/negative-cache.ts";
+import { type Clock, systemClock } from "../core/shared/clock.ts";
 import {
   type RulesRefusal,
   RulesUnavailableError,
@@ -44,12 +45,15 @@ export interface CheckApiDeps {
    */
   routes?: CheckApiRoutes;
   negativeCache?: NegativeCache;
+  /** The clock a request without `at` is decided by (default: the system clock). */
+  clock?: Clock;
   logger: Logger;
   metrics: Metrics;
 }
 
 /** The time a validated request was decided at: its `at` (a replay or backfill), or now. */
-const decidedAt = (body: Record<string, unknown>) => (typeof body.at === "number" ? body.at : Date.now());
+const decidedAt = (body: Record<string, unknown>, clock: Clock) =>
+  typeof body.at === "number" ? body.at : clock.now();
 
 /** The cached denial of `request`, if it has one (undefined for a request the cache never answers). */
 function cachedDenial(cache: NegativeCache, request: ValidLimitRequest): LimitResult | undefined {
@@ -67,6 +71,7 @@ function checkOnStoreError(body: Record<string, unknown>): void {
 
 export function makeCheckApiHandler(deps: CheckApiDeps) {
   const { limiter, negativeCache, logger, metrics } = deps;
+  const clock = deps.clock ?? systemClock;
 
   // One EMF document per request (flushed by logMetrics), with the algorithm as a dimension. With
   // POWERTOOLS_METRICS_DISABLED (read once, at cold start, as Powertools does) nothing is counted and
@@ -95,7 +100,7 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
       if (identity) negativeCache.remember(identity, reply);
     }
     count(request.algorithm, reply);
-    return json(200, reply, rateLimitHeaders(reply, decidedAt(body), [request]));
+    return json(200, reply, rateLimitHeaders(reply, decidedAt(body, clock), [request]));
   };
 
   const quotaSync = deps.quotaSync;
@@ -132,7 +137,11 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
         const denied = reply.results.find((r) => !r.allowed);
         const headline = denied ?? reply.results.reduce((a, b) => (b.remaining < a.remaining ? b : a));
         const specs = body.limits as LimitSpec[];
-        return json(200, reply, rateLimitHeaders({ ...headline, allowed: reply.allowed }, decidedAt(body), specs));
+        return json(
+          200,
+          reply,
+          rateLimitHeaders({ ...headline, allowed: reply.allowed }, decidedAt(body, clock), specs),
+        );
       },
     },
     "/v1/frequency": {

@@ -1,33 +1,18 @@
 // Runs every request/response example of docs/api.md, in order, against the local stack: the docs
-// cannot drift from what the API answers.
-import { readFileSync } from "node:fs";
+// cannot drift from what the API answers. The functions' clock is pinned to the moment the examples are
+// dated, so the page passes in any year (an `at` older than the policy's longest window is refused).
 import { afterAll, beforeAll, expect, it } from "vitest";
+import { fixedClock } from "../../functions/core/shared/clock.ts";
 import type { LocalStack } from "../../scripts/local-stack.ts";
+import { EXAMPLES_NOW, examplesOf, readDoc } from "../support/docs-examples.ts";
 import { testStack, uploadRules } from "../support/pipeline.ts";
 import { designPolicy } from "../support/rules.ts";
 
-const doc = readFileSync(new URL("../../docs/api.md", import.meta.url), "utf8");
-// a reply is its status, then any header lines shown (`Name: value`), then its JSON body
-const examples = [
-  ...doc.matchAll(/```http\n([^\n]+)\n?([\s\S]*?)```\s*```json\n(\d{3})\n((?:[A-Za-z-]+: [^\n]*\n)*)([\s\S]*?)```/g),
-].map((match) => {
-  const [method, path] = (match[1] as string).split(" ");
-  return {
-    method: method as string,
-    path: path as string,
-    body: (match[2] as string).trim(),
-    status: Number(match[3]),
-    headers: (match[4] as string)
-      .split("\n")
-      .filter(Boolean)
-      .map((line) => line.split(": ") as [string, string]),
-    reply: JSON.parse(match[5] as string) as unknown,
-  };
-});
+const examples = examplesOf(readDoc("docs/api.md"));
 
 let stack: LocalStack;
 beforeAll(async () => {
-  stack = await testStack();
+  stack = await testStack({ clock: fixedClock(EXAMPLES_NOW) });
   // the policy of DESIGN.md, with users 17 and 42 in "new"
   await uploadRules(stack, designPolicy(), { new: [17, 42] });
 });

@@ -113,7 +113,8 @@ describe("POST /v1/limit", () => {
 });
 
 describe("RateLimit headers", () => {
-  const T = Date.UTC(2026, 10, 22, 5);
+  // an hour before now, on the hour: a replay the API accepts on any date, its windows aligned
+  const T = Math.floor(Date.now() / 3_600_000) * 3_600_000 - 3_600_000;
 
   it("count from the request's `at`, state the policy, and give a denial one moment in Reset and Retry-After", async () => {
     const limit = { key: `headers-${Date.now()}`, algorithm: "sliding-window", max: 2, windowMs: 60_000 };

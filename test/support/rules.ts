@@ -25,6 +25,7 @@ export function simplePolicy(caps: Record<string, { window: string; max: number 
 export const HOUR = 3_600_000;
 export const DAY = 24 * HOUR;
 /** A fixed Monday 00:00 UTC, far from any real clock. */
+// pinned: the `now` of the scripts and clocks the tests give it to, never compared with the calendar
 export const T0 = Date.UTC(2026, 10, 2);
 
 /** The policy of DESIGN.md ("new" with push, email and "*" caps; a default of 2 a week). */

@@ -6,6 +6,7 @@ import { lambdaContext } from "../../scripts/local/sqs-poller.ts";
 
 describe("the local Function URL event", () => {
   it("writes requestContext.time as a Function URL does, to the second, beside timeEpoch", () => {
+    // pinned: the times the pure formatter is given
     expect(requestTime(Date.UTC(2020, 2, 12, 19, 3, 58, 999))).toBe("12/Mar/2020:19:03:58 +0000");
     expect(requestTime(Date.UTC(2026, 0, 2, 3, 4, 5))).toBe("02/Jan/2026:03:04:05 +0000");
     // the same second again, then the next one: the cache never answers another second's text

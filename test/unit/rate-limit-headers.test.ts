@@ -5,6 +5,7 @@ import { describe, expect, it } from "vitest";
 import type { LimitResult, LimitSpec } from "../../functions/core/limits/limit-specs.ts";
 import { policyOf, rateLimitHeaders, retryAfterSeconds } from "../../functions/handlers/rate-limit-headers.ts";
 
+// pinned: the decision time every header function below is given
 const T = Date.UTC(2026, 10, 22, 5);
 const window: LimitSpec = { key: "k", algorithm: "sliding-window", max: 10, windowMs: 60_000 };
 

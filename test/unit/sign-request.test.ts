@@ -2,6 +2,9 @@
 import { describe, expect, it } from "vitest";
 import { functionUrlRegion, signRequest } from "../../scripts/sign-request.ts";
 
+// pinned: the signing time the signer is given (the signature and x-amz-date follow from it)
+const SIGNED_AT = new Date(Date.UTC(2026, 10, 22, 8, 0, 0));
+
 describe("signRequest", () => {
   it("signs for the lambda service in the URL's region", async () => {
     const url = "https://abcdefghijklmnop.lambda-url.eu-west-1.on.aws/v1/limit";
@@ -16,7 +19,7 @@ describe("signRequest", () => {
           secretAccessKey: "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
           sessionToken: "token",
         },
-        signingDate: new Date(Date.UTC(2026, 10, 22, 8, 0, 0)),
+        signingDate: SIGNED_AT,
       },
     );
     expect(signed.headers.authorization).toMatch(
@@ -34,7 +37,7 @@ describe("signRequest", () => {
           secretAccessKey: "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
           sessionToken: "token",
         },
-        signingDate: new Date(Date.UTC(2026, 10, 22, 8, 0, 0)),
+        signingDate: SIGNED_AT,
       },
     );
     expect(again.headers.authorization).toBe(signed.headers.authorization);

@@ -19,6 +19,7 @@ afterAll(async () => {
   await cluster.quit();
 });
 
+// pinned: the `now` every sync below is given (the store keeps no clock of its own)
 const T0 = Date.UTC(2026, 10, 27, 7, 30);
 
 function entry(key: string, fields: Partial<SyncEntry> = {}): SyncEntry {

@@ -21,6 +21,7 @@ afterAll(async () => {
   await cluster.quit();
 });
 
+// pinned: the `now` every sync below is given (the store keeps no clock of its own)
 const T0 = Date.UTC(2026, 10, 27, 8);
 
 interface FleetScenario {
