@@ -1,8 +1,9 @@
 // Installs what `npm test`, `npm run demo` and `npm run bench` need on a fresh Debian machine that has
-// only Node and npm: the npm packages (npm ci) and Debian's redis-server (apt-get, as root).
+// only Node and npm: the npm packages (npm ci), Debian's redis-server and, from bookworm-backports,
+// valkey-server (apt-get, as root).
 // Plain Node on purpose: it runs before node_modules exists.
 import { execFileSync, spawnSync } from "node:child_process";
-import { existsSync, statSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -25,22 +26,65 @@ function ensureNpmPackages() {
   run("npm", ["ci", "--no-audit", "--no-fund"]);
 }
 
-function ensureRedis() {
-  if (has("redis-server") && has("redis-cli")) return;
-  if (process.getuid?.() !== 0) {
-    console.error(
-      "[ensure-deps] redis-server is not installed and this user cannot install it.\n" +
-        "Install Debian's package as root: apt-get update && apt-get install -y redis-server",
-    );
-    process.exit(1);
-  }
-  run("apt-get", ["update", "-qq"]);
-  execFileSync("apt-get", ["install", "-y", "-qq", "redis-server", "redis-tools"], {
+function requireRoot(packages) {
+  if (process.getuid?.() === 0) return;
+  console.error(
+    `[ensure-deps] ${packages} is not installed and this user cannot install it.\n` +
+      "Install Debian's package as root (README: the two commands).",
+  );
+  process.exit(1);
+}
+
+function aptInstall(args) {
+  execFileSync("apt-get", ["install", "-y", "-qq", ...args], {
     cwd: root,
     stdio: ["ignore", "inherit", "inherit"],
     env: { ...process.env, DEBIAN_FRONTEND: "noninteractive" },
   });
 }
 
+function ensureRedis() {
+  if (has("redis-server") && has("redis-cli")) return;
+  requireRoot("redis-server");
+  run("apt-get", ["update", "-qq"]);
+  aptInstall(["redis-server", "redis-tools"]);
+}
+
+/** True when some APT source already lists the suite. */
+function hasSuite(suite) {
+  const files = ["/etc/apt/sources.list"];
+  const dir = "/etc/apt/sources.list.d";
+  if (existsSync(dir)) files.push(...readdirSync(dir).map((name) => join(dir, name)));
+  return files.some((file) => {
+    if (!/\.(list|sources)$/.test(file) || !existsSync(file)) return false;
+    return readFileSync(file, "utf8")
+      .split("\n")
+      .some((line) => !line.trimStart().startsWith("#") && new RegExp(`\\b${suite}\\b`).test(line));
+  });
+}
+
+// Valkey 8.0 (the engine the stack deploys) is in bookworm-backports, which a new machine does not list.
+function ensureValkey() {
+  if (has("valkey-server")) return;
+  requireRoot("valkey-server");
+  if (!hasSuite("bookworm-backports")) {
+    console.error("[ensure-deps] adding Debian's bookworm-backports suite for valkey-server");
+    writeFileSync(
+      "/etc/apt/sources.list.d/tollgate-bookworm-backports.sources",
+      [
+        "Types: deb",
+        "URIs: http://deb.debian.org/debian",
+        "Suites: bookworm-backports",
+        "Components: main",
+        "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg",
+        "",
+      ].join("\n"),
+    );
+  }
+  run("apt-get", ["update", "-qq"]);
+  aptInstall(["-t", "bookworm-backports", "valkey-server"]);
+}
+
 ensureNpmPackages();
 ensureRedis();
+ensureValkey();

@@ -1,7 +1,9 @@
-// A local Redis Cluster of Debian's redis-server on loopback: primaries + replicas in cluster mode, for
-// tests, the local stack and the bench. It records the pids it started and stops only those.
+// A local Redis Cluster on loopback, of Debian's redis-server (Redis 7.0) or valkey-server (Valkey 8.0):
+// primaries + replicas in cluster mode, for tests, the local stack and the bench. It records the pids it
+// started and stops only those.
 //
-//   tsx scripts/redis-cluster.ts start|stop|status   (env REDIS_CLUSTER_BASE_PORT, default 7000)
+//   tsx scripts/redis-cluster.ts start|stop|status
+//   (env REDIS_CLUSTER_BASE_PORT, default 7000; TOLLGATE_ENGINE=redis|valkey, default redis)
 import { execFile, execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createConnection } from "node:net";
@@ -11,7 +13,29 @@ import { isMain } from "./is-main.ts";
 
 const execFileAsync = promisify(execFile);
 
+/** The engines the suite runs on: Debian's Redis 7.0 and Valkey 8.0 (bookworm-backports). */
+export const ENGINES = ["redis", "valkey"] as const;
+export type Engine = (typeof ENGINES)[number];
+
+/** The engine of this process's clusters: TOLLGATE_ENGINE, or Redis. */
+export function engineOf(env: NodeJS.ProcessEnv = process.env): Engine {
+  const engine = env.TOLLGATE_ENGINE ?? "redis";
+  if (!(ENGINES as readonly string[]).includes(engine)) {
+    throw new Error(`TOLLGATE_ENGINE: expected one of ${ENGINES.join(", ")}, got ${JSON.stringify(engine)}`);
+  }
+  return engine as Engine;
+}
+
+/** The server and CLI binaries of an engine. */
+export function binariesOf(engine: Engine): { server: string; cli: string } {
+  return engine === "valkey"
+    ? { server: "valkey-server", cli: "valkey-cli" }
+    : { server: "redis-server", cli: "redis-cli" };
+}
+
 export interface LocalClusterOptions {
+  /** Default: engineOf(process.env). */
+  engine?: Engine;
   host?: string;
   basePort?: number;
   primaries?: number;
@@ -37,27 +61,29 @@ function settings(options: LocalClusterOptions = {}) {
   const count = primaries * (1 + replicas);
   const ports = Array.from({ length: count }, (_, i) => basePort + i);
   const dir = resolve(options.dir ?? join(".local", "redis-cluster", String(basePort)));
-  return { host, ports, primaries, replicas, dir, readyTimeoutMs: options.readyTimeoutMs ?? 30_000 };
+  const engine = options.engine ?? engineOf();
+  return { engine, host, ports, primaries, replicas, dir, readyTimeoutMs: options.readyTimeoutMs ?? 30_000 };
 }
 
 function describe(host: string, ports: number[]): LocalCluster {
   return { host, ports, nodes: ports.map((port) => `${host}:${port}`) };
 }
 
-function requireRedisBinaries(): void {
-  for (const binary of ["redis-server", "redis-cli"]) {
+function requireBinaries(engine: Engine): void {
+  for (const binary of Object.values(binariesOf(engine))) {
     try {
       execFileSync("sh", ["-c", `command -v ${binary}`], { stdio: "ignore" });
     } catch {
       throw new Error(
         `${binary} is not installed. Run \`node scripts/ensure-deps.mjs\` as root (it uses apt-get), ` +
-          "or install Debian's redis-server package yourself.",
+          `or install Debian's ${binariesOf(engine).server} package yourself.`,
       );
     }
   }
 }
 
 async function cli(host: string, port: number, ...args: string[]): Promise<string> {
+  // either engine's CLI speaks to either server: redis-cli is there whenever the suite runs
   const { stdout } = await execFileAsync("redis-cli", ["-h", host, "-p", String(port), ...args], {
     timeout: 5_000,
   });
@@ -78,6 +104,11 @@ function portOpen(host: string, port: number): Promise<boolean> {
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** The engine a server is: Valkey names itself in INFO (`server_name:valkey`), Redis 7.0 does not. */
+export async function engineAt(host: string, port: number): Promise<Engine> {
+  return /^server_name:valkey\r?$/m.test(await cli(host, port, "info", "server")) ? "valkey" : "redis";
+}
 
 /** True when every node answers and reports `cluster_state:ok` and every replica is in sync. */
 export async function isClusterReady(options: LocalClusterOptions = {}): Promise<boolean> {
@@ -132,9 +163,18 @@ function configFor(host: string, port: number, dir: string): string {
  * so a caller that did not start it does not stop it.
  */
 export async function startCluster(options: LocalClusterOptions = {}): Promise<LocalCluster & { started: boolean }> {
-  const { host, ports, replicas, dir } = settings(options);
-  if (await isClusterReady(options)) return { ...describe(host, ports), started: false };
-  requireRedisBinaries();
+  const { engine, host, ports, replicas, dir } = settings(options);
+  if (await isClusterReady(options)) {
+    const running = await engineAt(host, ports[0] as number);
+    if (running !== engine) {
+      throw new Error(
+        `a ${running} cluster is running on ${host}:${ports[0]}, not the ${engine} one asked for (TOLLGATE_ENGINE); ` +
+          "stop it or choose other ports with REDIS_CLUSTER_BASE_PORT",
+      );
+    }
+    return { ...describe(host, ports), started: false };
+  }
+  requireBinaries(engine);
   for (const port of ports) {
     if (await portOpen(host, port)) {
       throw new Error(
@@ -149,13 +189,14 @@ export async function startCluster(options: LocalClusterOptions = {}): Promise<L
     mkdirSync(nodeDir, { recursive: true });
     const conf = join(nodeDir, "redis.conf");
     writeFileSync(conf, configFor(host, port, nodeDir));
-    execFileSync("redis-server", [conf], { stdio: "ignore" });
+    execFileSync(binariesOf(engine).server, [conf], { stdio: "ignore" });
   }
   try {
     for (const port of ports) {
       const deadline = Date.now() + 10_000;
       while (!(await portOpen(host, port))) {
-        if (Date.now() > deadline) throw new Error(`redis-server on port ${port} did not start; see ${dir}`);
+        if (Date.now() > deadline)
+          throw new Error(`${binariesOf(engine).server} on port ${port} did not start; see ${dir}`);
         await sleep(50);
       }
     }
@@ -223,9 +264,11 @@ async function main(command: string | undefined): Promise<void> {
       await stopCluster();
       console.log("stopped");
       return;
-    case "status":
-      console.log((await isClusterReady()) ? "ready" : "not ready");
+    case "status": {
+      const { host, ports } = settings();
+      console.log((await isClusterReady()) ? `ready (${await engineAt(host, ports[0] as number)})` : "not ready");
       return;
+    }
     default:
       console.error("usage: redis-cluster.ts start|stop|status");
       process.exitCode = 2;

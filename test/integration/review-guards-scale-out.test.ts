@@ -10,7 +10,7 @@ import { Capper } from "../../functions/core/capping/capper.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { StoreUnavailableError } from "../../functions/core/shared/errors.ts";
 import { capIdentityKey, capPageKey, capTagOf, pageOf } from "../../functions/core/shared/keys.ts";
-import { waitForCluster } from "../../scripts/redis-cluster.ts";
+import { binariesOf, engineOf, waitForCluster } from "../../scripts/redis-cluster.ts";
 import { basePort, clusterPorts, connectCluster, primariesOf, uniqueNamespace } from "../support/cluster.ts";
 import { rulesOf, T0 } from "../support/rules.ts";
 
@@ -64,7 +64,7 @@ describe("review: scale-out (a node added empty)", () => {
         "",
       ].join("\n"),
     );
-    expect(spawnSync("redis-server", [`${DIR}/redis.conf`]).status).toBe(0);
+    expect(spawnSync(binariesOf(engineOf()).server, [`${DIR}/redis.conf`]).status).toBe(0);
     const fresh = new Redis({ host: "127.0.0.1", port: NEW_PORT });
     const found = await primariesOf(nodes);
     const source = found.find((p) => p.slots.some(([from, to]) => slot >= from && slot <= to));
