@@ -24,7 +24,11 @@ function recordProblems(name: string, text: string): string[] {
   return problems;
 }
 
-const complete = ["# 0001: A title", "", ...SECTIONS.flatMap((s) => [`## ${s}`, "", s === "Date" ? "2026-11-22" : "x", ""])];
+const complete = [
+  "# 0001: A title",
+  "",
+  ...SECTIONS.flatMap((s) => [`## ${s}`, "", s === "Date" ? "2026-11-22" : "x", ""]),
+];
 
 describe("decision records", () => {
   it("passes a complete record and fails one too long, one without a section, one out of order", () => {
