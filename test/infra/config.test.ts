@@ -69,16 +69,23 @@ describe("profiles", () => {
 describe("engine and version", () => {
   it("picks the engine's own default version", () => {
     expect(configOf({ "tollgate:engine": "redis" })).toMatchObject({
-      engineVersion: "7.1",
+      engineVersion: "7.0",
       parameterGroupFamily: "redis7",
     });
     expect(configOf({})).toMatchObject({ engine: "valkey", engineVersion: "8.0", parameterGroupFamily: "valkey8" });
-    expect(configOf({ "tollgate:engineVersion": "7.2" }).parameterGroupFamily).toBe("valkey7");
+  });
+
+  it("offers exactly the versions the suite runs on: Redis 7.0 and Valkey 8.0", () => {
+    expect(failure({ "tollgate:engineVersion": "8.1" })).toMatch(/^context tollgate:engineVersion: valkey 8.1 .* 8.0$/);
+    expect(failure({ "tollgate:engineVersion": "7.2" })).toMatch(/^context tollgate:engineVersion: valkey 7.2 .* 8.0$/);
+    expect(failure({ "tollgate:engine": "redis", "tollgate:engineVersion": "7.1" })).toMatch(
+      /^context tollgate:engineVersion: redis 7.1 .* 7.0$/,
+    );
   });
 
   it("refuses a pair ElastiCache does not offer, naming tollgate:engineVersion", () => {
     expect(failure({ "tollgate:engine": "redis", "tollgate:engineVersion": "8.0" })).toMatch(
-      /^context tollgate:engineVersion: redis 8.0 is not offered .* 7.0, 7.1$/,
+      /^context tollgate:engineVersion: redis 8.0 is not offered .* 7.0$/,
     );
     expect(failure({ "tollgate:engineVersion": "6.2" })).toMatch(/^context tollgate:engineVersion: valkey 6.2/);
     expect(failure({ "tollgate:engine": "memcached" })).toMatch(
