@@ -1,5 +1,6 @@
 // Installs what `npm test`, `npm run demo` and `npm run bench` need on a fresh Debian machine that has
-// only Node and npm: the npm packages (npm ci) and Debian's redis-server (apt-get, as root).
+// only Node and npm: the npm packages (npm ci), and Debian's redis-server and lua-check (luacheck, the Lua
+// linter the unit tier runs) by apt-get, as root.
 // Plain Node on purpose: it runs before node_modules exists.
 import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, statSync } from "node:fs";
@@ -25,17 +26,25 @@ function ensureNpmPackages() {
   run("npm", ["ci", "--no-audit", "--no-fund"]);
 }
 
-function ensureRedis() {
-  if (has("redis-server") && has("redis-cli")) return;
+/** Each command needed and the Debian package that provides it. */
+const DEBIAN_COMMANDS = [
+  ["redis-server", "redis-server"],
+  ["redis-cli", "redis-tools"],
+  ["luacheck", "lua-check"],
+];
+
+function ensureDebianPackages() {
+  const missing = [...new Set(DEBIAN_COMMANDS.filter(([command]) => !has(command)).map(([, pkg]) => pkg))];
+  if (missing.length === 0) return;
   if (process.getuid?.() !== 0) {
     console.error(
-      "[ensure-deps] redis-server is not installed and this user cannot install it.\n" +
-        "Install Debian's package as root: apt-get update && apt-get install -y redis-server",
+      `[ensure-deps] ${missing.join(", ")} not installed and this user cannot install them.\n` +
+        `Install Debian's packages as root: apt-get update && apt-get install -y ${missing.join(" ")}`,
     );
     process.exit(1);
   }
   run("apt-get", ["update", "-qq"]);
-  execFileSync("apt-get", ["install", "-y", "-qq", "redis-server", "redis-tools"], {
+  execFileSync("apt-get", ["install", "-y", "-qq", ...missing], {
     cwd: root,
     stdio: ["ignore", "inherit", "inherit"],
     env: { ...process.env, DEBIAN_FRONTEND: "noninteractive" },
@@ -43,4 +52,4 @@ function ensureRedis() {
 }
 
 ensureNpmPackages();
-ensureRedis();
+ensureDebianPackages();
