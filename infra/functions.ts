@@ -25,8 +25,8 @@ const WASM_FILES = ["index.js", "index.wasm", "package.json", "LICENSE"];
  * esbuild bundles each handler into one ESM file, the AWS SDK included. Nothing in the asset is native code,
  * so it loads on either architecture and any Node the runtime runs, whatever machine synthesized it.
  * `roaring-wasm` stays external and its files are copied beside the bundle: bundled, its loader would look
- * for `index.wasm` through `__dirname`, which ESM lacks. The Lua scripts are copied beside the bundle,
- * where lua-scripts.ts finds them.
+ * for `index.wasm` through `__dirname`, which ESM lacks. The Lua scripts (each entry with its folder of parts)
+ * are copied beside the bundle, where lua-scripts.ts joins them at init.
  */
 export const bundling: nodejs.BundlingOptions = {
   format: nodejs.OutputFormat.ESM,

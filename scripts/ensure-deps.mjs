@@ -1,6 +1,6 @@
 // Installs what `npm test`, `npm run demo` and `npm run bench` need on a fresh Debian machine that has
-// only Node and npm: the npm packages (npm ci), Debian's redis-server and, from bookworm-backports,
-// valkey-server (apt-get, as root).
+// only Node and npm: the npm packages (npm ci), and by apt-get, as root, Debian's redis-server, lua-check
+// (luacheck, the Lua linter the unit tier runs) and, from bookworm-backports, valkey-server.
 // Plain Node on purpose: it runs before node_modules exists.
 import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
@@ -26,29 +26,15 @@ function ensureNpmPackages() {
   run("npm", ["ci", "--no-audit", "--no-fund"]);
 }
 
-function requireRoot(packages) {
-  if (process.getuid?.() === 0) return;
-  console.error(
-    `[ensure-deps] ${packages} is not installed and this user cannot install it.\n` +
-      "Install Debian's package as root (README: the two commands).",
-  );
-  process.exit(1);
-}
-
-function aptInstall(args) {
-  execFileSync("apt-get", ["install", "-y", "-qq", ...args], {
-    cwd: root,
-    stdio: ["ignore", "inherit", "inherit"],
-    env: { ...process.env, DEBIAN_FRONTEND: "noninteractive" },
-  });
-}
-
-function ensureRedis() {
-  if (has("redis-server") && has("redis-cli")) return;
-  requireRoot("redis-server");
-  run("apt-get", ["update", "-qq"]);
-  aptInstall(["redis-server", "redis-tools"]);
-}
+/** Each command needed, the Debian package that provides it, and the suite it comes from. */
+const DEBIAN_COMMANDS = [
+  ["redis-server", "redis-server", "bookworm"],
+  ["redis-cli", "redis-tools", "bookworm"],
+  ["luacheck", "lua-check", "bookworm"],
+  // Valkey 8.0, the engine the stack deploys, is in bookworm-backports
+  ["valkey-server", "valkey-server", "bookworm-backports"],
+];
+const BACKPORTS_SOURCE = "/etc/apt/sources.list.d/tollgate-bookworm-backports.sources";
 
 /** True when some APT source already lists the suite. */
 function hasSuite(suite) {
@@ -63,14 +49,22 @@ function hasSuite(suite) {
   });
 }
 
-// Valkey 8.0 (the engine the stack deploys) is in bookworm-backports, which a new machine does not list.
-function ensureValkey() {
-  if (has("valkey-server")) return;
-  requireRoot("valkey-server");
-  if (!hasSuite("bookworm-backports")) {
+function ensureDebianPackages() {
+  const missing = DEBIAN_COMMANDS.filter(([command]) => !has(command));
+  if (missing.length === 0) return;
+  const names = [...new Set(missing.map(([, pkg]) => pkg))];
+  if (process.getuid?.() !== 0) {
+    console.error(
+      `[ensure-deps] ${names.join(", ")} not installed and this user cannot install them.\n` +
+        `Install Debian's packages as root: apt-get update && apt-get install -y ${names.join(" ")}` +
+        " (valkey-server from bookworm-backports)",
+    );
+    process.exit(1);
+  }
+  if (missing.some(([, , suite]) => suite === "bookworm-backports") && !hasSuite("bookworm-backports")) {
     console.error("[ensure-deps] adding Debian's bookworm-backports suite for valkey-server");
     writeFileSync(
-      "/etc/apt/sources.list.d/tollgate-bookworm-backports.sources",
+      BACKPORTS_SOURCE,
       [
         "Types: deb",
         "URIs: http://deb.debian.org/debian",
@@ -82,9 +76,16 @@ function ensureValkey() {
     );
   }
   run("apt-get", ["update", "-qq"]);
-  aptInstall(["-t", "bookworm-backports", "valkey-server"]);
+  for (const suite of ["bookworm", "bookworm-backports"]) {
+    const packages = [...new Set(missing.filter(([, , from]) => from === suite).map(([, pkg]) => pkg))];
+    if (packages.length === 0) continue;
+    execFileSync("apt-get", ["install", "-y", "-qq", ...(suite === "bookworm" ? [] : ["-t", suite]), ...packages], {
+      cwd: root,
+      stdio: ["ignore", "inherit", "inherit"],
+      env: { ...process.env, DEBIAN_FRONTEND: "noninteractive" },
+    });
+  }
 }
 
 ensureNpmPackages();
-ensureRedis();
-ensureValkey();
+ensureDebianPackages();

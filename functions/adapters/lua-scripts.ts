@@ -1,24 +1,19 @@
-// The Lua scripts in lua/, read once per process. They run as Redis Functions (redis-functions.ts), loaded
-// once per primary and called by FCALL: the engine's in tollgateLibrary, the rate-limit scripts in
-// limitLibrary (called by RedisLimitStore).
-import { existsSync, readFileSync } from "node:fs";
+// The Lua scripts in lua/, read once per process and joined from their parts (sdk/src/lua-chunks.ts). They
+// run as Redis Functions (redis-functions.ts), loaded once per primary and called by FCALL: the engine's in
+// tollgateLibrary, the rate-limit scripts in limitLibrary (called by RedisLimitStore).
+import { readLuaChunk } from "../../sdk/src/lua-chunks.ts";
 import { quotaLibraryOf } from "../../sdk/src/transports/redis.ts";
 import { defineLibrary, type LibraryScript } from "../../sdk/src/transports/redis-functions.ts";
 import { ALGORITHMS, type Algorithm } from "../core/limits/limit-specs.ts";
 
 /**
  * In the repository the scripts are at ../../lua/ from this file; in a Lambda bundle (one file), the
- * bundling step copies them to ./lua/ beside it.
+ * bundling step copies that folder, parts included, to ./lua/ beside it.
  */
 const LUA_DIRS = [new URL("./lua/", import.meta.url), new URL("../../lua/", import.meta.url)];
 
-export function load(name: string): string {
-  for (const dir of LUA_DIRS) {
-    const file = new URL(`${name}.lua`, dir);
-    if (existsSync(file)) return readFileSync(file, "utf8");
-  }
-  throw new Error(`lua/${name}.lua not found beside the code (${LUA_DIRS.map(String).join(", ")})`);
-}
+/** The chunk of script `name`: lua/<name>.lua, or the entry lua/<name>/<name>.lua joined with its parts. */
+export const load = (name: string): string => readLuaChunk(LUA_DIRS, name);
 
 /** The rate-limit chunks: limit-common.lua, then the algorithms they run, then their driver. */
 const common = load("limit-common");

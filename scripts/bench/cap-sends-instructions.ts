@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync } from "node:fs";
+import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Redis } from "ioredis";
@@ -8,6 +8,7 @@ import { Capper } from "../../functions/core/capping/capper.ts";
 import { parsePolicy } from "../../functions/core/capping/policy.ts";
 import { SegmentIndex } from "../../functions/core/capping/segment-index.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
+import { joinLua } from "../../sdk/src/lua-chunks.ts";
 import { evalScriptOf } from "../../sdk/src/transports/redis-functions.ts";
 import { isMain } from "../is-main.ts";
 import { dumper, startCallgrindServer, stopCallgrindServer } from "./callgrind-server.ts";
@@ -88,7 +89,7 @@ if (isMain(import.meta)) {
     ["this cap-sends.lua, FCALL", "function"],
   ];
   const old = process.argv[2];
-  if (old) runs.unshift([`${old}, EVALSHA`, { evalLua: readFileSync(old, "utf8") }]);
+  if (old) runs.unshift([`${old}, EVALSHA`, { evalLua: joinLua(old).text }]);
   // ONLY=FCALL: only the rows whose name holds it
   if (process.env.ONLY) runs.splice(0, runs.length, ...runs.filter(([name]) => name.includes(process.env.ONLY ?? "")));
   const k = (ir: number) => `${(ir / 1000).toFixed(1)}k`;

@@ -1,14 +1,15 @@
 // Instructions a standalone redis-server executes inside lua/quota-sync.lua (callgrind, counted only within
 // EVALSHA and FCALL), per call and per key: a figure the machine's load does not change. Usage:
 //   QUOTA_PORT=7745 [ROUNDS=50] [SHAPES=0,1] [ONLY=FCALL] npx tsx scripts/bench/quota-sync-instructions.ts [script.lua ...]   (needs valgrind)
-// Each script given (default lua/quota-sync.lua) runs the shapes of quota-sync-cpu.ts on its own server,
+// Each script given (an entry file, joined with its parts; default lua/quota-sync/quota-sync.lua) runs the shapes of quota-sync-cpu.ts on its own server,
 // as a Redis Function (FCALL, as the check API's store calls it) and as an EVAL script (EVALSHA, as the
 // SDK's direct transport calls it).
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync } from "node:fs";
+import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ruleWriteCall } from "../../functions/core/quotas/quota-rule-script.ts";
+import { joinLua, readLuaChunk } from "../../sdk/src/lua-chunks.ts";
 import { defineLibrary, evalScriptOf } from "../../sdk/src/transports/redis-functions.ts";
 import { encodeSync } from "../../sdk/src/wire.ts";
 import { isMain } from "../is-main.ts";
@@ -38,7 +39,7 @@ async function countShape(
         : redis.evalsha(sha, keys.length, ...keys, ...args);
     const write = ruleWriteCall({ namespace: "cg", name: "api", group: 0, rule: shape.rule, version: "v1", stamp: 1 });
     await redis.eval(
-      readFileSync(new URL("../../lua/quota-rule.lua", import.meta.url), "utf8"),
+      readLuaChunk([new URL("../../lua/", import.meta.url)], "quota-rule"),
       1,
       ...write.keys,
       ...write.args,
@@ -66,14 +67,14 @@ if (isMain(import.meta)) {
   const rounds = Number(process.env.ROUNDS ?? 50);
   // SHAPES=0,1: only those rows of SYNC_SHAPES
   const only = process.env.SHAPES?.split(",").map(Number);
-  const scripts = process.argv.length > 2 ? process.argv.slice(2) : ["lua/quota-sync.lua"];
+  const scripts = process.argv.length > 2 ? process.argv.slice(2) : ["lua/quota-sync/quota-sync.lua"];
   const ways = (["FCALL", "EVALSHA"] as const).filter((way) => !process.env.ONLY || process.env.ONLY === way);
   console.log(
     "| Script | Called by | Rule | Keys per call | Instructions per call | per key in the call | per key over the 1-key call |",
   );
   console.log("|---|---|---|---|---|---|---|");
   for (const path of scripts) {
-    const chunk = readFileSync(path, "utf8");
+    const chunk = joinLua(path).text;
     for (const how of ways) {
       const perCall = new Map<string, number>();
       for (const [index, shape] of SYNC_SHAPES.entries()) {

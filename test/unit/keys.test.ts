@@ -1,4 +1,3 @@
-import { readFileSync } from "node:fs";
 import calculateSlot from "cluster-key-slot";
 import { describe, expect, it } from "vitest";
 import {
@@ -13,6 +12,7 @@ import {
   USERS_PER_GROUP,
   USERS_PER_PAGE,
 } from "../../functions/core/shared/keys.ts";
+import { readLuaChunk } from "../../sdk/src/lua-chunks.ts";
 
 describe("keys", () => {
   it("puts a group of consecutive users under one tag, one page block per 256 of them", () => {
@@ -45,7 +45,7 @@ describe("keys", () => {
   });
 
   it("agrees with the page size lua/cap-sends.lua is written for", () => {
-    const lua = readFileSync(new URL("../../lua/cap-sends.lua", import.meta.url), "utf8");
+    const lua = readLuaChunk([new URL("../../lua/", import.meta.url)], "cap-sends");
     expect(lua).toMatch(new RegExp(`PAGE_USERS, MIN_COMPACT_AT, MIN_CLASS_LIMIT = \\d+, ${USERS_PER_PAGE},`));
     // a user's offset travels as one byte, a page number as three
     expect(USERS_PER_PAGE).toBeLessThanOrEqual(256);

@@ -2,9 +2,9 @@
 // Redis Function (FCALL; the library is loaded on every primary where a call finds it missing: a new
 // cluster, a node added empty, FUNCTION FLUSH). The Tollgate service loads the same library, so both share
 // it. One call per slot group: every key of a call shares one hash tag.
-import { existsSync, readFileSync } from "node:fs";
 import type { Cluster, Redis } from "ioredis";
 import { QuotasConfigError, StoreUnreachableError, SyncRejectedError } from "../errors.ts";
+import { findLuaEntry, joinLua } from "../lua-chunks.ts";
 import type { QuotaTransport } from "../quotas.ts";
 import { DEFAULT_NAMESPACE, decodeSync, encodeSync, NAME_PATTERN, type SyncReply, type SyncRequest } from "../wire.ts";
 import { defineLibrary, fcall, type RedisFunctionLibrary } from "./redis-functions.ts";
@@ -19,11 +19,11 @@ export interface RedisTransportOptions {
   timeoutMs?: number;
 }
 
-/** In the repository the script is in lua/ at the root; the published package carries a copy in lua/. */
-const LUA_CANDIDATES = [
-  new URL("../../lua/quota-sync.lua", import.meta.url),
-  new URL("../../../lua/quota-sync.lua", import.meta.url),
-];
+/**
+ * The published package carries the joined chunk in its lua/ (prepack); in the repository the script is the
+ * entry and parts in lua/quota-sync/ at the root, joined here as the service joins it (lua-chunks.ts).
+ */
+const LUA_DIRS = [new URL("../../lua/", import.meta.url), new URL("../../../lua/", import.meta.url)];
 
 /**
  * quota-sync's library, as the SDK and the Tollgate service both load it (the same chunk and flags make the
@@ -38,10 +38,9 @@ let library: RedisFunctionLibrary<"quotaSync" | "quotaRead"> | undefined;
 /** The library of the quota-sync.lua beside the package: the service's `quotaLibrary`. */
 function quotaSyncLibrary(): RedisFunctionLibrary<"quotaSync" | "quotaRead"> {
   if (library !== undefined) return library;
-  const file = LUA_CANDIDATES.find((candidate) => existsSync(candidate));
-  if (!file)
-    throw new QuotasConfigError("redis", `quota-sync.lua not found (${LUA_CANDIDATES.map(String).join(", ")})`);
-  library = quotaLibraryOf(readFileSync(file, "utf8"));
+  const entry = findLuaEntry(LUA_DIRS, "quota-sync");
+  if (!entry) throw new QuotasConfigError("redis", `quota-sync.lua not found (in ${LUA_DIRS.map(String).join(", ")})`);
+  library = quotaLibraryOf(joinLua(entry).text);
   return library;
 }
 
