@@ -2,8 +2,7 @@
 // once per primary and called by FCALL: the engine's in tollgateLibrary, the rate-limit scripts in
 // limitLibrary (called by RedisLimitStore).
 import { existsSync, readFileSync } from "node:fs";
-import { quotaLibraryOf } from "../../sdk/src/transports/redis.ts";
-import { defineLibrary, type LibraryScript } from "../../sdk/src/transports/redis-functions.ts";
+import { defineLibrary, type LibraryScript, quotaLibraryOf } from "../../sdk/src/protocol/index.ts";
 import { ALGORITHMS, type Algorithm } from "../core/limits/limit-specs.ts";
 
 /**

@@ -17,8 +17,8 @@
 import { describe, expect, it } from "vitest";
 import { syncRequestSchema } from "../../functions/core/quotas/quota-sync-service.ts";
 import { SyncRejectedError } from "../src/errors.ts";
+import type { QuotaRule, SyncReply, SyncRequest } from "../src/protocol/index.ts";
 import { createQuotas, type QuotaTransport } from "../src/quotas.ts";
-import type { QuotaRule, SyncReply, SyncRequest } from "../src/wire.ts";
 
 const strict: QuotaRule = {
   mode: "strict",

@@ -12,14 +12,14 @@ import {
   type SyncReply,
   type SyncRequest,
   slotGroupOf,
-} from "../../../sdk/src/wire.ts";
+} from "../../../sdk/src/protocol/index.ts";
 import type { Clock } from "../shared/clock.ts";
 import { ValidationError } from "../shared/errors.ts";
 import type { PublishedQuotaRule } from "../shared/quota-rules.ts";
 import { parseOrThrow } from "../shared/validation.ts";
 import type { QuotaStore } from "./quota-store.ts";
 
-// what the wire carries (sdk/src/wire.ts): any whole number a double holds exactly. A byte quota's usage,
+// what the wire carries (sdk/src/protocol/wire.ts): any whole number a double holds exactly. A byte quota's usage,
 // merged over a long outage, passes 1e9; the script caps what it stores at its slots' range
 const count = z.int().min(0).max(Number.MAX_SAFE_INTEGER);
 const time = z.int().min(0).max(8_640_000_000_000_000);

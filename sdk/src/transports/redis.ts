@@ -5,10 +5,19 @@
 import { existsSync, readFileSync } from "node:fs";
 import type { Cluster, Redis } from "ioredis";
 import { QuotasConfigError, StoreUnreachableError, SyncRejectedError } from "../errors.ts";
+import {
+  DEFAULT_NAMESPACE,
+  decodeSync,
+  encodeSync,
+  fcall,
+  NAME_PATTERN,
+  provesNotRun,
+  quotaLibraryOf,
+  type RedisFunctionLibrary,
+  type SyncReply,
+  type SyncRequest,
+} from "../protocol/index.ts";
 import type { QuotaTransport } from "../quotas.ts";
-import { DEFAULT_NAMESPACE, decodeSync, encodeSync, NAME_PATTERN, type SyncReply, type SyncRequest } from "../wire.ts";
-import { defineLibrary, fcall, type RedisFunctionLibrary } from "./redis-functions.ts";
-import { provesNotRun } from "./redis-replies.ts";
 
 export interface RedisTransportOptions {
   /** The caller's ioredis Cluster (or a single Redis for tests); the SDK never closes it. */
@@ -24,15 +33,6 @@ const LUA_CANDIDATES = [
   new URL("../../lua/quota-sync.lua", import.meta.url),
   new URL("../../../lua/quota-sync.lua", import.meta.url),
 ];
-
-/**
- * quota-sync's library, as the SDK and the Tollgate service both load it (the same chunk and flags make the
- * same name, so they share it): `quotaSync`, and `quotaRead`, the same chunk registered `no-writes` for
- * reads (instance "": `tollgate quotas usage`), which a node past `maxmemory` still runs.
- */
-export function quotaLibraryOf(chunk: string): RedisFunctionLibrary<"quotaSync" | "quotaRead"> {
-  return defineLibrary({ quotaSync: chunk, quotaRead: { chunk, flags: ["no-writes"] } });
-}
 
 let library: RedisFunctionLibrary<"quotaSync" | "quotaRead"> | undefined;
 /** The library of the quota-sync.lua beside the package: the service's `quotaLibrary`. */

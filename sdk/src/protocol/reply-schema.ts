@@ -1,7 +1,8 @@
 // The JSON body of a POST /v1/quotas/sync answer, validated strictly before the SDK believes it: the
 // same shape as wire.ts's SyncReply (decodeSync checks the direct transport's array the same way).
 import { z } from "zod";
-import { PROTOCOL, type SyncReply, type SyncRequest, WireError } from "../wire.ts";
+import { WireError } from "./errors.ts";
+import { PROTOCOL, type SyncReply, type SyncRequest } from "./wire.ts";
 
 const int = z.number().int();
 const limit = z.strictObject({ windowMs: int.positive(), max: int.nonnegative() });
