@@ -1,6 +1,6 @@
 // Every Redis key Tollgate uses is built here, and only here: the service's (capping, rate limits, quota
 // sync) and the SDK's direct transport's (quota sync) alike. Keys are a stored format: a format changed here
-// no longer finds the state the running release wrote.
+// no longer finds the state the running release wrote (test/unit/key-formats.test.ts writes each one out).
 //
 // Capping keys (see lua/cap-sends.lua) share one hash tag per CAP_TAGS-th group of USERS_PER_GROUP
 // consecutive user IDs, so one script call (one slot) decides many users, dense or sparse:
@@ -20,8 +20,11 @@
 // Rule names and instance ids match NAME_PATTERN (no braces), and the key text comes after the tag, so no
 // quota key can leave its slot or collide with another rule's.
 //
-// Rate-limit keys: limitKey and scopedLimitKey below; their key text is encoded (encodeName) so that it
-// cannot open or close a hash tag.
+// Rate-limit keys, the caller's key or scope as the hash tag, its text encoded (encodeName) so that it cannot
+// open or close one:
+//   <ns>:rl:{<key>}:<algorithm>              POST /v1/limit
+//   <ns>:rls:{<scope>}:<algorithm>:<key>     POST /v1/limits, every limit of a scope in one slot
+// The bench's baseline (not the product's): <ns>:log:{<user>} or <ns>:log:{<tag>}:<user> (perUserLogKey).
 import { WireError } from "./errors.ts";
 
 /** A block holds one page of consecutive user IDs. */
