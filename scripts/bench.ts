@@ -31,7 +31,7 @@ import { parsePolicy } from "../functions/core/capping/policy.ts";
 import { SegmentIndex } from "../functions/core/capping/segment-index.ts";
 import { Limiter } from "../functions/core/limits/limiter.ts";
 import { fixedClock } from "../functions/core/shared/clock.ts";
-import { perUserLogKey } from "../functions/core/shared/keys.ts";
+import { perUserLogKey } from "../sdk/src/protocol/index.ts";
 import { type GrabCall, runCappingWorkloads } from "./bench/capping-workloads.ts";
 import { runLimitsBench } from "./bench/limits-bench.ts";
 import { publishQuotas, runQuotasBench } from "./bench/quotas.ts";

@@ -1,9 +1,7 @@
-// The Lua scripts in lua/, read once per process and joined from their parts (sdk/src/lua-chunks.ts). They
-// run as Redis Functions (redis-functions.ts), loaded once per primary and called by FCALL: the engine's in
-// tollgateLibrary, the rate-limit scripts in limitLibrary (called by RedisLimitStore).
-import { readLuaChunk } from "../../sdk/src/lua-chunks.ts";
-import { quotaLibraryOf } from "../../sdk/src/transports/redis.ts";
-import { defineLibrary, type LibraryScript } from "../../sdk/src/transports/redis-functions.ts";
+// The Lua scripts in lua/, read once per process and joined from their parts (sdk/src/protocol/lua-chunks.ts).
+// They run as Redis Functions (redis-functions.ts), loaded once per primary and called by FCALL: the engine's
+// in tollgateLibrary, the rate-limit scripts in limitLibrary (called by RedisLimitStore).
+import { defineLibrary, type LibraryScript, quotaLibraryOf, readLuaChunk } from "../../sdk/src/protocol/index.ts";
 import { ALGORITHMS, type Algorithm } from "../core/limits/limit-specs.ts";
 
 /**

@@ -2,7 +2,7 @@
 // command on its own, and the stores over it, whose calls go through RedisCalls (readiness, deadline,
 // jittered retries, circuit breaker, errors classified once).
 import { Cluster, type ClusterNode } from "ioredis";
-import { fcall, fcallBuffer } from "../../sdk/src/transports/redis-functions.ts";
+import { fcall, fcallBuffer } from "../../sdk/src/protocol/index.ts";
 import type { CapStore } from "../core/capping/cap-sends-script.ts";
 import { type LimitStore, peeks } from "../core/limits/limit-script.ts";
 import type { Algorithm } from "../core/limits/limit-specs.ts";

@@ -1,7 +1,7 @@
 // Translates what ioredis rejects a command with into the core's two store faults, in one place: Redis
 // did not answer (StoreUnavailableError) or Redis answered with an error (StoreReplyError).
 import { ReplyError } from "ioredis";
-import { provesNotRun } from "../../sdk/src/transports/redis-replies.ts";
+import { provesNotRun } from "../../sdk/src/protocol/index.ts";
 import { StoreReplyError, StoreUnavailableError } from "../core/shared/errors.ts";
 
 /** ioredis re-exports redis-errors' ReplyError without typings: every error reply Redis sent is one. */

@@ -1,8 +1,14 @@
 // The QuotaStore over the Redis Cluster: lua/quota-sync.lua as a Redis Function (FCALL), and the
 // per-slot-group copies of each rule's configuration that the script reads in its own slot.
 import type { Cluster } from "ioredis";
-import { fcall } from "../../sdk/src/transports/redis-functions.ts";
-import { decodeSync, encodeSync, type QuotaRule, type SyncReply, type SyncRequest } from "../../sdk/src/wire.ts";
+import {
+  decodeSync,
+  encodeSync,
+  fcall,
+  type QuotaRule,
+  type SyncReply,
+  type SyncRequest,
+} from "../../sdk/src/protocol/index.ts";
 import { ruleWriteCall } from "../core/quotas/quota-rule-script.ts";
 import type { QuotaStore } from "../core/quotas/quota-store.ts";
 import { load as loadLua, quotaLibrary } from "./lua-scripts.ts";

@@ -1,7 +1,7 @@
 // Opens a cluster client's connections before the first request (a Lambda's init phase): the slot map,
 // one connection per primary (TCP, TLS, AUTH) and the Redis Functions library loaded on each, so no request pays.
 import type { Cluster } from "ioredis";
-import { loadLibrary } from "../../sdk/src/transports/redis-functions.ts";
+import { loadLibrary } from "../../sdk/src/protocol/index.ts";
 import { limitLibrary, quotaLibrary, tollgateLibrary } from "./lua-scripts.ts";
 
 export interface WarmUpReport {

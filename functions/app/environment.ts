@@ -2,10 +2,10 @@
 // at cold start (a bad value names the variable), and the variable types that infra/functions.ts and
 // scripts/local-stack.ts set them through, so a renamed variable fails the typecheck, not a cold start.
 import { z } from "zod";
+import { DEFAULT_NAMESPACE, NAME_PATTERN, NAME_RULE } from "../../sdk/src/protocol/index.ts";
 import { SQS_MAX_MESSAGE_BYTES } from "../adapters/sqs-sinks.ts";
 import { DEFAULT_DELIVERY_BATCH_SIZE } from "../core/capping/delivery.ts";
 import { DEFAULT_POLICY_KEY, DEFAULT_REDELIVERY_MS } from "../core/capping/policy.ts";
-import { DEFAULT_NAMESPACE, NAMESPACE_PATTERN, NAMESPACE_RULE } from "../core/shared/keys.ts";
 import { parseOrThrow } from "../core/shared/validation.ts";
 import { CHECK_API_ROUTES } from "../handlers/function-urls.ts";
 
@@ -57,7 +57,7 @@ const commonEnvironment = {
   REFRESH_SECONDS: integer(0, 86_400, 60),
   /** A new bitmap that takes away more than this share of its segment is refused unless forced. */
   SEGMENT_MAX_SHRINK_PERCENT: integer(0, 100, 50),
-  KEY_NAMESPACE: z.string().regex(NAMESPACE_PATTERN, NAMESPACE_RULE).default(DEFAULT_NAMESPACE),
+  KEY_NAMESPACE: z.string().regex(NAME_PATTERN, NAME_RULE).default(DEFAULT_NAMESPACE),
   /**
    * How long a campaign message can come back by itself after a send was counted (the campaign queue's
    * visibility timeout × maxReceiveCount): named sends are kept that long to recognise the redelivery.

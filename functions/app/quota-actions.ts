@@ -2,8 +2,8 @@
 // policy is validated whole, then uploaded), write the rules to Redis at once, and read a key's usage.
 import type { S3Client } from "@aws-sdk/client-s3";
 import type { Cluster } from "ioredis";
-import type { SyncReply } from "../../sdk/src/wire.ts";
-import { slotGroupOf } from "../../sdk/src/wire.ts";
+import type { SyncReply } from "../../sdk/src/protocol/index.ts";
+import { slotGroupOf } from "../../sdk/src/protocol/index.ts";
 import { RedisQuotaStore } from "../adapters/redis-quota-store.ts";
 import { S3ObjectStore } from "../adapters/s3-object-store.ts";
 import { DEFAULT_POLICY_KEY, type Policy, parsePolicyText } from "../core/capping/policy.ts";

@@ -3,10 +3,10 @@
 // of their code, so two versions run side by side during a rollout) and nothing removes the old ones: they
 // stay compiled in every node's memory. Removing one is safe at any time: a container or an SDK client
 // still on that version finds "Function not found", which proves its call did not run, loads its own
-// library again and sends the call once more (sdk/src/transports/redis-functions.ts). What it costs such a
+// library again and sends the call once more (sdk/src/protocol/redis-functions.ts). What it costs such a
 // client is one load per primary.
 import type { Cluster, Redis } from "ioredis";
-import type { RedisFunctionLibrary } from "../../sdk/src/transports/redis-functions.ts";
+import type { RedisFunctionLibrary } from "../../sdk/src/protocol/index.ts";
 import { limitLibrary, quotaLibrary, tollgateLibrary } from "../adapters/lua-scripts.ts";
 
 /** The libraries this build loads (and its Lambda functions' warm-up loads on every primary). */

@@ -6,7 +6,7 @@ import { Metrics, MetricUnit } from "@aws-lambda-powertools/metrics";
 import { logMetrics } from "@aws-lambda-powertools/metrics/middleware";
 import middy from "@middy/core";
 import type { APIGatewayProxyEventV2, Context } from "aws-lambda";
-import type { SyncReply } from "../../sdk/src/wire.ts";
+import type { SyncReply } from "../../sdk/src/protocol/index.ts";
 import type { FrequencyResult } from "../core/capping/frequency.ts";
 import type { LimitResult, LimitSpec } from "../core/limits/limit-specs.ts";
 import type { Limiter, ValidLimitRequest } from "../core/limits/limiter.ts";
@@ -36,7 +36,7 @@ export interface CheckApiDeps {
   /** POST /v1/frequency: one user, one channel, the campaign caps. */
   frequency: (body: unknown) => Promise<FrequencyResult>;
   health: () => Promise<HealthReport>;
-  /** POST /v1/quotas/sync: one Quotas sync call for clients outside the VPC (sdk/src/wire.ts). */
+  /** POST /v1/quotas/sync: one Quotas sync call for clients outside the VPC (sdk/src/protocol/wire.ts). */
   quotaSync?: (body: unknown) => Promise<SyncReply>;
   /**
    * What this function serves: every route, or `quota-sync`, `POST /v1/quotas/sync` alone (every other route

@@ -1,7 +1,7 @@
 // The HTTP layer of the Function URL handlers: JSON replies, the request body (size, a JSON object), a
 // route table answering 404, 405 (with Allow) and HEAD, and the errors every route maps the same way.
 import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2 } from "aws-lambda";
-import { MAX_SYNC_BODY_BYTES } from "../../sdk/src/wire.ts";
+import { MAX_SYNC_BODY_BYTES } from "../../sdk/src/protocol/index.ts";
 import { ValidationError } from "../core/shared/errors.ts";
 import { repeatedMember } from "./json-members.ts";
 

@@ -8,8 +8,7 @@ import { Capper } from "../../functions/core/capping/capper.ts";
 import { parsePolicy } from "../../functions/core/capping/policy.ts";
 import { SegmentIndex } from "../../functions/core/capping/segment-index.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
-import { joinLua } from "../../sdk/src/lua-chunks.ts";
-import { evalScriptOf } from "../../sdk/src/transports/redis-functions.ts";
+import { evalScriptOf, joinLua } from "../../sdk/src/protocol/index.ts";
 import { isMain } from "../is-main.ts";
 import { dumper, startCallgrindServer, stopCallgrindServer } from "./callgrind-server.ts";
 

@@ -9,13 +9,7 @@ import { Capper } from "../../functions/core/capping/capper.ts";
 import { parsePolicy } from "../../functions/core/capping/policy.ts";
 import { SegmentIndex } from "../../functions/core/capping/segment-index.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
-import {
-  capIdentityKey,
-  capRecordKey,
-  capTagOf,
-  perUserLogKey,
-  recordRangeOf,
-} from "../../functions/core/shared/keys.ts";
+import { capIdentityKey, capRecordKey, capTagOf, perUserLogKey, recordRangeOf } from "../../sdk/src/protocol/index.ts";
 import {
   cpuSeconds,
   fillReplicationBacklogs,

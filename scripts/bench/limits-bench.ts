@@ -7,7 +7,7 @@ import { RateLimiterRedis } from "rate-limiter-flexible";
 import { createRedisCluster, RedisLimitStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
 import { Limiter } from "../../functions/core/limits/limiter.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
-import { limitKey } from "../../functions/core/shared/keys.ts";
+import { limitKey } from "../../sdk/src/protocol/index.ts";
 
 const KEYS = 1000;
 const IN_FLIGHT = 32;

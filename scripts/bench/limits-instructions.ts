@@ -20,7 +20,7 @@ import {
 import { type LimitStore, limitArgs, peeks } from "../../functions/core/limits/limit-script.ts";
 import { Limiter } from "../../functions/core/limits/limiter.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
-import { limitKey } from "../../functions/core/shared/keys.ts";
+import { limitKey } from "../../sdk/src/protocol/index.ts";
 import { isMain } from "../is-main.ts";
 import { dumper, startCallgrindServer, stopCallgrindServer } from "./callgrind-server.ts";
 

@@ -4,7 +4,7 @@
 import type { Redis } from "ioredis";
 import { createRedisCluster, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
 import { RedisQuotaStore } from "../../functions/adapters/redis-quota-store.ts";
-import type { QuotaRule, SyncRequest } from "../../sdk/src/wire.ts";
+import type { QuotaRule, SyncRequest } from "../../sdk/src/protocol/index.ts";
 import { isMain } from "../is-main.ts";
 
 const T0 = Date.UTC(2026, 10, 2, 9);

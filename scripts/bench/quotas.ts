@@ -19,7 +19,7 @@ import calculateSlot from "cluster-key-slot";
 import { Cluster, Redis } from "ioredis";
 import { createRedisCluster } from "../../functions/adapters/redis-cluster.ts";
 import { createQuotas } from "../../sdk/src/index.ts";
-import { encodeRule, type QuotaRule, slotGroupKeys, slotGroupPrefix } from "../../sdk/src/wire.ts";
+import { encodeRule, type QuotaRule, slotGroupKeys, slotGroupPrefix } from "../../sdk/src/protocol/index.ts";
 import { youngBytesDuring } from "../../sdk/test/support/young-bytes.ts";
 import { isMain } from "../is-main.ts";
 import { startCluster, stopCluster } from "../redis-cluster.ts";

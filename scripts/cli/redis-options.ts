@@ -5,7 +5,7 @@
 import { type Command, Option } from "commander";
 import { createRedisCluster } from "../../functions/adapters/redis-cluster.ts";
 import { withRedisSecret } from "../../functions/app/redis-secret.ts";
-import { DEFAULT_NAMESPACE } from "../../functions/core/shared/keys.ts";
+import { DEFAULT_NAMESPACE } from "../../sdk/src/protocol/index.ts";
 
 export interface RedisNodeOptions {
   redis?: string[];

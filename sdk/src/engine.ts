@@ -3,8 +3,6 @@
 // degraded mode begins), `takeRequest` (usage out, per slot group) and `applyReply` (allowances in).
 import type { Decision } from "./decision.ts";
 import { QuotasArgumentError } from "./errors.ts";
-import { recordAdmissions, safeShareLeft } from "./safe-share.ts";
-import { type GroupState, type PendingRequest, QuotaHandle, RuleState, Source } from "./state.ts";
 import {
   MAX_EPOCHS_PER_KEY,
   MAX_KEYS_PER_SYNC,
@@ -15,7 +13,9 @@ import {
   type SyncReply,
   type SyncRequest,
   WireError,
-} from "./wire.ts";
+} from "./protocol/index.ts";
+import { recordAdmissions, safeShareLeft } from "./safe-share.ts";
+import { type GroupState, type PendingRequest, QuotaHandle, RuleState, Source } from "./state.ts";
 
 export interface EngineOptions {
   /** Random per process, never reused (the store's idempotency is per instance and sequence). */

@@ -9,6 +9,6 @@ export {
   StoreUnreachableError,
   SyncRejectedError,
 } from "./errors.ts";
+export type { QuotaFallback, QuotaLimit, QuotaMode, QuotaRule, SyncReply, SyncRequest } from "./protocol/index.ts";
 export { createQuotas, Quotas, type QuotasMetrics, type QuotasOptions, type QuotaTransport } from "./quotas.ts";
 export type { QuotaHandle } from "./state.ts";
-export type { QuotaFallback, QuotaLimit, QuotaMode, QuotaRule, SyncReply, SyncRequest } from "./wire.ts";

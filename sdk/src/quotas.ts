@@ -7,8 +7,8 @@ import { type Clock, type Scheduler, systemClock, unrefScheduler } from "./clock
 import type { Decision } from "./decision.ts";
 import { type EngineOptions, QuotaEngine } from "./engine.ts";
 import { QuotasConfigError, SyncRejectedError } from "./errors.ts";
+import { NAME_PATTERN, type QuotaRule, type SyncReply, type SyncRequest, WireError } from "./protocol/index.ts";
 import type { GroupState, QuotaHandle } from "./state.ts";
-import { NAME_PATTERN, type QuotaRule, type SyncReply, type SyncRequest, WireError } from "./wire.ts";
 
 /** How a sync reaches the store: direct to Redis (transports/redis.ts) or over HTTP (transports/http.ts). */
 export interface QuotaTransport {

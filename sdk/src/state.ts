@@ -1,7 +1,7 @@
 // The engine's state: rules (definition from the options or a sync reply, slot groups, keys) and each
 // key's handle. Mutable in place, so an operator's change reaches every resolved handle without
 // re-resolving. The hot path reads and writes only a handle's numbers: no strings built, no clock.
-import { type QuotaRule, type SyncRequest, slotGroupOf } from "./wire.ts";
+import { type QuotaRule, type SyncRequest, slotGroupOf } from "./protocol/index.ts";
 
 /** Where a key's allowance comes from. */
 export const Source = {

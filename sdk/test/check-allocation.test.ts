@@ -2,8 +2,8 @@
 // resolved and string keys, every fallback) must leave V8's young generation as full as before, give or
 // take a few one-off bytes, with no GC in between. Counted in bytes, not timed.
 import { describe, expect, it } from "vitest";
+import type { QuotaRule, SyncReply } from "../src/protocol/index.ts";
 import { createQuotas, type Quotas } from "../src/quotas.ts";
-import type { QuotaRule, SyncReply } from "../src/wire.ts";
 import { youngBytesDuring } from "./support/young-bytes.ts";
 
 const CHECKS = 200_000;

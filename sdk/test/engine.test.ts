@@ -10,7 +10,7 @@ import {
   type SyncReply,
   type SyncRequest,
   WireError,
-} from "../src/wire.ts";
+} from "../src/protocol/index.ts";
 
 const F = 50;
 const api: QuotaRule = {

@@ -5,8 +5,8 @@ import { createServer, type IncomingHttpHeaders } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import { StoreUnreachableError, SyncRejectedError } from "../src/errors.ts";
+import { type SyncRequest, WireError } from "../src/protocol/index.ts";
 import { httpTransport } from "../src/transports/http.ts";
-import { type SyncRequest, WireError } from "../src/wire.ts";
 
 const request: SyncRequest = {
   instanceId: "i-1",

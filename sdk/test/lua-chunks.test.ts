@@ -1,11 +1,11 @@
-// Joining a Lua script from its entry and parts (src/lua-chunks.ts): each include line replaced by its part's
+// Joining a Lua script from its entry and parts (src/protocol/lua-chunks.ts): each include line replaced by its part's
 // text, and every way a script cannot be joined refused with the file and line at fault.
 import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { describe, expect, it } from "vitest";
-import { findLuaEntry, joinLua, LuaChunkError, readLuaChunk } from "../src/lua-chunks.ts";
+import { findLuaEntry, joinLua, LuaChunkError, readLuaChunk } from "../src/protocol/lua-chunks.ts";
 
 /** A fresh folder holding `files` (path -> text). */
 function folderOf(files: Record<string, string>): string {

@@ -11,8 +11,8 @@ import { startFunctionUrlServer } from "../../scripts/local/function-url-server.
 import { expressQuotas } from "../src/middleware/express.ts";
 import { fastifyQuotas } from "../src/middleware/fastify.ts";
 import { middyQuotas } from "../src/middleware/middy.ts";
+import type { QuotaRule } from "../src/protocol/index.ts";
 import { createQuotas } from "../src/quotas.ts";
-import type { QuotaRule } from "../src/wire.ts";
 import { fakeStore } from "./support/fake-store.ts";
 
 const rule: QuotaRule = {

@@ -3,8 +3,8 @@
 import { describe, expect, it } from "vitest";
 import type { Scheduler } from "../src/clock.ts";
 import { QuotasConfigError, StoreUnreachableError, SyncRejectedError } from "../src/errors.ts";
+import type { QuotaRule, SyncReply, SyncRequest } from "../src/protocol/index.ts";
 import { createQuotas, type QuotasMetrics, type QuotaTransport } from "../src/quotas.ts";
-import type { QuotaRule, SyncReply, SyncRequest } from "../src/wire.ts";
 
 const api: QuotaRule = {
   mode: "approximate",

@@ -6,8 +6,8 @@
 // before answering as the store would.
 import { describe, expect, it } from "vitest";
 import { QuotasArgumentError } from "../src/errors.ts";
+import { encodeSync, type QuotaRule, type SyncReply, type SyncRequest } from "../src/protocol/index.ts";
 import { createQuotas, type QuotaTransport } from "../src/quotas.ts";
-import { encodeSync, type QuotaRule, type SyncReply, type SyncRequest } from "../src/wire.ts";
 import { manualClock, neverScheduler, storeReply } from "./support/quota-fixtures.ts";
 
 const strict: QuotaRule = {

@@ -4,8 +4,8 @@
 // (what a 503 from the check API, or a node that does not answer, gives the SDK).
 import { describe, expect, it } from "vitest";
 import { StoreUnreachableError } from "../src/errors.ts";
+import { encodeSync, type QuotaRule, type SyncReply } from "../src/protocol/index.ts";
 import { createQuotas, type QuotaTransport } from "../src/quotas.ts";
-import { encodeSync, type QuotaRule, type SyncReply } from "../src/wire.ts";
 
 const rule: QuotaRule = {
   mode: "approximate",

@@ -6,9 +6,9 @@
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
+import type { QuotaRule, SyncRequest } from "../src/protocol/index.ts";
 import { createQuotas } from "../src/quotas.ts";
 import { httpTransport } from "../src/transports/http.ts";
-import type { QuotaRule, SyncRequest } from "../src/wire.ts";
 import { neverScheduler } from "./support/quota-fixtures.ts";
 
 const rule: QuotaRule = {

@@ -5,8 +5,8 @@
 // lua/quota-sync.lua does (leaseExpiresAt = the call's now + the rule's leaseMs).
 import { describe, expect, it } from "vitest";
 import { compileQuotaRules } from "../../functions/core/shared/quota-rules.ts";
+import type { QuotaRule } from "../src/protocol/index.ts";
 import { createQuotas, type QuotaTransport } from "../src/quotas.ts";
-import type { QuotaRule } from "../src/wire.ts";
 import { manualClock, neverScheduler, storeReply } from "./support/quota-fixtures.ts";
 
 describe("strict leases", () => {

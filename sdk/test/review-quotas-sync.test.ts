@@ -6,8 +6,8 @@
 // lua/quota-sync.lua does.
 import { describe, expect, it } from "vitest";
 import { StoreUnreachableError } from "../src/errors.ts";
+import type { QuotaRule } from "../src/protocol/index.ts";
 import { createQuotas, type QuotaTransport } from "../src/quotas.ts";
-import type { QuotaRule } from "../src/wire.ts";
 import { manualClock, neverScheduler, storeReply } from "./support/quota-fixtures.ts";
 
 const approximate: QuotaRule = {

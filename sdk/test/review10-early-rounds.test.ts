@@ -4,8 +4,8 @@
 import { describe, expect, it } from "vitest";
 import { StoreUnreachableError } from "../src/errors.ts";
 import { createQuotas, type Quotas } from "../src/index.ts";
+import { type QuotaRule, type SyncReply, type SyncRequest, slotGroupOf } from "../src/protocol/index.ts";
 import type { QuotaHandle } from "../src/state.ts";
-import { type QuotaRule, type SyncReply, type SyncRequest, slotGroupOf } from "../src/wire.ts";
 import { neverScheduler, storeReply } from "./support/quota-fixtures.ts";
 
 const strict2: QuotaRule = {

@@ -4,7 +4,7 @@
 // Contract (sdk/src/engine.ts, as the earlier review's cost tests quote it): a key the wire cannot carry is
 // refused "at first sight, with the field named: the sync would refuse it for the whole slot group"; and
 // docs/quotas.md: httpTransport is "POST /v1/quotas/sync at url" with "the same request and reply as the
-// direct transport". The route (functions/core/quotas/quota-sync-service.ts, syncRequestSchema) caps an
+// direct transport". The route (syncRequestSchema, sdk/src/protocol/sync-schemas.ts) caps an
 // entry's `offered` and `want` at 1,000,000,000 (docs/api.md: counts "go up to 1,000,000,000"), and
 // answers 400 otherwise; the HTTP transport turns a 400 into SyncRejectedError, so the whole group's
 // request is refused: every other key's strict spent tokens and refunds are dropped (the wire's rule for a
@@ -15,10 +15,10 @@
 // offered = 1,000,000,001 for "b": the route refuses it (one round), and "a"'s 3 spent tokens are never
 // reported (checked over 6 more rounds): the store stops counting them once their grant's lease ends.
 import { describe, expect, it } from "vitest";
-import { syncRequestSchema } from "../../functions/core/quotas/quota-sync-service.ts";
 import { SyncRejectedError } from "../src/errors.ts";
+import type { QuotaRule, SyncReply, SyncRequest } from "../src/protocol/index.ts";
+import { syncRequestSchema } from "../src/protocol/index.ts";
 import { createQuotas, type QuotaTransport } from "../src/quotas.ts";
-import type { QuotaRule, SyncReply, SyncRequest } from "../src/wire.ts";
 
 const strict: QuotaRule = {
   mode: "strict",

@@ -15,10 +15,10 @@
 // usage is never reported, and another key of the same group (10 admitted) is never reported or replenished
 // either.
 import { describe, expect, it } from "vitest";
-import { syncRequestSchema } from "../../functions/core/quotas/quota-sync-service.ts";
 import { StoreUnreachableError, SyncRejectedError } from "../src/errors.ts";
+import type { QuotaRule, SyncReply, SyncRequest } from "../src/protocol/index.ts";
+import { syncRequestSchema } from "../src/protocol/index.ts";
 import { createQuotas, type QuotaTransport } from "../src/quotas.ts";
-import type { QuotaRule, SyncReply, SyncRequest } from "../src/wire.ts";
 
 const bytes: QuotaRule = {
   mode: "approximate",

@@ -7,7 +7,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { StoreUnreachableError, SyncRejectedError } from "../src/errors.ts";
 import { createQuotas } from "../src/index.ts";
-import type { QuotaRule, SyncReply, SyncRequest } from "../src/wire.ts";
+import type { QuotaRule, SyncReply, SyncRequest } from "../src/protocol/index.ts";
 import { neverScheduler, storeReply } from "./support/quota-fixtures.ts";
 
 const rule: QuotaRule = {

@@ -17,7 +17,7 @@ import { Capper } from "../../functions/core/capping/capper.ts";
 import { keptHorizonMs, type Policy, parsePolicy } from "../../functions/core/capping/policy.ts";
 import { SegmentIndex } from "../../functions/core/capping/segment-index.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
-import { capBlobKey, capIdentityKey, capPageKey, capTagOf } from "../../functions/core/shared/keys.ts";
+import { capBlobKey, capIdentityKey, capPageKey, capTagOf } from "../../sdk/src/protocol/index.ts";
 import { decodeBlock, decodeRecord, readUserRecord } from "../support/block.ts";
 import { decisionOf } from "../support/cap-sends-runner.ts";
 import { CappingModel, fullestWindow, type ModelCall, type ModelDecision } from "../support/capping-model.ts";

@@ -14,7 +14,7 @@ import {
   scriptProfiles,
 } from "../../functions/core/capping/cap-sends-script.ts";
 import { keptHorizonMs, parsePolicy } from "../../functions/core/capping/policy.ts";
-import { capBlobKey, capIdentityKey, capRecordKey } from "../../functions/core/shared/keys.ts";
+import { capBlobKey, capIdentityKey, capRecordKey } from "../../sdk/src/protocol/index.ts";
 import { asPageArgs, decisionOf } from "../support/cap-sends-runner.ts";
 import { CappingModel, type ModelDecision } from "../support/capping-model.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";

@@ -15,11 +15,11 @@ import {
   capPageKey,
   capRecordKey,
   capTagOf,
+  loadLibrary,
   pageOf,
   recordRangeOf,
   USERS_PER_GROUP,
-} from "../../functions/core/shared/keys.ts";
-import { loadLibrary } from "../../sdk/src/transports/redis-functions.ts";
+} from "../../sdk/src/protocol/index.ts";
 import { decodeBlock, decodeRecord, readUserRecord } from "../support/block.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
 import { rejectionOf } from "../support/rejection.ts";

@@ -10,9 +10,8 @@ import { createRedisCluster, RedisLimitStore, type TollgateCluster } from "../..
 import { Limiter } from "../../functions/core/limits/limiter.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { StoreReplyError, StoreUnavailableError } from "../../functions/core/shared/errors.ts";
-import { limitKey } from "../../functions/core/shared/keys.ts";
 import { waitForCluster } from "../../scripts/redis-cluster.ts";
-import { loadLibrary } from "../../sdk/src/transports/redis-functions.ts";
+import { limitKey, loadLibrary } from "../../sdk/src/protocol/index.ts";
 import { basePort, clusterPorts, primariesOf, uniqueNamespace } from "../support/cluster.ts";
 import { rejectionOf } from "../support/rejection.ts";
 

@@ -5,7 +5,7 @@ import { RedisLimitStore, type TollgateCluster } from "../../functions/adapters/
 import { Limiter } from "../../functions/core/limits/limiter.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { ValidationError } from "../../functions/core/shared/errors.ts";
-import { limitKey } from "../../functions/core/shared/keys.ts";
+import { limitKey } from "../../sdk/src/protocol/index.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
 
 const MINUTE = 60_000;

@@ -5,8 +5,8 @@ import { GetQueueAttributesCommand } from "@aws-sdk/client-sqs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
 import { uploadObject } from "../../functions/app/operator-actions.ts";
-import { capIdentityKey, capTagOf } from "../../functions/core/shared/keys.ts";
 import type { LocalStack } from "../../scripts/local-stack.ts";
+import { capIdentityKey, capTagOf } from "../../sdk/src/protocol/index.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
 import {
   clientsOf,

@@ -8,10 +8,10 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { pushCampaign } from "../../functions/app/operator-actions.ts";
 import type { CampaignConsumer } from "../../functions/core/capping/campaign-consumer.ts";
 import type { DeliveryMessage } from "../../functions/core/capping/delivery.ts";
-import { capTagOf } from "../../functions/core/shared/keys.ts";
 import { makeCampaignConsumerHandler } from "../../functions/handlers/campaign-consumer-handler.ts";
 import { lambdaContext, toSqsEvent } from "../../scripts/local/sqs-poller.ts";
 import type { LocalStack } from "../../scripts/local-stack.ts";
+import { capTagOf } from "../../sdk/src/protocol/index.ts";
 import {
   drainDelivery,
   drainRaw,

@@ -4,8 +4,8 @@ import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import type { TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
 import { RedisQuotaStore } from "../../functions/adapters/redis-quota-store.ts";
 import type { LocalStack } from "../../scripts/local-stack.ts";
-import type { SyncRequest } from "../../sdk/src/wire.ts";
-import { slotGroupOf } from "../../sdk/src/wire.ts";
+import type { SyncRequest } from "../../sdk/src/protocol/index.ts";
+import { slotGroupOf } from "../../sdk/src/protocol/index.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
 import { testStack, uploadRules } from "../support/pipeline.ts";
 

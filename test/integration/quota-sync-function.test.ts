@@ -9,16 +9,17 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { load, quotaLibrary } from "../../functions/adapters/lua-scripts.ts";
 import type { TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
 import { RedisQuotaStore } from "../../functions/adapters/redis-quota-store.ts";
-import { evalScriptOf, fcall } from "../../sdk/src/transports/redis-functions.ts";
 import {
   encodeRule,
   encodeSync,
+  evalScriptOf,
+  fcall,
   PROTOCOL,
   type QuotaRule,
   quotaKey,
   slotGroupKeys,
   slotGroupPrefix,
-} from "../../sdk/src/wire.ts";
+} from "../../sdk/src/protocol/index.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
 import { T0 } from "../support/rules.ts";
 

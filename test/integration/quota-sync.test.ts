@@ -8,15 +8,15 @@ import { RedisQuotaStore } from "../../functions/adapters/redis-quota-store.ts";
 import { parsePolicy } from "../../functions/core/capping/policy.ts";
 import { QuotaSyncService, rulesStamp } from "../../functions/core/quotas/quota-sync-service.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
-import { fcall } from "../../sdk/src/transports/redis-functions.ts";
 import {
+  fcall,
   PROTOCOL,
   type QuotaRule,
   quotaKey,
   type SyncRequest,
   slotGroupKeys,
   slotGroupPrefix,
-} from "../../sdk/src/wire.ts";
+} from "../../sdk/src/protocol/index.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
 import { maxInAnyWindow, QuotaModel } from "../support/quota-model.ts";
 import {

@@ -10,15 +10,15 @@ import type { CapStore } from "../../functions/core/capping/cap-sends-script.ts"
 import { Capper } from "../../functions/core/capping/capper.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { StoreReplyError } from "../../functions/core/shared/errors.ts";
-import { capIdentityKey } from "../../functions/core/shared/keys.ts";
 import { waitForCluster } from "../../scripts/redis-cluster.ts";
 import {
+  capIdentityKey,
   defineLibrary,
   evalScriptOf,
   fcallBuffer,
   loadLibrary,
   type RedisFunctionLibrary,
-} from "../../sdk/src/transports/redis-functions.ts";
+} from "../../sdk/src/protocol/index.ts";
 import { basePort, clusterPorts, connectCluster, primariesOf, uniqueNamespace } from "../support/cluster.ts";
 import { DAY, rulesOf, simplePolicy, T0 } from "../support/rules.ts";
 

@@ -8,7 +8,7 @@ import { RedisCapStore, type TollgateCluster } from "../../functions/adapters/re
 import { CURRENT_LIBRARIES, listLibraries, pruneLibraries } from "../../functions/app/redis-libraries.ts";
 import { Capper } from "../../functions/core/capping/capper.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
-import { defineLibrary, loadLibrary } from "../../sdk/src/transports/redis-functions.ts";
+import { defineLibrary, loadLibrary } from "../../sdk/src/protocol/index.ts";
 import { cliOutput } from "../support/cli-output.ts";
 import { clusterPorts, connectCluster, primariesOf, uniqueNamespace } from "../support/cluster.ts";
 import { rulesOf, simplePolicy, T0 } from "../support/rules.ts";

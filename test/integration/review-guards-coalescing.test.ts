@@ -11,8 +11,8 @@ import { Capper } from "../../functions/core/capping/capper.ts";
 import type { CapBatchResult } from "../../functions/core/capping/decisions.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { StoreUnavailableError } from "../../functions/core/shared/errors.ts";
-import { capIdentityKey, capTagOf, USERS_PER_GROUP } from "../../functions/core/shared/keys.ts";
 import { waitForCluster } from "../../scripts/redis-cluster.ts";
+import { capIdentityKey, capTagOf, USERS_PER_GROUP } from "../../sdk/src/protocol/index.ts";
 import { basePort, clusterPorts, connectCluster, primariesOf, uniqueNamespace } from "../support/cluster.ts";
 import { rulesOf, T0 } from "../support/rules.ts";
 

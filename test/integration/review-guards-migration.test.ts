@@ -7,8 +7,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RedisCapStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
 import { Capper } from "../../functions/core/capping/capper.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
-import { capIdentityKey, capPageKey, capTagOf, pageOf } from "../../functions/core/shared/keys.ts";
 import { waitForCluster } from "../../scripts/redis-cluster.ts";
+import { capIdentityKey, capPageKey, capTagOf, pageOf } from "../../sdk/src/protocol/index.ts";
 import { basePort, clusterPorts, connectCluster, primariesOf, uniqueNamespace } from "../support/cluster.ts";
 import { rulesOf, T0 } from "../support/rules.ts";
 

@@ -9,8 +9,8 @@ import { RedisCapStore, type TollgateCluster } from "../../functions/adapters/re
 import { Capper } from "../../functions/core/capping/capper.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { StoreUnavailableError } from "../../functions/core/shared/errors.ts";
-import { capIdentityKey, capPageKey, capTagOf, pageOf } from "../../functions/core/shared/keys.ts";
 import { binariesOf, engineOf, waitForCluster } from "../../scripts/redis-cluster.ts";
+import { capIdentityKey, capPageKey, capTagOf, pageOf } from "../../sdk/src/protocol/index.ts";
 import { basePort, clusterPorts, connectCluster, primariesOf, uniqueNamespace } from "../support/cluster.ts";
 import { rulesOf, T0 } from "../support/rules.ts";
 

@@ -21,18 +21,18 @@ import { buildSegments } from "../../functions/core/capping/segment-builder.ts";
 import { Limiter } from "../../functions/core/limits/limiter.ts";
 import { QuotaSyncService } from "../../functions/core/quotas/quota-sync-service.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
-import { capBlobKey, capIdentityKey, capTagOf, recordRangeOf } from "../../functions/core/shared/keys.ts";
 import { runCli } from "../../scripts/cli.ts";
 import type { LocalStack } from "../../scripts/local-stack.ts";
 import { waitForCluster } from "../../scripts/redis-cluster.ts";
-import { createQuotas } from "../../sdk/src/quotas.ts";
-import { httpTransport } from "../../sdk/src/transports/http.ts";
-import { redisTransport } from "../../sdk/src/transports/redis.ts";
 import {
   type ApproximateAssignment,
+  capBlobKey,
+  capIdentityKey,
+  capTagOf,
   MAX_KEY_LENGTH,
   MAX_KEYS_PER_SYNC,
   type QuotaRule,
+  recordRangeOf,
   type StrictAssignment,
   type SyncEntry,
   type SyncReply,
@@ -40,7 +40,10 @@ import {
   slotGroupKeys,
   slotGroupOf,
   slotGroupPrefix,
-} from "../../sdk/src/wire.ts";
+} from "../../sdk/src/protocol/index.ts";
+import { createQuotas } from "../../sdk/src/quotas.ts";
+import { httpTransport } from "../../sdk/src/transports/http.ts";
+import { redisTransport } from "../../sdk/src/transports/redis.ts";
 import { basePort, clusterPorts, connectCluster, primariesOf, uniqueNamespace } from "../support/cluster.ts";
 import {
   clientsOf,

@@ -2,7 +2,7 @@ import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RedisCapStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
 import { type Policy, parsePolicy } from "../../functions/core/capping/policy.ts";
-import { capTagOf, recordRangeOf } from "../../functions/core/shared/keys.ts";
+import { capTagOf, recordRangeOf } from "../../sdk/src/protocol/index.ts";
 import {
   type CapSendsCall,
   idOf,

@@ -4,10 +4,10 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
 import { RedisQuotaStore } from "../../functions/adapters/redis-quota-store.ts";
-import { syncRequestSchema } from "../../functions/core/quotas/quota-sync-service.ts";
+import type { QuotaRule, SyncEntry, SyncReply, SyncRequest } from "../../sdk/src/protocol/index.ts";
+import { syncRequestSchema } from "../../sdk/src/protocol/index.ts";
 import { createQuotas, type Quotas } from "../../sdk/src/quotas.ts";
 import { redisTransport } from "../../sdk/src/transports/redis.ts";
-import type { QuotaRule, SyncEntry, SyncReply, SyncRequest } from "../../sdk/src/wire.ts";
 import { maxInWindow, neverScheduler } from "../../sdk/test/support/quota-fixtures.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
 import { publishedQuotaStore, syncCall, syncEntry } from "../support/quota-sync-calls.ts";

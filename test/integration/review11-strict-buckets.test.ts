@@ -14,7 +14,7 @@ import {
   type SyncEntry,
   type SyncRequest,
   slotGroupPrefix,
-} from "../../sdk/src/wire.ts";
+} from "../../sdk/src/protocol/index.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
 import { maxInAnyWindow } from "../support/quota-model.ts";
 import {

@@ -15,7 +15,7 @@ import {
   scriptProfiles,
 } from "../../functions/core/capping/cap-sends-script.ts";
 import { keptHorizonMs, type Policy, parsePolicy } from "../../functions/core/capping/policy.ts";
-import { capBlobKey, capIdentityKey, capRecordKey } from "../../functions/core/shared/keys.ts";
+import { capBlobKey, capIdentityKey, capRecordKey } from "../../sdk/src/protocol/index.ts";
 import { asPageArgs, type CapSendsCall, idOf, previousScript, REDELIVERY_MS } from "../support/cap-sends-runner.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
 import { T0 } from "../support/rules.ts";

@@ -12,8 +12,7 @@ import type { TollgateCluster } from "../../functions/adapters/redis-cluster.ts"
 import { ALGORITHMS, type Algorithm } from "../../functions/core/limits/limit-specs.ts";
 import { Limiter } from "../../functions/core/limits/limiter.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
-import { limitKey, scopedLimitKey } from "../../functions/core/shared/keys.ts";
-import { loadLibrary } from "../../sdk/src/transports/redis-functions.ts";
+import { limitKey, loadLibrary, scopedLimitKey } from "../../sdk/src/protocol/index.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
 import { PreviousLimitStore } from "../support/limit-previous.ts";
 import { scriptStore } from "../support/limit-scripts.ts";

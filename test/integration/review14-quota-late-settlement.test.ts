@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
 import type { RedisQuotaStore } from "../../functions/adapters/redis-quota-store.ts";
-import type { QuotaRule } from "../../sdk/src/wire.ts";
+import type { QuotaRule } from "../../sdk/src/protocol/index.ts";
 import { connectCluster } from "../support/cluster.ts";
 import { syncCall as call, syncEntry as entry, publishedQuotaStore } from "../support/quota-sync-calls.ts";
 import { T0 } from "../support/rules.ts";

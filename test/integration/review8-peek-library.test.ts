@@ -22,8 +22,7 @@ import { RedisCapStore, type TollgateCluster } from "../../functions/adapters/re
 import { Capper } from "../../functions/core/capping/capper.ts";
 import type { Rules } from "../../functions/core/capping/rules-source.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
-import { capIdentityKey, capTagOf } from "../../functions/core/shared/keys.ts";
-import { loadLibrary } from "../../sdk/src/transports/redis-functions.ts";
+import { capIdentityKey, capTagOf, loadLibrary } from "../../sdk/src/protocol/index.ts";
 import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
 import { rulesOf, simplePolicy, T0 } from "../support/rules.ts";
 

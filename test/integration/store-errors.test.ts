@@ -14,7 +14,7 @@ import { classifyRedisError } from "../../functions/adapters/redis-errors.ts";
 import { Capper } from "../../functions/core/capping/capper.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { StoreReplyError, StoreUnavailableError } from "../../functions/core/shared/errors.ts";
-import { capIdentityKey, capTagOf } from "../../functions/core/shared/keys.ts";
+import { capIdentityKey, capTagOf } from "../../sdk/src/protocol/index.ts";
 import { clusterPorts, uniqueNamespace } from "../support/cluster.ts";
 import { rejectionOf } from "../support/rejection.ts";
 import { DAY, rulesOf, simplePolicy, T0 } from "../support/rules.ts";

@@ -1,7 +1,7 @@
 // Reads what lua/cap-sends.lua stores (a page block, format 5 or 4, and a user record) so tests can check it.
 import { decodeMulti } from "@msgpack/msgpack";
 import type { Redis } from "ioredis";
-import { capBlobKey, capRecordKey, capTagOf, recordRangeOf } from "../../functions/core/shared/keys.ts";
+import { capBlobKey, capRecordKey, capTagOf, recordRangeOf } from "../../sdk/src/protocol/index.ts";
 
 export interface Block {
   width: number;

@@ -13,7 +13,7 @@ import {
   scriptProfiles,
 } from "../../functions/core/capping/cap-sends-script.ts";
 import { keptHorizonMs, type Policy } from "../../functions/core/capping/policy.ts";
-import { evalScriptOf } from "../../sdk/src/transports/redis-functions.ts";
+import { evalScriptOf } from "../../sdk/src/protocol/index.ts";
 import type { ModelCall, ModelDecision } from "./capping-model.ts";
 
 /** How long the tests keep a named send to recognise a redelivery (the consumer's redelivery bound). */

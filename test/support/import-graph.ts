@@ -1,6 +1,8 @@
 // The import graph of the source tree, read with TypeScript's own pre-processor (static, type-only and
-// dynamic imports alike), and the structure rules of docs/ARCHITECTURE.md as small pure checks.
+// dynamic imports alike), and the structure rules of docs/ARCHITECTURE.md as small pure checks: rooms of
+// functions/ and of the SDK package (sdk/src/), and the arrows between them.
 import { readdirSync, readFileSync } from "node:fs";
+import { isBuiltin } from "node:module";
 import { dirname, join, relative, resolve } from "node:path";
 import ts from "typescript";
 
@@ -28,10 +30,16 @@ export function readImportGraph(root: string, folders: readonly string[]): Impor
   return graph;
 }
 
-/** The room of a file under functions/: "entry", "app", "handlers", "adapters" or "core/<product>". */
+/**
+ * The room of a file: under functions/, "entry", "app", "handlers", "adapters" or "core/<product>"; under
+ * sdk/src/ (the @tollgate/quotas package), "sdk/core" for its top-level files, else "sdk/<folder>"
+ * ("sdk/protocol", "sdk/transports", "sdk/middleware").
+ */
 export function roomOf(file: string): string | undefined {
-  const match = /^functions\/(core\/[^/]+|[^/]+)\//.exec(file);
-  return match?.[1];
+  const service = /^functions\/(core\/[^/]+|[^/]+)\//.exec(file);
+  if (service) return service[1];
+  const sdk = /^sdk\/src\/(?:([^/]+)\/.*|[^/]+)$/.exec(file);
+  return sdk ? `sdk/${sdk[1] ?? "core"}` : undefined;
 }
 
 export interface Arrow {
@@ -65,6 +73,48 @@ export function packageImports(
   for (const [from, { packages }] of graph) {
     if (!from.startsWith(`${folder}/`) || allowedFiles.includes(from)) continue;
     for (const to of packages) if (pattern.test(to)) arrows.push({ from, to });
+  }
+  return arrows;
+}
+
+/** Imports from files under `folder` of files outside it (what a package under `folder` would not ship). */
+export function importsLeaving(graph: ImportGraph, folder: string): Arrow[] {
+  const arrows: Arrow[] = [];
+  for (const [from, { files }] of graph) {
+    if (!from.startsWith(`${folder}/`)) continue;
+    for (const to of files) if (!to.startsWith(`${folder}/`)) arrows.push({ from, to });
+  }
+  return arrows;
+}
+
+/** Imports from files under `folder` of files under `into` other than its `entries` (its public entry points). */
+export function importsPastEntries(
+  graph: ImportGraph,
+  folder: string,
+  into: string,
+  entries: readonly string[],
+): Arrow[] {
+  const arrows: Arrow[] = [];
+  for (const [from, { files }] of graph) {
+    if (!from.startsWith(`${folder}/`)) continue;
+    for (const to of files) if (to.startsWith(`${into}/`) && !entries.includes(to)) arrows.push({ from, to });
+  }
+  return arrows;
+}
+
+/** The package a specifier names: `@scope/name` or `name`, without a subpath ("zod/v4" is "zod"). */
+const packageNameOf = (specifier: string): string =>
+  specifier
+    .split("/")
+    .slice(0, specifier.startsWith("@") ? 2 : 1)
+    .join("/");
+
+/** Files under `folder` importing a package that is neither in `declared` nor a Node built-in. */
+export function undeclaredPackages(graph: ImportGraph, folder: string, declared: readonly string[]): Arrow[] {
+  const arrows: Arrow[] = [];
+  for (const [from, { packages }] of graph) {
+    if (!from.startsWith(`${folder}/`)) continue;
+    for (const to of packages) if (!isBuiltin(to) && !declared.includes(packageNameOf(to))) arrows.push({ from, to });
   }
   return arrows;
 }

@@ -6,7 +6,7 @@ import { readFileSync } from "node:fs";
 import type { TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
 import type { LimitStore } from "../../functions/core/limits/limit-script.ts";
 import { ALGORITHMS, type Algorithm } from "../../functions/core/limits/limit-specs.ts";
-import { evalScriptOf } from "../../sdk/src/transports/redis-functions.ts";
+import { evalScriptOf } from "../../sdk/src/protocol/index.ts";
 
 const load = (name: string) => readFileSync(new URL(`./limit-previous/${name}.lua`, import.meta.url), "utf8");
 const common = load("limit-common");

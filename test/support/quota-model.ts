@@ -1,6 +1,6 @@
 // A reference model of lua/quota-sync.lua's counting, written the slow obvious way: a log of every
 // counted event and window sums recomputed from it. Property tests compare the script to it.
-import type { QuotaRule, SyncRequest } from "../../sdk/src/wire.ts";
+import type { QuotaRule, SyncRequest } from "../../sdk/src/protocol/index.ts";
 
 /** lua/quota-sync.lua's margin for callers' clocks: spent tokens count over W plus at least this much. */
 export const STAMP_SKEW_MS = 10;

@@ -2,7 +2,7 @@
 // requests the SDK would send for rule "api", slot group 0.
 import type { TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
 import { RedisQuotaStore } from "../../functions/adapters/redis-quota-store.ts";
-import type { QuotaRule, SyncEntry, SyncRequest } from "../../sdk/src/wire.ts";
+import type { QuotaRule, SyncEntry, SyncRequest } from "../../sdk/src/protocol/index.ts";
 import { uniqueNamespace } from "./cluster.ts";
 
 /** A store in a namespace of its own with `rule` published as `name`, configuration version "v1". */

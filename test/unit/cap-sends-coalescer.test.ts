@@ -4,7 +4,7 @@ import { describe, expect, it } from "vitest";
 import type { CapStore } from "../../functions/core/capping/cap-sends-script.ts";
 import { Capper } from "../../functions/core/capping/capper.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
-import { capIdentityKey } from "../../functions/core/shared/keys.ts";
+import { capIdentityKey } from "../../sdk/src/protocol/index.ts";
 import { rulesOf, simplePolicy, T0 } from "../support/rules.ts";
 
 const rules = rulesOf(simplePolicy({ push: [{ window: "1d", max: 1 }] }));

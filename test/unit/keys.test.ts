@@ -1,18 +1,18 @@
 import calculateSlot from "cluster-key-slot";
 import { describe, expect, it } from "vitest";
+import { checkNamespace } from "../../functions/core/shared/namespace.ts";
 import {
   CAP_TAGS,
   capIdentityKey,
   capPageKey,
   capRecordKey,
   capTagOf,
-  checkNamespace,
   pageOf,
+  readLuaChunk,
   recordRangeOf,
   USERS_PER_GROUP,
   USERS_PER_PAGE,
-} from "../../functions/core/shared/keys.ts";
-import { readLuaChunk } from "../../sdk/src/lua-chunks.ts";
+} from "../../sdk/src/protocol/index.ts";
 
 describe("keys", () => {
   it("puts a group of consecutive users under one tag, one page block per 256 of them", () => {

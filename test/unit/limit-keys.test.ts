@@ -4,7 +4,7 @@ import calculateSlot from "cluster-key-slot";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { ALGORITHMS } from "../../functions/core/limits/limit-specs.ts";
-import { limitKey, scopedLimitKey } from "../../functions/core/shared/keys.ts";
+import { limitKey, scopedLimitKey } from "../../sdk/src/protocol/index.ts";
 
 /** The hash tag Redis Cluster hashes: between the first "{" and the first "}" after it, when not empty. */
 function hashTag(key: string): string {

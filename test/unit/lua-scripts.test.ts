@@ -1,4 +1,4 @@
-// The Lua scripts as Redis runs them, each joined from its entry and parts (sdk/src/lua-chunks.ts): the same
+// The Lua scripts as Redis runs them, each joined from its entry and parts (sdk/src/protocol/lua-chunks.ts): the same
 // bytes as the single files they were (so the libraries keep their names and nothing rolls out), within the
 // budgets a chunk and a part keep, and clean under luacheck (Debian's lua-check, configured in .luacheckrc).
 import { spawnSync } from "node:child_process";
@@ -8,7 +8,7 @@ import { join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { limitLibrary, load, quotaLibrary, tollgateLibrary } from "../../functions/adapters/lua-scripts.ts";
-import { findLuaEntry, joinLua, type LineOrigin } from "../../sdk/src/lua-chunks.ts";
+import { findLuaEntry, joinLua, type LineOrigin } from "../../sdk/src/protocol/index.ts";
 import { topLevelLocals } from "../support/lua-locals.ts";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));

@@ -8,7 +8,7 @@ import type { QuotaStore } from "../../functions/core/quotas/quota-store.ts";
 import { QuotaSyncService, rulesStamp } from "../../functions/core/quotas/quota-sync-service.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { InvalidPolicyError } from "../../functions/core/shared/errors.ts";
-import { MAX_SLOT_GROUPS } from "../../sdk/src/wire.ts";
+import { MAX_SLOT_GROUPS } from "../../sdk/src/protocol/index.ts";
 
 const base = { version: "p.1", channels: ["push"], segments: [], default: { name: "rest", caps: {} } };
 const api = { name: "api", mode: "strict", limits: [{ window: "1s", max: 100 }] };

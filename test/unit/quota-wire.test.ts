@@ -1,4 +1,4 @@
-// The Quotas wire protocol (sdk/src/wire.ts) without Redis: keys stay in their slot, rules round-trip,
+// The Quotas wire protocol (sdk/src/protocol/wire.ts) without Redis: keys stay in their slot, rules round-trip,
 // replies decode to typed assignments and malformed ones are refused with the field named.
 import calculateSlot from "cluster-key-slot";
 import fc from "fast-check";
@@ -17,7 +17,7 @@ import {
   type SyncRequest,
   slotGroupOf,
   WireError,
-} from "../../sdk/src/wire.ts";
+} from "../../sdk/src/protocol/index.ts";
 
 const rule: QuotaRule = {
   mode: "strict",

@@ -3,7 +3,7 @@
 // 100 ms before the report", so no usage leaves a window more than 100 ms early (docs/quotas.md, Design).
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import type { QuotaRule } from "../../sdk/src/wire.ts";
+import type { QuotaRule } from "../../sdk/src/protocol/index.ts";
 import { QuotaModel, SETTLE_LAG_MS } from "../support/quota-model.ts";
 import { T0 } from "../support/rules.ts";
 

@@ -2,7 +2,14 @@
 // calls (keys and arguments, one slot each), how many run at once, and what the reply bytes and the
 // "+windows" lines mean. The Capper never sees an argument position, a profile byte or a reply code.
 import { encode } from "@msgpack/msgpack";
-import { capIdentityKey, capKeyPrefix, capTagOf, pageOf, recordRangeOf, USERS_PER_PAGE } from "../shared/keys.ts";
+import {
+  capIdentityKey,
+  capKeyPrefix,
+  capTagOf,
+  pageOf,
+  recordRangeOf,
+  USERS_PER_PAGE,
+} from "../../../sdk/src/protocol/index.ts";
 import type { DecisionKind } from "./decisions.ts";
 import { keptMs, type Policy } from "./policy.ts";
 

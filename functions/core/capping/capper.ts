@@ -1,10 +1,11 @@
 // The campaign capper: decides a whole batch of sends against the policy's caps, in as few script calls
 // as the key layout allows (cap-sends-script.ts plans them and bounds how many run at once).
 
+import { DEFAULT_NAMESPACE } from "../../../sdk/src/protocol/index.ts";
 import type { Clock } from "../shared/clock.ts";
 import { decisionTime, systemClock } from "../shared/clock.ts";
 import { ValidationError } from "../shared/errors.ts";
-import { checkNamespace, DEFAULT_NAMESPACE } from "../shared/keys.ts";
+import { checkNamespace } from "../shared/namespace.ts";
 import { parseOrThrow } from "../shared/validation.ts";
 import { type CampaignBatch, type CampaignBatchInput, campaignBatchSchema } from "./campaign-batch.ts";
 import {

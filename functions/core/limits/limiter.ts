@@ -1,8 +1,10 @@
 // The rate limiter: one limit (its algorithm's own script) or several of one scope checked and charged
 // all-or-nothing in one atomic call of lua/limits.lua. Requests are validated here, once.
+
+import { DEFAULT_NAMESPACE, limitKey, scopedLimitKey } from "../../../sdk/src/protocol/index.ts";
 import { type Clock, decisionTime, systemClock } from "../shared/clock.ts";
 import { ValidationError } from "../shared/errors.ts";
-import { checkNamespace, DEFAULT_NAMESPACE, limitKey, scopedLimitKey } from "../shared/keys.ts";
+import { checkNamespace } from "../shared/namespace.ts";
 import { parseOrThrow } from "../shared/validation.ts";
 import { decodeLimitReply, type LimitStore, limitArgs } from "./limit-script.ts";
 import {

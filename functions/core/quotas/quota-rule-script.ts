@@ -1,6 +1,6 @@
 // The protocol of lua/quota-rule.lua: a quota rule's configuration written to one slot group only when
 // it comes from a policy read no earlier than the one already there (compare-and-set on the stamp).
-import { encodeRule, type QuotaRule, slotGroupKeys } from "../../../sdk/src/wire.ts";
+import { encodeRule, type QuotaRule, slotGroupKeys } from "../../../sdk/src/protocol/index.ts";
 
 /** A removed rule's tombstone outlives any container's refresh interval, so none can bring it back. */
 export const RULE_TOMBSTONE_MS = 86_400_000;

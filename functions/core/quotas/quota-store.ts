@@ -1,6 +1,6 @@
 // What the Quotas core needs from the counter store: run one sync call (lua/quota-sync.lua) and keep
 // each rule's configuration where that script reads it (lua/quota-rule.lua).
-import type { QuotaRule, SyncReply, SyncRequest } from "../../../sdk/src/wire.ts";
+import type { QuotaRule, SyncReply, SyncRequest } from "../../../sdk/src/protocol/index.ts";
 
 export interface QuotaStore {
   /** One sync call for one slot group; `now` is this process's clock (ms). */

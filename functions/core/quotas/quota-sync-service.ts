@@ -1,69 +1,19 @@
-// The server side of one Quotas sync over HTTP (POST /v1/quotas/sync): the strict request schema, the
-// checks against the policy's rule (slot group, keys), and the rule configuration kept in Redis in step
-// with the policy, then the same script the in-VPC clients call.
-import { z } from "zod";
+// The server side of one Quotas sync over HTTP (POST /v1/quotas/sync): the request checked against the
+// protocol's strict schema (syncRequestSchema), the checks against the policy's rule (slot group, keys),
+// and the rule configuration kept in Redis in step with the policy, then the same script the in-VPC
+// clients call.
 import {
-  MAX_EPOCHS_PER_KEY,
-  MAX_KEY_LENGTH,
-  MAX_KEYS_PER_SYNC,
   MAX_SLOT_GROUPS,
-  NAME_PATTERN,
-  quotaKeyProblem,
   type SyncReply,
   type SyncRequest,
   slotGroupOf,
-} from "../../../sdk/src/wire.ts";
+  syncRequestSchema,
+} from "../../../sdk/src/protocol/index.ts";
 import type { Clock } from "../shared/clock.ts";
 import { ValidationError } from "../shared/errors.ts";
 import type { PublishedQuotaRule } from "../shared/quota-rules.ts";
 import { parseOrThrow } from "../shared/validation.ts";
 import type { QuotaStore } from "./quota-store.ts";
-
-// what the wire carries (sdk/src/wire.ts): any whole number a double holds exactly. A byte quota's usage,
-// merged over a long outage, passes 1e9; the script caps what it stores at its slots' range
-const count = z.int().min(0).max(Number.MAX_SAFE_INTEGER);
-const time = z.int().min(0).max(8_640_000_000_000_000);
-const pairs = z.array(z.tuple([time, count])).max(MAX_EPOCHS_PER_KEY);
-
-export const syncRequestSchema = z.strictObject({
-  instanceId: z.string().regex(NAME_PATTERN, "expected 1-64 characters of A-Z, a-z, 0-9, _ . : -"),
-  rule: z.string().min(1).max(64),
-  group: z.int().min(0),
-  seq: z.int().min(1).max(Number.MAX_SAFE_INTEGER),
-  configVersion: z.string().max(200),
-  entries: z
-    .array(
-      z
-        .strictObject({
-          key: z
-            .string()
-            .min(1)
-            .max(MAX_KEY_LENGTH)
-            .refine((key) => quotaKeyProblem(key) === undefined, "expected no lone UTF-16 surrogate"),
-          usage: pairs,
-          refunds: pairs,
-          offered: count,
-          want: count,
-          // strict spend stamps, one per usage pair (absent: an older SDK's request, counted from now)
-          spentAgo: z.array(count).max(MAX_EPOCHS_PER_KEY).optional(),
-        })
-        .refine((entry) => entry.spentAgo === undefined || entry.spentAgo.length === entry.usage.length, {
-          path: ["spentAgo"],
-          message: "expected one per usage pair",
-        }),
-    )
-    .min(1)
-    .max(MAX_KEYS_PER_SYNC)
-    // a key listed twice would be handed two allowances with one reserved: one entry per key
-    .superRefine((entries, ctx) => {
-      const seen = new Map<string, number>();
-      entries.forEach((entry, i) => {
-        const first = seen.get(entry.key);
-        if (first === undefined) seen.set(entry.key, i);
-        else ctx.addIssue({ code: "custom", path: [i, "key"], message: `already listed as entries[${first}]` });
-      });
-    }),
-});
 
 /** The policy's quota rules in service, and how new that policy is (`rulesStamp`). */
 export interface QuotaRulesInService {

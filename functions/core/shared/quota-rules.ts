@@ -2,7 +2,7 @@
 // compiled form the Quotas server publishes to Redis, each rule with a config version that changes
 // whenever the rule does.
 import { z } from "zod";
-import { encodeRule, MAX_SLOT_GROUPS, type QuotaRule } from "../../../sdk/src/wire.ts";
+import { encodeRule, MAX_SLOT_GROUPS, type QuotaRule } from "../../../sdk/src/protocol/index.ts";
 import { parseDuration } from "./duration.ts";
 
 export const MAX_QUOTA_RULES = 64;

@@ -2,9 +2,8 @@
 // SigV4-signed when signing is configured (AWS_IAM auth). Same request and reply as the direct transport;
 // the check API's clock is the store's `now`.
 import { QuotasConfigError, StoreUnreachableError, SyncRejectedError } from "../errors.ts";
+import { parseSyncReply, type SyncReply, type SyncRequest, WireError } from "../protocol/index.ts";
 import type { QuotaTransport } from "../quotas.ts";
-import { type SyncReply, type SyncRequest, WireError } from "../wire.ts";
-import { parseSyncReply } from "./reply-schema.ts";
 import { type Signer, type SigningOptions, sigV4Signer } from "./sigv4.ts";
 
 export interface HttpTransportOptions {

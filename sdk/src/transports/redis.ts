@@ -4,11 +4,21 @@
 // it. One call per slot group: every key of a call shares one hash tag.
 import type { Cluster, Redis } from "ioredis";
 import { QuotasConfigError, StoreUnreachableError, SyncRejectedError } from "../errors.ts";
-import { findLuaEntry, joinLua } from "../lua-chunks.ts";
+import {
+  DEFAULT_NAMESPACE,
+  decodeSync,
+  encodeSync,
+  fcall,
+  findLuaEntry,
+  joinLua,
+  NAME_PATTERN,
+  provesNotRun,
+  quotaLibraryOf,
+  type RedisFunctionLibrary,
+  type SyncReply,
+  type SyncRequest,
+} from "../protocol/index.ts";
 import type { QuotaTransport } from "../quotas.ts";
-import { DEFAULT_NAMESPACE, decodeSync, encodeSync, NAME_PATTERN, type SyncReply, type SyncRequest } from "../wire.ts";
-import { defineLibrary, fcall, type RedisFunctionLibrary } from "./redis-functions.ts";
-import { provesNotRun } from "./redis-replies.ts";
 
 export interface RedisTransportOptions {
   /** The caller's ioredis Cluster (or a single Redis for tests); the SDK never closes it. */
@@ -21,18 +31,9 @@ export interface RedisTransportOptions {
 
 /**
  * The published package carries the joined chunk in its lua/ (prepack); in the repository the script is the
- * entry and parts in lua/quota-sync/ at the root, joined here as the service joins it (lua-chunks.ts).
+ * entry and parts in lua/quota-sync/ at the root, joined here as the service joins it (protocol/lua-chunks.ts).
  */
 const LUA_DIRS = [new URL("../../lua/", import.meta.url), new URL("../../../lua/", import.meta.url)];
-
-/**
- * quota-sync's library, as the SDK and the Tollgate service both load it (the same chunk and flags make the
- * same name, so they share it): `quotaSync`, and `quotaRead`, the same chunk registered `no-writes` for
- * reads (instance "": `tollgate quotas usage`), which a node past `maxmemory` still runs.
- */
-export function quotaLibraryOf(chunk: string): RedisFunctionLibrary<"quotaSync" | "quotaRead"> {
-  return defineLibrary({ quotaSync: chunk, quotaRead: { chunk, flags: ["no-writes"] } });
-}
 
 let library: RedisFunctionLibrary<"quotaSync" | "quotaRead"> | undefined;
 /** The library of the quota-sync.lua beside the package: the service's `quotaLibrary`. */

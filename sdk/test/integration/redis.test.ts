@@ -9,9 +9,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { quotaLibrary } from "../../../functions/adapters/lua-scripts.ts";
 import { basePort, connectCluster, uniqueNamespace } from "../../../test/support/cluster.ts";
 import { SyncRejectedError } from "../../src/errors.ts";
+import { type QuotaRule, type SyncRequest, slotGroupPrefix } from "../../src/protocol/index.ts";
 import { createQuotas, type Quotas } from "../../src/quotas.ts";
 import { redisTransport } from "../../src/transports/redis.ts";
-import { type QuotaRule, type SyncRequest, slotGroupPrefix } from "../../src/wire.ts";
 import { publishRule } from "../support/quota-cluster.ts";
 import { manualClock, maxInWindow } from "../support/quota-fixtures.ts";
 

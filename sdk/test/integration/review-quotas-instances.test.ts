@@ -6,9 +6,9 @@ import type { Cluster } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RedisQuotaStore } from "../../../functions/adapters/redis-quota-store.ts";
 import { connectCluster, uniqueNamespace } from "../../../test/support/cluster.ts";
+import { type QuotaRule, type SyncEntry, type SyncRequest, slotGroupPrefix } from "../../src/protocol/index.ts";
 import { createQuotas } from "../../src/quotas.ts";
 import { redisTransport } from "../../src/transports/redis.ts";
-import { type QuotaRule, type SyncEntry, type SyncRequest, slotGroupPrefix } from "../../src/wire.ts";
 import { neverScheduler } from "../support/quota-fixtures.ts";
 
 let cluster: Cluster;
@@ -72,7 +72,7 @@ describe("a key many instances synced", () => {
     expect(await cluster.hlen(keyName)).toBeLessThan(100);
   });
 
-  // Contract: sdk/src/wire.ts, "Retries": "An instance that gives up on one may send its approximate usage
+  // Contract: sdk/src/protocol/wire.ts, "Retries": "An instance that gives up on one may send its approximate usage
   // again under a new seq ..., but must drop its refunds and strict spent tokens (taking them off their
   // grant twice could over-admit)." A sync the store answered with an error is given back to its keys and
   // sent under a new seq, refunds included; here the error came after the script had applied the first key

@@ -7,9 +7,9 @@ import type { Cluster } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connectCluster, uniqueNamespace } from "../../../test/support/cluster.ts";
 import { StoreUnreachableError } from "../../src/errors.ts";
+import type { QuotaRule } from "../../src/protocol/index.ts";
 import { createQuotas, type QuotaTransport } from "../../src/quotas.ts";
 import { redisTransport } from "../../src/transports/redis.ts";
-import type { QuotaRule } from "../../src/wire.ts";
 import { publishRule } from "../support/quota-cluster.ts";
 import { maxInWindow, neverScheduler } from "../support/quota-fixtures.ts";
 

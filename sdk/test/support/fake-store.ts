@@ -1,7 +1,8 @@
 // A store in a few lines for tests that are not about the store (middleware, lifecycle): every key of a
 // request gets `allowance` (approximate) or `tokens` (strict); `failWith` makes the next calls throw.
+
+import type { QuotaRule, SyncReply, SyncRequest } from "../../src/protocol/index.ts";
 import type { QuotaTransport } from "../../src/quotas.ts";
-import type { QuotaRule, SyncReply, SyncRequest } from "../../src/wire.ts";
 import { storeReply } from "./quota-fixtures.ts";
 
 export function fakeStore(options: { rule: QuotaRule; amount: number; instances?: number }) {

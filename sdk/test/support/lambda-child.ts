@@ -4,9 +4,9 @@
 import { createServer } from "node:http";
 import middy from "@middy/core";
 import { middyQuotas } from "../../src/middleware/middy.ts";
+import type { QuotaRule, SyncRequest } from "../../src/protocol/index.ts";
 import { createQuotas } from "../../src/quotas.ts";
 import { httpTransport } from "../../src/transports/http.ts";
-import type { QuotaRule, SyncRequest } from "../../src/wire.ts";
 import { fakeStore } from "./fake-store.ts";
 
 const rule: QuotaRule = {

@@ -2,7 +2,7 @@
 // the policy.
 import type { Cluster } from "ioredis";
 import { RedisQuotaStore } from "../../../functions/adapters/redis-quota-store.ts";
-import type { QuotaRule } from "../../src/wire.ts";
+import type { QuotaRule } from "../../src/protocol/index.ts";
 
 /** `rule` in every slot group's cfg key of `namespace`, as the server side publishes the policy. */
 export function publishRule(

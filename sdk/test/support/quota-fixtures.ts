@@ -1,6 +1,6 @@
 // What the SDK's tests share: a clock they set by hand, a scheduler that never fires (rounds are started by
 // the test), the reply the store gives every key of a request, and the most admitted in any window.
-import type { QuotaRule, SyncReply, SyncRequest } from "../../src/wire.ts";
+import type { QuotaRule, SyncReply, SyncRequest } from "../../src/protocol/index.ts";
 
 /** A clock the test sets (`set`) or moves (`advance`). */
 export function manualClock(start = 1_000_000) {

@@ -5,14 +5,8 @@
 //
 // Slot group. A rule's keys are spread over `rule.slotGroups` groups (default 1) by FNV-1a of the key;
 //   every Redis key of a group shares the hash tag `{<rule>.<group>}`, so one call (one slot) covers any
-//   number of keys of that group. Rule names and instance ids match NAME_PATTERN (no braces), and the
-//   key text comes after the tag, so no key can leave its slot or collide with another rule's.
-//     <ns>:q:{<rule>.<group>}:cfg       the rule as the script reads it: hash { v: version, r: encodeRule(rule) }
-//     <ns>:q:{<rule>.<group>}:seq       per instance: the highest sequence applied and a 32-bit mask below it
-//     <ns>:q:{<rule>.<group>}:inst      sorted set: instance id -> last sync time (active-instance count)
-//     <ns>:q:{<rule>.<group>}:k:<key>   one quota key: hash { L: layout, h: demand, ring cursors, latest
-//                                       buckets and window sums, r: older buckets (packed), i:<instance>:
-//                                       that instance's demand and grant } (lua/quota-sync.lua's header)
+//   number of keys of that group. The keys (cfg, seq, inst, and k:<key> per quota key) are built in
+//   keys.ts, with every other Tollgate key.
 // Sequence. `seq` counts from 1 per (instance, slot group); a retry resends the same seq with the same
 //   entries. A seq already applied answers `duplicate` (nothing counted, no tokens granted); a seq more
 //   than 32 below the highest applied answers `stale` (nothing counted). Instance ids are random per
@@ -65,14 +59,12 @@
 //   Reply = [protocol, status, serverTime, configVersion, rule ("" when unchanged), mode, windows,
 //            instances, then per key: amount, expiresAt, denyUntil, resetAt, used_1 .. used_windows]
 //   (amount: allowance or tokens by mode; expiresAt: validUntil or leaseExpiresAt.)
-// This module has no dependencies (Node's Buffer only): it is published in @tollgate/quotas.
+// No package dependencies (Node's Buffer only); published in @tollgate/quotas/protocol.
+import { WireError } from "./errors.ts";
+import { checkName, quotaKey, slotGroupKeys, slotGroupPrefix } from "./keys.ts";
 
 /** 2: each key's numbers travel packed (little-endian doubles), not as "at:count" text (protocol 1). */
 export const PROTOCOL = 2;
-export const DEFAULT_NAMESPACE = "tg";
-/** Rule names, instance ids and namespaces: no braces, so a hash tag cannot be escaped. */
-export const NAME_PATTERN = /^[A-Za-z0-9_.:-]{1,64}$/;
-export const MAX_KEY_LENGTH = 256;
 export const MAX_KEYS_PER_SYNC = 256;
 /**
  * A sync request's JSON body (UTF-8) is at most this long: the HTTP route answers 413 above it. 256 keys
@@ -80,7 +72,6 @@ export const MAX_KEYS_PER_SYNC = 256;
  */
 export const MAX_SYNC_BODY_BYTES = 64 * 1024;
 export const MAX_EPOCHS_PER_KEY = 64;
-export const MAX_SLOT_GROUPS = 64;
 /** A sequence more than this far below the highest applied one is refused as stale. */
 export const REORDER_WINDOW = 32;
 
@@ -164,71 +155,6 @@ export interface SyncReply {
   /** Instances that synced this slot group in the last 5 s (for the degraded safe share). */
   instances: number;
   entries: Assignment[];
-}
-
-export class WireError extends Error {
-  override name = "WireError";
-  constructor(
-    readonly field: string,
-    message: string,
-  ) {
-    super(`${field}: ${message}`);
-  }
-}
-
-function checkName(field: string, value: string): void {
-  if (!NAME_PATTERN.test(value)) throw new WireError(field, "expected 1-64 characters of A-Z, a-z, 0-9, _ . : -");
-}
-
-/** FNV-1a (32-bit) over UTF-16 code units: the same group for a key in every runtime. */
-export function slotGroupOf(key: string, slotGroups: number): number {
-  if (slotGroups <= 1) return 0;
-  let hash = 0x811c9dc5;
-  for (let i = 0; i < key.length; i++) {
-    hash ^= key.charCodeAt(i);
-    hash = Math.imul(hash, 0x01000193);
-  }
-  return (hash >>> 0) % slotGroups;
-}
-
-/** The prefix every Redis key of one slot group starts with, hash tag included. */
-export function slotGroupPrefix(namespace: string, rule: string, group: number): string {
-  checkName("namespace", namespace);
-  checkName("rule", rule);
-  if (!Number.isInteger(group) || group < 0 || group >= MAX_SLOT_GROUPS) {
-    throw new WireError("group", `expected an integer 0..${MAX_SLOT_GROUPS - 1}`);
-  }
-  return `${namespace}:q:{${rule}.${group}}`;
-}
-
-export interface SlotGroupKeys {
-  config: string;
-  sequences: string;
-  instances: string;
-}
-
-export function slotGroupKeys(namespace: string, rule: string, group: number): SlotGroupKeys {
-  const prefix = slotGroupPrefix(namespace, rule, group);
-  return { config: `${prefix}:cfg`, sequences: `${prefix}:seq`, instances: `${prefix}:inst` };
-}
-
-/** A quota key's state; `prefix` from slotGroupPrefix. The key text follows the tag, so it cannot escape it. */
-export function quotaKey(prefix: string, key: string): string {
-  const problem = quotaKeyProblem(key);
-  if (problem) throw new WireError("key", problem);
-  return `${prefix}:k:${key}`;
-}
-
-/**
- * Why `key` cannot be a quota key, if it cannot: its length, or a lone UTF-16 surrogate (valid in JSON as
- * `\ud800`, but Redis keys travel as UTF-8, where every lone surrogate becomes U+FFFD: "\ud800" and
- * "\udc00" would count in one key).
- */
-export function quotaKeyProblem(key: string): string | undefined {
-  if (key.length === 0 || key.length > MAX_KEY_LENGTH) return `expected 1-${MAX_KEY_LENGTH} characters`;
-  // String.prototype.isWellFormed: ES2024, Node 20+ (the compiler's library here is ES2022)
-  if (!(key as unknown as { isWellFormed(): boolean }).isWellFormed()) return "expected no lone UTF-16 surrogate";
-  return undefined;
 }
 
 /** The rule as stored in the cfg key and sent in replies: `mode|leaseMs|fallback|slotGroups|W:max,W:max`. */

@@ -2,6 +2,7 @@
 // (FUNCTION LOAD), each script called by FCALL, so a call runs only its function, not the script's chunk.
 // The SDK's direct transport runs quota-sync this way, and so does the Tollgate service (its engine, rate
 // limits and the check API's quota sync): the same chunk makes the same library, shared on a cluster.
+// No package dependencies at run time (node:crypto; ioredis for its types only).
 import { createHash } from "node:crypto";
 import type { Cluster, Redis } from "ioredis";
 
@@ -76,6 +77,15 @@ export function defineLibrary<Name extends string>(
     functions,
     readerChunks,
   };
+}
+
+/**
+ * quota-sync's library, as the SDK and the Tollgate service both load it (the same chunk and flags make the
+ * same name, so they share it): `quotaSync`, and `quotaRead`, the same chunk registered `no-writes` for
+ * reads (instance "": `tollgate quotas usage`), which a node past `maxmemory` still runs.
+ */
+export function quotaLibraryOf(chunk: string): RedisFunctionLibrary<"quotaSync" | "quotaRead"> {
+  return defineLibrary({ quotaSync: chunk, quotaRead: { chunk, flags: ["no-writes"] } });
 }
 
 /**

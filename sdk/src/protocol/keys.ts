@@ -1,4 +1,6 @@
-// Every Redis key Tollgate uses is built here, and only here.
+// Every Redis key Tollgate uses is built here, and only here: the service's (capping, rate limits, quota
+// sync) and the SDK's direct transport's (quota sync) alike. Keys are a stored format: a format changed here
+// no longer finds the state the running release wrote (test/unit/key-formats.test.ts writes each one out).
 //
 // Capping keys (see lua/cap-sends.lua) share one hash tag per CAP_TAGS-th group of USERS_PER_GROUP
 // consecutive user IDs, so one script call (one slot) decides many users, dense or sparse:
@@ -7,7 +9,23 @@
 //                                        or its directory and parts u:<range>:<lowest ID> once it split
 //   <namespace>:cap:{<tag>}:r:<range>    busy users' records in range, and the records before the blobs
 //   <namespace>:cap:{<tag>}:p:<page>     the block of page (user ID / USERS_PER_PAGE), e.g. tg:cap:{208}:p:3906
-import { ValidationError } from "./errors.ts";
+//
+// Quota keys (see lua/quota-sync.lua and wire.ts) share one hash tag per slot group of a rule:
+//   <ns>:q:{<rule>.<group>}:cfg       the rule as the script reads it: hash { v: version, r: encodeRule(rule) }
+//   <ns>:q:{<rule>.<group>}:seq       per instance: the highest sequence applied and a 32-bit mask below it
+//   <ns>:q:{<rule>.<group>}:inst      sorted set: instance id -> last sync time (active-instance count)
+//   <ns>:q:{<rule>.<group>}:k:<key>   one quota key: hash { L: layout, h: demand, ring cursors, latest
+//                                     buckets and window sums, r: older buckets (packed), i:<instance>:
+//                                     that instance's demand and grant } (lua/quota-sync.lua's header)
+// Rule names and instance ids match NAME_PATTERN (no braces), and the key text comes after the tag, so no
+// quota key can leave its slot or collide with another rule's.
+//
+// Rate-limit keys, the caller's key or scope as the hash tag, its text encoded (encodeName) so that it cannot
+// open or close one:
+//   <ns>:rl:{<key>}:<algorithm>              POST /v1/limit
+//   <ns>:rls:{<scope>}:<algorithm>:<key>     POST /v1/limits, every limit of a scope in one slot
+// The bench's baseline (not the product's): <ns>:log:{<user>} or <ns>:log:{<tag>}:<user> (perUserLogKey).
+import { WireError } from "./errors.ts";
 
 /** A block holds one page of consecutive user IDs. */
 export const USERS_PER_PAGE = 256;
@@ -20,14 +38,13 @@ export const RECORD_RANGE_BITS = 29;
 
 export const DEFAULT_NAMESPACE = "tg";
 
-/** A namespace may not hold braces: the tag must stay the key's hash tag. */
-export const NAMESPACE_PATTERN = /^[A-Za-z0-9_.:-]{1,64}$/;
-export const NAMESPACE_RULE = "expected 1-64 characters of A-Z, a-z, 0-9, _ . : -";
-
-export function checkNamespace(namespace: string): string {
-  if (!NAMESPACE_PATTERN.test(namespace)) throw new ValidationError("namespace", NAMESPACE_RULE);
-  return namespace;
-}
+/**
+ * Namespaces, quota rule names and instance ids: no braces, so the tag stays the key's hash tag and a name
+ * cannot escape it.
+ */
+export const NAME_PATTERN = /^[A-Za-z0-9_.:-]{1,64}$/;
+/** What NAME_PATTERN asks for, in words (the message of a name that does not match it). */
+export const NAME_RULE = "expected 1-64 characters of A-Z, a-z, 0-9, _ . : -";
 
 /** The hash tag of a user's capping keys. */
 export function capTagOf(userId: number): number {
@@ -125,4 +142,65 @@ export function scopedLimitKey(namespace: string, scope: string, algorithm: stri
  */
 export function perUserLogKey(namespace: string, user: number | string, hashTag?: string): string {
   return hashTag === undefined ? `${namespace}:log:{${user}}` : `${namespace}:log:{${hashTag}}:${user}`;
+}
+
+/** A quota key's text is 1 to this many UTF-16 code units. */
+export const MAX_KEY_LENGTH = 256;
+/** A quota rule's keys are spread over at most this many slot groups (hash tags). */
+export const MAX_SLOT_GROUPS = 64;
+
+/** A name of a quota key (namespace, rule, instance id), or a WireError naming `field`. */
+export function checkName(field: string, value: string): void {
+  if (!NAME_PATTERN.test(value)) throw new WireError(field, NAME_RULE);
+}
+
+/** FNV-1a (32-bit) over UTF-16 code units: the same group for a key in every runtime. */
+export function slotGroupOf(key: string, slotGroups: number): number {
+  if (slotGroups <= 1) return 0;
+  let hash = 0x811c9dc5;
+  for (let i = 0; i < key.length; i++) {
+    hash ^= key.charCodeAt(i);
+    hash = Math.imul(hash, 0x01000193);
+  }
+  return (hash >>> 0) % slotGroups;
+}
+
+/** The prefix every Redis key of one slot group starts with, hash tag included. */
+export function slotGroupPrefix(namespace: string, rule: string, group: number): string {
+  checkName("namespace", namespace);
+  checkName("rule", rule);
+  if (!Number.isInteger(group) || group < 0 || group >= MAX_SLOT_GROUPS) {
+    throw new WireError("group", `expected an integer 0..${MAX_SLOT_GROUPS - 1}`);
+  }
+  return `${namespace}:q:{${rule}.${group}}`;
+}
+
+export interface SlotGroupKeys {
+  config: string;
+  sequences: string;
+  instances: string;
+}
+
+export function slotGroupKeys(namespace: string, rule: string, group: number): SlotGroupKeys {
+  const prefix = slotGroupPrefix(namespace, rule, group);
+  return { config: `${prefix}:cfg`, sequences: `${prefix}:seq`, instances: `${prefix}:inst` };
+}
+
+/** A quota key's state; `prefix` from slotGroupPrefix. The key text follows the tag, so it cannot escape it. */
+export function quotaKey(prefix: string, key: string): string {
+  const problem = quotaKeyProblem(key);
+  if (problem) throw new WireError("key", problem);
+  return `${prefix}:k:${key}`;
+}
+
+/**
+ * Why `key` cannot be a quota key, if it cannot: its length, or a lone UTF-16 surrogate (valid in JSON as
+ * `\ud800`, but Redis keys travel as UTF-8, where every lone surrogate becomes U+FFFD: "\ud800" and
+ * "\udc00" would count in one key).
+ */
+export function quotaKeyProblem(key: string): string | undefined {
+  if (key.length === 0 || key.length > MAX_KEY_LENGTH) return `expected 1-${MAX_KEY_LENGTH} characters`;
+  // String.prototype.isWellFormed: ES2024, Node 20+ (the compiler's library here is ES2022)
+  if (!(key as unknown as { isWellFormed(): boolean }).isWellFormed()) return "expected no lone UTF-16 surrogate";
+  return undefined;
 }
