@@ -15,7 +15,7 @@ import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { perUserLogKey } from "../../functions/core/shared/keys.ts";
 import { BATCH, campaignPolicy, DAY, SEGMENTS, segmentOfUser, T0, USERS } from "./campaign.ts";
 import { grabCallOn, grabLua } from "./grab.ts";
-import { cpuSeconds, redisVersion, usedMemory } from "./redis-stats.ts";
+import { cpuSeconds, redisVersion, servedSlots, usedMemory } from "./redis-stats.ts";
 import { n, today } from "./tables.ts";
 
 const execFileAsync = promisify(execFile);
@@ -185,12 +185,9 @@ async function serverCeiling(primaries: Redis[], lua: string): Promise<number> {
   const runs = primaries.map(async (node) => {
     const sha = (await node.script("LOAD", lua)) as string;
     const port = node.options.port as number;
-    const owned = new Set<number>();
-    const ranges = (await node.call("CLUSTER", "SLOTS")) as [number, number, [string, number]][];
-    for (const [from, to, [, masterPort]] of ranges)
-      if (masterPort === port) for (let s = from; s <= to; s++) owned.add(s);
+    const serves = await servedSlots(node);
     let tag = 0;
-    while (!owned.has(calculateSlot(`{ceiling-${tag}}`))) tag++;
+    while (!serves(calculateSlot(`{ceiling-${tag}}`))) tag++;
     const key = perUserLogKey("bench-ceiling", "__rand_int__", `ceiling-${tag}`);
     const { stdout } = await execFileAsync(
       "redis-benchmark",

@@ -8,7 +8,7 @@ import { createRedisCluster, RedisLimitStore, type TollgateCluster } from "../..
 import { Limiter } from "../../functions/core/limits/limiter.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { limitKey } from "../../functions/core/shared/keys.ts";
-import { scriptTime } from "./redis-stats.ts";
+import { primaryPortOf, scriptTime } from "./redis-stats.ts";
 import { median } from "./statistics.ts";
 import { n, today } from "./tables.ts";
 import { closedLoop } from "./timing.ts";
@@ -235,9 +235,7 @@ async function primaryOf(
   key: string,
   primaries: { host: string; port: number }[],
 ): Promise<Redis> {
-  const slot = (await cluster.cluster("KEYSLOT", key)) as number;
-  const shards = await cluster.cluster("SLOTS");
-  const owner = shards.find(([from, to]) => slot >= from && slot <= to)?.[2];
-  const node = primaries.find((p) => p.port === owner?.[1]) ?? primaries[0];
+  const port = await primaryPortOf(cluster, key);
+  const node = primaries.find((p) => p.port === port) ?? primaries[0];
   return new Redis({ host: node?.host, port: node?.port, lazyConnect: false });
 }

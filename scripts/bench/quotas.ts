@@ -14,7 +14,6 @@
 import { readFileSync } from "node:fs";
 import { loadavg } from "node:os";
 import { join, resolve } from "node:path";
-import calculateSlot from "cluster-key-slot";
 import { Cluster, Redis } from "ioredis";
 import { createRedisCluster } from "../../functions/adapters/redis-cluster.ts";
 import { encodeRule, slotGroupKeys, slotGroupPrefix } from "../../sdk/src/wire.ts";
@@ -25,6 +24,7 @@ import { checkOverhead } from "./quotas-overhead.ts";
 import { type Design, L, LONG_W, QUICK, type Result, runScenario, type Scenario, W } from "./quotas-run.ts";
 import { maxInWindow } from "./quotas-stats.ts";
 import { pct, quotasTable } from "./quotas-table.ts";
+import { primaryPortOf } from "./redis-stats.ts";
 import { BASE_PORT, seedNodes, startBenchCluster } from "./stack.ts";
 import { replaceBetween } from "./tables.ts";
 import { sleep } from "./timing.ts";
@@ -34,9 +34,7 @@ const listEnv = (name: string): string[] | undefined => process.env[name]?.split
 
 /** The primary serving the rule's slot group, with its pid from the pidfile scripts/redis-cluster.ts wrote. */
 async function primaryOf(cluster: Cluster, namespace: string): Promise<{ port: number; pid: number }> {
-  const slot = calculateSlot(`${slotGroupPrefix(namespace, "api", 0)}:cfg`);
-  const shards = (await cluster.cluster("SLOTS")) as unknown as [number, number, [string, number]][];
-  const port = shards.find(([a, b]) => slot >= a && slot <= b)![2][1];
+  const port = (await primaryPortOf(cluster, `${slotGroupPrefix(namespace, "api", 0)}:cfg`))!;
   return { port, pid: pidOf(port) };
 }
 

@@ -1,7 +1,7 @@
 // What the bench reads from the primaries: CPU time, memory once replicas caught up, the server version,
 // Redis' own slowest-script figure (SLOWLOG) and the PING round trip beside it.
 import calculateSlot from "cluster-key-slot";
-import type { Redis } from "ioredis";
+import type { Cluster, Redis } from "ioredis";
 import { percentile } from "./statistics.ts";
 
 export async function cpuSeconds(nodes: Redis[]): Promise<number> {
@@ -142,14 +142,10 @@ export async function keysMemory(nodes: Redis[], pattern: string): Promise<numbe
 export async function fillReplicationBacklogs(nodes: Redis[]): Promise<void> {
   for (const node of nodes) {
     const [, size] = (await node.config("GET", "repl-backlog-size")) as [string, string];
-    const ranges = (await node.call("CLUSTER", "SLOTS")) as [number, number, [string, number, string]][];
-    const { port } = node.options;
-    const owned = ranges.filter(([, , primary]) => Number(primary[1]) === port);
+    const serves = await servedSlots(node);
     let key = "";
-    for (let i = 0; key === "" && i < 100_000; i++) {
-      const slot = calculateSlot(`bench-backlog-fill:${i}`);
-      if (owned.some(([from, to]) => slot >= from && slot <= to)) key = `bench-backlog-fill:${i}`;
-    }
+    for (let i = 0; key === "" && i < 100_000; i++)
+      if (serves(calculateSlot(`bench-backlog-fill:${i}`))) key = `bench-backlog-fill:${i}`;
     // a little more than the backlog, so the circular buffer is full however much it held before
     const value = Buffer.alloc(Math.ceil(Number(size) * 1.1), 120);
     await node.set(key, value);
@@ -183,4 +179,22 @@ export async function scriptTime(
     }
   }
   return { calls, micros };
+}
+
+type SlotRanges = [from: number, to: number, primary: [host: string, port: number, ...unknown[]], ...unknown[]][];
+
+/** Whether a slot is one that the primary `node` serves, read once from its CLUSTER SLOTS. */
+export async function servedSlots(node: Redis): Promise<(slot: number) => boolean> {
+  const ranges = (await node.call("CLUSTER", "SLOTS")) as SlotRanges;
+  const { port } = node.options;
+  const owned = ranges.filter(([, , primary]) => Number(primary[1]) === port);
+  return (slot) => owned.some(([from, to]) => slot >= from && slot <= to);
+}
+
+/** The port of the primary that serves `key`'s slot, from the cluster's CLUSTER SLOTS. */
+export async function primaryPortOf(cluster: Cluster, key: string): Promise<number | undefined> {
+  const slot = calculateSlot(key);
+  const ranges = (await cluster.cluster("SLOTS")) as unknown as SlotRanges;
+  const owner = ranges.find(([from, to]) => slot >= from && slot <= to);
+  return owner === undefined ? undefined : Number(owner[2][1]);
 }
