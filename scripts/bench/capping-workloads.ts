@@ -1,7 +1,6 @@
 // The capping engine on the hostile-but-valid workloads of the engine issue (sparse IDs, a busy week,
 // busy single users, a big policy, a huge sparse message), beside Grab's per-user design where it
 // applies, each with Redis' own slowest script (SLOWLOG) and the PING round trip of the same run.
-import type { Redis } from "ioredis";
 import { RoaringBitmap32 } from "roaring-wasm";
 import { RedisCapStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
 import { type CapStore, MAX_CALLS_IN_FLIGHT } from "../../functions/core/capping/cap-sends-script.ts";
@@ -10,6 +9,8 @@ import { parsePolicy } from "../../functions/core/capping/policy.ts";
 import { SegmentIndex } from "../../functions/core/capping/segment-index.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { capIdentityKey, capRecordKey, capTagOf, perUserLogKey, recordRangeOf } from "../../sdk/src/protocol/index.ts";
+import { DAY, T0 } from "./campaign.ts";
+import { grabCallOn } from "./grab.ts";
 import {
   cpuSeconds,
   fillReplicationBacklogs,
@@ -20,11 +21,12 @@ import {
   resetSlowlog,
   SLOWLOG_THRESHOLD_MICROS,
   scriptTime,
+  slowestOf,
   slowestScript,
   usedMemory,
 } from "./redis-stats.ts";
+import { batchesOf, scatteredIds, weekHalf } from "./workload-ids.ts";
 
-const DAY = 86_400_000;
 /**
  * BENCH_WORKLOAD_RUNS (2): how many times the busy week, the checks and the busy user run, each run in its own
  * namespace with the same clock and inputs; their slowest script is also reported as the slowest call's
@@ -36,12 +38,8 @@ const RUNS = Math.max(1, Number(process.env.BENCH_WORKLOAD_RUNS ?? 2));
 const SCENARIOS = ["sparse", "week", "checks", "busy", "big", "huge"] as const;
 const chosen = new Set(process.env.BENCH_WORKLOADS?.split(",") ?? SCENARIOS);
 const want = (scenario: (typeof SCENARIOS)[number]) => chosen.has(scenario);
-const T0 = Date.UTC(2026, 10, 2, 9);
 /** The control script's loop: about as long as a check's script on this machine (~0.05 ms). */
 const CONTROL_LOOP_STEPS = "6000";
-const BATCH = 10_000;
-
-export type GrabCall = (key: string, ...args: number[]) => Promise<number>;
 
 /** A CapStore that counts the script calls made through it and the most that were in flight at once. */
 export function countingCapStore(inner: CapStore): CapStore & { calls: number; mostInFlight: number } {
@@ -71,40 +69,6 @@ interface Row {
   before: string;
 }
 
-/** A deterministic stream of distinct user IDs below `limit`. */
-export function scatteredIds(count: number, limit: number, seed: number): number[] {
-  const ids = new Set<number>();
-  let state = seed >>> 0;
-  while (ids.size < count) {
-    state = (Math.imul(state, 1_664_525) + 1_013_904_223) >>> 0;
-    ids.add(state % limit);
-  }
-  return [...ids];
-}
-
-/** The users 0..users - 1 a campaign of the busy week reaches: a random half, a different one per campaign. */
-export function weekHalf(users: number, campaign: number): number[] {
-  return Array.from({ length: users }, (_, id) => id).filter((id) => {
-    // a mixing hash of (user, campaign): each campaign a different half (an XOR of two products
-    // would give every campaign the same half or its complement, and every page two histories)
-    let h = Math.imul(id ^ Math.imul(campaign + 1, 0x9e3779b1), 0x85ebca6b);
-    h ^= h >>> 13;
-    h = Math.imul(h, 0xc2b2ae35);
-    return ((h ^ (h >>> 16)) & 1) === 1;
-  });
-}
-
-const batchesOf = (ids: number[]) =>
-  Array.from({ length: Math.ceil(ids.length / BATCH) }, (_, b) => ids.slice(b * BATCH, (b + 1) * BATCH));
-
-/** The slowest of logged script times (µs) in ms, how many there are, and their 99th percentile (slowestScript()'s figures). */
-function slowestOf(micros: number[]): { ms: number; calls: number; p99: number } {
-  const sorted = [...micros].sort((a, b) => a - b);
-  const p99 =
-    sorted.length === 0 ? 0 : (sorted[Math.min(sorted.length - 1, Math.floor(0.99 * sorted.length))] as number);
-  return { ms: (sorted.at(-1) ?? 0) / 1000, calls: sorted.length, p99: p99 / 1000 };
-}
-
 function onePolicy(caps: Record<string, { window: string; max: number }[]>) {
   return {
     policy: parsePolicy({ version: "bench", channels: ["push"], segments: [], default: { name: "everyone", caps } }),
@@ -112,11 +76,10 @@ function onePolicy(caps: Record<string, { window: string; max: number }[]>) {
   };
 }
 
-export async function runCappingWorkloads(
-  cluster: TollgateCluster,
-  primaries: Redis[],
-  grabCall: GrabCall,
-): Promise<string[]> {
+export async function runCappingWorkloads(cluster: TollgateCluster): Promise<string[]> {
+  await cluster.ping();
+  const primaries = cluster.nodes("master");
+  const grabCall = grabCallOn(cluster);
   const rows: Row[] = [];
   const us = (seconds: number, decisions: number) => `${((seconds / decisions) * 1e6).toFixed(2)} µs`;
   const bytes = (delta: number, users: number) => `${(delta / users).toFixed(1)} B`;

@@ -8,6 +8,10 @@ import { createRedisCluster, RedisLimitStore, type TollgateCluster } from "../..
 import { Limiter } from "../../functions/core/limits/limiter.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { limitKey } from "../../sdk/src/protocol/index.ts";
+import { primaryPortOf, scriptTime } from "./redis-stats.ts";
+import { median } from "./statistics.ts";
+import { n, today } from "./tables.ts";
+import { closedLoop } from "./timing.ts";
 
 const KEYS = 1000;
 const IN_FLIGHT = 32;
@@ -23,39 +27,15 @@ interface Sample {
   redisUs: number;
 }
 
-/** Calls per second of `call(i)` with IN_FLIGHT in flight for `ms`, and the CPU per call. */
+/** Calls per second of `call(i)` with IN_FLIGHT in flight for `ms`, the CPU per call and Redis' time per script call. */
 async function rate(call: (i: number) => Promise<unknown>, ms: number, primaries: Redis[]): Promise<Sample> {
   await Promise.all(primaries.map((node) => node.config("RESETSTAT")));
-  let calls = 0;
-  const end = Date.now() + ms;
-  const cpu = process.cpuUsage();
-  await Promise.all(
-    Array.from({ length: IN_FLIGHT }, async () => {
-      while (Date.now() < end) await call(calls++);
-    }),
-  );
-  const used = process.cpuUsage(cpu);
-  return { rate: (calls * 1000) / ms, cpuUs: (used.user + used.system) / calls, redisUs: await scriptUs(primaries) };
+  const { rps, cpuUs } = await closedLoop(call, { ms, inFlight: IN_FLIGHT });
+  // Redis' time per script call since the RESETSTAT: the script's own cost, which the machine's load moves
+  // far less than calls/s (rate-limiter-flexible's script is an EVALSHA, ours FCALL)
+  const { calls, micros } = await scriptTime(primaries);
+  return { rate: rps, cpuUs, redisUs: micros / calls };
 }
-
-/**
- * Redis' time per script call since the last RESETSTAT, over `primaries`: the script's own cost, which
- * the machine's load moves far less than calls/s (rate-limiter-flexible's script is an EVALSHA, ours FCALL).
- */
-async function scriptUs(primaries: Redis[]): Promise<number> {
-  let calls = 0;
-  let usec = 0;
-  for (const node of primaries) {
-    const stats = (await node.info("commandstats")) as string;
-    for (const [, c, u] of stats.matchAll(/cmdstat_(?:evalsha|eval|fcall):calls=(\d+),usec=(\d+)/g)) {
-      calls += Number(c);
-      usec += Number(u);
-    }
-  }
-  return usec / calls;
-}
-
-const median = (values: number[]) => values.sort((a, b) => a - b)[Math.floor(values.length / 2)] as number;
 
 /** Each contender's median rate and CPU over ROUNDS rounds, the contenders interleaved so drift hits all alike. */
 async function interleaved(
@@ -80,8 +60,6 @@ async function interleaved(
     ]),
   );
 }
-
-const n = (value: number) => Math.round(value).toLocaleString("en-US");
 
 export async function runLimitsBench(options: {
   cluster: TollgateCluster;
@@ -169,7 +147,7 @@ async function compare(
     `limits: Limiter.check / rate-limiter-flexible ${range(ratios)} (by CPU per call ${range(cpuRatios)}, by Redis time per call ${range(redisRatios)})`,
   );
   return [
-    `Measured ${new Date().toISOString().slice(0, 10)} by \`npm run bench\` (BENCH_ONLY=limits for this section alone), load average ${loadavg()[0]?.toFixed(1)} at the end: ${IN_FLIGHT} calls in flight from one Node process over ${KEYS} keys, the contenders interleaved, ${ROUNDS} rounds of ${ROUND_MS / 1000} s each, the median shown (the rounds' range in brackets); every call allowed. CPU per call is this process's; Redis time per call is the primaries' own time per script call (\`INFO commandstats\`), which load moves least. \`Limiter.check\` runs on the check API's client (createRedisCluster without autopipelining); rate-limiter-flexible on plain ioredis clients of its own, and the faster of its two is the baseline.`,
+    `Measured ${today()} by \`npm run bench\` (BENCH_ONLY=limits for this section alone), load average ${loadavg()[0]?.toFixed(1)} at the end: ${IN_FLIGHT} calls in flight from one Node process over ${KEYS} keys, the contenders interleaved, ${ROUNDS} rounds of ${ROUND_MS / 1000} s each, the median shown (the rounds' range in brackets); every call allowed. CPU per call is this process's; Redis time per call is the primaries' own time per script call (\`INFO commandstats\`), which load moves least. \`Limiter.check\` runs on the check API's client (createRedisCluster without autopipelining); rate-limiter-flexible on plain ioredis clients of its own, and the faster of its two is the baseline.`,
     "",
     "| Target | This run |",
     "|---|---|",
@@ -257,9 +235,7 @@ async function primaryOf(
   key: string,
   primaries: { host: string; port: number }[],
 ): Promise<Redis> {
-  const slot = (await cluster.cluster("KEYSLOT", key)) as number;
-  const shards = await cluster.cluster("SLOTS");
-  const owner = shards.find(([from, to]) => slot >= from && slot <= to)?.[2];
-  const node = primaries.find((p) => p.port === owner?.[1]) ?? primaries[0];
+  const port = await primaryPortOf(cluster, key);
+  const node = primaries.find((p) => p.port === port) ?? primaries[0];
   return new Redis({ host: node?.host, port: node?.port, lazyConnect: false });
 }

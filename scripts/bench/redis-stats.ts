@@ -1,7 +1,8 @@
 // What the bench reads from the primaries: CPU time, memory once replicas caught up, the server version,
 // Redis' own slowest-script figure (SLOWLOG) and the PING round trip beside it.
 import calculateSlot from "cluster-key-slot";
-import type { Redis } from "ioredis";
+import type { Cluster, Redis } from "ioredis";
+import { percentile } from "./statistics.ts";
 
 export async function cpuSeconds(nodes: Redis[]): Promise<number> {
   const infos = await Promise.all(nodes.map((node) => node.info("cpu")));
@@ -66,10 +67,14 @@ export async function slowestScript(nodes: Redis[]): Promise<{ ms: number; calls
     await node.config("SET", "slowlog-log-slower-than", "-1");
     await node.call("SLOWLOG", "RESET");
   }
-  logged.sort((a, b) => a - b);
-  const p99 =
-    logged.length === 0 ? 0 : (logged[Math.min(logged.length - 1, Math.floor(0.99 * logged.length))] as number);
-  return { ms: (logged.at(-1) ?? 0) / 1000, calls: logged.length, p99: p99 / 1000 };
+  return slowestOf(logged);
+}
+
+/** The slowest of logged script times (µs) in ms, how many there are, and their 99th percentile in ms. */
+export function slowestOf(micros: readonly number[]): { ms: number; calls: number; p99: number } {
+  const sorted = [...micros].sort((a, b) => a - b);
+  const p99 = sorted.length === 0 ? 0 : percentile(sorted, 0.99);
+  return { ms: (sorted.at(-1) ?? 0) / 1000, calls: sorted.length, p99: p99 / 1000 };
 }
 
 /**
@@ -104,8 +109,7 @@ export async function pingLatency(nodes: Redis[], runs = 300): Promise<{ p50: nu
     samples.push(performance.now() - started);
   }
   samples.sort((a, b) => a - b);
-  const at = (p: number) => samples[Math.min(samples.length - 1, Math.floor(p * samples.length))] as number;
-  return { p50: at(0.5), p99: at(0.99) };
+  return { p50: percentile(samples, 0.5), p99: percentile(samples, 0.99) };
 }
 
 export function field(info: string, name: string): number;
@@ -138,14 +142,10 @@ export async function keysMemory(nodes: Redis[], pattern: string): Promise<numbe
 export async function fillReplicationBacklogs(nodes: Redis[]): Promise<void> {
   for (const node of nodes) {
     const [, size] = (await node.config("GET", "repl-backlog-size")) as [string, string];
-    const ranges = (await node.call("CLUSTER", "SLOTS")) as [number, number, [string, number, string]][];
-    const { port } = node.options;
-    const owned = ranges.filter(([, , primary]) => Number(primary[1]) === port);
+    const serves = await servedSlots(node);
     let key = "";
-    for (let i = 0; key === "" && i < 100_000; i++) {
-      const slot = calculateSlot(`bench-backlog-fill:${i}`);
-      if (owned.some(([from, to]) => slot >= from && slot <= to)) key = `bench-backlog-fill:${i}`;
-    }
+    for (let i = 0; key === "" && i < 100_000; i++)
+      if (serves(calculateSlot(`bench-backlog-fill:${i}`))) key = `bench-backlog-fill:${i}`;
     // a little more than the backlog, so the circular buffer is full however much it held before
     const value = Buffer.alloc(Math.ceil(Number(size) * 1.1), 120);
     await node.set(key, value);
@@ -159,9 +159,17 @@ export async function replicationBacklogs(nodes: Redis[]): Promise<number> {
   return infos.reduce((sum, info) => sum + field(info, "mem_replication_backlog"), 0);
 }
 
-/** Script calls (FCALL, EVALSHA and EVAL) the primaries ran so far and the microseconds Redis spent in them (INFO commandstats). */
-export async function scriptTime(nodes: Redis[]): Promise<{ calls: number; micros: number }> {
-  const infos = await Promise.all(nodes.map((node) => node.info("commandstats")));
+/**
+ * Script calls (FCALL, EVALSHA and EVAL) the primaries ran so far and the microseconds Redis spent in them (INFO
+ * commandstats). With `skipDown`, a node that does not answer (one a run killed) counts nothing instead of failing.
+ */
+export async function scriptTime(
+  nodes: Redis[],
+  options: { skipDown?: boolean } = {},
+): Promise<{ calls: number; micros: number }> {
+  const infos = await Promise.all(
+    nodes.map((node) => (options.skipDown ? node.info("commandstats").catch(() => "") : node.info("commandstats"))),
+  );
   let calls = 0;
   let micros = 0;
   for (const info of infos) {
@@ -171,4 +179,22 @@ export async function scriptTime(nodes: Redis[]): Promise<{ calls: number; micro
     }
   }
   return { calls, micros };
+}
+
+type SlotRanges = [from: number, to: number, primary: [host: string, port: number, ...unknown[]], ...unknown[]][];
+
+/** Whether a slot is one that the primary `node` serves, read once from its CLUSTER SLOTS. */
+export async function servedSlots(node: Redis): Promise<(slot: number) => boolean> {
+  const ranges = (await node.call("CLUSTER", "SLOTS")) as SlotRanges;
+  const { port } = node.options;
+  const owned = ranges.filter(([, , primary]) => Number(primary[1]) === port);
+  return (slot) => owned.some(([from, to]) => slot >= from && slot <= to);
+}
+
+/** The port of the primary that serves `key`'s slot, from the cluster's CLUSTER SLOTS. */
+export async function primaryPortOf(cluster: Cluster, key: string): Promise<number | undefined> {
+  const slot = calculateSlot(key);
+  const ranges = (await cluster.cluster("SLOTS")) as unknown as SlotRanges;
+  const owner = ranges.find(([from, to]) => slot >= from && slot <= to);
+  return owner === undefined ? undefined : Number(owner[2][1]);
 }

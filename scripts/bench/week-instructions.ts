@@ -14,7 +14,7 @@ import { SegmentIndex } from "../../functions/core/capping/segment-index.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { isMain } from "../is-main.ts";
 import { dumper, startCallgrindServer, stopCallgrindServer } from "./callgrind-server.ts";
-import { weekHalf } from "./capping-workloads.ts";
+import { weekHalf } from "./workload-ids.ts";
 
 const T0 = Date.UTC(2026, 10, 2, 9);
 const DAY = 86_400_000;
