@@ -351,7 +351,7 @@ async function checkOverhead(): Promise<{ resolvedNs: number; stringNs: number; 
   const resolvedNs = batch((i) => quotas.checkHandle(handles[i]!));
   const stringNs = batch((i) => quotas.check("api", keys[i]!));
   // the same 6M checks untimed, their allocations counted in the young generation's bytes (as in
-  // sdk/test/check-allocation.test.ts); a GC meanwhile would be one the checks caused. The loop runs once
+  // sdk/test/engine/check-allocation.test.ts); a GC meanwhile would be one the checks caused. The loop runs once
   // before it is measured, as in the test: a new function's first run allocates V8's own feedback and
   // on-stack-replacement code once (up to a few hundred bytes), which is not the checks'
   const checks = () => {

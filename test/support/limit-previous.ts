@@ -35,7 +35,7 @@ const doubles = (packed: Buffer, at: number, n: number) =>
 const MAX_REPLY = 8.64e15;
 /**
  * A previous script's reply for one limit (allowed, limit, remaining, resetAt, retryAfterMs) with the two
- * corrections made since (a review found both): a fixed window whose windowMs changed so that its stored end
+ * corrections made since (both defects of the previous scripts): a fixed window whose windowMs changed so that its stored end
  * is no boundary of the new length is reset at the first boundary after it, not at that end (the stored count
  * still counts until then); a capped retry keeps now + retryAfterMs within the last time, as a capped resetAt.
  */
