@@ -17,7 +17,7 @@ import { POLICY_CHANNELS, policyArbitrary } from "../../support/policy-arbitrary
 import { T0 } from "../../support/rules.ts";
 
 let cluster: TollgateCluster;
-/** The store, and the script before the change (cap-sends-previous.lua) as EVAL: a rollout runs both. */
+/** The store, and the script before the change (v0.2.0's, test/compat/v0.2.0/cap-sends.lua) as EVAL: a rollout runs both. */
 let scripts: { store: RedisCapStore; previous: CapSendsCall };
 beforeAll(() => {
   cluster = connectCluster();

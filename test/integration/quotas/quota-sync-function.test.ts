@@ -32,8 +32,8 @@ afterAll(async () => {
 
 const CHUNK = load("quota-sync");
 const FRESH = evalScriptOf(CHUNK);
-/** The script before it ran as a Function (f63a65d): one EVAL chunk that reads every key's 'r' */
-const PREVIOUS = readFileSync(new URL("../../support/quota-sync-previous.lua", import.meta.url), "utf8");
+/** v0.2.0's script, before it ran as a Function: one EVAL chunk that reads every key's 'r' */
+const PREVIOUS = readFileSync(new URL("../../compat/v0.2.0/quota-sync-settle-lag.lua", import.meta.url), "utf8");
 
 type Runner = "function" | "fresh" | "previous";
 type Outcome = { reply: unknown } | { error: string };

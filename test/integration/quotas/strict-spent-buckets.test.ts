@@ -32,11 +32,11 @@ afterAll(async () => {
   await cluster.quit();
 });
 
-/** The script before this change (50 ms spent buckets), as a deploy rolled back would run it. */
-const PREVIOUS = readFileSync(new URL("../../support/quota-sync-previous.lua", import.meta.url), "utf8");
+/** v0.2.0's script (50 ms spent buckets), as a deploy rolled back would run it. */
+const PREVIOUS = readFileSync(new URL("../../compat/v0.2.0/quota-sync-settle-lag.lua", import.meta.url), "utf8");
 
-/** The script of the b3 format (protocol 1: text arguments), to write b3 keys of any shape. */
-const B3 = readFileSync(new URL("../../support/quota-sync-b3.lua", import.meta.url), "utf8");
+/** v0.1.0's script, of the b3 format (protocol 1: text arguments), to write b3 keys of any shape. */
+const B3 = readFileSync(new URL("../../compat/v0.1.0/quota-sync.lua", import.meta.url), "utf8");
 
 /** A store with the rule published as v1, and a way to publish the next versions. */
 async function storeWith(rule: QuotaRule) {

@@ -1,4 +1,4 @@
-// The rate-limit scripts as they were before their numbers travelled packed (test/support/limit-previous/, the
+// The rate-limit scripts as they were before their numbers travelled packed (test/compat/v0.2.0/, v0.2.0's, the
 // text-argument, integer-reply protocol), behind the same LimitStore port, so a Limiter runs them: the
 // packed arguments are turned back into the text the previous code sent, and the integer reply into the
 // packed one the current decoder reads. Run as EVAL scripts of their chunks.
@@ -8,7 +8,7 @@ import type { LimitStore } from "../../functions/core/limits/limit-script.ts";
 import { ALGORITHMS, type Algorithm } from "../../functions/core/limits/limit-specs.ts";
 import { evalScriptOf } from "../../sdk/src/transports/redis-functions.ts";
 
-const load = (name: string) => readFileSync(new URL(`./limit-previous/${name}.lua`, import.meta.url), "utf8");
+const load = (name: string) => readFileSync(new URL(`./v0.2.0/${name}.lua`, import.meta.url), "utf8");
 const common = load("limit-common");
 const oneLimit = Object.fromEntries(
   ALGORITHMS.map((algorithm) => [algorithm, evalScriptOf([common, load(algorithm), load("limit")].join("\n"))]),

@@ -1,22 +1,22 @@
 // The rate-limit scripts' packed arguments and replies (numbers as little-endian doubles in one
 // argument, the one-limit reply packed, sliding-log counts as text, floor and ceil by arithmetic): through
 // Limiter.check and Limiter.checkAll on the real cluster, against the previous scripts
-// (test/support/limit-previous/) run side by side on fresh keys with the same inputs, and on state the
+// (test/compat/v0.2.0/, the v0.2.0 release's) run side by side on fresh keys with the same inputs, and on state the
 // previous scripts wrote.
 import calculateSlot from "cluster-key-slot";
 import fc from "fast-check";
 import type { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { limitLibrary, tollgateLibrary } from "../../../functions/adapters/lua-scripts.ts";
-import type { TollgateCluster } from "../../../functions/adapters/redis-cluster.ts";
-import { ALGORITHMS, type Algorithm } from "../../../functions/core/limits/limit-specs.ts";
-import { Limiter } from "../../../functions/core/limits/limiter.ts";
-import { fixedClock } from "../../../functions/core/shared/clock.ts";
-import { limitKey, scopedLimitKey } from "../../../functions/core/shared/keys.ts";
-import { loadLibrary } from "../../../sdk/src/transports/redis-functions.ts";
-import { connectCluster, uniqueNamespace } from "../../support/cluster.ts";
-import { PreviousLimitStore } from "../../support/limit-previous.ts";
-import { scriptStore } from "../../support/limit-scripts.ts";
+import { limitLibrary, tollgateLibrary } from "../../functions/adapters/lua-scripts.ts";
+import type { TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
+import { ALGORITHMS, type Algorithm } from "../../functions/core/limits/limit-specs.ts";
+import { Limiter } from "../../functions/core/limits/limiter.ts";
+import { fixedClock } from "../../functions/core/shared/clock.ts";
+import { limitKey, scopedLimitKey } from "../../functions/core/shared/keys.ts";
+import { loadLibrary } from "../../sdk/src/transports/redis-functions.ts";
+import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
+import { scriptStore } from "../support/limit-scripts.ts";
+import { PreviousLimitStore } from "./limit-previous.ts";
 
 const DAY = 86_400_000;
 const YEAR = 365 * DAY;
