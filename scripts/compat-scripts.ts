@@ -125,7 +125,9 @@ function write(tag: string, names: readonly string[]): void {
     mkdirSync(dirname(join(COMPAT_DIR, file)), { recursive: true });
     writeFileSync(join(COMPAT_DIR, file), bytes);
     const entry: CompatEntry = { file, tag, commit, source, blob: blobIdOf(bytes) };
-    manifest.files = [...manifest.files.filter((other) => other.file !== file), entry];
+    const at = manifest.files.findIndex((other) => other.file === file);
+    if (at === -1) manifest.files.push(entry);
+    else manifest.files[at] = entry;
     console.log(`${file} <- ${tag}:${source} (${entry.blob})`);
   }
   writeFileSync(MANIFEST, `${JSON.stringify(manifest, null, 2)}\n`);
