@@ -155,18 +155,6 @@ describe("record blobs under IDs whose bytes straddle other IDs (review of the s
     );
   });
 
-  it("decides as the model does with the script before the change (f63a65d) running some of the calls (a rollout)", async () => {
-    await fc.assert(
-      fc.asyncProperty(
-        policyArbitrary,
-        fc.constantFrom(90, 300, 8192),
-        fc.array(stepArbitrary, { minLength: 5, maxLength: 20 }),
-        async (policy, splitBytes, steps) => runSteps(policy, splitBytes, steps, true),
-      ),
-      { numRuns: Number(process.env.REVIEW_RUNS ?? 30) },
-    );
-  });
-
   // X = 01 04 02 08 and Y = 02 0c 01 05 are neighbours in the blob; T = 02 08 02 0c is X's last two bytes and
   // Y's first two: a lookup of T finds it misaligned, and T is not a user of the blob
   const X = idOf(0x01, 0x04, 0x02, 0x08);
