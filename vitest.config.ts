@@ -2,6 +2,8 @@
 // - unit: pure code and files on disk, the Quotas SDK's included; starts nothing;
 // - integration: the real local Redis Cluster (started by test/global-setup.ts) and the S3/SQS emulator
 //   (SDK tests that need them go in sdk/test/integration/);
+// - compat: the previous releases' scripts (test/compat/<tag>/, listed in test/compat/manifest.json) beside the
+//   current ones on the same cluster: what a rollout or a rollback runs on the same data;
 // - infra: `cdk synth` and the template, and the bundles synth built invoked against the same cluster.
 import { defineConfig } from "vitest/config";
 
@@ -37,10 +39,19 @@ export default defineConfig({
       {
         extends: true,
         test: {
+          name: "compat",
+          include: ["test/compat/**/*.test.ts"],
+          globalSetup: ["test/global-setup.ts"],
+          sequence: { groupOrder: 2 },
+        },
+      },
+      {
+        extends: true,
+        test: {
           name: "infra",
           include: ["test/infra/**/*.test.ts"],
           globalSetup: ["test/global-setup.ts"],
-          sequence: { groupOrder: 2 },
+          sequence: { groupOrder: 3 },
         },
       },
     ],

@@ -27,11 +27,11 @@ export function idOf(b0: number, b1: number, b2: number, b3: number): number {
 }
 
 /**
- * The script before the change (test/support/cap-sends-previous.lua) as an EVAL command defined on
+ * The script before the change (test/compat/v0.2.0/cap-sends.lua, v0.2.0's lua/cap-sends.lua) as an EVAL command defined on
  * `cluster` under `name`; its arguments are the current script's with page arguments (asPageArgs()).
  */
 export function previousScript(cluster: TollgateCluster, name: string): CapSendsCall {
-  const source = readFileSync(new URL("./cap-sends-previous.lua", import.meta.url), "utf8");
+  const source = readFileSync(new URL("../compat/v0.2.0/cap-sends.lua", import.meta.url), "utf8");
   cluster.defineCommand(name, { numberOfKeys: 1, lua: evalScriptOf(source) });
   const command = (cluster as unknown as Record<string, (...keysAndArgs: (string | Buffer)[]) => Promise<Buffer>>)[
     `${name}Buffer`

@@ -94,7 +94,7 @@ export const limitRequestSchema = limitShape(requestExtra);
  * The member of limitRequestSchema for each algorithm. The union picks the same member by `algorithm` and
  * reports the same issues, but costs about twice as much per request: POST /v1/limit parses with the
  * member when the algorithm is known, and with the union only to word the error of an unknown one
- * (test/unit/limit-request-parse.test.ts holds the two paths to the same answers).
+ * (test/unit/limits/limit-request-parse.test.ts holds the two paths to the same answers).
  */
 const limitRequestMembers = new Map<unknown, z.ZodType<LimitRequest>>(
   limitMembers(requestExtra).map((member) => [member.shape.algorithm.value, member as z.ZodType<LimitRequest>]),

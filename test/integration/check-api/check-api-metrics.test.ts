@@ -1,0 +1,73 @@
+// The check API handler's metrics switch, on the real cluster: with metrics on, each request is counted
+// (one EMF document, the algorithm as a dimension); with POWERTOOLS_METRICS_DISABLED nothing is added,
+// since without logMetrics to publish them, added metrics would pile up in the store.
+import { Logger } from "@aws-lambda-powertools/logger";
+import { Metrics } from "@aws-lambda-powertools/metrics";
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
+import { RedisLimitStore, type TollgateCluster } from "../../../functions/adapters/redis-cluster.ts";
+import { Limiter } from "../../../functions/core/limits/limiter.ts";
+import { makeCheckApiHandler } from "../../../functions/handlers/check-api-handler.ts";
+import { functionUrlEvent } from "../../../scripts/local/function-url-server.ts";
+import { lambdaContext } from "../../../scripts/local/sqs-poller.ts";
+import { emfDocuments } from "../../support/check-api-invocation.ts";
+import { connectCluster, uniqueNamespace } from "../../support/cluster.ts";
+
+let cluster: TollgateCluster;
+beforeAll(() => {
+  cluster = connectCluster();
+});
+afterAll(async () => {
+  await cluster.quit();
+});
+afterEach(() => {
+  vi.unstubAllEnvs();
+  vi.restoreAllMocks();
+});
+
+/** A handler whose Metrics is built under `disabled` (Powertools reads the variable at construction). */
+function handlerWith(disabled: boolean) {
+  vi.stubEnv("POWERTOOLS_METRICS_DISABLED", disabled ? "true" : "false");
+  const metrics = new Metrics({ namespace: "Test", serviceName: "check-api" });
+  const limiter = new Limiter({
+    store: new RedisLimitStore(cluster, { deadlineMs: 2_000 }),
+    namespace: uniqueNamespace(),
+  });
+  const handler = makeCheckApiHandler({
+    limiter,
+    frequency: () => Promise.reject(new Error("not used")),
+    health: () => Promise.resolve({ ok: true, redis: "ok" }),
+    logger: new Logger({ serviceName: "check-api", logLevel: "ERROR" }),
+    metrics,
+  });
+  return { metrics, handler };
+}
+
+const limit = JSON.stringify({ key: "k", algorithm: "fixed-window", max: 5, windowMs: 60_000 });
+
+describe("check API metrics", () => {
+  it("counts each request with its algorithm when metrics are on, and publishes one document per request", async () => {
+    const { metrics, handler } = handlerWith(false);
+    const printed = emfDocuments();
+    const added = vi.spyOn(metrics, "addMetric");
+    const dimension = vi.spyOn(metrics, "addDimension");
+    const response = await handler(functionUrlEvent("POST", "/v1/limit", limit), lambdaContext(5_000));
+    expect(response.statusCode).toBe(200);
+    expect(added.mock.calls.map(([name]) => name)).toEqual(["requests", "allowed"]);
+    expect(dimension).toHaveBeenCalledWith("algorithm", "fixed-window");
+    const documents = printed();
+    expect(documents).toHaveLength(1);
+    expect(documents[0]).toMatchObject({ requests: 1, allowed: 1, algorithm: "fixed-window" });
+  });
+
+  it("adds no metric and prints nothing when POWERTOOLS_METRICS_DISABLED is set", async () => {
+    const { metrics, handler } = handlerWith(true);
+    const printed = emfDocuments();
+    const added = vi.spyOn(metrics, "addMetric");
+    for (let i = 0; i < 3; i++) {
+      const response = await handler(functionUrlEvent("POST", "/v1/limit", limit), lambdaContext(5_000));
+      expect(response.statusCode).toBe(200);
+    }
+    expect(added).not.toHaveBeenCalled();
+    expect(printed()).toEqual([]);
+  });
+});
