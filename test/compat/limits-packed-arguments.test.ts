@@ -13,7 +13,7 @@ import { ALGORITHMS, type Algorithm } from "../../functions/core/limits/limit-sp
 import { Limiter } from "../../functions/core/limits/limiter.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import { limitKey, loadLibrary, scopedLimitKey } from "../../sdk/src/protocol/index.ts";
-import { connectCluster, uniqueNamespace } from "../support/cluster.ts";
+import { connectCluster, serverClockNow, uniqueNamespace } from "../support/cluster.ts";
 import { scriptStore } from "../support/limit-scripts.ts";
 import { PreviousLimitStore } from "./limit-previous.ts";
 
@@ -25,7 +25,7 @@ const MAX_COUNT = 1_000_000_000;
  * The limiters' clock, 400 days ahead of the server's: every `at` it accepts (up to 365 days back) is still
  * a month ahead of the server's clock, so no state expires while a test runs and both sides see the same.
  */
-const CLOCK = Date.now() + 400 * DAY;
+const CLOCK = serverClockNow() + 400 * DAY;
 
 let cluster: TollgateCluster;
 let current: ReturnType<typeof scriptStore>;
@@ -777,7 +777,7 @@ describe("edges of what validation accepts", () => {
   });
 
   it("lifetimes are counted from the server's clock as before: a charge dated a year back lives its window's remainder, not less, on both", async () => {
-    const clock = Date.now();
+    const clock = serverClockNow();
     const s = sides(clock);
     const request = { key: "k", algorithm: "sliding-window", max: 3, windowMs: YEAR, at: clock - YEAR + DAY };
     const started = Date.now();

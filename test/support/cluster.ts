@@ -1,4 +1,5 @@
 // Connecting tests to the local Redis Cluster that test/global-setup.ts starts, with a key namespace per test.
+import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import type { Redis } from "ioredis";
 import { createRedisCluster, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
@@ -8,6 +9,21 @@ export const clusterPorts = Array.from({ length: 6 }, (_, i) => basePort + i);
 
 export function connectCluster(): TollgateCluster {
   return createRedisCluster({ nodes: clusterPorts.slice(0, 3).map((port) => ({ host: "127.0.0.1", port })) });
+}
+
+/**
+ * The cluster's clock now (TIME on the first primary), in ms: what the scripts measure key lifetimes by. A test
+ * that dates requests relative to the server reads it here, not from its own clock, which may disagree (a
+ * run with the test processes' clock shifted, `npm run test:shifted`). Synchronous, for module-level times.
+ */
+export function serverClockNow(): number {
+  const [seconds, micros] = execFileSync("redis-cli", ["-h", "127.0.0.1", "-p", String(basePort), "TIME"], {
+    encoding: "utf8",
+  })
+    .trim()
+    .split(/\s+/)
+    .map(Number);
+  return (seconds as number) * 1000 + Math.floor((micros as number) / 1000);
 }
 
 /** Keys of one test never meet another's: no FLUSHALL between tests. */

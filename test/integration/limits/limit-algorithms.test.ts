@@ -5,7 +5,7 @@ import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { TollgateCluster } from "../../../functions/adapters/redis-cluster.ts";
 import { decodeLimitsReply } from "../../../functions/core/limits/limits-script.ts";
-import { connectCluster } from "../../support/cluster.ts";
+import { connectCluster, serverClockNow } from "../../support/cluster.ts";
 import {
   type BucketParams,
   checkAll,
@@ -34,7 +34,7 @@ afterAll(async () => {
 
 const DAY = 86_400_000;
 /** Request times a day ahead of the server's clock: every state lives through the test. */
-const FUTURE = Date.now() + DAY;
+const FUTURE = serverClockNow() + DAY;
 const ceilMs = (ns: bigint) => Number((ns + 999_999n) / 1_000_000n);
 let keys = 0;
 const freshKey = () => `{lt-${process.pid}-${FUTURE}-${keys++}}`;
