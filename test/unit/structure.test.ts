@@ -88,8 +88,12 @@ describe("the layout", () => {
     expect(misnamed([...graph.keys()])).toEqual([]);
   });
 
-  it("puts every file under functions/ and sdk/src/ in a known room", () => {
-    expect(homeless([...graph.keys()])).toEqual([]);
+  it("puts every file under functions/ in a known room", () => {
+    expect(homeless([...graph.keys()].filter((file) => file.startsWith("functions/")))).toEqual([]);
+  });
+
+  it("puts every file under sdk/src/ in a known room", () => {
+    expect(homeless([...graph.keys()].filter((file) => file.startsWith("sdk/src/")))).toEqual([]);
   });
 
   it("imports only along the allowed arrows: core imports no adapters, handlers or app; limits no capping; shared no product", () => {
