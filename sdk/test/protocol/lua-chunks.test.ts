@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { describe, expect, it } from "vitest";
-import { findLuaEntry, joinLua, LuaChunkError, readLuaChunk } from "../src/protocol/lua-chunks.ts";
+import { findLuaEntry, joinLua, LuaChunkError, readLuaChunk } from "../../src/protocol/lua-chunks.ts";
 
 /** A fresh folder holding `files` (path -> text). */
 function folderOf(files: Record<string, string>): string {

@@ -7,12 +7,12 @@ import { readdirSync, readFileSync } from "node:fs";
 import { join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
-import { limitLibrary, load, quotaLibrary, tollgateLibrary } from "../../functions/adapters/lua-scripts.ts";
-import { findLuaEntry, joinLua, type LineOrigin } from "../../sdk/src/protocol/index.ts";
-import { topLevelLocals } from "../support/lua-locals.ts";
+import { limitLibrary, load, quotaLibrary, tollgateLibrary } from "../../../functions/adapters/lua-scripts.ts";
+import { findLuaEntry, joinLua, type LineOrigin } from "../../../sdk/src/protocol/index.ts";
+import { topLevelLocals } from "../../support/lua-locals.ts";
 
-const root = fileURLToPath(new URL("../..", import.meta.url));
-const LUA = new URL("../../lua/", import.meta.url);
+const root = fileURLToPath(new URL("../../..", import.meta.url));
+const LUA = new URL("../../../lua/", import.meta.url);
 
 /**
  * sha256 of each split script's chunk as the single file it was at e1ceb13 (`git show e1ceb13:lua/<name>.lua`).

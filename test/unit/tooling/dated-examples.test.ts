@@ -4,8 +4,8 @@ import { readdirSync, readFileSync, statSync } from "node:fs";
 import { join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
-import { parsePolicy } from "../../functions/core/capping/policy.ts";
-import { MAX_FUTURE_MS } from "../../functions/core/shared/clock.ts";
+import { parsePolicy } from "../../../functions/core/capping/policy.ts";
+import { MAX_FUTURE_MS } from "../../../functions/core/shared/clock.ts";
 import {
   calendarLiterals,
   EXAMPLES_NOW,
@@ -13,10 +13,10 @@ import {
   epochLiterals,
   examplesOf,
   readDoc,
-} from "../support/docs-examples.ts";
-import { designPolicy } from "../support/rules.ts";
+} from "../../support/docs-examples.ts";
+import { designPolicy } from "../../support/rules.ts";
 
-const root = fileURLToPath(new URL("../..", import.meta.url));
+const root = fileURLToPath(new URL("../../..", import.meta.url));
 /** The longest a reply's time may lie from the pinned clock: the longest window a policy may have (30 d). */
 const LONGEST_WINDOW_MS = 30 * 86_400_000;
 /** The pinned moment itself is written once, where it is defined. */

@@ -3,7 +3,7 @@
 import { readdirSync, readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 
-const dir = new URL("../../docs/decisions/", import.meta.url);
+const dir = new URL("../../../docs/decisions/", import.meta.url);
 const SECTIONS = ["Context", "Decision", "Consequences", "Status", "Date"] as const;
 const MAX_LINES = 60;
 

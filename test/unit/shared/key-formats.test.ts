@@ -17,7 +17,7 @@ import {
   slotGroupKeys,
   slotGroupOf,
   slotGroupPrefix,
-} from "../../sdk/src/protocol/index.ts";
+} from "../../../sdk/src/protocol/index.ts";
 
 describe("key formats", () => {
   it("names capping keys <ns>:cap:{<tag>}:ids, u:<range>, r:<range> and p:<page>", () => {
