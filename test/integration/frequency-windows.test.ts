@@ -1,7 +1,7 @@
-// POST /v1/frequency's windows (used, remaining, resetAt, retryAfterMs) as lua/cap-sends.lua works them out
+// POST /v1/frequency's windows (used, remaining, resetAt, retryAfterMs) as lua/cap-sends/ works them out
 // ("+windows"), against a brute-force model of the user's whole log: random policies and histories, sends
 // stamped ahead of the clock and backfilled, checks at skewed and backfilled times, on the record and
-// the block path. lua/cap-sends.lua decides with fullWindow() and reports with fullestAround(): holding
+// the block path. lua/cap-sends/ decides with fullWindow() and reports with fullestAround(): holding
 // both to one reference keeps the window rule one rule.
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";

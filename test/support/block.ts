@@ -1,4 +1,4 @@
-// Reads what lua/cap-sends.lua stores (a page block, format 5 or 4, and a user record) so tests can check it.
+// Reads what lua/cap-sends/ stores (a page block, format 5 or 4, and a user record) so tests can check it.
 import { decodeMulti } from "@msgpack/msgpack";
 import type { Redis } from "ioredis";
 import { capBlobKey, capRecordKey, capTagOf, recordRangeOf } from "../../sdk/src/protocol/index.ts";
@@ -105,7 +105,7 @@ export function decodeRecord(value: Buffer): RecordSend[] {
   return sends;
 }
 
-/** The record blob of a range (lua/cap-sends.lua "Record blobs"): its users ascending and each one's record. */
+/** The record blob of a range (lua/cap-sends/ "Record blobs"): its users ascending and each one's record. */
 export function decodeRecordBlob(value: Buffer): Map<number, Buffer> {
   if (value[0] !== 1) throw new Error(`not a record blob: format ${value[0]}`);
   const users = value.readUIntBE(1, 3);

@@ -1,4 +1,4 @@
-// A reference model of lua/cap-sends.lua, written to be obviously right rather than fast: each user's
+// A reference model of lua/cap-sends/, written to be obviously right rather than fast: each user's
 // counted sends as a plain list, every window checked by brute force. Property tests compare the script to it.
 import { DEFAULT_REDELIVERY_MS, keptMs, type Policy } from "../../functions/core/capping/policy.ts";
 

@@ -1,10 +1,10 @@
-// A reference model of lua/quota-sync.lua's counting, written the slow obvious way: a log of every
+// A reference model of lua/quota-sync/'s counting, written the slow obvious way: a log of every
 // counted event and window sums recomputed from it. Property tests compare the script to it.
 import type { QuotaRule, SyncRequest } from "../../sdk/src/protocol/index.ts";
 
-/** lua/quota-sync.lua's margin for callers' clocks: spent tokens count over W plus at least this much. */
+/** lua/quota-sync/'s margin for callers' clocks: spent tokens count over W plus at least this much. */
 export const STAMP_SKEW_MS = 10;
-/** lua/quota-sync.lua: approximate usage settled later than this after its grant counts from this before the report. */
+/** lua/quota-sync/: approximate usage settled later than this after its grant counts from this before the report. */
 export const SETTLE_LAG_MS = 100;
 
 /**

@@ -28,7 +28,7 @@ export const DAY = 24 * HOUR;
 // pinned: the `now` of the scripts and clocks the tests give it to, never compared with the calendar
 export const T0 = Date.UTC(2026, 10, 2);
 
-/** The policy of DESIGN.md ("new" with push, email and "*" caps; a default of 2 a week). */
+/** The policy of docs/api.md ("new" with push, email and "*" caps; a default of 2 a week). */
 export function designPolicy() {
   return {
     version: "2026-11-22.1",

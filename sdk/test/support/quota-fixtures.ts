@@ -20,7 +20,7 @@ export function manualClock(start = 1_000_000) {
 export const neverScheduler = { schedule: () => ({ cancel() {} }) };
 
 /**
- * The store's reply to `request` as lua/quota-sync.lua shapes it: every key gets `amount` (strict tokens
+ * The store's reply to `request` as lua/quota-sync/ shapes it: every key gets `amount` (strict tokens
  * until now + leaseMs, or an approximate allowance valid as long), and the rule when the request saw
  * another version.
  */

@@ -2,7 +2,7 @@
 // The sync loop under a changing world: the wall clock stepped back, more keys than maxKeys, and an
 // operator's change of slotGroups while a request is unanswered. The SDK's own ports only: a fake clock, a
 // scheduler that never fires (rounds are started by hand), and transports written here that answer as
-// lua/quota-sync.lua does.
+// lua/quota-sync/ does.
 import { describe, expect, it } from "vitest";
 import { StoreUnreachableError } from "../../src/errors.ts";
 import type { QuotaRule } from "../../src/protocol/index.ts";

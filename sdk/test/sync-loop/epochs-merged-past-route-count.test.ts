@@ -1,7 +1,7 @@
 // Each test guards against a defect once found here, fixed since; its comment quotes the contract it broke.
 // Epochs merged past 64 per key can exceed the count the route accepts, and then the slot group never
 // syncs again.
-// Contract (commit 1955999, docs/DECISIONS.md "Quotas SDK"): "epochs past 64 per key merge (oldest two at the
+// Contract (commit 1955999, docs/decisions/0037-quotas-one-allowance-per-key.md): "epochs past 64 per key merge (oldest two at the
 // later time) wherever a request is built or given back, never dropped"; sdk/src/engine.ts: a key the wire
 // cannot carry is refused "at first sight, with the field named: the sync would refuse it for the whole slot
 // group"; docs/api.md: counts "go up to 1,000,000,000" (the route's syncRequestSchema: usage counts, offered

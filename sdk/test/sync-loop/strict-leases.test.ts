@@ -1,7 +1,7 @@
 // Each test guards against a defect once found here, fixed since; its comment quotes the contract it broke.
 // Strict tokens and their leases in the sync loop. The SDK's own ports only: a fake clock, a
 // scheduler that never fires (rounds are started by hand), and transports written here that answer as
-// lua/quota-sync.lua does (leaseExpiresAt = the call's now + the rule's leaseMs).
+// lua/quota-sync/ does (leaseExpiresAt = the call's now + the rule's leaseMs).
 import { describe, expect, it } from "vitest";
 import { compileQuotaRules } from "../../../functions/core/shared/quota-rules.ts";
 import type { QuotaRule } from "../../src/protocol/index.ts";
@@ -44,7 +44,7 @@ describe("strict leases", () => {
     expect(admitted).toBeGreaterThan(100);
   });
 
-  // Contract: docs/DECISIONS.md, "One allowance per key": "A check may therefore spend a strict token up to
+  // Contract: docs/decisions/0037-quotas-one-allowance-per-key.md: "A check may therefore spend a strict token up to
   // one tick after the loop last looked; the loop treats a lease as ended one interval early, and converts
   // the store's expiries to local time from the moment the request was sent, so no token is spent after the
   // store's lease." docs/quotas.md: "treats a lease as ended one interval early (the next tick may be

@@ -1,4 +1,4 @@
-// The campaign batch contract of DESIGN.md ("Campaign batch") and docs/api.md, attacked through the
+// The campaign batch contract of docs/api.md ("Campaign batch"), attacked through the
 // public Capper on the real cluster. The checker below knows only the contract (every counted send, the
 // windows that contain a send), not the engine's layout or its reference model.
 import fc from "fast-check";

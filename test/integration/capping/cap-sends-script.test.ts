@@ -1,4 +1,4 @@
-// lua/cap-sends.lua on the real cluster against the reference model (test/support/capping-model.ts):
+// lua/cap-sends/ on the real cluster against the reference model (test/support/capping-model.ts):
 // random policies, dense and sparse users, sends and peeks with skewed and backfilled times.
 import { decode, decodeMulti, encode } from "@msgpack/msgpack";
 import fc from "fast-check";

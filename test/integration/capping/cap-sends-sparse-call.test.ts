@@ -1,4 +1,4 @@
-// lua/cap-sends.lua's whole-call sparse path (every page a record-path page, each range's users new to an
+// lua/cap-sends/'s whole-call sparse path (every page a record-path page, each range's users new to an
 // empty blob or a run of its users) where it hands a call to the general path: a busy user's record
 // outgrowing the blob, a profile the call does not carry, a page with a block (its marker found by listing the
 // identity table's markers, or by page in a table of many fields).

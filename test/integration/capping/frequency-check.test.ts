@@ -1,4 +1,4 @@
-// POST /v1/frequency's engine method (Capper.checkUser) against DESIGN.md ("Check API") and
+// POST /v1/frequency's engine method (Capper.checkUser) against docs/api.md ("Check API") and
 // docs/api.md: peeks change nothing, a campaign ID gives a campaign send's identity, anonymous checks all
 // count, and a capped answer's retryAfterMs is a time at which the same check has room.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";

@@ -2,7 +2,7 @@
 // Peeks of cap-sends as no-writes readers, against a node whose library is missing (a fresh node,
 // a FUNCTION FLUSH, or a rolling deploy whose new library version no node holds yet).
 //
-// Contract (docs/DECISIONS.md, "Peeks are readers"; commit 2ce0d60): a campaign peek or /v1/frequency with
+// Contract (docs/decisions/0007-peeks-are-no-writes-readers.md; commit 2ce0d60): a campaign peek or /v1/frequency with
 // consume: false "calls the capSendsRead function (same chunk, registered no-writes), so it answers on a node
 // past maxmemory; counted sends there are refused (OOM, a StoreReplyError)".
 // And redis-functions.ts: a node without the library ("Function not found") "gets it loaded and the call

@@ -1,4 +1,4 @@
-// Capping after a policy change (docs/DECISIONS.md 'A policy change'): a lengthened window counts the older
+// Capping after a policy change (docs/decisions/0009-retention-and-ttls-from-the-clock.md): a lengthened window counts the older
 // sends, on the record path as on the block path.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RedisCapStore, type TollgateCluster } from "../../../functions/adapters/redis-cluster.ts";

@@ -13,7 +13,7 @@ const examples = examplesOf(readDoc("docs/api.md"));
 let stack: LocalStack;
 beforeAll(async () => {
   stack = await testStack({ clock: fixedClock(EXAMPLES_NOW) });
-  // the policy of DESIGN.md, with users 17 and 42 in "new"
+  // the policy of docs/api.md, with users 17 and 42 in "new"
   await uploadRules(stack, designPolicy(), { new: [17, 42] });
 });
 afterAll(async () => {

@@ -1,4 +1,4 @@
-// The rate limits of DESIGN.md ("Check API") and docs/api.md, attacked through the public Limiter on
+// The rate limits of docs/api.md ("Check API"), attacked through the public Limiter on
 // the real cluster. The checks state only what the contract promises (allow rules, retry and reset times,
 // parameter changes, names), never how a script keeps its state.
 import fc from "fast-check";

@@ -1,4 +1,4 @@
-// Late settlement in lua/quota-sync.lua (since c8bf94b): approximate usage reported more than SETTLE_LAG_MS after its grant
+// Late settlement in lua/quota-sync/ (since c8bf94b): approximate usage reported more than SETTLE_LAG_MS after its grant
 // counts from SETTLE_LAG_MS before the report, "so no usage leaves a window more than 100 ms early"
 // (docs/quotas.md, the over-admission bound's F_late capped at 100 ms).
 import { afterAll, beforeAll, describe, expect, it } from "vitest";

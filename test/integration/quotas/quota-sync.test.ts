@@ -1,4 +1,4 @@
-// lua/quota-sync.lua on the real cluster: idempotency by (instance, seq), incremental window sums against
+// lua/quota-sync/ on the real cluster: idempotency by (instance, seq), incremental window sums against
 // a recomputing reference model, strict mode's limit over every window, shares, deny-until and config.
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";

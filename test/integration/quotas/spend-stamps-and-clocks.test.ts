@@ -1,4 +1,4 @@
-// Strict spend stamps (spentAgo) against lua/quota-sync.lua on the real cluster: what the
+// Strict spend stamps (spentAgo) against lua/quota-sync/ on the real cluster: what the
 // store does with a stamp from a caller whose clock is a few ms behind the ring, and with stamps a
 // client should never send (replays, mixed entry lengths, ages beyond the window or the store's now).
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -115,7 +115,7 @@ describe("review10: spend stamps and callers' clocks (lua/quota-sync.lua)", () =
   });
 
   // The same contract as the store-level test below (docs/quotas.md: strict "L, exactly", in any window of
-  // W; docs/DECISIONS.md: "exactness assumes callers' clocks agree within 10 ms"), end to end: the SDK's
+  // W; docs/decisions/0045-strict-exactness-and-spend-stamps.md: "exactness assumes callers' clocks agree within 10 ms"), end to end: the SDK's
   // observation dates A's spends at its own now (T0+1025 on A's clock) less 29, bucket 19, while they were
   // made in bucket 20 by B's clock and in real time; B is granted again at T0+2000 and the window
   // [T0+1000.5, T0+2000.5) holds A's 10 and B's grant.
@@ -131,7 +131,7 @@ describe("review10: spend stamps and callers' clocks (lua/quota-sync.lua)", () =
   });
 
   // Breaks docs/quotas.md's bound table ("strict: L, exactly": at most L in ANY sliding window of W) under
-  // the assumption docs/DECISIONS.md states for it ("exactness assumes callers' clocks agree within a
+  // the assumption docs/decisions/0045-strict-exactness-and-spend-stamps.md states for it ("exactness assumes callers' clocks agree within a
   // bucket"), and the Design's "the store dates them at its now less that age (its now is read after the
   // request was sent, so never before the spend)": on the direct transport the store's now is the
   // reporter's own clock, and the script files the stamp at floor((now - spentAgo) / bucket) with no regard

@@ -1,4 +1,4 @@
-// Strict's W/100 spent buckets and keys carried over from another layout (lua/quota-sync.lua): hostile but
+// Strict's W/100 spent buckets and keys carried over from another layout (lua/quota-sync/): hostile but
 // valid rule changes, windows and clocks. "Defect:" marks the fixed defect a test guards against (the test
 // states the contract); the rest, hostile cases that held. Keys of the previous releases' scripts, and a
 // rollback to v0.2.0's, are in test/compat/quota-sync-earlier-layouts.test.ts.

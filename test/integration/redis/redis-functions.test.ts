@@ -1,4 +1,4 @@
-// lua/cap-sends.lua as a Redis Function (functions/adapters/redis-functions.ts) on the real cluster: routed by
+// lua/cap-sends/ as a Redis Function (sdk/src/protocol/redis-functions.ts) on the real cluster: routed by
 // its first key on every shard, loaded again where a node lost it, a failed load reported as its reply, and
 // no state of one call reaching the next (FCALL against the same chunk run whole by EVAL per call).
 import fc from "fast-check";

@@ -9,7 +9,7 @@ import {
 import { InvalidPolicyError } from "../../../functions/core/shared/errors.ts";
 import { designPolicy } from "../../support/rules.ts";
 
-/** DESIGN.md's policy plus a second segment. */
+/** docs/api.md's policy plus a second segment. */
 const valid = () => {
   const policy = designPolicy();
   policy.segments.push({

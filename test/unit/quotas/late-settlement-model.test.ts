@@ -44,7 +44,7 @@ describe("quota model: late settlement (review)", () => {
     );
   });
 
-  // Defect (fixed; the model shared it with lua/quota-sync.lua, so the script-versus-model properties cannot see
+  // Defect (fixed; the model shared it with lua/quota-sync/, so the script-versus-model properties cannot see
   // it; test/integration/quotas/late-settlement.test.ts shows it on the script). Contract: late usage
   // leaves a window at most SETTLE_LAG_MS early on the key's timeline; callers' clocks may disagree by
   // STAMP_SKEW_MS (10 ms), and a grant is reserved at the key's time so that a caller behind cannot age it
