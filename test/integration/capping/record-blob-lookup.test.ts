@@ -1,7 +1,7 @@
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RedisCapStore, type TollgateCluster } from "../../../functions/adapters/redis-cluster.ts";
-import { type Policy, parsePolicy } from "../../../functions/core/capping/policy.ts";
+import { parsePolicy } from "../../../functions/core/capping/policy.ts";
 import { capTagOf, recordRangeOf } from "../../../sdk/src/protocol/index.ts";
 import {
   type CapSendsCall,
@@ -11,9 +11,10 @@ import {
   runScript,
   type Step,
 } from "../../support/cap-sends-runner.ts";
-import { CappingModel, fullestWindow } from "../../support/capping-model.ts";
+import { CappingModel } from "../../support/capping-model.ts";
 import { connectCluster, uniqueNamespace } from "../../support/cluster.ts";
 import { POLICY_CHANNELS, policyArbitrary } from "../../support/policy-arbitrary.ts";
+import { CRAMPED, DENSE, runSteps, type StepInput, stepArbitrary } from "../../support/record-blob-steps.ts";
 import { T0 } from "../../support/rules.ts";
 
 let cluster: TollgateCluster;
@@ -27,121 +28,6 @@ afterAll(async () => {
   await cluster.quit();
 });
 
-const CHANNELS = POLICY_CHANNELS;
-
-// Tag 0, range 0: byte 1 below 32, byte 2 a multiple of 4, byte 3 below 4 (capTagOf, recordRangeOf). Bytes
-// from a small alphabet, so an ID's 4 bytes often occur misaligned in the sorted ID section of its blob.
-const CRAMPED = (() => {
-  const ids = new Set<number>();
-  for (const b0 of [0, 1, 2, 3, 4, 8])
-    for (const b1 of [0, 4, 8])
-      for (const b2 of [0, 1, 2, 3]) for (const b3 of [0, 1, 2, 3, 4, 8]) ids.add(idOf(b0, b1, b2, b3));
-  return [...ids];
-})();
-// Pattern specials and NUL in every byte position (each ID in some tag and range; several share a blob)
-const SPECIALS = [0x25, 0x2e, 0x5b, 0x5e, 0x24, 0x00, 0x28, 0x2a];
-const SPECIAL_IDS = (() => {
-  const ids = new Set<number>();
-  for (const a of SPECIALS)
-    for (const b of [0x25, 0x5b, 0x00]) {
-      if (a >= 0x80) continue;
-      ids.add(idOf(a, 0x24, b & 0xfc, 0x25));
-      ids.add(idOf(a, 0x24, b & 0xfc, 0x2e));
-      ids.add(idOf(a & 0x7f, 0x5c, 0x2b, b));
-    }
-  return [...ids];
-})();
-// A page of tag 0 range 0 dense enough for the block path, next to the cramped IDs
-const DENSE = Array.from({ length: 24 }, (_, i) => idOf(0, 0, 0, 0x10 + i));
-const EDGES = [0, 1, 2 ** 31 - 1, 2 ** 31 - 2, 2 ** 31 - 256, 255, 256, 1023, 1024];
-
-for (const id of CRAMPED) {
-  if (capTagOf(id) !== 0 || recordRangeOf(id) !== 0) throw new Error(`${id} is not of tag 0, range 0`);
-}
-
-const ALL = [...new Set([...CRAMPED, ...SPECIAL_IDS, ...EDGES])];
-interface StepInput {
-  kind: "campaign" | "check" | "dense";
-  users: number[];
-  dense: number[];
-  check: number;
-  mode: "count" | "peek";
-  elapsed: number;
-  skew: number;
-  channel: string;
-  campaignId: string;
-  exemptCounted: boolean;
-  byPrevious: boolean;
-}
-const stepArbitrary: fc.Arbitrary<StepInput> = fc.record({
-  kind: fc.constantFrom("campaign", "campaign", "campaign", "check", "dense"),
-  users: fc.oneof(
-    fc.subarray(CRAMPED, { minLength: 1, maxLength: 40 }),
-    fc.subarray(ALL, { minLength: 1, maxLength: 60 }),
-    fc.subarray([...SPECIAL_IDS, ...EDGES], { minLength: 1 }),
-    fc.array(fc.constantFrom(...CRAMPED, ...EDGES), { minLength: 1, maxLength: 12 }),
-  ),
-  dense: fc.subarray(DENSE, { minLength: 16 }),
-  check: fc.constantFrom(...ALL),
-  mode: fc.constantFrom("count", "count", "count", "peek"),
-  elapsed: fc.oneof(
-    { weight: 8, arbitrary: fc.integer({ min: 0, max: 4_000 }) },
-    { weight: 1, arbitrary: fc.integer({ min: 60_000, max: 700_000 }) },
-  ),
-  skew: fc.double({ min: -1, max: 1, noNaN: true }),
-  channel: fc.constantFrom(...CHANNELS),
-  campaignId: fc.constantFrom("", "c1", "c2", "c3", "c4", "c5", "c6", "c7"),
-  exemptCounted: fc.constantFrom(false, false, false, false, true),
-  byPrevious: fc.boolean(),
-});
-
-async function runSteps(policy: Policy, splitBytes: number, steps: StepInput[], mixed = false) {
-  const namespace = uniqueNamespace();
-  const segmentOf = (user: number) => user % policy.segments.length;
-  const model = new CappingModel(policy, segmentOf, REDELIVERY_MS);
-  let now = T0;
-  for (const step of steps) {
-    now += step.elapsed;
-    const reach = step.skew < 0 ? policy.backfillMs : Math.min(300_000, 3 * policy.backfillMs);
-    const users =
-      step.kind === "check"
-        ? [step.check]
-        : step.kind === "dense"
-          ? [...new Set([...step.dense, ...step.users])]
-          : [...new Set(step.users)];
-    const call: Step = {
-      mode: step.mode,
-      now,
-      at: now + Math.round(step.skew * reach),
-      channel: step.channel,
-      campaignId: step.kind === "check" ? "" : step.campaignId,
-      exemptCounted: step.kind === "check" ? false : step.exemptCounted,
-      users,
-      withWindows: step.kind === "check",
-      byPrevious: mixed && step.byPrevious,
-    };
-    // the script is handed the users unsorted, and with repeats (planCapSends dedupes them)
-    const handed: Step = { ...call, users: [...step.users.filter((u) => users.includes(u)), ...users].reverse() };
-    const got = await runScript(scripts, namespace, policy, segmentOf, handed, splitBytes);
-    const byUser = new Map(handed.users.map((u, i) => [u, got[i]]));
-    expect(
-      users.map((u) => byUser.get(u)),
-      JSON.stringify({ step: call }),
-    ).toEqual(model.apply(call));
-  }
-  // exempt sends are counted without checks: only a run without them bounds every window by its cap
-  if (steps.some((step) => step.exemptCounted && step.kind !== "check")) return;
-  for (const user of model.users()) {
-    const sends = model.sendsOf(user);
-    for (const channel of CHANNELS) {
-      for (const cap of policy.capsFor(segmentOf(user), channel)) {
-        const counted = sends.filter((s) => cap.channel === "*" || s.channel === cap.channel).map((s) => s.at);
-        expect(fullestWindow(counted, cap.windowMs)).toBeLessThanOrEqual(cap.max);
-      }
-    }
-  }
-}
-
 describe("record blobs under IDs whose bytes straddle other IDs (review of the string.find lookup)", () => {
   it("decides as the model does over random cramped, special-byte and edge IDs, checks and dense pages, through splits", async () => {
     await fc.assert(
@@ -149,7 +35,7 @@ describe("record blobs under IDs whose bytes straddle other IDs (review of the s
         policyArbitrary,
         fc.constantFrom(90, 300, 8192),
         fc.array(stepArbitrary, { minLength: 5, maxLength: 20 }),
-        async (policy, splitBytes, steps) => runSteps(policy, splitBytes, steps),
+        async (policy, splitBytes, steps) => runSteps(scripts, policy, splitBytes, steps),
       ),
       { numRuns: Number(process.env.REVIEW_RUNS ?? 30) },
     );
@@ -167,7 +53,7 @@ describe("record blobs under IDs whose bytes straddle other IDs (review of the s
   const R = idOf(0x03, 0x08, 0x01, 0x00);
   const onePolicy = parsePolicy({
     version: "p",
-    channels: CHANNELS,
+    channels: POLICY_CHANNELS,
     segments: [],
     default: { name: "rest", caps: { a: [{ window: "1m", max: 2 }] } },
   });
@@ -214,7 +100,7 @@ describe("record blobs with busy users (records past 512 bytes move to the hash)
   it("decides as the model does when a few cramped users get dozens of campaigns, with checks and dense pages", async () => {
     const policy = parsePolicy({
       version: "busy",
-      channels: CHANNELS,
+      channels: POLICY_CHANNELS,
       segments: [{ name: "s0", bitmap: "segments/s0.roaring", caps: { a: [{ window: "1h", max: 110 }] } }],
       default: { name: "rest", caps: { a: [{ window: "1h", max: 120 }], "*": [{ window: "1m", max: 100 }] } },
     });
@@ -245,7 +131,7 @@ describe("record blobs with busy users (records past 512 bytes move to the hash)
             exemptCounted: false,
             byPrevious: i % 4 === 3,
           }));
-          await runSteps(policy, splitBytes, steps, true);
+          await runSteps(scripts, policy, splitBytes, steps, true);
         },
       ),
       { numRuns: Number(process.env.REVIEW_RUNS ?? 30) / 3 },
@@ -257,7 +143,7 @@ describe("a message of 90,000 scattered IDs (record blobs of about 90 users, the
   it("decides as the model does over campaigns, a retried campaign, a subset's campaign and checks", async () => {
     const policy = parsePolicy({
       version: "large",
-      channels: CHANNELS,
+      channels: POLICY_CHANNELS,
       segments: [],
       default: { name: "rest", caps: { a: [{ window: "1d", max: 2 }] } },
     });
