@@ -1,6 +1,6 @@
 // The Lua scripts in lua/, read once per process and joined from their parts (sdk/src/protocol/lua-chunks.ts).
-// They run as Redis Functions (redis-functions.ts), loaded once per primary and called by FCALL: the engine's
-// in tollgateLibrary, the rate-limit scripts in limitLibrary (called by RedisLimitStore).
+// They run as Redis Functions (sdk/src/protocol/redis-functions.ts), loaded once per primary and called by
+// FCALL: the engine's in tollgateLibrary, the rate-limit scripts in limitLibrary (called by RedisLimitStore).
 import { defineLibrary, type LibraryScript, quotaLibraryOf, readLuaChunk } from "../../sdk/src/protocol/index.ts";
 import { ALGORITHMS, type Algorithm } from "../core/limits/limit-specs.ts";
 
@@ -38,7 +38,7 @@ export const readerOf = <Name extends string>(name: Name): `${Name}_read` => `${
  * engine's scripts leaves their names alone): POST /v1/limit's chunk per algorithm, and POST /v1/limits'
  * chunk (every algorithm, any number of keys, 1 .. MAX_LIMITS, of one hash tag) as `limits`. As EVAL
  * scripts every call re-ran the chunk, defining limit-common's and the algorithm's functions again: about a
- * third of a fixed-window call's instructions (docs/DECISIONS.md, "Rate-limit fast path"). Each is also
+ * third of a fixed-window call's instructions (docs/decisions/0020-rate-limit-fast-path.md). Each is also
  * registered `no-writes` as `<name>_read`, which a peek (cost 0: nothing is written) calls: Redis refuses
  * to start a function without flags on a node past `maxmemory`, where a peek by EVAL still answered.
  */
@@ -61,8 +61,8 @@ export const limitLibrary = defineLibrary({
 
 /**
  * The scripts run as Redis Functions, one library (redis-functions.ts): each chunk runs once per primary at
- * load and returns the function FCALL runs. cap-sends is 2,000 lines: as an EVAL script, every call
- * re-created its ~60 functions (docs/DECISIONS.md, "cap-sends as a Redis Function"). A peek (mode "peek":
+ * load and returns the function FCALL runs. cap-sends joins to 2,600 lines: as an EVAL script, every call
+ * re-created its ~60 functions (docs/decisions/0006-cap-sends-as-a-redis-function.md). A peek (mode "peek":
  * a check with `consume: false` writes nothing) goes to `capSendsRead`, the same chunk registered
  * `no-writes`, which a node past `maxmemory` still runs.
  */
@@ -76,6 +76,6 @@ export const tollgateLibrary = defineLibrary({
  * Quotas' sync script as a Redis Function, a library of its own (the engine's changes leave its name alone),
  * the SDK's direct transport loads the same (`quotaLibraryOf`); reads go to `quotaRead` (`no-writes`):
  * a rule's rings, windows and formats are built once per rule text and node, and its functions once per
- * node; as an EVAL script every call built them again (docs/DECISIONS.md, "quota-sync as a Redis Function").
+ * node; as an EVAL script every call built them again (docs/decisions/0047-quota-sync-as-a-redis-function.md).
  */
 export const quotaLibrary = quotaLibraryOf(load("quota-sync"));

@@ -193,7 +193,7 @@ export class RedisCalls {
    * Holds the primaries' sockets until the I/O callbacks of this turn of the event loop have run (cork,
    * then uncork in setImmediate, as ioredis' autopipelining waits), so the commands that the replies read
    * from every socket in this turn set off leave in one write per node rather than one system call each,
-   * which is what most of a call's CPU went to (docs/DECISIONS.md, "Rate-limit fast path"). Uncorking on
+   * which is what most of a call's CPU went to (docs/decisions/0020-rate-limit-fast-path.md). Uncorking on
    * the next tick instead shared a write only among the replies of one socket read: under load, twice the
    * writes per call. Only while other calls are in flight: a lone call (a check API environment takes one
    * invocation at a time) writes at once, with nothing to share its write with.

@@ -1,4 +1,4 @@
-// `.local/endpoints.json`: where the local stack says its parts listen (DESIGN.md's contract).
+// `.local/endpoints.json`: where the local stack says its parts listen (docs/OPERATIONS.md, "The local stack").
 
 export const ENDPOINTS_FILE = ".local/endpoints.json";
 
