@@ -1,6 +1,6 @@
 // The Lua scripts in lua/, read once per process and joined from their parts (sdk/src/protocol/lua-chunks.ts).
-// They run as Redis Functions (redis-functions.ts), loaded once per primary and called by FCALL: the engine's
-// in tollgateLibrary, the rate-limit scripts in limitLibrary (called by RedisLimitStore).
+// They run as Redis Functions (sdk/src/protocol/redis-functions.ts), loaded once per primary and called by
+// FCALL: the engine's in tollgateLibrary, the rate-limit scripts in limitLibrary (called by RedisLimitStore).
 import { defineLibrary, type LibraryScript, quotaLibraryOf, readLuaChunk } from "../../sdk/src/protocol/index.ts";
 import { ALGORITHMS, type Algorithm } from "../core/limits/limit-specs.ts";
 
@@ -61,7 +61,7 @@ export const limitLibrary = defineLibrary({
 
 /**
  * The scripts run as Redis Functions, one library (redis-functions.ts): each chunk runs once per primary at
- * load and returns the function FCALL runs. cap-sends is 2,000 lines: as an EVAL script, every call
+ * load and returns the function FCALL runs. cap-sends joins to 2,600 lines: as an EVAL script, every call
  * re-created its ~60 functions (docs/decisions/0006-cap-sends-as-a-redis-function.md). A peek (mode "peek":
  * a check with `consume: false` writes nothing) goes to `capSendsRead`, the same chunk registered
  * `no-writes`, which a node past `maxmemory` still runs.

@@ -133,9 +133,10 @@ export class RedisCapStore implements CapStore {
  *
  * The scripts are Redis Functions (limitLibrary): a plain FCALL, which ioredis routes by its first key and
  * follows through MOVED and ASK as any command; a node without the library ("Function not found": it did
- * not run) gets it loaded and the call sent once more (redis-functions.ts). Not scripts defined on the
- * client: ioredis' script command costs a subclass instance, a closure and a promise more per call, and
- * every defined script is copied into each autopipelined batch (docs/decisions/0020-rate-limit-fast-path.md).
+ * not run) gets it loaded and the call sent once more (sdk/src/protocol/redis-functions.ts). Not scripts
+ * defined on the client: ioredis' script command costs a subclass instance, a closure and a promise more per
+ * call, and every defined script is copied into each autopipelined batch
+ * (docs/decisions/0020-rate-limit-fast-path.md).
  */
 export class RedisLimitStore implements LimitStore {
   private readonly callOptions: CallOptions;

@@ -1,4 +1,4 @@
-// The QuotaStore over the Redis Cluster: lua/quota-sync.lua as a Redis Function (FCALL), and the
+// The QuotaStore over the Redis Cluster: lua/quota-sync/ as a Redis Function (FCALL), and the
 // per-slot-group copies of each rule's configuration that the script reads in its own slot.
 import type { Cluster } from "ioredis";
 import {

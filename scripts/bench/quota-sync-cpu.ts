@@ -1,4 +1,4 @@
-// Redis CPU of lua/quota-sync.lua per key updated, read from INFO commandstats (the script's own time,
+// Redis CPU of the quota-sync chunk per key updated, read from INFO commandstats (the script's own time,
 // the commands it calls included) on the primaries, for a few rule shapes and call sizes. Usage:
 //   REDIS_CLUSTER_BASE_PORT=7300 npx tsx scripts/bench/quota-sync-cpu.ts   (a cluster must be running)
 import type { Redis } from "ioredis";

@@ -1,4 +1,4 @@
-// Instructions a standalone redis-server executes inside lua/quota-sync.lua (callgrind, counted only within
+// Instructions a standalone redis-server executes inside the quota-sync chunk (callgrind, counted only within
 // EVALSHA and FCALL), per call and per key: a figure the machine's load does not change. Usage:
 //   QUOTA_PORT=7745 [ROUNDS=50] [SHAPES=0,1] [ONLY=FCALL] npx tsx scripts/bench/quota-sync-instructions.ts [script.lua ...]   (needs valgrind)
 // Each script given (an entry file, joined with its parts; default lua/quota-sync/quota-sync.lua) runs the shapes of quota-sync-cpu.ts on its own server,

@@ -1,6 +1,7 @@
-// The wire protocol of lua/cap-sends.lua (its header is the contract): how a batch is split into script
-// calls (keys and arguments, one slot each), how many run at once, and what the reply bytes and the
-// "+windows" lines mean. The Capper never sees an argument position, a profile byte or a reply code.
+// The wire protocol of cap-sends (the header of its entry, lua/cap-sends/cap-sends.lua, is the contract): how
+// a batch is split into script calls (keys and arguments, one slot each), how many run at once, and what the
+// reply bytes and the "+windows" lines mean. The Capper never sees an argument position, a profile byte or a
+// reply code.
 import { encode } from "@msgpack/msgpack";
 import {
   capIdentityKey,
@@ -13,7 +14,7 @@ import {
 import type { DecisionKind } from "./decisions.ts";
 import { keptMs, type Policy } from "./policy.ts";
 
-/** What the capper needs from the counter store: run lua/cap-sends.lua with the keys and arguments planned here. */
+/** What the capper needs from the counter store: run cap-sends with the keys and arguments planned here. */
 export interface CapStore {
   capSends(keys: readonly string[], args: readonly (string | Buffer)[]): Promise<Buffer>;
 }
@@ -25,8 +26,8 @@ export const REPLY_EXEMPT = 2;
 export const REPLY_FIRST_CAP = 3;
 
 /**
- * What POST /v1/frequency reports of one user, as lua/cap-sends.lua worked it out from the user's sends
- * after the call ("+windows"; windowsLine() there states the rule).
+ * What POST /v1/frequency reports of one user, as cap-sends worked it out from the user's sends
+ * after the call ("+windows"; windowsLine() in lua/cap-sends/windows-report.lua states the rule).
  */
 export interface UserWindows {
   /** Per cap of the user's profile, in order: the sends of its fullest window around `at`, and when that
@@ -72,7 +73,7 @@ export class Verdicts {
  * fewer go to user records, so a single-user call never rewrites a page of 256 users.
  */
 export const BLOCK_PATH_MIN_USERS = 16;
-/** Byte 2 of an argument holding a range's users (lua/cap-sends.lua's header; a page argument's is its path, 0 or 1). */
+/** Byte 2 of an argument holding a range's users (cap-sends.lua's header; a page argument's is its path, 0 or 1). */
 const RANGE_USERS = 2;
 /**
  * Keys one call reads and writes whatever their content, at most: the identity table, the record hashes and
@@ -93,7 +94,7 @@ export const MAX_PARTIAL_PAGE_USERS_PER_CALL = 128;
 /** Script calls of one batch in flight at once: a 90,000-user sparse message never floods a shard. */
 export const MAX_CALLS_IN_FLIGHT = 16;
 /**
- * A range's record blob (one string of its users' records, lua/cap-sends.lua) splits by ID past this size:
+ * A range's record blob (one string of its users' records, lua/cap-sends/record-blobs.lua) splits by ID past this size:
  * a call rewrites the blobs of its users, so this bounds what one call copies (about 140 users of one shared
  * history; 100k IDs at random put about 100 in a range). A single-user check rewrites its user's part, so
  * a smaller part is a cheaper check (1 KB: 586k instructions a check, 8 KB: 745k).

@@ -1,7 +1,8 @@
 // Which segment each user is in: one roaring bitmap per listed segment, resolved a whole batch at a time
 // (one intersection per segment instead of one lookup per user and segment).
 // roaring-wasm, not the native `roaring` addon: WebAssembly loads on any Node and CPU, so the Lambda bundle
-// works on the runtime and architecture it declares whatever machine built it (docs/decisions/0034-bundles-pure-javascript-and-wasm-arm64.md).
+// works on the runtime and architecture it declares whatever machine built it
+// (docs/decisions/0034-bundles-pure-javascript-and-wasm-arm64.md).
 import { RoaringBitmap32 } from "roaring-wasm";
 import { CorruptBitmapError } from "../shared/errors.ts";
 import type { ObjectStore } from "../shared/object-store.ts";

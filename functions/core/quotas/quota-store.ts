@@ -1,4 +1,4 @@
-// What the Quotas core needs from the counter store: run one sync call (lua/quota-sync.lua) and keep
+// What the Quotas core needs from the counter store: run one sync call (lua/quota-sync/) and keep
 // each rule's configuration where that script reads it (lua/quota-rule.lua).
 import type { QuotaRule, SyncReply, SyncRequest } from "../../../sdk/src/protocol/index.ts";
 

@@ -2,7 +2,7 @@
 // sync) and the SDK's direct transport's (quota sync) alike. Keys are a stored format: a format changed here
 // no longer finds the state the running release wrote (test/unit/key-formats.test.ts writes each one out).
 //
-// Capping keys (see lua/cap-sends.lua) share one hash tag per CAP_TAGS-th group of USERS_PER_GROUP
+// Capping keys (see lua/cap-sends/cap-sends.lua's header) share one hash tag per CAP_TAGS-th group of USERS_PER_GROUP
 // consecutive user IDs, so one script call (one slot) decides many users, dense or sparse:
 //   <namespace>:cap:{<tag>}:ids          the tag's identity table
 //   <namespace>:cap:{<tag>}:u:<range>    the record blob of the IDs in range (user ID >> RECORD_RANGE_BITS),
@@ -10,13 +10,13 @@
 //   <namespace>:cap:{<tag>}:r:<range>    busy users' records in range, and the records before the blobs
 //   <namespace>:cap:{<tag>}:p:<page>     the block of page (user ID / USERS_PER_PAGE), e.g. tg:cap:{208}:p:3906
 //
-// Quota keys (see lua/quota-sync.lua and wire.ts) share one hash tag per slot group of a rule:
+// Quota keys (see lua/quota-sync/ and wire.ts) share one hash tag per slot group of a rule:
 //   <ns>:q:{<rule>.<group>}:cfg       the rule as the script reads it: hash { v: version, r: encodeRule(rule) }
 //   <ns>:q:{<rule>.<group>}:seq       per instance: the highest sequence applied and a 32-bit mask below it
 //   <ns>:q:{<rule>.<group>}:inst      sorted set: instance id -> last sync time (active-instance count)
 //   <ns>:q:{<rule>.<group>}:k:<key>   one quota key: hash { L: layout, h: demand, ring cursors, latest
 //                                     buckets and window sums, r: older buckets (packed), i:<instance>:
-//                                     that instance's demand and grant } (lua/quota-sync.lua's header)
+//                                     that instance's demand and grant } (lua/quota-sync/key-rings.lua)
 // Rule names and instance ids match NAME_PATTERN (no braces), and the key text comes after the tag, so no
 // quota key can leave its slot or collide with another rule's.
 //
@@ -62,7 +62,7 @@ export function recordRangeOf(userId: number): number {
 }
 
 /**
- * What every capping key of a tag starts with. lua/cap-sends.lua builds the record and page keys from it
+ * What every capping key of a tag starts with. cap-sends builds the record and page keys from it
  * ("r:<range>", and the page names of capPageName()), so the functions below and the script must agree.
  */
 export function capKeyPrefix(namespace: string, tag: number): string {
@@ -83,7 +83,7 @@ export function capRecordKey(namespace: string, tag: number, range: number): str
 
 /**
  * A page's name within its tag: the marker field of the tag's identity table that says the page has a block,
- * and its block key after the prefix (lua/cap-sends.lua makes the same from a page's number).
+ * and its block key after the prefix (lua/cap-sends/page-markers.lua makes the same from a page's number).
  */
 export function capPageName(page: number): string {
   return `p:${page}`;

@@ -1,7 +1,7 @@
 // The Quotas sync protocol: one call reports an instance's usage for the keys of one slot group and
 // brings back their allowances. Shared by the SDK (direct to Redis) and the check API (POST /v1/quotas/sync).
 //
-// CONTRACT (protocol 2). Everything below is the whole protocol; lua/quota-sync.lua implements it.
+// CONTRACT (protocol 2). Everything below is the whole protocol; lua/quota-sync/ implements it.
 //
 // Slot group. A rule's keys are spread over `rule.slotGroups` groups (default 1) by FNV-1a of the key;
 //   every Redis key of a group shares the hash tag `{<rule>.<group>}`, so one call (one slot) covers any

@@ -1,4 +1,4 @@
-// Direct transport, for services inside the VPC: lua/quota-sync.lua on the Tollgate Redis Cluster as a
+// Direct transport, for services inside the VPC: the quota-sync chunk on the Tollgate Redis Cluster as a
 // Redis Function (FCALL; the library is loaded on every primary where a call finds it missing: a new
 // cluster, a node added empty, FUNCTION FLUSH). The Tollgate service loads the same library, so both share
 // it. One call per slot group: every key of a call shares one hash tag.
