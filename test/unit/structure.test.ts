@@ -50,7 +50,9 @@ const SDK_PACKAGE = JSON.parse(readFileSync(new URL("../../sdk/package.json", im
  * The SDK package's public entry points (its "exports"), as repository paths: the "tollgate-source" condition (the
  * sources the repository resolves; the published package carries dist/ under "types" and "default").
  */
-const SDK_ENTRIES = Object.values(SDK_PACKAGE.exports).map((entry) => `sdk/${entry["tollgate-source"].replace(/^\.\//, "")}`);
+const SDK_ENTRIES = Object.values(SDK_PACKAGE.exports).map(
+  (entry) => `sdk/${entry["tollgate-source"].replace(/^\.\//, "")}`,
+);
 /** The one entry the service imports the SDK package through: `@tollgate/quotas/protocol`. */
 const PROTOCOL_ENTRY = "sdk/src/protocol/index.ts";
 /** What the package may import: its dependencies and peer dependencies (and Node's built-ins). */
