@@ -8,6 +8,9 @@
 import { defineConfig } from "vitest/config";
 
 export default defineConfig({
+  // `@tollgate/quotas` (the sdk/ workspace) resolves to its sources here, to its built dist/ once packed; the
+  // rest are Vite's default server conditions
+  ssr: { resolve: { conditions: ["tollgate-source", "module", "node", "development|production"] } },
   test: {
     reporters: ["default", "./test/summary-reporter.ts"],
     // Failover and SCRIPT FLUSH tests change the shared cluster: files run one at a time.
