@@ -125,6 +125,21 @@ describe("the layout", () => {
     expect(importsPastEntries(graph, "functions", "sdk", [PROTOCOL_ENTRY])).toEqual([]);
   });
 
+  it("resolves each SDK entry to its sources in the repository: tsconfig paths (tsx) match the tollgate-source condition", () => {
+    const tsconfig = JSON.parse(
+      readFileSync(new URL("../../tsconfig.json", import.meta.url), "utf8").replace(/^\s*\/\/.*$/gm, ""),
+    ) as { compilerOptions: { customConditions: string[]; paths: Record<string, string[]> } };
+    expect(tsconfig.compilerOptions.customConditions).toEqual(["tollgate-source"]);
+    expect(tsconfig.compilerOptions.paths).toEqual(
+      Object.fromEntries(
+        Object.entries(SDK_PACKAGE.exports).map(([entry, targets]) => [
+          `@tollgate/quotas${entry.slice(1)}`,
+          [`./sdk/${targets["tollgate-source"].slice(2)}`],
+        ]),
+      ),
+    );
+  });
+
   it("reaches sdk/src/ from scripts/ and infra/ only through the package's public entries", () => {
     expect(SDK_ENTRIES).toContain(PROTOCOL_ENTRY);
     expect(importsPastEntries(graph, "scripts", "sdk/src", SDK_ENTRIES)).toEqual([]);
