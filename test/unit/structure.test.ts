@@ -42,12 +42,17 @@ const ALLOWED_ARROWS: Record<string, readonly string[]> = {
   [PROTOCOL]: [],
 };
 const SDK_PACKAGE = JSON.parse(readFileSync(new URL("../../sdk/package.json", import.meta.url), "utf8")) as {
-  exports: Record<string, { types: string }>;
+  exports: Record<string, { "tollgate-source": string; types: string; default: string }>;
   dependencies?: Record<string, string>;
   peerDependencies?: Record<string, string>;
 };
-/** The SDK package's public entry points (its "exports"), as repository paths. */
-const SDK_ENTRIES = Object.values(SDK_PACKAGE.exports).map(({ types }) => `sdk/${types.replace(/^\.\//, "")}`);
+/**
+ * The SDK package's public entry points (its "exports"), as repository paths: the "tollgate-source" condition (the
+ * sources the repository resolves; the published package carries dist/ under "types" and "default").
+ */
+const SDK_ENTRIES = Object.values(SDK_PACKAGE.exports).map(
+  (entry) => `sdk/${entry["tollgate-source"].replace(/^\.\//, "")}`,
+);
 /** The one entry the service imports the SDK package through: `@tollgate/quotas/protocol`. */
 const PROTOCOL_ENTRY = "sdk/src/protocol/index.ts";
 /** What the package may import: its dependencies and peer dependencies (and Node's built-ins). */
@@ -116,8 +121,23 @@ describe("the layout", () => {
   });
 
   it("reaches the SDK package from functions/ only through the protocol entry, @tollgate/quotas/protocol", () => {
-    expect(SDK_PACKAGE.exports["./protocol"]?.types).toBe("./src/protocol/index.ts");
+    expect(SDK_PACKAGE.exports["./protocol"]?.["tollgate-source"]).toBe("./src/protocol/index.ts");
     expect(importsPastEntries(graph, "functions", "sdk", [PROTOCOL_ENTRY])).toEqual([]);
+  });
+
+  it("resolves each SDK entry to its sources in the repository: tsconfig paths (tsx) match the tollgate-source condition", () => {
+    const tsconfig = JSON.parse(
+      readFileSync(new URL("../../tsconfig.json", import.meta.url), "utf8").replace(/^\s*\/\/.*$/gm, ""),
+    ) as { compilerOptions: { customConditions: string[]; paths: Record<string, string[]> } };
+    expect(tsconfig.compilerOptions.customConditions).toEqual(["tollgate-source"]);
+    expect(tsconfig.compilerOptions.paths).toEqual(
+      Object.fromEntries(
+        Object.entries(SDK_PACKAGE.exports).map(([entry, targets]) => [
+          `@tollgate/quotas${entry.slice(1)}`,
+          [`./sdk/${targets["tollgate-source"].slice(2)}`],
+        ]),
+      ),
+    );
   });
 
   it("reaches sdk/src/ from scripts/ and infra/ only through the package's public entries", () => {

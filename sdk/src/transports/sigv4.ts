@@ -1,11 +1,18 @@
 // SigV4 for a Function URL with AWS_IAM auth (service "lambda"): the calling role needs
 // lambda:InvokeFunctionUrl. @smithy/signature-v4 and @smithy/hash-node are optional peers, loaded only
 // when signing is configured.
-import type { AwsCredentialIdentity, Provider } from "@smithy/types";
+
+/** AWS credentials, as @smithy/types' AwsCredentialIdentity (declared here: the types need no optional peer). */
+export interface AwsCredentials {
+  accessKeyId: string;
+  secretAccessKey: string;
+  sessionToken?: string;
+  expiration?: Date;
+}
 
 export interface SigningOptions {
   region: string;
-  credentials: AwsCredentialIdentity | Provider<AwsCredentialIdentity>;
+  credentials: AwsCredentials | (() => Promise<AwsCredentials>);
 }
 
 export type Signer = (url: URL, headers: Record<string, string>, body: string) => Promise<Record<string, string>>;
