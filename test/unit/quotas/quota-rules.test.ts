@@ -44,7 +44,12 @@ describe("policy quotas section", () => {
     expect(quotas.get("api")!.rule.fallback).toBe("deny");
     expect(quotas.get("loose")!.rule.fallback).toBe("share");
     expect(issues([{ ...api, mode: "approximate", fallback: "share" }])).toEqual([]);
-    expect(issues([{ ...api, fallback: "deny" }, { ...api, name: "open", fallback: "allow" }])).toEqual([]);
+    expect(
+      issues([
+        { ...api, fallback: "deny" },
+        { ...api, name: "open", fallback: "allow" },
+      ]),
+    ).toEqual([]);
   });
 
   it("refuses a strict rule that falls back to share, naming the field", () => {
