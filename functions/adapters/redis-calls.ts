@@ -221,7 +221,12 @@ export class RedisCalls {
     if (cluster.status === "ready") return Promise.resolve(true);
     // After its bounded reconnect attempts ioredis ends the client for good; a warm container outlives a
     // Redis outage, so a call after one starts the client again.
-    if (cluster.status === "end" || cluster.status === "wait") cluster.connect().catch(() => {});
+    // ioredis keeps its attempt count past "end": without a reset, a restarted client gets one attempt and
+    // ends again at its first failure (the fresh cluster still starting), so the route stayed down for good
+    if (cluster.status === "end" || cluster.status === "wait") {
+      (cluster as unknown as { retryAttempts: number }).retryAttempts = 0;
+      cluster.connect().catch(() => {});
+    }
     if (ms <= 0) return Promise.resolve(false);
     // one listener pair for every waiting call, however many are in flight
     this.readiness ??= new Promise<boolean>((resolve) => {

@@ -65,7 +65,15 @@ export class RedisQuotaStore implements QuotaStore {
     await Promise.all(
       Array.from({ length: slotGroups }, (_, group) => {
         const { keys, args } = ruleWriteCall({ namespace: this.namespace, name, group, rule, version, stamp });
-        return this.ruleCommand(keys[0], ...args);
+        // through the guarded calls like a sync: after an outage longer than ioredis's reconnect attempts the
+        // client has ended, and only that path starts it again (a direct command failed, or queued, for good).
+        // The write is a compare-and-set on the policy's stamp, so sending it again never undoes a newer one.
+        return redisCallsOf(this.cluster).call(
+          `quota-rule on ${keys[0]}`,
+          keys,
+          () => this.ruleCommand(keys[0] as string, ...args),
+          { deadlineMs: this.deadlineMs, retryOn: "no-answer" },
+        );
       }),
     );
   }

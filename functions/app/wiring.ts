@@ -8,6 +8,7 @@ import {
   RedisCapStore,
   type RedisClusterConfig,
   RedisLimitStore,
+  redisCallsOf,
 } from "../adapters/redis-cluster.ts";
 import { RedisQuotaStore } from "../adapters/redis-quota-store.ts";
 import { type WarmUpReport, warmUp } from "../adapters/redis-warm-up.ts";
@@ -146,10 +147,16 @@ export function wireCheckApi(env: NodeJS.ProcessEnv, options: WiringOptions = {}
   });
   const health = async (): Promise<HealthReport> => {
     const redis = await Promise.race([
-      cluster.ping().then(
-        () => "ok" as const,
-        () => "unavailable" as const,
-      ),
+      // through the guarded calls: a client that ended after an outage is started again by this probe too
+      redisCallsOf(cluster)
+        .call("health ping", [], () => cluster.ping(), {
+          deadlineMs: config.CHECK_TIMEOUT_MS * 4,
+          retryOn: "no-answer",
+        })
+        .then(
+          () => "ok" as const,
+          () => "unavailable" as const,
+        ),
       new Promise<"unavailable">((resolve) => setTimeout(() => resolve("unavailable"), config.CHECK_TIMEOUT_MS * 4)),
     ]);
     try {

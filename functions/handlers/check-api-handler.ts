@@ -116,6 +116,14 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
         },
       }
     : {};
+  const healthRoute: Routes = {
+    "/v1/health": {
+      GET: async () => {
+        const report = await deps.health();
+        return json(report.ok ? 200 : 503, report);
+      },
+    },
+  };
   const routes: Routes = {
     "/v1/limit": {
       // not async: a then on the decision, not an await in an async function (the promises and ticks of
@@ -154,15 +162,11 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
       },
     },
     ...quotaRoutes,
-    "/v1/health": {
-      GET: async () => {
-        const report = await deps.health();
-        return json(report.ok ? 200 : 503, report);
-      },
-    },
+    ...healthRoute,
   };
 
-  const served = deps.routes === "quota-sync" ? quotaRoutes : routes;
+  // the quota-sync function answers its health too: a load balancer or an operator probes its URL alone
+  const served = deps.routes === "quota-sync" ? { ...quotaRoutes, ...healthRoute } : routes;
 
   // Not async: a request's refusals and faults, thrown before its action's promise or rejecting it, are
   // answered by `failed`; an async handler awaiting the action cost one more promise layer per request.

@@ -39,7 +39,7 @@ export function addQuotasCommands(program: Command): void {
         .requiredOption("--mode <mode>", "strict | approximate")
         .requiredOption("--limit <window=max...>", "e.g. --limit 1s=1000 --limit 5s=4000")
         .option("--lease-ms <ms>", "strict: token lease; approximate: allowance validity")
-        .option("--fallback <what>", "share | allow | deny")
+        .option("--fallback <what>", "deny | allow | share (approximate only); default: strict deny, approximate share")
         .option("--slot-groups <n>", "hash slots the rule's keys are spread over")
         .option("--bucket <name>", "the config bucket"),
     ),

@@ -13,6 +13,11 @@ const DAY_MS = 86_400_000;
  * to be spent at all: 50 ms, the earlier default, left the SDK's default loop nothing to spend.
  */
 const DEFAULT_LEASE_MS = { strict: 200, approximate: 1000 } as const;
+/**
+ * Without `fallback`: strict denies (what an instance admits without the store is counted by nobody, so only
+ * `deny` keeps "never over the limit"); approximate takes its safe share of the limit.
+ */
+const DEFAULT_FALLBACK = { strict: "deny", approximate: "share" } as const;
 
 const quotaWindow = z.string().superRefine((text, ctx) => {
   const ms = parseDuration(text);
@@ -44,6 +49,13 @@ export const quotaRuleSchema = z
     const lease = rule.leaseMs ?? DEFAULT_LEASE_MS[rule.mode];
     if (rule.mode === "strict" && lease * 2 > Math.min(...windows))
       ctx.addIssue({ code: "custom", path: ["leaseMs"], message: "expected at most half the shortest window" });
+    // admissions under a share are invisible to the store: a strict rule would pass its limit in an outage
+    if (rule.mode === "strict" && rule.fallback === "share")
+      ctx.addIssue({
+        code: "custom",
+        path: ["fallback"],
+        message: 'a strict rule cannot fall back to "share" (uncounted admissions); expected "deny" or "allow"',
+      });
   });
 
 export const quotaRulesSchema = z
@@ -76,7 +88,7 @@ export function compileQuotaRules(
         mode: document.mode,
         limits: document.limits.map((limit) => ({ windowMs: parseDuration(limit.window) as number, max: limit.max })),
         leaseMs: document.leaseMs ?? DEFAULT_LEASE_MS[document.mode],
-        fallback: document.fallback ?? "share",
+        fallback: document.fallback ?? DEFAULT_FALLBACK[document.mode],
         slotGroups: document.slotGroups ?? 1,
       };
       return [document.name, { rule, version: `${policyVersion}.${fnv1a(encodeRule(rule)).toString(36)}` }];

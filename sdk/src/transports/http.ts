@@ -21,8 +21,13 @@ export interface HttpTransportOptions {
   spendStamps?: boolean;
 }
 
-/** Statuses that say the store did not answer (or its answer was lost): the request goes again as is. */
-const UNANSWERED = new Set([429, 502, 503, 504]);
+/**
+ * Statuses that say the store did not answer (or its answer was lost): the request goes again as is. Every
+ * 5xx, and 429 (a throttle before the function ran); any other 4xx is the route's answer.
+ */
+function unanswered(status: number): boolean {
+  return status === 429 || (status >= 500 && status <= 599);
+}
 
 export function httpTransport(options: HttpTransportOptions): QuotaTransport {
   let endpoint: URL;
@@ -49,9 +54,10 @@ export function httpTransport(options: HttpTransportOptions): QuotaTransport {
       }
       const text = await response.text();
       // 503: the check API could not reach Redis (or a Lambda throttle): the store is unreachable for now.
-      // 502 and 504: the function failed or timed out behind the gateway, after the sync may have been
-      // applied: sent again as is (same seq), the store answers `duplicate` if it was, never counting twice
-      if (UNANSWERED.has(response.status)) {
+      // 500: Redis answered with an error or the function failed, possibly after the script ran; 502 and
+      // 504: the function failed or timed out behind the gateway. Each may have applied the sync, so it is
+      // sent again as is (same seq): the store answers `duplicate` if it was, never counting twice
+      if (unanswered(response.status)) {
         throw new StoreUnreachableError(`POST ${endpoint.pathname}: ${response.status} ${text}`);
       }
       if (!response.ok) {

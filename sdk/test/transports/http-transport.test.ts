@@ -1,6 +1,6 @@
 // The HTTP transport against a local server on loopback: what it sends (JSON body, SigV4 when signing is
-// configured), and how each kind of answer is classified: an outage (503, 429, no listener) vs a refusal
-// (4xx/5xx, a body that does not parse as a reply).
+// configured), and how each kind of answer is classified: an outage (any 5xx, 429, no listener) vs a
+// refusal (another 4xx, a body that does not parse as a reply).
 import { createServer, type IncomingHttpHeaders } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";

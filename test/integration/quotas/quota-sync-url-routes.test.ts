@@ -99,6 +99,8 @@ describe("review8: the QuotaSync function reaches quota sync alone", () => {
       const { handler, called } = handlerWithSpies("quota-sync");
       for (const path of paths) {
         for (const method of methods) {
+          // GET (and HEAD, answered as GET) /v1/health is the one other route it answers (its own test below)
+          if (path === "/v1/health" && ["GET", "HEAD"].includes(method.toUpperCase())) continue;
           for (const [body, base64] of [
             [limitBody, false],
             [Buffer.from(limitBody).toString("base64"), true],
@@ -119,6 +121,19 @@ describe("review8: the QuotaSync function reaches quota sync alone", () => {
       expect(synced.statusCode).not.toBe(404);
     });
   }
+
+  // Contract: docs/api.md: `GET /v1/health` is served on the QuotaSync URL too, so a probe of that URL alone
+  // sees whether its Redis answers; it used to answer 404 there.
+  it("answers GET /v1/health on the QuotaSync URL, calling the health check alone", async () => {
+    for (const arn of [ARN, `${ARN}:live`]) {
+      const { handler, called } = handlerWithSpies("quota-sync");
+      const health = await handler(event("GET", "/v1/health"), context(arn));
+      expect(health.statusCode, arn).toBe(200);
+      expect(called, arn).toEqual(["health"]);
+      const head = await handler(event("HEAD", "/v1/health"), context(arn));
+      expect(head.statusCode, arn).toBe(200);
+    }
+  });
 
   it("the check API (routes `all`, the default) serves every route, whatever the invoked ARN's qualifier", async () => {
     for (const [routes, arn] of [

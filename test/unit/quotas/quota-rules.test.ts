@@ -30,13 +30,32 @@ describe("policy quotas section", () => {
       mode: "strict",
       limits: [{ windowMs: 1000, max: 100 }],
       leaseMs: 200,
-      fallback: "share",
+      fallback: "deny",
       slotGroups: 1,
     });
     const changed = parsePolicy({ ...base, quotas: [{ ...api, limits: [{ window: "1s", max: 90 }] }] });
     expect(changed.quotas.get("api")!.version).not.toBe(one.version);
     expect(parsePolicy({ ...base, quotas: [api] }).quotas.get("api")!.version).toBe(one.version);
     expect(parsePolicy(base).quotas.size).toBe(0);
+  });
+
+  it("defaults a strict rule's fallback to deny and an approximate rule's to share", () => {
+    const quotas = parsePolicy({ ...base, quotas: [api, { ...api, name: "loose", mode: "approximate" }] }).quotas;
+    expect(quotas.get("api")!.rule.fallback).toBe("deny");
+    expect(quotas.get("loose")!.rule.fallback).toBe("share");
+    expect(issues([{ ...api, mode: "approximate", fallback: "share" }])).toEqual([]);
+    expect(
+      issues([
+        { ...api, fallback: "deny" },
+        { ...api, name: "open", fallback: "allow" },
+      ]),
+    ).toEqual([]);
+  });
+
+  it("refuses a strict rule that falls back to share, naming the field", () => {
+    expect(issues([{ ...api, fallback: "share" }])).toEqual([
+      'quotas[0].fallback: a strict rule cannot fall back to "share" (uncounted admissions); expected "deny" or "allow"',
+    ]);
   });
 
   it("names the field of each problem", () => {
