@@ -5,23 +5,9 @@
 // - compat: the previous releases' scripts (test/compat/<tag>/, listed in test/compat/manifest.json) beside the
 //   current ones on the same cluster: what a rollout or a rollback runs on the same data;
 // - infra: `cdk synth` and the template, and the bundles synth built invoked against the same cluster.
-import { readFileSync } from "node:fs";
-import { fileURLToPath } from "node:url";
 import { defineConfig } from "vitest/config";
 
-const sdkPackage = JSON.parse(readFileSync(new URL("./sdk/package.json", import.meta.url), "utf8")) as {
-  exports: Record<string, { "tollgate-source": string }>;
-};
-
 export default defineConfig({
-  // `@tollgate/quotas` (the sdk/ workspace) resolves to its sources here (each entry's "tollgate-source"
-  // condition, as tsc's customConditions), to its built dist/ once packed
-  resolve: {
-    alias: Object.entries(sdkPackage.exports).map(([entry, targets]) => ({
-      find: new RegExp(`^@tollgate/quotas${entry.slice(1).replace(/\//g, "\\/")}$`),
-      replacement: fileURLToPath(new URL(`./sdk/${targets["tollgate-source"]}`, import.meta.url)),
-    })),
-  },
   test: {
     reporters: ["default", "./test/summary-reporter.ts"],
     // Failover and SCRIPT FLUSH tests change the shared cluster: files run one at a time.
