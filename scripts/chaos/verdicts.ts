@@ -30,7 +30,9 @@ export interface Figures {
   underLimit: number;
   judged: number;
   utilisation: number | undefined;
+  /** From the fault's end to a full window again; undefined: not measured (no fault) or never. */
   recoveryMs: number | undefined;
+  recoveryMeasured: boolean;
 }
 
 export interface CheckResult {
@@ -54,6 +56,7 @@ export function check(history: History, phases: readonly ContractPhase[], expect
     judged: denials.judged,
     utilisation: utilisation(history, phases, span.from, span.to),
     recoveryMs: expect.healAt === undefined ? undefined : recoveryMs(history, phases, expect.healAt),
+    recoveryMeasured: expect.healAt !== undefined,
   };
   const verdicts: Verdict[] = [
     worst === undefined

@@ -96,7 +96,10 @@ describe("chaos checker: a rule changed or removed mid-run", () => {
   });
 
   it("fails any admission a second after the rule was removed", () => {
-    const removed: ContractPhase[] = [strict10[0] as ContractPhase, { ...(strict10[0] as ContractPhase), from: 2000, removed: true }];
+    const removed: ContractPhase[] = [
+      strict10[0] as ContractPhase,
+      { ...(strict10[0] as ContractPhase), from: 2000, removed: true },
+    ];
     expect(check(history([admit(2900)]), removed).pass).toBe(true);
     const late = check(history([admit(3100)]), removed);
     expect(late.pass).toBe(false);
@@ -134,7 +137,11 @@ describe("chaos checker: no denial under the limit after ready()", () => {
 describe("chaos checker: utilisation and recovery", () => {
   it("takes utilisation as admitted ÷ min(offered, L per window)", () => {
     // 2× offered over 2 s, L admitted each second
-    const run = [...admits(10, 0, 100), ...admits(10, 1000, 100), ...Array.from({ length: 20 }, (_, i) => deny(i * 100 + 50))];
+    const run = [
+      ...admits(10, 0, 100),
+      ...admits(10, 1000, 100),
+      ...Array.from({ length: 20 }, (_, i) => deny(i * 100 + 50)),
+    ];
     expect(utilisation(history(run), strict10, 0, 2000)).toBe(1);
     expect(utilisation(history(run.slice(5)), strict10, 0, 2000)).toBe(0.75);
   });
@@ -145,8 +152,15 @@ describe("chaos checker: utilisation and recovery", () => {
     const decisions = offered.map((at) => (at >= 3000 && at % 100 === 0 ? admit(at) : deny(at)));
     // [2910, 3910) is the first window holding 10 (3000 to 3900): service was back 1 s after the fault
     expect(recoveryMs(history(decisions, { endAt: 5000 }), strict10, 2000)).toBe(910);
-    expect(recoveryMs(history(decisions.map((d) => ({ ...d, allowed: false })), { endAt: 5000 }), strict10, 2000)).toBe(
-      undefined,
-    );
+    expect(
+      recoveryMs(
+        history(
+          decisions.map((d) => ({ ...d, allowed: false })),
+          { endAt: 5000 },
+        ),
+        strict10,
+        2000,
+      ),
+    ).toBe(undefined);
   });
 });

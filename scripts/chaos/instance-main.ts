@@ -1,0 +1,110 @@
+// One SDK instance of a chaos run, a process of its own: `createQuotas` on the direct or the HTTP transport,
+// open-loop load on one key, every decision sent to the harness with its time on the reference clock.
+//
+//   node --import tsx scripts/chaos/instance-main.ts '<InstanceConfig JSON>'   (forked by instances.ts)
+import { Cluster } from "ioredis";
+import { createQuotas, type Quotas, type QuotaTransport } from "../../sdk/src/index.ts";
+import { httpTransport } from "../../sdk/src/transports/http.ts";
+import { redisTransport } from "../../sdk/src/transports/redis.ts";
+import { type InstanceConfig, type InstanceMessage, referenceClock, type StartMessage } from "./messages.ts";
+import { arrivals, seededRandom } from "./seeded.ts";
+
+const config = JSON.parse(process.argv[2] ?? "{}") as InstanceConfig;
+const now = referenceClock(BigInt(config.origin));
+const send = (message: InstanceMessage) => process.send?.(message);
+
+function transportOf(): { transport: QuotaTransport; close(): void } {
+  if (config.transport.kind === "http") {
+    return { transport: httpTransport({ url: config.transport.url, spendStamps: true }), close: () => {} };
+  }
+  const redis = new Cluster(
+    config.transport.nodes.map((node) => {
+      const [host, port] = node.split(":");
+      return { host: host as string, port: Number(port) };
+    }),
+    // no autopipelining (docs/quotas.md): the direct transport as a service would set it up
+    { redisOptions: { maxRetriesPerRequest: 1 } },
+  );
+  redis.on("error", () => {});
+  return { transport: redisTransport({ redis }), close: () => redis.disconnect() };
+}
+
+/** `ready()` where the SDK has it; else the documented wait for a key's first allowance (checkFresh, cost 0). */
+async function ready(quotas: Quotas): Promise<void> {
+  const withReady = quotas as Quotas & { ready?: () => Promise<unknown> };
+  if (typeof withReady.ready === "function") await withReady.ready();
+  else await quotas.checkFresh(config.rule, config.key, 0);
+}
+
+async function run(start: StartMessage, quotas: Quotas): Promise<void> {
+  const schedule = arrivals(seededRandom(start.seed), start.perSecond, start.from, start.to, start.gaps);
+  let at: number[] = [];
+  let allowed: number[] = [];
+  const flush = () => {
+    if (at.length === 0) return;
+    send({ type: "decisions", at, allowed });
+    at = [];
+    allowed = [];
+  };
+  const flusher = setInterval(flush, 100);
+  let next = 0;
+  await new Promise<void>((done) => {
+    const tick = () => {
+      const t = now();
+      // every arrival due is decided now, however late the timer: the schedule never waits for answers
+      while (next < schedule.length && (schedule[next] as number) <= t) {
+        at.push(now());
+        allowed.push(quotas.check(config.rule, config.key, 1).allowed ? 1 : 0);
+        next++;
+      }
+      if (t >= start.to) done();
+      else setTimeout(tick, 1);
+    };
+    tick();
+  });
+  clearInterval(flusher);
+  flush();
+}
+
+async function main(): Promise<void> {
+  const { transport, close } = transportOf();
+  let latencyMs: number[] = [];
+  let errors = 0;
+  let lastError: string | undefined;
+  const quotas = createQuotas({
+    transport,
+    syncIntervalMs: config.syncIntervalMs,
+    onMetrics: (metrics) => latencyMs.push(...metrics.syncLatencyMs),
+    onError: (error) => {
+      errors++;
+      lastError = error.message.slice(0, 200);
+    },
+  }).start();
+  const reporter = setInterval(() => {
+    send({ type: "syncs", latencyMs, errors, ...(lastError ? { lastError } : {}) });
+    latencyMs = [];
+    errors = 0;
+  }, 500);
+  const start = new Promise<StartMessage>((resolve) =>
+    process.on("message", (message: StartMessage) => {
+      if (message.type === "start") resolve(message);
+    }),
+  );
+  // the load starts when the harness says, ready or not: decisions before ready() are recorded, not judged
+  ready(quotas).then(
+    () => send({ type: "ready", at: now() }),
+    () => {},
+  );
+  await run(await start, quotas);
+  await quotas.stop();
+  clearInterval(reporter);
+  send({ type: "syncs", latencyMs, errors, ...(lastError ? { lastError } : {}) });
+  close();
+  send({ type: "done" });
+  process.disconnect?.();
+}
+
+main().catch((error: unknown) => {
+  console.error(error);
+  process.exit(1);
+});

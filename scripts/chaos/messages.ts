@@ -1,0 +1,40 @@
+// What the harness and its SDK instance processes say to each other (Node IPC, JSON).
+import { hrtime } from "node:process";
+
+export type InstanceTransport = { kind: "redis"; nodes: string[] } | { kind: "http"; url: string };
+
+/** An instance's settings, given as its first argument (JSON). */
+export interface InstanceConfig {
+  index: number;
+  transport: InstanceTransport;
+  rule: string;
+  key: string;
+  /** The reference clock's origin: `process.hrtime.bigint()` of the harness at the run's start, as a string. */
+  origin: string;
+  syncIntervalMs: number;
+}
+
+/** Harness → instance: offer load from `from` to `to` (reference ms) at `perSecond`, idle in `gaps`. */
+export interface StartMessage {
+  type: "start";
+  from: number;
+  to: number;
+  perSecond: number;
+  seed: number;
+  gaps: [number, number][];
+}
+
+/** Instance → harness. `allowed` is 1 or 0 per decision time in `at`. */
+export type InstanceMessage =
+  | { type: "ready"; at: number }
+  | { type: "decisions"; at: number[]; allowed: number[] }
+  | { type: "syncs"; latencyMs: number[]; errors: number; lastError?: string }
+  | { type: "done" };
+
+/**
+ * The reference clock, ms since `origin`: CLOCK_MONOTONIC, one clock for every process on a Linux machine,
+ * which no nemesis touches (libfaketime runs with DONT_FAKE_MONOTONIC=1).
+ */
+export function referenceClock(origin: bigint): () => number {
+  return () => Number(hrtime.bigint() - origin) / 1e6;
+}

@@ -1,0 +1,134 @@
+// The parts a chaos run needs beside the Redis Cluster: the S3 emulator holding the policy (the source of
+// truth), the QuotaSync function in a process of its own behind a fault proxy, and the operator's actions
+// on rules, through the same code the CLI runs (`tollgate quotas set --redis`, `tollgate policy upload`).
+import { type ChildProcess, fork } from "node:child_process";
+import { CreateBucketCommand, type S3Client } from "@aws-sdk/client-s3";
+import { buildApp as buildFauxqs } from "fauxqs";
+import { createAwsClients } from "../../functions/adapters/aws-clients.ts";
+import { createRedisCluster } from "../../functions/adapters/redis-cluster.ts";
+import { publishPolicy } from "../../functions/app/operator-actions.ts";
+import { publishQuotaRules, readPolicy, setQuotaRule } from "../../functions/app/quota-actions.ts";
+import { parsePolicyText } from "../../functions/core/capping/policy.ts";
+import type { QuotaRuleDocument } from "../../functions/core/shared/quota-rules.ts";
+import { type FaultProxy, startFaultProxy } from "./fault-proxy.ts";
+
+const REGION = "us-east-1";
+const BUCKET = "tollgate-chaos";
+const SYNC_SERVER = new URL("./sync-server-main.ts", import.meta.url).pathname;
+/** How often the QuotaSync function re-reads the policy (a removal reaches HTTP clients within it). */
+const REFRESH_SECONDS = "1";
+
+const EMPTY_POLICY = {
+  version: "chaos",
+  channels: ["push"],
+  segments: [],
+  default: { name: "rest", caps: {} },
+  quotas: [] as QuotaRuleDocument[],
+};
+
+export class ChaosStack {
+  private s3!: S3Client;
+  private stopAws: () => Promise<void> = async () => {};
+  private awsEndpoint = "";
+  private syncServer: ChildProcess | undefined;
+  private syncUrl = "";
+  private syncPort = 0;
+  proxy!: FaultProxy;
+
+  constructor(
+    readonly redisNodes: string[],
+    private readonly logFile?: number,
+  ) {}
+
+  async start(): Promise<void> {
+    process.env.AWS_ACCESS_KEY_ID ??= "local";
+    process.env.AWS_SECRET_ACCESS_KEY ??= "local";
+    const fauxqs = buildFauxqs({ logger: false, host: "127.0.0.1" });
+    this.awsEndpoint = await fauxqs.listen({ port: 0, host: "127.0.0.1" });
+    this.stopAws = () => fauxqs.close();
+    this.s3 = createAwsClients({ region: REGION, endpoint: this.awsEndpoint }).s3;
+    await this.s3.send(new CreateBucketCommand({ Bucket: BUCKET }));
+    await publishPolicy(this.s3, BUCKET, JSON.stringify(EMPTY_POLICY));
+    await this.startSyncServer();
+    this.proxy = await startFaultProxy(() => this.syncUrl);
+  }
+
+  async stop(): Promise<void> {
+    await this.proxy?.stop();
+    await this.killSyncServer();
+    await this.stopAws();
+  }
+
+  /** The URL HTTP-transport instances sync with: the fault proxy in front of the QuotaSync function. */
+  get quotaSyncUrl(): string {
+    return this.proxy.url;
+  }
+
+  /** Starts the QuotaSync function (on the port it had before, when restarted). */
+  async startSyncServer(): Promise<void> {
+    const child = fork(SYNC_SERVER, [String(this.syncPort)], {
+      execArgv: ["--import", "tsx"],
+      env: {
+        ...process.env,
+        REDIS_NODES: this.redisNodes.join(","),
+        CONFIG_BUCKET: BUCKET,
+        CAMPAIGN_REDELIVERY_SECONDS: "150",
+        AWS_REGION: REGION,
+        AWS_ENDPOINT_URL: this.awsEndpoint,
+        REFRESH_SECONDS,
+        POWERTOOLS_LOG_LEVEL: "ERROR",
+        POWERTOOLS_METRICS_DISABLED: "true",
+      },
+      stdio: ["ignore", this.logFile ?? "ignore", this.logFile ?? "ignore", "ipc"],
+    });
+    this.syncServer = child;
+    this.syncUrl = await new Promise<string>((resolve, reject) => {
+      child.once("message", (message: { url: string }) => resolve(message.url));
+      child.once("exit", (code) => reject(new Error(`the QuotaSync function exited (${code}) before serving`)));
+    });
+    this.syncPort = Number(new URL(this.syncUrl).port);
+  }
+
+  /** kill -9 of the QuotaSync function's process. */
+  async killSyncServer(): Promise<void> {
+    const child = this.syncServer;
+    if (!child || child.exitCode !== null) return;
+    const exited = new Promise((resolve) => child.once("exit", resolve));
+    child.kill("SIGKILL");
+    await exited;
+  }
+
+  /** `tollgate quotas set <rule> --redis`: the rule into the policy in S3, then written to Redis. */
+  async setRule(rule: QuotaRuleDocument): Promise<void> {
+    const { policy, modifiedAt } = await setQuotaRule(this.s3, BUCKET, rule);
+    await this.withCluster((cluster) => publishQuotaRules(cluster, "tg", policy, modifiedAt));
+  }
+
+  /** `tollgate policy upload` of the policy without `name`, then its rules written to Redis as `quotas set` does. */
+  async removeRule(name: string): Promise<void> {
+    const { text } = await readPolicy(this.s3, BUCKET);
+    const document = JSON.parse(text) as typeof EMPTY_POLICY;
+    const next = {
+      ...document,
+      version: `${document.version.split("+")[0]}+${Date.now().toString(36)}`,
+      quotas: document.quotas.filter((rule) => rule.name !== name),
+    };
+    const body = JSON.stringify(next, null, 2);
+    await publishPolicy(this.s3, BUCKET, body);
+    await this.withCluster((cluster) => publishQuotaRules(cluster, "tg", parsePolicyText(body), Date.now()));
+  }
+
+  private async withCluster<T>(run: (cluster: ReturnType<typeof createRedisCluster>) => Promise<T>): Promise<T> {
+    const cluster = createRedisCluster({
+      nodes: this.redisNodes.slice(0, 3).map((node) => {
+        const [host, port] = node.split(":");
+        return { host: host as string, port: Number(port) };
+      }),
+    });
+    try {
+      return await run(cluster);
+    } finally {
+      cluster.disconnect();
+    }
+  }
+}

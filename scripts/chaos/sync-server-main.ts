@@ -1,0 +1,25 @@
+// The QuotaSync function of a chaos run, a process of its own so a nemesis can kill and restart it: the
+// check API's code with CHECK_API_ROUTES=quota-sync behind a local Function URL, as scripts/local-stack.ts
+// and infra/functions.ts run it. The environment (REDIS_NODES, CONFIG_BUCKET, AWS_ENDPOINT_URL, ...) comes
+// from the harness; the port is the first argument. It says `listening <url>` on IPC once it serves.
+import { wireCheckApi } from "../../functions/app/wiring.ts";
+import { startFunctionUrlServer } from "../local/function-url-server.ts";
+
+async function main(): Promise<void> {
+  const port = Number(process.argv[2] ?? 0);
+  const environments = Array.from({ length: 2 }, () =>
+    wireCheckApi({ ...process.env, CHECK_API_ROUTES: "quota-sync" }),
+  );
+  await Promise.all(environments.map((environment) => environment.warm()));
+  const server = await startFunctionUrlServer(
+    environments.map(({ handler }) => handler),
+    port,
+    "tollgate-quota-sync",
+  );
+  process.send?.({ type: "listening", url: server.url });
+}
+
+main().catch((error: unknown) => {
+  console.error(error);
+  process.exit(1);
+});
