@@ -3,6 +3,7 @@
 // with SDK instances as separate processes, judges every history against the contract and prints the grid.
 //
 //   npm run chaos -- [--short] [--scenario <id or part>...] [--seed <n>] [--engine redis|valkey] [--write] [--list]
+import { appendFileSync, mkdirSync } from "node:fs";
 import { Command, InvalidArgumentError } from "commander";
 import { replaceBetween, today } from "./bench/tables.ts";
 import { chaosBasePort, runGrid } from "./chaos/grid.ts";
@@ -47,15 +48,21 @@ async function main(argv: string[]): Promise<void> {
     `[chaos] ${scenarios.length} of ${SCENARIOS.length} scenarios, seed ${options.seed}, ${engine} on ${basePort}`,
   );
   const started = Date.now();
+  // every result as one JSON line too, for a closer look than the table gives
+  mkdirSync(".local/chaos", { recursive: true });
+  const jsonLines = `.local/chaos/results-${new Date(started).toISOString().replace(/[:.]/g, "-")}.jsonl`;
   const results = await runGrid({
     scenarios,
     basePort,
     engine,
     seed: options.seed,
-    onResult: (result, i) =>
+    onResult: (result, i) => {
+      const { scenario, ...rest } = result;
+      appendFileSync(jsonLines, `${JSON.stringify({ id: scenario.id, ...rest })}\n`);
       console.error(
         `[chaos] ${i + 1}/${scenarios.length} ${result.scenario.id}: ${verdictCell(result)} (${Math.round(result.wallMs / 1000)} s)`,
-      ),
+      );
+    },
   });
   const table = gridTable(results);
   console.log(table);

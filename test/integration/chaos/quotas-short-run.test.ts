@@ -1,0 +1,37 @@
+// The seeded short run of the chaos harness (`npm run chaos -- --short`): each scenario of SHORT_RUN, on the
+// harness's own cluster (REDIS_CLUSTER_BASE_PORT + 100), judged by the contract-only checker.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { chaosBasePort, runGrid } from "../../../scripts/chaos/grid.ts";
+import { failures } from "../../../scripts/chaos/report.ts";
+import type { ScenarioResult } from "../../../scripts/chaos/run-scenario.ts";
+import { SHORT_RUN, selectScenarios } from "../../../scripts/chaos/scenarios.ts";
+import { engineOf } from "../../../scripts/redis-cluster.ts";
+
+const scenarios = selectScenarios(SHORT_RUN).filter((s) => SHORT_RUN.includes(s.id));
+let results: ScenarioResult[] = [];
+
+beforeAll(async () => {
+  results = await runGrid({ scenarios, basePort: chaosBasePort(), engine: engineOf(), seed: 1 });
+}, 240_000);
+
+afterAll(() => {
+  results = [];
+});
+
+describe("chaos short run: the Quotas contract under the faults the product holds today", () => {
+  it("runs every scenario of SHORT_RUN, each with load offered and decided", () => {
+    expect(results.map((r) => r.scenario.id)).toEqual([...SHORT_RUN]);
+    for (const r of results) {
+      // 3 instances at 2× a 100/s limit for 7 s or more: a run that decided little measured nothing
+      expect(r.check.figures.offered, r.scenario.id).toBeGreaterThan(1000);
+      expect(r.check.figures.admitted, r.scenario.id).toBeGreaterThan(300);
+      expect(r.notReady, r.scenario.id).toBe(0);
+    }
+  });
+
+  it.each(SHORT_RUN)("%s holds every verdict the checker judges", (id) => {
+    const result = results.find((r) => r.scenario.id === id);
+    expect(result, id).toBeDefined();
+    expect(failures(result ? [result] : [])).toEqual([]);
+  });
+});
