@@ -61,15 +61,13 @@ export class ClusterControl {
     return found;
   }
 
-  /** The primary holding keys that match `pattern` (the rule's keys), else the first primary. */
-  async primaryHolding(pattern: string): Promise<number> {
-    const primaries = await this.primaries();
-    for (const port of primaries) {
-      const keys = await this.cli(port, "--scan", "--pattern", pattern).catch(() => "");
-      if (keys.trim().length > 0) return port;
+  /** The primary serving `key`'s slot: the one that answers for it rather than redirecting (MOVED). */
+  async primaryOf(key: string): Promise<number> {
+    for (const port of await this.primaries()) {
+      const reply = (await this.cli(port, "exists", key).catch(() => "")).trim();
+      if (reply === "0" || reply === "1") return port;
     }
-    if (primaries[0] === undefined) throw new Error("no primary answers");
-    return primaries[0];
+    throw new Error(`no primary serves ${key}`);
   }
 
   kill9(port: number): void {

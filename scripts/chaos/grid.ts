@@ -6,8 +6,9 @@ import { hrtime } from "node:process";
 import type { Engine } from "../redis-cluster.ts";
 import { ClusterControl } from "./cluster-control.ts";
 import { type RunSettings, runScenario, type ScenarioResult } from "./run-scenario.ts";
-import type { Scenario } from "./scenarios.ts";
+import { KNOWN_FAILING, type Scenario } from "./scenarios.ts";
 import { ChaosStack } from "./stack.ts";
+import { runFailed } from "./verdicts.ts";
 
 export interface GridOptions extends Partial<Omit<RunSettings, "dir" | "logFile">> {
   scenarios: readonly Scenario[];
@@ -43,7 +44,22 @@ export async function runGrid(options: GridOptions): Promise<ScenarioResult[]> {
     await stack.start();
     const parts = { cluster, stack, origin: hrtime.bigint(), runId: Date.now().toString(36) };
     for (const [index, scenario] of options.scenarios.entries()) {
-      const result = await runScenario(scenario, index, settings, parts);
+      const result = await runScenario(scenario, index, settings, parts).catch(
+        async (error: unknown): Promise<ScenarioResult> => {
+          // the grid goes on: the nodes resumed, the cluster healthy again, the failure in the table
+          cluster.signalAll("SIGCONT");
+          await cluster.waitReady().catch(() => {});
+          return {
+            scenario,
+            check: runFailed(error),
+            known: KNOWN_FAILING[scenario.id],
+            notReady: 0,
+            syncErrors: 0,
+            lastError: undefined,
+            wallMs: 0,
+          };
+        },
+      );
       results.push(result);
       options.onResult?.(result, index);
     }

@@ -1,6 +1,7 @@
 // The faults of the chaos grid, one nemesis each: what it does when injected and how it heals. A scenario
 // is a nemesis on one mode and one transport (scenarios.ts); the runner injects it 3 s into the load.
 import type { QuotaRuleDocument } from "../../functions/core/shared/quota-rules.ts";
+import { DEFAULT_NAMESPACE, quotaKey, slotGroupOf, slotGroupPrefix } from "../../sdk/src/protocol/index.ts";
 import type { ClusterControl } from "./cluster-control.ts";
 import { setClockOffset } from "./instances.ts";
 import type { Transport } from "./scenario-types.ts";
@@ -9,8 +10,9 @@ import type { ChaosStack } from "./stack.ts";
 export interface NemesisContext {
   cluster: ClusterControl;
   stack: ChaosStack;
-  /** The scenario's rule name: its keys in Redis contain it. */
+  /** The scenario's rule name and key. */
   rule: string;
+  key: string;
   /** The clock file of instance 0 (clock nemeses only). */
   clockFile: string | undefined;
   /** What inject left for heal (the node it killed). */
@@ -42,7 +44,9 @@ export interface Nemesis {
 }
 
 const nothing = async () => {};
-const rulesPrimary = (c: NemesisContext) => c.cluster.primaryHolding(`*${c.rule}*`);
+/** The primary serving the scenario's key (slot group 0 of the rule: the harness's rules have one group). */
+const rulesPrimary = (c: NemesisContext) =>
+  c.cluster.primaryOf(quotaKey(slotGroupPrefix(DEFAULT_NAMESPACE, c.rule, slotGroupOf(c.key, 1)), c.key));
 
 function clusterStopped(seconds: number, idle: boolean): Nemesis {
   return {
@@ -113,7 +117,7 @@ export const NEMESES: readonly Nemesis[] = [
   },
   {
     name: "kill-9-primary",
-    summary: "kill -9 of the primary holding the rule's keys; its replica takes over; restarted after 5 s",
+    summary: "kill -9 of the primary serving the rule's key; its replica takes over; restarted after 5 s",
     durationMs: 5000,
     inject: async (c) => {
       c.state.port = await rulesPrimary(c);
@@ -123,7 +127,7 @@ export const NEMESES: readonly Nemesis[] = [
   },
   {
     name: "client-pause-3s",
-    summary: "CLIENT PAUSE 3000 ALL on the primary holding the rule's keys",
+    summary: "CLIENT PAUSE 3000 ALL on the primary serving the rule's key",
     durationMs: 3000,
     inject: async (c) => c.cluster.pause(await rulesPrimary(c), 3000),
     heal: nothing,
@@ -138,7 +142,7 @@ export const NEMESES: readonly Nemesis[] = [
   },
   {
     name: "node-restarted-empty",
-    summary: "the primary holding the rule's keys killed and restarted at once, empty, before any failover",
+    summary: "the primary serving the rule's key killed and restarted at once, empty, before any failover",
     durationMs: 0,
     dataLoss: true,
     inject: async (c) => {

@@ -48,6 +48,8 @@ export interface ScenarioResult {
 }
 
 const WINDOW_MS = 1000;
+/** The one key every instance of a scenario checks. */
+const KEY = "k";
 const INJECT_AFTER_MS = 3000;
 const OBSERVE_AFTER_HEAL_MS = 4000;
 /** No-fault scenarios whose utilisation is judged (2× the limit). */
@@ -87,7 +89,7 @@ export async function runScenario(
         index: i,
         transport,
         rule: name,
-        key: "k",
+        key: KEY,
         origin: parts.origin.toString(),
         syncIntervalMs: settings.syncIntervalMs,
       },
@@ -95,83 +97,99 @@ export async function runScenario(
       ...(settings.logFile === undefined ? {} : { logFile: settings.logFile }),
     });
   const instances = Array.from({ length: settings.instances }, (_, i) => spawn(i));
-  const ready = await Promise.all(instances.map((instance) => instance.ready(15_000)));
-  const load = nemesis.load ?? 2;
-  const perInstance = (load * settings.max) / settings.instances;
-  const t0 = now() + 200;
-  const injectAt = t0 + INJECT_AFTER_MS;
-  const healPlanned = injectAt + nemesis.durationMs;
-  const end = healPlanned + OBSERVE_AFTER_HEAL_MS;
-  const gaps: [number, number][] = nemesis.idle ? [[injectAt, healPlanned]] : [];
-  const startOf = (i: number, from: number) => ({
-    from,
-    to: end,
-    perSecond: perInstance,
-    seed: seedOf(settings.seed, scenario.id, i),
-    gaps,
-  });
-  for (const [i, instance] of instances.entries()) instance.start(startOf(i, t0));
-
-  const phases: ContractPhase[] = [phaseOf(rule, Number.NEGATIVE_INFINITY)];
-  const context: NemesisContext = { cluster: parts.cluster, stack: parts.stack, rule: name, clockFile, state: {} };
-  await sleep(Math.max(0, injectAt - now()));
-  let healAt = injectAt;
   try {
-    if (nemesis.change) {
-      const next = nemesis.change(rule);
-      if (next) await parts.stack.setRule(next);
-      else await parts.stack.removeRule(name);
-      phases.push(next ? phaseOf(next, now()) : { ...phaseOf(rule, now()), removed: true });
-      if (next) rule = next;
-    }
-    await nemesis.inject(context);
-    if (nemesis.joins) {
-      const joiner = spawn(instances.length);
-      instances.push(joiner);
-      joiner.start(startOf(instances.length - 1, now()));
-    }
-    await sleep(Math.max(0, healPlanned - now()));
+    return await drive(instances);
   } finally {
-    await nemesis.heal(context);
-    healAt = now();
+    // a scenario that threw leaves no process behind (a finished one is gone already)
+    for (const instance of instances) instance.kill();
   }
-  await Promise.all(instances.map((instance) => instance.finish(Math.max(0, end - now()) + 20_000)));
 
-  const history: History = {
-    decisions: instances.flatMap((instance) => instance.decisions),
-    readyAt: new Map(
-      instances.flatMap((instance, i) => (instance.readyAt === undefined ? [] : [[i, instance.readyAt]])),
-    ),
-    offeredPerSecond: perInstance * instances.length,
-    storeDelayMs: p99(instances.flatMap((instance) => instance.latencies)) / 2,
-    startAt: t0,
-    endAt: end,
-  };
-  const fault =
-    nemesis.durationMs > 0 ||
-    nemesis.dataLoss ||
-    nemesis.change !== undefined ||
-    nemesis.name.startsWith("clock-step") ||
-    nemesis.name === "sync-function-restarted";
-  const expectations: Expectations = {
-    faultSpans: [[injectAt, healAt + WINDOW_MS]],
-    ...(fault ? { healAt } : {}),
-    ...(nemesis.name === "none" ? { utilisation: { min: UTILISATION_TARGET, from: t0 + WINDOW_MS, to: end } } : {}),
-    ...(nemesis.name === "steady-97pct" ? { underLimitShare: 0.01 } : {}),
-    ...(nemesis.name === "fresh-process" ? { underLimitShare: 0 } : {}),
-  };
-  const result = check(history, phases, expectations);
+  async function drive(instances: Instance[]): Promise<ScenarioResult> {
+    const ready = await Promise.all(instances.map((instance) => instance.ready(15_000)));
+    const load = nemesis.load ?? 2;
+    const perInstance = (load * settings.max) / settings.instances;
+    const t0 = now() + 200;
+    const injectAt = t0 + INJECT_AFTER_MS;
+    const healPlanned = injectAt + nemesis.durationMs;
+    const end = healPlanned + OBSERVE_AFTER_HEAL_MS;
+    const gaps: [number, number][] = nemesis.idle ? [[injectAt, healPlanned]] : [];
+    const startOf = (i: number, from: number) => ({
+      from,
+      to: end,
+      perSecond: perInstance,
+      seed: seedOf(settings.seed, scenario.id, i),
+      gaps,
+    });
+    for (const [i, instance] of instances.entries()) instance.start(startOf(i, t0));
 
-  // the next scenario starts on a healthy cluster, without this one's rule in the policy
-  await parts.cluster.waitReady();
-  if (phases.every((phase) => !phase.removed)) await parts.stack.removeRule(name).catch(() => {});
-  return {
-    scenario,
-    check: result,
-    known: KNOWN_FAILING[scenario.id],
-    notReady: ready.filter((r) => !r).length,
-    syncErrors: instances.reduce((sum, instance) => sum + instance.syncErrors, 0),
-    lastError: instances.map((instance) => instance.lastError).find((e) => e !== undefined),
-    wallMs: now() - began,
-  };
+    const phases: ContractPhase[] = [phaseOf(rule, Number.NEGATIVE_INFINITY)];
+    const context: NemesisContext = {
+      cluster: parts.cluster,
+      stack: parts.stack,
+      rule: name,
+      key: KEY,
+      clockFile,
+      state: {},
+    };
+    await sleep(Math.max(0, injectAt - now()));
+    let healAt = injectAt;
+    try {
+      if (nemesis.change) {
+        const next = nemesis.change(rule);
+        if (next) await parts.stack.setRule(next);
+        else await parts.stack.removeRule(name);
+        phases.push(next ? phaseOf(next, now()) : { ...phaseOf(rule, now()), removed: true });
+        if (next) rule = next;
+      }
+      await nemesis.inject(context);
+      if (nemesis.joins) {
+        const joiner = spawn(instances.length);
+        instances.push(joiner);
+        joiner.start(startOf(instances.length - 1, now()));
+      }
+      await sleep(Math.max(0, healPlanned - now()));
+    } finally {
+      await nemesis.heal(context);
+      healAt = now();
+    }
+    await Promise.all(instances.map((instance) => instance.finish(Math.max(0, end - now()) + 20_000)));
+
+    const history: History = {
+      decisions: instances.flatMap((instance) => instance.decisions),
+      readyAt: new Map(
+        instances.flatMap((instance, i) => (instance.readyAt === undefined ? [] : [[i, instance.readyAt]])),
+      ),
+      offeredPerSecond: perInstance * instances.length,
+      storeDelayMs: p99(instances.flatMap((instance) => instance.latencies)) / 2,
+      startAt: t0,
+      endAt: end,
+    };
+    const fault =
+      nemesis.durationMs > 0 ||
+      nemesis.dataLoss ||
+      nemesis.change !== undefined ||
+      nemesis.name.startsWith("clock-step") ||
+      nemesis.name === "sync-function-restarted";
+    const expectations: Expectations = {
+      faultSpans: [[injectAt, healAt + WINDOW_MS]],
+      ...(fault ? { healAt } : {}),
+      ...(nemesis.name === "none" ? { utilisation: { min: UTILISATION_TARGET, from: t0 + WINDOW_MS, to: end } } : {}),
+      ...(nemesis.name === "steady-97pct" ? { underLimitShare: 0.01 } : {}),
+      ...(nemesis.name === "fresh-process" ? { underLimitShare: 0 } : {}),
+    };
+    const result = check(history, phases, expectations);
+
+    // the next scenario starts on a healthy cluster, without this one's rule in the policy
+    await parts.cluster.waitReady();
+    if (phases.every((phase) => !phase.removed)) await parts.stack.removeRule(name).catch(() => {});
+    return {
+      scenario,
+      check: result,
+      known: KNOWN_FAILING[scenario.id],
+      notReady: ready.filter((r) => !r).length,
+      syncErrors: instances.reduce((sum, instance) => sum + instance.syncErrors, 0),
+      lastError: instances.map((instance) => instance.lastError).find((e) => e !== undefined),
+      wallMs: now() - began,
+    };
+  }
 }

@@ -17,7 +17,8 @@ export interface Expectations {
 }
 
 export interface Verdict {
-  rule: "window" | "under-limit" | "utilisation" | "recovery";
+  /** "run": the scenario itself failed (a nemesis or the harness threw). */
+  rule: "window" | "under-limit" | "utilisation" | "recovery" | "run";
   pass: boolean;
   detail: string;
 }
@@ -92,4 +93,21 @@ export function check(history: History, phases: readonly ContractPhase[], expect
     });
   }
   return { figures, verdicts, pass: verdicts.every((v) => v.pass) };
+}
+
+/** The result of a scenario that could not run to its end. */
+export function runFailed(error: unknown): CheckResult {
+  const figures: Figures = {
+    worst: undefined,
+    admitted: 0,
+    offered: 0,
+    denied: 0,
+    underLimit: 0,
+    judged: 0,
+    utilisation: undefined,
+    recoveryMs: undefined,
+    recoveryMeasured: false,
+  };
+  const detail = error instanceof Error ? error.message : String(error);
+  return { figures, verdicts: [{ rule: "run", pass: false, detail }], pass: false };
 }
