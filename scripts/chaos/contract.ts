@@ -35,7 +35,7 @@ export interface History {
   readyAt: Map<number, number>;
   /** Offered rate of the whole fleet, requests per second (the open-loop schedule's, not the answers'). */
   offeredPerSecond: number;
-  /** One-way delay to the store, ms: half the slowest sync round trip the instances saw (p99). */
+  /** One-way delay to the store, ms: half the p99 sync round trip the instances saw before the fault. */
   storeDelayMs: number;
   /** First and last scheduled arrival, ms. */
   startAt: number;

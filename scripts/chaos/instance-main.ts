@@ -81,7 +81,7 @@ async function main(): Promise<void> {
     },
   }).start();
   const reporter = setInterval(() => {
-    send({ type: "syncs", latencyMs, errors, ...(lastError ? { lastError } : {}) });
+    send({ type: "syncs", at: now(), latencyMs, errors, ...(lastError ? { lastError } : {}) });
     latencyMs = [];
     errors = 0;
   }, 500);
@@ -98,7 +98,7 @@ async function main(): Promise<void> {
   await run(await start, quotas);
   await quotas.stop();
   clearInterval(reporter);
-  send({ type: "syncs", latencyMs, errors, ...(lastError ? { lastError } : {}) });
+  send({ type: "syncs", at: now(), latencyMs, errors, ...(lastError ? { lastError } : {}) });
   close();
   send({ type: "done" });
   process.disconnect?.();

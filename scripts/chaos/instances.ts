@@ -23,7 +23,8 @@ export interface InstanceOptions {
 export class Instance {
   readonly decisions: Decision[] = [];
   readyAt: number | undefined;
-  latencies: number[] = [];
+  /** Sync round trips, ms, each with when it was reported (reference ms). */
+  latencies: { at: number; ms: number }[] = [];
   syncErrors = 0;
   lastError: string | undefined;
   private readonly child: ChildProcess;
@@ -67,7 +68,7 @@ export class Instance {
         });
         return;
       case "syncs":
-        this.latencies.push(...message.latencyMs);
+        for (const ms of message.latencyMs) this.latencies.push({ at: message.at, ms });
         this.syncErrors += message.errors;
         if (message.lastError) this.lastError = message.lastError;
         return;

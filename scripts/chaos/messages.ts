@@ -28,7 +28,7 @@ export interface StartMessage {
 export type InstanceMessage =
   | { type: "ready"; at: number }
   | { type: "decisions"; at: number[]; allowed: number[] }
-  | { type: "syncs"; latencyMs: number[]; errors: number; lastError?: string }
+  | { type: "syncs"; at: number; latencyMs: number[]; errors: number; lastError?: string }
   | { type: "done" };
 
 /**

@@ -160,7 +160,9 @@ export async function runScenario(
         instances.flatMap((instance, i) => (instance.readyAt === undefined ? [] : [[i, instance.readyAt]])),
       ),
       offeredPerSecond: perInstance * instances.length,
-      storeDelayMs: p99(instances.flatMap((instance) => instance.latencies)) / 2,
+      // d of the published bound: the store's delay while it answers normally, before the fault
+      storeDelayMs:
+        p99(instances.flatMap((instance) => instance.latencies.filter((l) => l.at < injectAt).map((l) => l.ms))) / 2,
       startAt: t0,
       endAt: end,
     };
