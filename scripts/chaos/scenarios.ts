@@ -30,7 +30,7 @@ export const SHORT_RUN: readonly string[] = [
   "kill-9-primary/strict/redis",
   "kill-9-primary/approximate/redis",
   "client-pause-3s/strict/http",
-  "clock-skew+2s/strict/redis",
+  "cluster-stopped-10s-loaded/strict/redis",
   "proxy-500/strict/http",
 ];
 
