@@ -39,6 +39,10 @@ export interface Nemesis {
   joins?: boolean;
   /** The store's data is lost (recovery may take one window plus the lease). */
   dataLoss?: boolean;
+  /** Nothing happens at injection (no fault, or one for the whole run): no recovery to measure. */
+  steady?: boolean;
+  /** Verdicts judged beside the window rule: utilisation at least, denials under the limit at most (a share). */
+  judge?: { utilisation?: number; underLimitShare?: number };
   inject(context: NemesisContext): Promise<void>;
   heal(context: NemesisContext): Promise<void>;
 }
@@ -76,6 +80,7 @@ function clockSkew(ms: number): Nemesis {
     summary: `instance 0's wall clock ${ms > 0 ? "ahead" : "behind"} by ${Math.abs(ms) / 1000} s for the whole run`,
     durationMs: 0,
     clockOffsetMs: ms,
+    steady: true,
     inject: nothing,
     heal: nothing,
   };
@@ -97,12 +102,22 @@ function proxyFault(name: string, summary: string, fault: ChaosStack["proxy"]["f
 }
 
 export const NEMESES: readonly Nemesis[] = [
-  { name: "none", summary: "no fault: 2× the limit", durationMs: 0, inject: nothing, heal: nothing },
+  {
+    name: "none",
+    summary: "no fault: 2× the limit",
+    durationMs: 0,
+    steady: true,
+    judge: { utilisation: 0.95 },
+    inject: nothing,
+    heal: nothing,
+  },
   {
     name: "steady-97pct",
     summary: "no fault: 0.97× the limit (under it, so nothing should be denied)",
     durationMs: 0,
     load: 0.97,
+    steady: true,
+    judge: { underLimitShare: 0.01 },
     inject: nothing,
     heal: nothing,
   },
@@ -112,6 +127,8 @@ export const NEMESES: readonly Nemesis[] = [
     durationMs: 0,
     load: 0.5,
     joins: true,
+    steady: true,
+    judge: { underLimitShare: 0 },
     inject: nothing,
     heal: nothing,
   },

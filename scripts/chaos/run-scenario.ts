@@ -52,8 +52,6 @@ const WINDOW_MS = 1000;
 const KEY = "k";
 const INJECT_AFTER_MS = 3000;
 const OBSERVE_AFTER_HEAL_MS = 4000;
-/** No-fault scenarios whose utilisation is judged (2× the limit). */
-const UTILISATION_TARGET = 0.95;
 
 function phaseOf(rule: QuotaRuleDocument, from: number): ContractPhase {
   return { from, mode: rule.mode, limits: rule.limits.map((l) => ({ windowMs: WINDOW_MS, max: l.max })) };
@@ -166,18 +164,14 @@ export async function runScenario(
       startAt: t0,
       endAt: end,
     };
-    const fault =
-      nemesis.durationMs > 0 ||
-      nemesis.dataLoss ||
-      nemesis.change !== undefined ||
-      nemesis.name.startsWith("clock-step") ||
-      nemesis.name === "sync-function-restarted";
+    const { utilisation: utilisationAtLeast, underLimitShare } = nemesis.judge ?? {};
     const expectations: Expectations = {
       faultSpans: [[injectAt, healAt + WINDOW_MS]],
-      ...(fault ? { healAt } : {}),
-      ...(nemesis.name === "none" ? { utilisation: { min: UTILISATION_TARGET, from: t0 + WINDOW_MS, to: end } } : {}),
-      ...(nemesis.name === "steady-97pct" ? { underLimitShare: 0.01 } : {}),
-      ...(nemesis.name === "fresh-process" ? { underLimitShare: 0 } : {}),
+      ...(nemesis.steady ? {} : { healAt }),
+      ...(utilisationAtLeast === undefined
+        ? {}
+        : { utilisation: { min: utilisationAtLeast, from: t0 + WINDOW_MS, to: end } }),
+      ...(underLimitShare === undefined ? {} : { underLimitShare }),
     };
     const result = check(history, phases, expectations);
 
