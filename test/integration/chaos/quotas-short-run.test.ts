@@ -22,9 +22,10 @@ describe("chaos short run: the Quotas contract under the faults the product hold
   it("runs every scenario of SHORT_RUN, each with load offered and decided", () => {
     expect(results.map((r) => r.scenario.id)).toEqual([...SHORT_RUN]);
     for (const r of results) {
-      // 3 instances at 2× a 100/s limit for 7 s or more: a run that decided little measured nothing
+      // 3 instances offered 2× a 100/s limit for 7 s or more, and at least a full window admitted: a run
+      // that decided little has nothing for the window rule to judge
       expect(r.check.figures.offered, r.scenario.id).toBeGreaterThan(1000);
-      expect(r.check.figures.admitted, r.scenario.id).toBeGreaterThan(300);
+      expect(r.check.figures.admitted, r.scenario.id).toBeGreaterThanOrEqual(100);
       expect(r.notReady, r.scenario.id).toBe(0);
     }
   });
