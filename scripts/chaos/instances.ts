@@ -13,6 +13,18 @@ export function faketimeOffset(ms: number): string {
   return `${ms < 0 ? "-" : "+"}${(Math.abs(ms) / 1000).toFixed(3)}\n`;
 }
 
+/** The environment that runs a process under libfaketime, its wall clock offset by what `clockFile` says. */
+export function faketimeEnv(clockFile: string): NodeJS.ProcessEnv {
+  return {
+    LD_PRELOAD: LIBFAKETIME,
+    FAKETIME_TIMESTAMP_FILE: clockFile,
+    // read the file on every clock call: the harness steps the clock while the process runs
+    FAKETIME_NO_CACHE: "1",
+    // the reference clock (CLOCK_MONOTONIC) and Node's timers keep real time
+    DONT_FAKE_MONOTONIC: "1",
+  };
+}
+
 export interface InstanceOptions {
   config: InstanceConfig;
   /** Run the process under libfaketime, its wall clock offset by what this file says (rewritten live). */
@@ -33,17 +45,7 @@ export class Instance {
 
   constructor(readonly options: InstanceOptions) {
     const { config, clockFile } = options;
-    const env: NodeJS.ProcessEnv = { ...process.env };
-    if (clockFile) {
-      Object.assign(env, {
-        LD_PRELOAD: LIBFAKETIME,
-        FAKETIME_TIMESTAMP_FILE: clockFile,
-        // read the file on every clock call: the harness steps the clock while the process runs
-        FAKETIME_NO_CACHE: "1",
-        // the reference clock and Node's timers keep real time
-        DONT_FAKE_MONOTONIC: "1",
-      });
-    }
+    const env: NodeJS.ProcessEnv = { ...process.env, ...(clockFile ? faketimeEnv(clockFile) : {}) };
     const stdio = options.logFile === undefined ? "ignore" : options.logFile;
     this.child = fork(ENTRY, [JSON.stringify(config)], {
       execArgv: ["--import", "tsx"],
