@@ -353,8 +353,11 @@ export class QuotaEngine {
     group.unreachableSince = -1;
     if (!pending) return;
     if (reply.status === "norule") {
+      // the rule was removed (or never published): what `unknownRule` says, not the removed rule's fallback
+      // (an approximate rule's share would go on admitting under a rule the store no longer has)
+      rule.forget();
       rule.missingUntil = now + NORULE_RETRY_MS;
-      for (const handle of pending.handles) this.fallBack(handle);
+      for (const handle of rule.handles.values()) this.fallBack(handle);
       return;
     }
     if (reply.status === "stale") {

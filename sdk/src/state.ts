@@ -99,6 +99,14 @@ export class RuleState {
     }
   }
 
+  /** The store has no such rule (removed): no definition until one arrives again; the slot groups stay. */
+  forget(): void {
+    this.definition = undefined;
+    this.configVersion = "";
+    this.maxes = new Float64Array(0);
+    this.policy = "";
+  }
+
   /** The slot group a key syncs with. */
   groupFor(key: string): GroupState {
     return this.groups[slotGroupOf(key, this.groups.length)] as GroupState;
