@@ -8,7 +8,10 @@ import type { Decision } from "./decision.ts";
 import { type EngineOptions, QuotaEngine } from "./engine.ts";
 import { QuotasConfigError, SyncRejectedError } from "./errors.ts";
 import { NAME_PATTERN, type QuotaRule, type SyncReply, type SyncRequest, WireError } from "./protocol/index.ts";
+import { type QuotasMetrics, roundMetrics } from "./round-metrics.ts";
 import type { GroupState, QuotaHandle } from "./state.ts";
+
+export type { QuotasMetrics } from "./round-metrics.ts";
 
 /** How a sync reaches the store: direct to Redis (transports/redis.ts) or over HTTP (transports/http.ts). */
 export interface QuotaTransport {
@@ -17,20 +20,6 @@ export interface QuotaTransport {
    * SyncRejectedError when it answered with an error.
    */
   sync(request: SyncRequest, now: number): Promise<SyncReply>;
-}
-
-/** What the SDK observed since the previous report (counters) and now (gauges). */
-export interface QuotasMetrics {
-  admitted: number;
-  denied: number;
-  /** Round-trip time of each sync call in this round, ms. */
-  syncLatencyMs: number[];
-  /** Age of the oldest allowance in use, ms (-1: none). */
-  allowanceAgeMs: number;
-  /** How long the longest-unreachable slot group has been unreachable, ms (0: all reachable). */
-  degradedMs: number;
-  /** Sync calls that failed in this round (unreachable or rejected). */
-  syncErrors: number;
 }
 
 export interface QuotasOptions extends Omit<EngineOptions, "instanceId" | "syncIntervalMs"> {
@@ -322,7 +311,7 @@ export class Quotas {
       }
     }
     await Promise.all(calls);
-    if (!only && this.onMetrics) this.onMetrics(this.metrics(now, latencies, errors));
+    if (!only && this.onMetrics) this.onMetrics(roundMetrics(engine, now, latencies, errors));
   }
 
   private syncGroup(group: GroupState, request: SyncRequest, sentAt: number): Promise<number> {
@@ -357,28 +346,6 @@ export class Quotas {
     } finally {
       group.busy = false;
     }
-  }
-
-  private metrics(now: number, latencies: number[], errors: number): QuotasMetrics {
-    let oldest = Number.POSITIVE_INFINITY;
-    let degradedMs = 0;
-    for (const rule of this.engine.allRules()) {
-      for (const group of rule.groups) {
-        if (group.unreachableSince >= 0) degradedMs = Math.max(degradedMs, now - group.unreachableSince);
-        for (const handle of group.handles) if (handle.assignedAt >= 0) oldest = Math.min(oldest, handle.assignedAt);
-      }
-    }
-    const metrics: QuotasMetrics = {
-      admitted: this.engine.admittedCount,
-      denied: this.engine.deniedCount,
-      syncLatencyMs: latencies,
-      allowanceAgeMs: Number.isFinite(oldest) ? now - oldest : -1,
-      degradedMs,
-      syncErrors: errors,
-    };
-    this.engine.admittedCount = 0;
-    this.engine.deniedCount = 0;
-    return metrics;
   }
 
   /**
