@@ -37,8 +37,9 @@ export interface QuotasOptions extends Omit<EngineOptions, "instanceId" | "syncI
   /** Called with every failed sync (the SDK carries on degraded); default: nothing. */
   onError?: (error: Error) => void;
   /**
-   * How long `decide` (the middleware) waits for the sync of a key it has no allowance for (default 100 ms):
-   * past it the request is decided by what the key holds then.
+   * How long `decide` (the middleware) waits for the sync of a key it has no allowance for (default 500 ms,
+   * the direct transport's timeout: a process's first call may open its connections); past it the request is
+   * decided by what the key holds then.
    */
   waitMs?: number;
   /**
@@ -98,7 +99,7 @@ export class Quotas {
       throw new QuotasConfigError("observeIntervalMs", `expected a number of ms from 0 (off) to ${MAX_TIMER_MS}`);
     }
     this.observeIntervalMs = observeIntervalMs;
-    const waitMs = options.waitMs ?? 100;
+    const waitMs = options.waitMs ?? 500;
     if (!(waitMs >= 0 && waitMs <= MAX_TIMER_MS)) {
       throw new QuotasConfigError("waitMs", `expected a number of ms from 0 to ${MAX_TIMER_MS}`);
     }
@@ -132,23 +133,27 @@ export class Quotas {
    * no I/O, when the key's allowance admits it or the denial is the store's (its window is full, it has no
    * such rule, or it is unreachable and the fallback decides); otherwise (a key that never had an allowance
    * here, or whose allowance is spent while the store may have more) one sync of its slot group carries the request's
-   * demand first, at most `waitMs` (default 100 ms), and the answer decides. So under its limit a key is
+   * demand first, at most `waitMs` (default 500 ms), and the answer decides. So under its limit a key is
    * not denied for want of a local allowance. Returns the Decision itself when decided at once (nothing
    * allocated), a promise of a copy when it waited.
    */
-  decide(rule: string, key: string, cost = 1): Readonly<Decision> | Promise<Decision> {
+  decide(rule: string, key: string, cost = 1, waitMs = this.waitMs): Readonly<Decision> | Promise<Decision> {
     const engine = this.engine;
     const handle = engine.handle(rule, key);
     // a cost checkHandle refuses is refused there (it throws), never waited for
     const short = handle.assignedAt < 0 || !engine.admits(handle, cost);
     if (short && Number.isSafeInteger(cost) && cost >= 0 && engine.mayGrant(handle, this.clock.now()))
-      return this.decideAfterSync(handle, cost);
+      return this.decideAfterSync(handle, cost, waitMs);
     return engine.checkHandle(handle, cost);
   }
 
-  /** `decide`, always as a promise of a copy of the Decision (the Lambda middleware awaits it anyway). */
+  /**
+   * `decide`, always as a promise of a copy of the Decision, waiting as long as the transport does (the
+   * Lambda middleware: an environment's first call may open the connection, which takes longer than
+   * `waitMs`, and the invocation waits anyway).
+   */
   async checkFresh(rule: string, key: string, cost = 1): Promise<Readonly<Decision>> {
-    const decision = this.decide(rule, key, cost);
+    const decision = this.decide(rule, key, cost, Number.POSITIVE_INFINITY);
     return decision instanceof Promise ? decision : { ...decision };
   }
 
@@ -181,11 +186,13 @@ export class Quotas {
   }
 
   /** The key's group synced with this request's demand in it, then the request decided (a copy). */
-  private async decideAfterSync(handle: QuotaHandle, cost: number): Promise<Decision> {
+  private async decideAfterSync(handle: QuotaHandle, cost: number, waitMs: number): Promise<Decision> {
     let timer: { cancel(): void } | undefined;
     let late = false;
+    // no timer for an unbounded wait (Infinity would fire after 1 ms): the transport's timeout bounds it
     const waited = new Promise<void>((resolve) => {
-      timer = this.scheduler.schedule(this.waitMs, () => {
+      if (waitMs > MAX_TIMER_MS) return;
+      timer = this.scheduler.schedule(waitMs, () => {
         late = true;
         resolve();
       });

@@ -16,7 +16,7 @@ export function expressQuotas(quotas: Quotas, options: CheckOptions<Request>): R
       response.status(429).json(deniedBody(rule));
     };
     const decision = quotas.decide(rule, options.key(request), options.cost?.(request) ?? 1);
-    if (decision instanceof Promise) decision.then(answer, next);
+    if (decision instanceof Promise) decision.then(answer).catch(next);
     else answer(decision);
   };
 }

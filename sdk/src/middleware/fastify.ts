@@ -15,7 +15,7 @@ export function fastifyQuotas(quotas: Quotas, options: CheckOptions<FastifyReque
       reply.code(429).send(deniedBody(rule));
     };
     const decision = quotas.decide(rule, options.key(request), options.cost?.(request) ?? 1);
-    if (decision instanceof Promise) decision.then(answer, (error: Error) => done(error));
+    if (decision instanceof Promise) decision.then(answer).catch((error: Error) => done(error));
     else answer(decision);
   };
 }

@@ -70,7 +70,7 @@ describe("a fresh process", () => {
   it("without ready(), the middleware's first request waits for its key's first sync and is admitted with the rule's limit", async () => {
     const namespace = uniqueNamespace();
     await publishRule(cluster, namespace, "api", strict, "v1");
-    const quotas = createQuotas({ transport: redisTransport({ redis: cluster, namespace }), waitMs: 2_000 });
+    const quotas = createQuotas({ transport: redisTransport({ redis: cluster, namespace }) });
     const app = await server(quotas);
     try {
       const response = await fetch(app.url, { headers: { "x-api-key": "tenant-1" } });
