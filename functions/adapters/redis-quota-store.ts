@@ -6,10 +6,11 @@ import {
   encodeSync,
   fcall,
   type QuotaRule,
+  quotaRuleIndexKey,
   type SyncReply,
   type SyncRequest,
 } from "../../sdk/src/protocol/index.ts";
-import { ruleWriteCall } from "../core/quotas/quota-rule-script.ts";
+import { ruleWriteCall, ruleWritten } from "../core/quotas/quota-rule-script.ts";
 import type { QuotaStore } from "../core/quotas/quota-store.ts";
 import { load as loadLua, quotaLibrary } from "./lua-scripts.ts";
 import { redisCallsOf } from "./redis-cluster.ts";
@@ -62,7 +63,7 @@ export class RedisQuotaStore implements QuotaStore {
   }
 
   async publish(name: string, rule: QuotaRule | null, version: string, slotGroups: number, stamp: number) {
-    await Promise.all(
+    const replies = await Promise.all(
       Array.from({ length: slotGroups }, (_, group) => {
         const { keys, args } = ruleWriteCall({ namespace: this.namespace, name, group, rule, version, stamp });
         // through the guarded calls like a sync: after an outage longer than ioredis's reconnect attempts the
@@ -76,5 +77,33 @@ export class RedisQuotaStore implements QuotaStore {
         );
       }),
     );
+    const everywhere = replies.every(ruleWritten);
+    // the index follows only a write that was the newest everywhere: an older container's refused write
+    // neither adds a name nor takes one away
+    if (everywhere) await this.index(rule === null ? "remove" : "add", name, stamp);
+    return everywhere;
+  }
+
+  async publishedNames(): Promise<string[]> {
+    const key = quotaRuleIndexKey(this.namespace);
+    return redisCallsOf(this.cluster).call(`quota rule index ${key}`, [key], () => this.cluster.hkeys(key), {
+      deadlineMs: this.deadlineMs,
+      retryOn: "no-answer",
+    });
+  }
+
+  private async index(change: "add" | "remove", name: string, stamp: number): Promise<void> {
+    const key = quotaRuleIndexKey(this.namespace);
+    const calls = redisCallsOf(this.cluster);
+    const options = { deadlineMs: this.deadlineMs, retryOn: "no-answer" as const };
+    if (change === "add") {
+      await calls.call(`quota rule index ${key}`, [key], () => this.cluster.hset(key, name, stamp), options);
+      return;
+    }
+    // a name a newer policy wrote again stays (the check and the delete are two calls: a write between them
+    // can still lose its entry, which only leaves that rule to the processes that wrote it to remove)
+    const stored = await calls.call(`quota rule index ${key}`, [key], () => this.cluster.hget(key, name), options);
+    if (stored !== null && Number(stored) <= stamp)
+      await calls.call(`quota rule index ${key}`, [key], () => this.cluster.hdel(key, name), options);
   }
 }

@@ -6,6 +6,7 @@ import { S3ObjectStore } from "../adapters/s3-object-store.ts";
 import { SqsCampaignQueue } from "../adapters/sqs-sinks.ts";
 import { type CampaignPush, pushCampaign as push } from "../core/capping/campaign-push.ts";
 import type { Policy } from "../core/capping/policy.ts";
+import { type EditedPolicy, editPolicy, uploadedPolicy } from "../core/capping/policy-edits.ts";
 import {
   publishPolicy as publishPolicyTo,
   publishRules,
@@ -18,7 +19,22 @@ export function uploadObject(s3: S3Client, bucket: string, key: string, body: Ui
   return new S3ObjectStore(s3, bucket).put(key, body);
 }
 
-/** Validates the policy, then uploads it; an invalid one is not uploaded. */
+/**
+ * `policy upload`: the file's policy written over the one in the bucket with compare-and-set, keeping the
+ * bucket's quota rules when the file has none and refusing a file whose rules differ from them unless
+ * `replaceQuotas` (policy-edits.ts). Resolves with the policy written and the one it replaced.
+ */
+export function uploadPolicy(
+  s3: S3Client,
+  bucket: string,
+  text: string,
+  options: { key?: string; replaceQuotas?: boolean } = {},
+): Promise<EditedPolicy> {
+  const { key, ...upload } = options;
+  return editPolicy(new S3ObjectStore(s3, bucket), uploadedPolicy(text, upload), key === undefined ? {} : { key });
+}
+
+/** Validates the policy, then uploads it as given, unconditionally (the demo's and the tests' setup). */
 export function publishPolicy(s3: S3Client, bucket: string, text: string, key?: string): Promise<Policy> {
   return publishPolicyTo(new S3ObjectStore(s3, bucket), text, key);
 }

@@ -7,7 +7,7 @@ import { slotGroupOf } from "../../sdk/src/protocol/index.ts";
 import { RedisQuotaStore } from "../adapters/redis-quota-store.ts";
 import { S3ObjectStore } from "../adapters/s3-object-store.ts";
 import { DEFAULT_POLICY_KEY, type Policy, parsePolicyText } from "../core/capping/policy.ts";
-import { publishPolicy as publishPolicyTo } from "../core/capping/rules-publisher.ts";
+import { editPolicy, type PolicyEdit, withoutQuotaRule, withQuotaRule } from "../core/capping/policy-edits.ts";
 import { QuotaSyncService, rulesStamp } from "../core/quotas/quota-sync-service.ts";
 import { systemClock } from "../core/shared/clock.ts";
 import { ValidationError } from "../core/shared/errors.ts";
@@ -19,22 +19,30 @@ export async function readPolicy(s3: S3Client, bucket: string, key = DEFAULT_POL
 }
 
 /**
- * Adds or replaces the rule `rule.name` in the policy and gives the policy a new version, then validates
- * and uploads it (nothing is uploaded when invalid). Returns the policy and when S3 wrote it.
+ * Adds or replaces the rule `rule.name` in the policy object with a new version (compare-and-set: made again
+ * from the newer object when another edit came first; nothing is uploaded when invalid). Returns the policy,
+ * the one it replaced, and when S3 wrote it.
  */
-export async function setQuotaRule(
-  s3: S3Client,
-  bucket: string,
-  rule: QuotaRuleDocument,
-): Promise<{ policy: Policy; modifiedAt: number }> {
-  const { text } = await readPolicy(s3, bucket);
-  const document = JSON.parse(text) as { version: string; quotas?: QuotaRuleDocument[] };
-  const others = (document.quotas ?? []).filter((existing) => existing.name !== rule.name);
-  const version = `${document.version.split("+")[0]?.slice(0, 50)}+${Date.now().toString(36)}`;
-  const next = { ...document, version, quotas: [...others, rule] };
+export function setQuotaRule(s3: S3Client, bucket: string, rule: QuotaRuleDocument): Promise<PolicyWritten> {
+  return written(s3, bucket, withQuotaRule(rule));
+}
+
+/** Takes the rule `name` out of the policy object (compare-and-set, as setQuotaRule). */
+export function removeQuotaRule(s3: S3Client, bucket: string, name: string): Promise<PolicyWritten> {
+  return written(s3, bucket, withoutQuotaRule(name));
+}
+
+export interface PolicyWritten {
+  policy: Policy;
+  previous: Policy | undefined;
+  /** When S3 wrote the object (its Last-Modified): the stamp rules written to Redis carry. */
+  modifiedAt: number;
+}
+
+async function written(s3: S3Client, bucket: string, edit: PolicyEdit): Promise<PolicyWritten> {
   const store = new S3ObjectStore(s3, bucket);
-  const policy = await publishPolicyTo(store, JSON.stringify(next, null, 2));
-  return { policy, modifiedAt: (await store.head(DEFAULT_POLICY_KEY)).modifiedAt };
+  const { policy, previous } = await editPolicy(store, edit);
+  return { policy, previous, modifiedAt: (await store.head(DEFAULT_POLICY_KEY)).modifiedAt };
 }
 
 /**

@@ -1,7 +1,15 @@
-// `tollgate quotas list|set|usage`: the policy's Quotas mode rules, read from and written to the bucket;
-// `set` and `usage` also reach Redis when given its nodes (--local: the local stack's).
+// `tollgate quotas list|set|remove|usage`: the policy's Quotas mode rules, read from and written to the
+// bucket (compare-and-set on the one policy object); `set`, `remove` and `usage` also reach Redis when given
+// its nodes (--local: the local stack's).
 import type { Command } from "commander";
-import { publishQuotaRules, quotaUsage, readPolicy, setQuotaRule } from "../../functions/app/quota-actions.ts";
+import {
+  type PolicyWritten,
+  publishQuotaRules,
+  quotaUsage,
+  readPolicy,
+  removeQuotaRule,
+  setQuotaRule,
+} from "../../functions/app/quota-actions.ts";
 import type { Policy } from "../../functions/core/capping/policy.ts";
 import { ValidationError } from "../../functions/core/shared/errors.ts";
 import { type AwsOptions, aws, required, withAws } from "./aws-options.ts";
@@ -13,6 +21,22 @@ function describeRules(policy: Policy): string[] {
       `${name}\t${rule.mode}\t${rule.limits.map((l) => `${l.max}/${l.windowMs / 1000}s`).join(" ")}\t` +
       `lease ${rule.leaseMs} ms\tfallback ${rule.fallback}\tslot groups ${rule.slotGroups}\tversion ${version}`,
   );
+}
+
+/** After an edit of the policy: its rules (and removals) written to Redis when given its nodes. */
+async function followedByRedis(
+  { policy, modifiedAt }: PolicyWritten,
+  options: RedisOptions,
+  localNodes: string[] | undefined,
+): Promise<void> {
+  console.log(`uploaded policy ${policy.version}`);
+  const nodes = options.redis ?? localNodes;
+  if (nodes) {
+    await withCluster(nodes, options, (cluster) => publishQuotaRules(cluster, options.namespace, policy, modifiedAt));
+    console.log("written to Redis: clients apply it with their next sync");
+  } else {
+    console.log("clients apply it once a check API container reloads the policy (REFRESH_SECONDS), then sync");
+  }
 }
 
 export function addQuotasCommands(program: Command): void {
@@ -82,19 +106,24 @@ export function addQuotasCommands(program: Command): void {
         ...(options.slotGroups === undefined ? {} : { slotGroups: integer("--slot-groups", options.slotGroups) }),
       } as Parameters<typeof setQuotaRule>[2];
       if (problems.length > 0) throw new ValidationError("", problems.join("; "));
-      const { policy, modifiedAt } = await setQuotaRule(s3, required(options.bucket, local?.bucket, "--bucket"), rule);
-      console.log(`uploaded policy ${policy.version}`);
-      const nodes = options.redis ?? local?.redis;
-      if (nodes) {
-        await withCluster(nodes, options, (cluster) =>
-          publishQuotaRules(cluster, options.namespace, policy, modifiedAt),
-        );
-        console.log("written to Redis: clients apply it with their next sync");
-      } else {
-        console.log("clients apply it once a check API container reloads the policy (REFRESH_SECONDS), then sync");
-      }
+      const written = await setQuotaRule(s3, required(options.bucket, local?.bucket, "--bucket"), rule);
+      await followedByRedis(written, options, local?.redis);
     },
   );
+
+  withRedis(
+    withAws(
+      quotas
+        .command("remove")
+        .description("take a rule out of the policy (a new version), and out of Redis if given")
+        .argument("<name>", "rule name")
+        .option("--bucket <name>", "the config bucket"),
+    ),
+  ).action(async (name: string, options: AwsOptions & RedisOptions & { bucket?: string }) => {
+    const { s3, local } = aws(options);
+    const written = await removeQuotaRule(s3, required(options.bucket, local?.bucket, "--bucket"), name);
+    await followedByRedis(written, options, local?.redis);
+  });
 
   withRedis(
     withAws(

@@ -166,6 +166,30 @@ export class QuotaEngine {
     return d;
   }
 
+  /**
+   * Whether a request of `cost` would be admitted now, without deciding it (nothing counted). `cost` is
+   * checked as `checkHandle` checks it.
+   */
+  admits(handle: QuotaHandle, cost: number): boolean {
+    return cost >= 0 && Number.isSafeInteger(cost) && handle.left >= cost;
+  }
+
+  /**
+   * Whether a sync now could give the key more than it holds: not when the store said its window is full
+   * (`denyUntil`), nor while the store is unreachable (the fallback decides) or says it has no such rule.
+   */
+  mayGrant(handle: QuotaHandle, now: number): boolean {
+    const rule = handle.rule;
+    return now >= rule.missingUntil && handle.group.unreachableSince < 0 && now >= handle.denyUntil;
+  }
+
+  /** A rule `ready()` waits for: known by name before any key of it is checked. */
+  await(name: string): RuleState {
+    const state = this.ruleState(name);
+    state.awaited = true;
+    return state;
+  }
+
   private ruleState(name: string): RuleState {
     let state = this.rules.get(name);
     if (!state) {
@@ -240,7 +264,7 @@ export class QuotaEngine {
     for (const handle of group.handles) {
       if (entries.length === MAX_KEYS_PER_SYNC) break;
       // a demand estimate: at most what the wire carries
-      const offered = Math.min(handle.used + handle.denied, Number.MAX_SAFE_INTEGER);
+      const offered = Math.min(handle.used + handle.denied + handle.waiting, Number.MAX_SAFE_INTEGER);
       const rate = handle.rate;
       if (elapsedMs > 0) handle.rate = 0.5 * rate + (0.5 * offered) / elapsedMs;
       const want = strict && now >= handle.denyUntil ? this.tokensWanted(handle, offered, leaseMs, elapsedMs) : 0;
@@ -288,10 +312,12 @@ export class QuotaEngine {
       handle.spent = [];
       handle.used = 0;
       handle.denied = 0;
+      handle.waiting = 0;
       entries.push(entry);
       handles.push(handle);
     }
-    if (entries.length === 0) return undefined;
+    // a rule `ready()` waits for asks for its definition even before it has a key (group 0, no entries)
+    if (entries.length === 0 && !(rule.awaited && !rule.known && group.index === 0)) return undefined;
     for (const handle of handles) {
       group.handles.delete(handle);
       group.handles.add(handle);
@@ -326,6 +352,9 @@ export class QuotaEngine {
     const horizon = Math.min(intervals * interval, leaseMs + this.syncIntervalMs);
     const target = Math.ceil(handle.rate * horizon);
     const want = target - Math.max(0, handle.left);
+    // requests awaiting this sync (`decide`) need at least their cost, whatever the rate says so far
+    const need = handle.waiting - Math.max(0, handle.left);
+    if (need > want && need > 0) return need;
     return want > 0 ? want : offered > 0 && handle.left < 1 ? 1 : 0;
   }
 
@@ -353,8 +382,11 @@ export class QuotaEngine {
     group.unreachableSince = -1;
     if (!pending) return;
     if (reply.status === "norule") {
+      // the rule was removed (or never published): what `unknownRule` says, not the removed rule's fallback
+      // (an approximate rule's share would go on admitting under a rule the store no longer has)
+      rule.forget();
       rule.missingUntil = now + NORULE_RETRY_MS;
-      for (const handle of pending.handles) this.fallBack(handle);
+      for (const handle of rule.handles.values()) this.fallBack(handle);
       return;
     }
     if (reply.status === "stale") {

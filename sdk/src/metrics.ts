@@ -2,7 +2,7 @@
 // `emfMetrics(metrics)` turns them into Powertools Metrics (EMF, published by Powertools' logMetrics
 // middleware or publishStoredMetrics()); elsewhere pass any plain callback.
 import type { Metrics } from "@aws-lambda-powertools/metrics";
-import type { QuotasMetrics } from "./quotas.ts";
+import type { QuotasMetrics } from "./round-metrics.ts";
 
 export function emfMetrics(metrics: Pick<Metrics, "addMetric">): (observed: QuotasMetrics) => void {
   return (observed) => {

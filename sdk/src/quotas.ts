@@ -8,7 +8,10 @@ import type { Decision } from "./decision.ts";
 import { type EngineOptions, QuotaEngine } from "./engine.ts";
 import { QuotasConfigError, SyncRejectedError } from "./errors.ts";
 import { NAME_PATTERN, type QuotaRule, type SyncReply, type SyncRequest, WireError } from "./protocol/index.ts";
+import { type QuotasMetrics, roundMetrics } from "./round-metrics.ts";
 import type { GroupState, QuotaHandle } from "./state.ts";
+
+export type { QuotasMetrics } from "./round-metrics.ts";
 
 /** How a sync reaches the store: direct to Redis (transports/redis.ts) or over HTTP (transports/http.ts). */
 export interface QuotaTransport {
@@ -17,20 +20,6 @@ export interface QuotaTransport {
    * SyncRejectedError when it answered with an error.
    */
   sync(request: SyncRequest, now: number): Promise<SyncReply>;
-}
-
-/** What the SDK observed since the previous report (counters) and now (gauges). */
-export interface QuotasMetrics {
-  admitted: number;
-  denied: number;
-  /** Round-trip time of each sync call in this round, ms. */
-  syncLatencyMs: number[];
-  /** Age of the oldest allowance in use, ms (-1: none). */
-  allowanceAgeMs: number;
-  /** How long the longest-unreachable slot group has been unreachable, ms (0: all reachable). */
-  degradedMs: number;
-  /** Sync calls that failed in this round (unreachable or rejected). */
-  syncErrors: number;
 }
 
 export interface QuotasOptions extends Omit<EngineOptions, "instanceId" | "syncIntervalMs"> {
@@ -47,6 +36,12 @@ export interface QuotasOptions extends Omit<EngineOptions, "instanceId" | "syncI
   onMetrics?: (metrics: QuotasMetrics) => void;
   /** Called with every failed sync (the SDK carries on degraded); default: nothing. */
   onError?: (error: Error) => void;
+  /**
+   * How long `decide` (the middleware) waits for the sync of a key it has no allowance for (default 500 ms,
+   * the direct transport's timeout: a process's first call may open its connections); past it the request is
+   * decided by what the key holds then.
+   */
+  waitMs?: number;
   /**
    * strict: between ticks the loop notes every this many ms what each key has spent (one unref'd timer, no
    * call), so the store counts spent tokens from about when they were spent rather than from their report
@@ -75,6 +70,9 @@ export class Quotas {
   private readonly rounds = new Set<Promise<void>>();
   /** Local ms of the start of the last sync round (-1: never). */
   lastSyncAt = -1;
+  /** Each slot group's call on the wire, settled (never rejecting): `decide` waits for it. */
+  private readonly calls = new Map<GroupState, Promise<void>>();
+  private readonly waitMs: number;
 
   constructor(options: QuotasOptions) {
     const syncIntervalMs = options.syncIntervalMs ?? 50;
@@ -101,6 +99,11 @@ export class Quotas {
       throw new QuotasConfigError("observeIntervalMs", `expected a number of ms from 0 (off) to ${MAX_TIMER_MS}`);
     }
     this.observeIntervalMs = observeIntervalMs;
+    const waitMs = options.waitMs ?? 500;
+    if (!(waitMs >= 0 && waitMs <= MAX_TIMER_MS)) {
+      throw new QuotasConfigError("waitMs", `expected a number of ms from 0 to ${MAX_TIMER_MS}`);
+    }
+    this.waitMs = waitMs;
     for (const [name, rule] of Object.entries(options.rules ?? {})) {
       const problem = this.leaseProblem(rule);
       if (problem) throw new QuotasConfigError(`rules.${name}.leaseMs`, problem);
@@ -126,19 +129,101 @@ export class Quotas {
   }
 
   /**
-   * Like `check`, for callers that can wait one round trip (the Lambda middleware): a key that never had
-   * an allowance on this instance is synced first, so its first request is decided by the store's
-   * allowance rather than the fallback. Every later call is a plain `check`.
+   * `check` for callers that can wait one round trip now and then (the middleware): decided at once, with
+   * no I/O, when the key's allowance admits it or the denial is the store's (its window is full, it has no
+   * such rule, or it is unreachable and the fallback decides); otherwise (a key that never had an allowance
+   * here, or whose allowance is spent while the store may have more) one sync of its slot group carries the request's
+   * demand first, at most `waitMs` (default 500 ms), and the answer decides. So under its limit a key is
+   * not denied for want of a local allowance. Returns the Decision itself when decided at once (nothing
+   * allocated), a promise of a copy when it waited.
+   */
+  decide(rule: string, key: string, cost = 1, waitMs = this.waitMs): Readonly<Decision> | Promise<Decision> {
+    const engine = this.engine;
+    const handle = engine.handle(rule, key);
+    // a cost checkHandle refuses is refused there (it throws), never waited for
+    const short = handle.assignedAt < 0 || !engine.admits(handle, cost);
+    if (short && Number.isSafeInteger(cost) && cost >= 0 && engine.mayGrant(handle, this.clock.now()))
+      return this.decideAfterSync(handle, cost, waitMs);
+    return engine.checkHandle(handle, cost);
+  }
+
+  /**
+   * `decide`, always as a promise of a copy of the Decision, waiting as long as the transport does (the
+   * Lambda middleware: an environment's first call may open the connection, which takes longer than
+   * `waitMs`, and the invocation waits anyway).
    */
   async checkFresh(rule: string, key: string, cost = 1): Promise<Readonly<Decision>> {
-    const handle = this.engine.handle(rule, key);
-    if (handle.assignedAt < 0) {
-      // a round in flight may hold the key's group (its call did not carry the key): after it, one with it
+    const decision = this.decide(rule, key, cost, Number.POSITIVE_INFINITY);
+    return decision instanceof Promise ? decision : { ...decision };
+  }
+
+  /**
+   * Resolves true once every rule named (and every rule this instance already has keys of) has been
+   * answered by the store: its definition, or that it has none. A rule without keys yet asks with a request
+   * of no keys. False when `timeoutMs` (default 2,000) passed first or the store did not answer: the SDK
+   * then decides by its fallbacks and keeps trying. Never rejects.
+   */
+  async ready(options: { rules?: readonly string[]; timeoutMs?: number } = {}): Promise<boolean> {
+    for (const name of options.rules ?? []) this.engine.await(name);
+    const answered = async () => {
       await Promise.all(this.rounds);
       await this.sync();
+      for (const rule of this.engine.allRules()) {
+        if (!rule.known && !(rule.missingUntil > this.clock.now())) return false;
+      }
+      return true;
+    };
+    const timeoutMs = options.timeoutMs ?? 2_000;
+    let timer: { cancel(): void } | undefined;
+    const timeout = new Promise<boolean>((resolve) => {
+      timer = this.scheduler.schedule(timeoutMs, () => resolve(false));
+    });
+    try {
+      return await Promise.race([answered().catch(() => false), timeout]);
+    } finally {
+      timer?.cancel();
     }
-    // a copy: callers awaiting at once each resume later, after the shared Decision has been overwritten
+  }
+
+  /** The key's group synced with this request's demand in it, then the request decided (a copy). */
+  private async decideAfterSync(handle: QuotaHandle, cost: number, waitMs: number): Promise<Decision> {
+    let timer: { cancel(): void } | undefined;
+    let late = false;
+    // no timer for an unbounded wait (Infinity would fire after 1 ms): the transport's timeout bounds it
+    const waited = new Promise<void>((resolve) => {
+      if (waitMs > MAX_TIMER_MS) return;
+      timer = this.scheduler.schedule(waitMs, () => {
+        late = true;
+        resolve();
+      });
+    });
+    try {
+      // twice at most: the first reply may be the one that brought the rule (a key of a rule not known yet
+      // asked for no strict tokens), or another waiter may have spent what it brought
+      for (let attempt = 0; attempt < 2 && !late; attempt++) {
+        handle.waiting += cost;
+        await Promise.race([this.syncGroupNow(handle.group), waited]);
+        if (this.engine.admits(handle, cost) || !this.engine.mayGrant(handle, this.clock.now())) break;
+      }
+    } finally {
+      timer?.cancel();
+    }
     return { ...this.engine.checkHandle(handle, cost) };
+  }
+
+  /**
+   * One call of `group` that starts after now: the one in flight first if there is one (it was taken
+   * before this request's demand), then one more unless another waiter started it already.
+   */
+  private async syncGroupNow(group: GroupState): Promise<void> {
+    const inFlight = this.calls.get(group);
+    if (inFlight) await inFlight;
+    const next = this.calls.get(group);
+    if (next && next !== inFlight) {
+      await next;
+      return;
+    }
+    await this.track(this.runRound([group]));
   }
 
   /** Starts the timer loop (servers). Its timers are unref'd: they never keep the process alive. */
@@ -233,10 +318,23 @@ export class Quotas {
       }
     }
     await Promise.all(calls);
-    if (!only && this.onMetrics) this.onMetrics(this.metrics(now, latencies, errors));
+    if (!only && this.onMetrics) this.onMetrics(roundMetrics(engine, now, latencies, errors));
   }
 
-  private async syncGroup(group: GroupState, request: SyncRequest, sentAt: number): Promise<number> {
+  private syncGroup(group: GroupState, request: SyncRequest, sentAt: number): Promise<number> {
+    const call = this.callGroup(group, request, sentAt);
+    const settled = call.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.calls.set(group, settled);
+    settled.then(() => {
+      if (this.calls.get(group) === settled) this.calls.delete(group);
+    });
+    return call;
+  }
+
+  private async callGroup(group: GroupState, request: SyncRequest, sentAt: number): Promise<number> {
     group.busy = true;
     try {
       const reply = await this.transport.sync(request, sentAt);
@@ -255,28 +353,6 @@ export class Quotas {
     } finally {
       group.busy = false;
     }
-  }
-
-  private metrics(now: number, latencies: number[], errors: number): QuotasMetrics {
-    let oldest = Number.POSITIVE_INFINITY;
-    let degradedMs = 0;
-    for (const rule of this.engine.allRules()) {
-      for (const group of rule.groups) {
-        if (group.unreachableSince >= 0) degradedMs = Math.max(degradedMs, now - group.unreachableSince);
-        for (const handle of group.handles) if (handle.assignedAt >= 0) oldest = Math.min(oldest, handle.assignedAt);
-      }
-    }
-    const metrics: QuotasMetrics = {
-      admitted: this.engine.admittedCount,
-      denied: this.engine.deniedCount,
-      syncLatencyMs: latencies,
-      allowanceAgeMs: Number.isFinite(oldest) ? now - oldest : -1,
-      degradedMs,
-      syncErrors: errors,
-    };
-    this.engine.admittedCount = 0;
-    this.engine.deniedCount = 0;
-    return metrics;
   }
 
   /**

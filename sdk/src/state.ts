@@ -63,6 +63,8 @@ export class RuleState {
   policy = "";
   /** Local ms until which the store said the rule is not configured (no syncs meanwhile). */
   missingUntil = 0;
+  /** `ready()` named the rule: while no definition has arrived, its group 0 asks for one with no keys. */
+  awaited = false;
   readonly handles = new Map<string, QuotaHandle>();
   /** The slot groups in use: the first `slotGroups` of `everyGroup`. */
   groups: GroupState[] = [];
@@ -97,6 +99,14 @@ export class RuleState {
       this.groups = this.everyGroup.slice(0, count);
       for (const handle of this.handles.values()) this.place(handle);
     }
+  }
+
+  /** The store has no such rule (removed): no definition until one arrives again; the slot groups stay. */
+  forget(): void {
+    this.definition = undefined;
+    this.configVersion = "";
+    this.maxes = new Float64Array(0);
+    this.policy = "";
   }
 
   /** The slot group a key syncs with. */
@@ -150,6 +160,8 @@ export class QuotaHandle {
   used = 0;
   /** Cost denied since the last report was taken. */
   denied = 0;
+  /** Cost of requests awaiting this key's next sync (`decide`): demand the next request carries and asks tokens for. */
+  waiting = 0;
   /** Every cost admitted since the handle was made (attribution to grants and rings reads differences). */
   admittedTotal = 0;
   source: Source = Source.None;

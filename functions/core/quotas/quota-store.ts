@@ -7,7 +7,10 @@ export interface QuotaStore {
   sync(request: SyncRequest, now: number): Promise<SyncReply>;
   /**
    * Writes (or, with `rule: null`, removes) a rule's configuration in every one of its slot groups, in
-   * each unless it holds one with a newer `stamp` (when its writer read the policy, ms).
+   * each unless it holds one with a newer `stamp` (when its writer read the policy, ms), and keeps the index
+   * of rule names in step. Resolves true when every group took the write (none held a newer one).
    */
-  publish(name: string, rule: QuotaRule | null, version: string, slotGroups: number, stamp: number): Promise<void>;
+  publish(name: string, rule: QuotaRule | null, version: string, slotGroups: number, stamp: number): Promise<boolean>;
+  /** The names of the rules in the store's index: written by any process and not removed since. */
+  publishedNames(): Promise<string[]>;
 }

@@ -45,6 +45,8 @@ export interface QuotaSyncServiceOptions {
 export class QuotaSyncService {
   /** What this process last wrote to Redis, by rule name: a rule is written again only when it changes. */
   private readonly published = new Map<string, PublishedQuotaRule>();
+  /** The stamp of the policy whose removals this process last took from the store's index (-1: none yet). */
+  private indexedStamp = -1;
 
   constructor(private readonly options: QuotaSyncServiceOptions) {}
 
@@ -91,16 +93,19 @@ export class QuotaSyncService {
   }
 
   /**
-   * Writes every rule that changed since this process last wrote it, and removes the rules it wrote that
-   * the policy no longer has. Called before each sync, so an operator's change reaches Redis with the
-   * first sync after the policy is reloaded, and every client with its next sync. Each write is a
-   * compare-and-set on `stamp`: a container still serving an older policy never overwrites the rule of a
-   * newer one. A rule is written to every possible slot group, not only its own: an instance still on an
-   * earlier, larger `slotGroups` syncs its keys in a group the rule no longer has, and must learn there
-   * that the rule changed (it would otherwise keep counting in that group under the old limit).
+   * Writes every rule that changed since this process last wrote it, and removes the rules Redis holds that
+   * the policy no longer has: those this process wrote, and, once per policy it serves, every name in the
+   * store's index (rules another process wrote: a container started after the removal, or the CLI), so a
+   * removed rule is gone for the clients syncing directly too. Called before each sync, so an operator's
+   * change reaches Redis with the first sync after the policy is reloaded, and every client with its next
+   * sync. Each write is a compare-and-set on `stamp`: a container still serving an older policy never
+   * overwrites the rule of a newer one, nor removes a rule a newer one added. A rule is written to every
+   * possible slot group, not only its own: an instance still on an earlier, larger `slotGroups` syncs its
+   * keys in a group the rule no longer has, and must learn there that the rule changed (it would otherwise
+   * keep counting in that group under the old limit).
    */
   async publish({ quotas, stamp }: QuotaRulesInService): Promise<void> {
-    const writes: Promise<void>[] = [];
+    const writes: Promise<unknown>[] = [];
     for (const [name, published] of quotas) {
       if (this.published.get(name)?.version === published.version) continue;
       writes.push(
@@ -109,12 +114,16 @@ export class QuotaSyncService {
           .then(() => void this.published.set(name, published)),
       );
     }
-    for (const name of this.published.keys()) {
-      if (quotas.has(name)) continue;
+    const removed = new Set([...this.published.keys()].filter((name) => !quotas.has(name)));
+    if (this.indexedStamp !== stamp) {
+      for (const name of await this.options.store.publishedNames()) if (!quotas.has(name)) removed.add(name);
+    }
+    for (const name of removed) {
       writes.push(
         this.options.store.publish(name, null, "", MAX_SLOT_GROUPS, stamp).then(() => void this.published.delete(name)),
       );
     }
     await Promise.all(writes);
+    this.indexedStamp = stamp;
   }
 }

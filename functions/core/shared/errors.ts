@@ -65,6 +65,15 @@ export class SegmentOverlapError extends ValidationError {
   }
 }
 
+/** A conditional write refused: the object changed since the version the write was made from. */
+export class WriteConflictError extends TollgateError {
+  readonly key: string;
+  constructor(key: string, message: string, options?: { cause?: unknown }) {
+    super(`${key}: ${message}`, options);
+    this.key = key;
+  }
+}
+
 /** An object the store does not hold (a missing bitmap or policy). */
 export class ObjectNotFoundError extends TollgateError {
   readonly key: string;

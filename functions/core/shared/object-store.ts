@@ -19,3 +19,23 @@ export interface ObjectHead {
 export interface ObjectWriter {
   put(key: string, body: Uint8Array | string): Promise<void>;
 }
+
+/** An object's bytes and the tag of exactly those bytes, read together. */
+export interface TaggedObject {
+  body: Uint8Array;
+  etag: string;
+}
+
+/**
+ * Compare-and-set on one object (the policy, which more than one team edits): a write names the tag of the
+ * version it was made from, and the store refuses it (WriteConflictError) when the object changed since.
+ */
+export interface ConditionalObjectStore {
+  /** The object and its tag; undefined when there is no such key. */
+  read(key: string): Promise<TaggedObject | undefined>;
+  /**
+   * Writes `body` only if the object's tag is still `expected` (undefined: only if there is no object yet);
+   * resolves with the new tag, rejects with WriteConflictError when the condition does not hold.
+   */
+  putIf(key: string, body: string, expected: string | undefined): Promise<string>;
+}

@@ -17,6 +17,8 @@
 //   <ns>:q:{<rule>.<group>}:k:<key>   one quota key: hash { L: layout, h: demand, ring cursors, latest
 //                                     buckets and window sums, r: older buckets (packed), i:<instance>:
 //                                     that instance's demand and grant } (lua/quota-sync/key-rings.lua)
+//   <ns>:q:rules                      hash rule name -> stamp of the policy that wrote it: the rules in
+//                                     Redis, so any process can remove those a policy no longer has
 // Rule names and instance ids match NAME_PATTERN (no braces), and the key text comes after the tag, so no
 // quota key can leave its slot or collide with another rule's.
 //
@@ -184,6 +186,12 @@ export interface SlotGroupKeys {
 export function slotGroupKeys(namespace: string, rule: string, group: number): SlotGroupKeys {
   const prefix = slotGroupPrefix(namespace, rule, group);
   return { config: `${prefix}:cfg`, sequences: `${prefix}:seq`, instances: `${prefix}:inst` };
+}
+
+/** The index of the quota rules written to Redis (rule name -> the stamp of the policy that wrote it). */
+export function quotaRuleIndexKey(namespace: string): string {
+  checkName("namespace", namespace);
+  return `${namespace}:q:rules`;
 }
 
 /** A quota key's state; `prefix` from slotGroupPrefix. The key text follows the tag, so it cannot escape it. */

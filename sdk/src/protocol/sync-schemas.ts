@@ -40,7 +40,7 @@ export const syncRequestSchema = z.strictObject({
           message: "expected one per usage pair",
         }),
     )
-    .min(1)
+    // none: a request for the rule's definition alone (`quotas.ready()` before any key is checked)
     .max(MAX_KEYS_PER_SYNC)
     // a key listed twice would be handed two allowances with one reserved: one entry per key
     .superRefine((entries, ctx) => {

@@ -250,8 +250,9 @@ export function encodeSync(
   // a read (`options.read`, the operator's `quotas usage`) goes out as instance "", which no client can be:
   // the script then applies, grants and writes nothing, and does not count the reader as an instance
   if (!options.read) checkName("instanceId", request.instanceId);
-  if (request.entries.length === 0 || request.entries.length > MAX_KEYS_PER_SYNC) {
-    throw new WireError("entries", `expected 1-${MAX_KEYS_PER_SYNC} entries`);
+  // no entries: a request for the rule's definition alone (`quotas.ready()` before any key is checked)
+  if (request.entries.length > MAX_KEYS_PER_SYNC) {
+    throw new WireError("entries", `expected at most ${MAX_KEYS_PER_SYNC} entries`);
   }
   const group = slotGroupKeys(namespace, request.rule, request.group);
   const prefix = slotGroupPrefix(namespace, request.rule, request.group);

@@ -31,9 +31,9 @@ afterEach(async () => {
   for (const stop of stops.splice(0)) await stop();
 });
 
-/** A Quotas whose keys get 2 requests per sync from the fake store, warmed for `keys`. */
+/** A Quotas whose keys get 2 requests from the fake store, then a full window; warmed for `keys`. */
 async function warmQuotas(keys: string[]) {
-  const store = fakeStore({ rule, amount: 2 });
+  const store = fakeStore({ rule, amount: 2, once: true });
   const quotas = createQuotas({ transport: store.transport, rules: { api: rule } });
   for (const key of keys) quotas.resolve("api", key);
   await quotas.sync();
@@ -58,7 +58,7 @@ function expectDecisions(results: Awaited<ReturnType<typeof get>>[]) {
 }
 
 describe("middleware over real HTTP", () => {
-  it("Express: allowed requests reach the route with RateLimit headers; the third gets 429 and Retry-After", async () => {
+  it("Express: allowed requests reach the route with RateLimit headers; the third, past the store's limit, gets 429 and Retry-After", async () => {
     const { quotas } = await warmQuotas(["alice"]);
     const app = express();
     app.use(expressQuotas(quotas, { rule: "api", key: (req) => String(req.headers["x-api-key"]) }));
@@ -87,7 +87,7 @@ describe("middleware over real HTTP", () => {
   });
 
   it("middy: a Lambda handler behind a Function URL; the sync happens at the invocation boundary", async () => {
-    const store = fakeStore({ rule, amount: 2 });
+    const store = fakeStore({ rule, amount: 2, once: true });
     const quotas = createQuotas({ transport: store.transport, rules: { api: rule }, syncIntervalMs: 60_000 });
     const handler = middy<APIGatewayProxyEventV2, APIGatewayProxyResultV2>()
       .use(
@@ -104,11 +104,11 @@ describe("middleware over real HTTP", () => {
     const local = await startFunctionUrlServer(handler as never);
     stops.push(() => local.stop());
     const url = `${local.url}/hello`;
-    // the first invocation syncs for its new key; the next are within the interval: no sync, decided
-    // from the allowance of that one sync
+    // the first invocation syncs for its new key; the second is within the interval and its allowance:
+    // no sync; the third, with none left, asks the store once more, which says the window is full
     const results = [await get(url, "alice"), await get(url, "alice"), await get(url, "alice")];
     expectDecisions(results);
-    expect(store.calls).toHaveLength(1);
+    expect(store.calls).toHaveLength(2);
     expect(results[0]!.body).toEqual({ hello: "world" });
   });
 });

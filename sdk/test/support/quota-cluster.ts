@@ -12,5 +12,7 @@ export function publishRule(
   rule: QuotaRule,
   version: string,
 ): Promise<void> {
-  return new RedisQuotaStore(cluster, namespace).publish(name, rule, version, rule.slotGroups, Date.now());
+  return new RedisQuotaStore(cluster, namespace)
+    .publish(name, rule, version, rule.slotGroups, Date.now())
+    .then(() => undefined);
 }

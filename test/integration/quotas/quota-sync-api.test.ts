@@ -192,6 +192,11 @@ describe("POST /v1/quotas/sync", () => {
     expect((await fetch(`${stack.endpoints.functionUrl}/v1/health`)).status).not.toBe(404);
   });
 
+  it("answers a request of no keys (quotas.ready() asking for a rule) with the rule's definition, and counts nothing", async () => {
+    const reply = await (await sync(request({ rule: "search", entries: [] }))).json();
+    expect(reply).toMatchObject({ status: "applied", rule: { mode: "strict", slotGroups: 4 }, entries: [] });
+  });
+
   it("answers norule for a rule the policy does not have", async () => {
     const reply = await (await sync(request({ rule: "nope" }))).json();
     expect(reply).toMatchObject({ status: "norule", entries: [] });

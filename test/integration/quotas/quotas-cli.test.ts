@@ -2,8 +2,11 @@
 // Redis at once (the next sync of a client that held the old version carries it), and its usage readable.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { LocalStack } from "../../../scripts/local-stack.ts";
+import { createQuotas } from "../../../sdk/src/quotas.ts";
+import { httpTransport } from "../../../sdk/src/transports/http.ts";
+import { redisTransport } from "../../../sdk/src/transports/redis.ts";
 import { cliOutput } from "../../support/cli-output.ts";
-import { uniqueNamespace } from "../../support/cluster.ts";
+import { connectCluster, uniqueNamespace } from "../../support/cluster.ts";
 import { testStack, uploadRules } from "../../support/pipeline.ts";
 
 const namespace = uniqueNamespace();
@@ -97,6 +100,60 @@ describe("tollgate quotas", () => {
     ]);
     expect(both.text).toContain("--limit: expected a decimal integer");
     expect(both.text).toContain("--lease-ms: expected a decimal integer");
+    expect((await cliOutput(["quotas", "list", ...target.slice(0, 4)])).text).toBe(before);
+  });
+
+  it("quotas remove takes a rule out for every transport: a client syncing directly and one over the Function URL are both answered norule and deny", async () => {
+    // a removed rule stayed in Redis: direct clients kept their allowances while the HTTP route said norule
+    const set = await cliOutput(["quotas", "set", "gone", "--mode", "approximate", "--limit", "1s=100", ...target]);
+    expect(set).toMatchObject({ code: 0 });
+    const cluster = connectCluster();
+    const direct = createQuotas({ transport: redisTransport({ redis: cluster, namespace }) });
+    const overHttp = createQuotas({ transport: httpTransport({ url: stack.endpoints.functionUrl }) });
+    try {
+      for (const quotas of [direct, overHttp]) expect((await quotas.checkFresh("gone", "tenant-1")).allowed).toBe(true);
+      // `quotas remove` runs in a process that never wrote the rule: the removal comes from the store's index
+      const removed = await cliOutput(["quotas", "remove", "gone", ...target]);
+      expect(removed).toMatchObject({ code: 0 });
+      expect(removed.text).toContain("written to Redis");
+      for (const quotas of [direct, overHttp]) {
+        await quotas.sync();
+        await quotas.sync();
+        // denied under unknownRule (deny), not admitted under the removed approximate rule's share
+        expect(quotas.check("gone", "tenant-1")).toMatchObject({ allowed: false, limit: 0, policy: "" });
+        expect(quotas.engine.rule("gone")?.known).toBe(false);
+      }
+      expect((await cliOutput(["quotas", "list", ...target.slice(0, 4)])).text).not.toContain("gone");
+    } finally {
+      await direct.stop();
+      await overHttp.stop();
+      await cluster.quit();
+    }
+  });
+
+  it("refuses a slotGroups change of a rule in service, naming quotas[i].slotGroups, and leaves the bucket and Redis as they were", async () => {
+    // slotGroups 1 -> 8 moved every key to other hash slots, where strict admitted 78-80 of 40
+    expect(
+      await cliOutput(["quotas", "set", "layout", "--mode", "strict", "--limit", "1s=40", ...target]),
+    ).toMatchObject({ code: 0 });
+    const before = (await cliOutput(["quotas", "list", ...target.slice(0, 4)])).text;
+    const change = await cliOutput([
+      "quotas",
+      "set",
+      "layout",
+      "--mode",
+      "strict",
+      "--limit",
+      "1s=40",
+      "--slot-groups",
+      "8",
+      ...target,
+    ]);
+    expect(change.code).toBe(1);
+    expect(change.text).toMatch(
+      /quotas\[\d+\]\.slotGroups: rule "layout" is in service with slotGroups 1; changing it to 8/,
+    );
+    expect(change.text).toContain("tollgate quotas remove layout");
     expect((await cliOutput(["quotas", "list", ...target.slice(0, 4)])).text).toBe(before);
   });
 });

@@ -72,13 +72,41 @@ describe("policy quotas section", () => {
 });
 
 describe("QuotaSyncService.publish", () => {
+  it("removes the rules of the store's index that its policy lacks (written by another process), reading the index once per policy", async () => {
+    const writes: string[] = [];
+    let reads = 0;
+    const store: QuotaStore = {
+      sync: () => Promise.reject(new Error("not used")),
+      publish: async (name, rule, _version, _groups, stamp) => {
+        writes.push(`${name}:${rule ? "written" : "removed"}@${stamp}`);
+        return true;
+      },
+      publishedNames: async () => {
+        reads++;
+        return ["api", "legacy"];
+      },
+    };
+    const service = new QuotaSyncService({
+      store,
+      rules: async () => ({ quotas: new Map(), stamp: 0 }),
+      clock: fixedClock(0),
+    });
+    const quotas = parsePolicy({ ...base, quotas: [api] }).quotas;
+    await service.publish({ quotas, stamp: 10 });
+    await service.publish({ quotas, stamp: 10 });
+    expect(writes).toEqual(["api:written@10", "legacy:removed@10"]);
+    expect(reads).toBe(1);
+  });
+
   it("writes a rule when it is new or changed, and removes one the policy dropped", async () => {
     const writes: string[] = [];
     const store: QuotaStore = {
       sync: () => Promise.reject(new Error("not used")),
       publish: async (name, rule, version, groups, stamp) => {
         writes.push(`${name}:${rule ? version : "removed"}:${groups}@${stamp}`);
+        return true;
       },
+      publishedNames: async () => [],
     };
     const service = new QuotaSyncService({
       store,

@@ -13,6 +13,7 @@ import {
   limitKey,
   perUserLogKey,
   quotaKey,
+  quotaRuleIndexKey,
   scopedLimitKey,
   slotGroupKeys,
   slotGroupOf,
@@ -49,6 +50,7 @@ describe("key formats", () => {
     });
     expect(quotaKey(slotGroupPrefix("tg", "pay", 63), "user:1")).toBe("tg:q:{pay.63}:k:user:1");
     expect(quotaKey("tg:q:{a.0}", "k{x}")).toBe("tg:q:{a.0}:k:k{x}");
+    expect(quotaRuleIndexKey("tg")).toBe("tg:q:rules");
     expect(["", "a", "user:1", "\u00e9t\u00e9", "x".repeat(256)].map((key) => slotGroupOf(key, 64))).toEqual([
       5, 44, 11, 59, 5,
     ]);
