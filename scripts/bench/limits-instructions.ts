@@ -113,7 +113,7 @@ async function main(port: number, calls: number, fullLog: boolean) {
       await Promise.all(
         Array.from({ length: Math.min(2000, WINDOW - 1000 - from) }, (_, i) => {
           const t = start + from + i;
-          return store.runLimit("sliding-log", keyOf("full"), limitArgs(t, { ...log, key: "full" }, 1));
+          return store.runLimit("sliding-log", keyOf("full"), limitArgs(t, { ...log, key: "full" }, 1, t));
         }),
       );
     }
