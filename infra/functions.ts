@@ -55,7 +55,8 @@ function lambdaEnvironment(variables: Record<string, string | undefined>): Recor
 
 /**
  * Read the policy and the bitmaps, nothing else in the bucket: GetObject (HEAD included) on three prefixes;
- * write only the copies of accepted bitmaps (`accepted/`, which every container's shrink check compares with).
+ * write only the copies of accepted bitmaps and policies (`accepted/`, which every container's shrink check
+ * compares with, and a container started after a refused upload serves).
  * ListBucket on the bucket, because without it S3 answers a GET of a missing object 403, not 404: the
  * shrink check reads an `accepted/` record that does not exist yet on a first deployment and for every
  * new segment, and a 403 there would fail the rules load of a cold container.

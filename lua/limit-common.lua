@@ -12,8 +12,12 @@ nothing and returns commit and onDeny, which the driver calls once the verdict o
 closures cost allocations (and the collector's time), so the one-limit path makes none.
 
 Time: `now` (ms, the request's `at` or the caller's clock) decides; a state never moves back in time (each
-algorithm says how it answers a request dated before its state). Key lifetimes are counted from the
-server's clock (TIME), never from `now` alone, and are clamped (see ttlOf).
+algorithm says how it answers a request dated before its state). A key's lifetime is the state's span in the
+request's own timeline, counted on the server side from the earliest of `now`, `clock` (the function's clock,
+passed by the caller) and the Redis server's clock (TIME): a client whose clock lags (by up to the oldest `at`
+the API accepts) keeps its state until its own clock has moved past it, and a client dated ahead of either
+clock (by up to 5 minutes) keeps it until that clock has; a request's `at` never shortens a lifetime below
+what the clocks need. Clamped (see ttlOf).
 
 States are packed with struct (little-endian doubles: integers are exact up to 2^53): formatting numbers
 as text (%.14g) and matching them back cost more than the rest of a call. ]]
@@ -23,30 +27,36 @@ local MAX_TTL_MS = 315360000000
 -- replies are Redis integers read as JavaScript numbers: no time past the last one a JavaScript Date holds
 -- (a token bucket of 1e9 tokens refilled one a year is full again in 3e19 ms)
 local MAX_REPLY = 8640000000000000
--- the server's clock, ms: read (TIME) only when a lifetime is computed, at most once per call
-local serverNow
--- What a driver does first in every call: the chunk's own state (run once as a Redis Function) is per call.
-local function beginCall()
-  serverNow = nil
+-- where a state's lifetime is counted from (ms): the earliest of the request's time, the function's clock and
+-- (read once a lifetime is needed) the server's
+local lifetimeFrom, serverRead
+-- What a driver does first in every call, with the call's `now` and `clock`: the chunk's own state (run once
+-- as a Redis Function) is per call.
+local function beginCall(now, clock)
+  lifetimeFrom, serverRead = now, false
+  if clock < now then lifetimeFrom = clock end
 end
-local function serverClock()
-  if serverNow == nil then
-    local t = redis.call('TIME')
-    -- arithmetic converts each string once (tonumber() parses its argument twice)
-    local us = t[2] + 0
-    serverNow = t[1] * 1000 + (us - us % 1000) / 1000
-  end
-  return serverNow
+-- TIME only when a lifetime is computed, at most once per call: a peek or a denial does not read it
+local function readServerClock()
+  serverRead = true
+  local t = redis.call('TIME')
+  -- arithmetic converts each string once (tonumber() parses its argument twice)
+  local us = t[2] + 0
+  local server = t[1] * 1000 + (us - us % 1000) / 1000
+  if server < lifetimeFrom then lifetimeFrom = server end
 end
 
 -- A replay (requests dated in the past) finds the state it wrote for at least this long, or one span of
 -- the limit if that is shorter: a backfilled window does not vanish before the next backfill reads it.
 local REPLAY_TTL_MS = 60000
 
--- How long a state must live by the server's clock: until `expiresAt` (request time), when no request can
--- read it any more, but at least min(span, REPLAY_TTL_MS) and at most MAX_TTL_MS.
+-- How long a state must live: until `expiresAt` (in the request's timeline), when no request of the same
+-- client can read it any more, counted from lifetimeFrom: from the request's own time, since a lagging client
+-- reads it until its own clock reaches `expiresAt`; from a clock the request is dated ahead of, since a client
+-- on that clock reads it until then. At least min(span, REPLAY_TTL_MS), at most MAX_TTL_MS.
 local function ttlOf(expiresAt, span)
-  local ttl, least = expiresAt - serverClock(), span
+  if not serverRead then readServerClock() end
+  local ttl, least = expiresAt - lifetimeFrom, span
   if least > REPLAY_TTL_MS then least = REPLAY_TTL_MS end
   if ttl < least then ttl = least end
   if ttl < 1 then ttl = 1 end

@@ -2,7 +2,8 @@
 (POST /v1/limits). Loaded after limit-common.lua and every algorithm file.
 KEYS[i]    the state key of limit i; all keys of a call share one hash tag (the scope)
 ARGV[1]    struct-packed doubles: now (ms since the epoch), then per limit i its cost and p1..p4 (see each
-           algorithm; unused ones 0), 5 doubles a limit (see limit.lua on why numbers travel packed)
+           algorithm; unused ones 0), 5 doubles a limit, then clock (the function's clock, ms: what key
+           lifetimes are counted by, see limit-common.lua) (see limit.lua on why numbers travel packed)
 ARGV[1+i]  the algorithm of limit i
 Reply      { allowed (1 when every limit allowed), then per limit: allowed (this limit alone), limit,
            remaining, resetAt, retryAfterMs } as integers. When any limit denies, none is charged and
@@ -10,9 +11,9 @@ Reply      { allowed (1 when every limit allowed), then per limit: allowed (this
            refill clock.
 The chunk returns the call as a function of (KEYS, ARGV) (see limit.lua). ]]
 return function(KEYS, ARGV)
-  beginCall()
   local numbers = ARGV[1]
   local now = struct.unpack('<d', numbers)
+  beginCall(now, (struct.unpack('<d', numbers, 9 + 40 * #KEYS)))
   local results, commits, denies, nows = { 1 }, {}, {}, {}
   local all = true
   for i = 1, #KEYS do

@@ -219,11 +219,18 @@ async function slidingLogCost(options: {
   }
   // each call ages out one entry and adds one: the log stays at ~99,000 entries
   await measure("allowed, window sliding by 1 ms a call", "full", (i) => start + WINDOW + i);
+  // a denial finds its retry time by a binary search over cumulative costs, whatever the cost
   await measure(
-    "denied (full: the retry time is read from the oldest entries)",
+    "denied, cost 2,000 (full: the retry time by binary search)",
     "full",
     () => start + WINDOW + 999,
     2_000,
+  );
+  await measure(
+    "denied, cost 100,000 (the largest: all of the log must age out)",
+    "full",
+    () => start + WINDOW + 999,
+    100_000,
   );
   await measure("allowed, 1,000 charges in the same ms", "full", () => start + WINDOW + 1000);
   return rows;

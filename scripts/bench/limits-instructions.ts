@@ -113,14 +113,15 @@ async function main(port: number, calls: number, fullLog: boolean) {
       await Promise.all(
         Array.from({ length: Math.min(2000, WINDOW - 1000 - from) }, (_, i) => {
           const t = start + from + i;
-          return store.runLimit("sliding-log", keyOf("full"), limitArgs(t, { ...log, key: "full" }, 1));
+          return store.runLimit("sliding-log", keyOf("full"), limitArgs(t, { ...log, key: "full" }, 1, t));
         }),
       );
     }
     await sequential("allowed, window sliding by 1 ms a call", "99,000", (i) => at("full", start + WINDOW + i));
-    await sequential("denied (full: the retry time read from the oldest entries)", "99,000", () =>
+    await sequential("denied, cost 2,000 (full: the retry time by binary search)", "99,000", () =>
       at("full", start + WINDOW + 999, 2000),
     );
+    await sequential("denied, cost 100,000 (the largest)", "99,000", () => at("full", start + WINDOW + 999, 100_000));
     await sequential("allowed, 1,000 charges in the same ms", "99,000", () => at("full", start + WINDOW + 1000));
   } finally {
     await stopCallgrindServer(child, redis, dir);

@@ -17,13 +17,18 @@ export function scriptStore(cluster: TollgateCluster): RedisLimitStore {
   return new RedisLimitStore(cluster, { deadlineMs: 5_000 });
 }
 
-/** lua/limits.lua's arguments from raw parameters: now, then per limit its cost and p1..p4, packed; the algorithms. */
+/**
+ * lua/limits.lua's arguments from raw parameters: now, then per limit its cost and p1..p4, then the function's
+ * clock (default: now), packed; the algorithms.
+ */
 export function packedLimitsArgs(
   now: number,
   limits: readonly { algorithm: Algorithm; cost: number; params: readonly (string | number)[] }[],
+  clock = now,
 ): (string | Buffer)[] {
-  const numbers = Buffer.alloc(8 + 40 * limits.length);
+  const numbers = Buffer.alloc(16 + 40 * limits.length);
   numbers.writeDoubleLE(now, 0);
+  numbers.writeDoubleLE(clock, 8 + 40 * limits.length);
   limits.forEach((limit, i) => {
     [limit.cost, ...limit.params.map(Number)].forEach((value, j) => {
       numbers.writeDoubleLE(value, 8 + 40 * i + 8 * j);
@@ -39,11 +44,13 @@ export async function runLimit(
   now: number,
   cost: number,
   params: readonly (string | number)[],
+  clock = now,
 ): Promise<ScriptReply> {
-  const args = Buffer.alloc(48);
+  const args = Buffer.alloc(56);
   [now, cost, ...params.map(Number)].forEach((value, i) => {
     args.writeDoubleLE(value, 8 * i);
   });
+  args.writeDoubleLE(clock, 48);
   const result = decodeLimitReply(await store.runLimit(algorithm, key, args));
   return { ...result, retryAfterMs: result.retryAfterMs ?? 0 };
 }

@@ -1,9 +1,9 @@
 // The policy and segment bitmaps a warm container serves: loaded once, re-checked by ETag at most every
 // refresh interval, swapped atomically. A policy or bitmap that fails validation never replaces the last
 // good rules, and neither does a bitmap that shrinks its segment by more than the allowed share unless the
-// operator forced it; a container that has never loaded valid rules fails (RulesUnavailableError) instead
-// of guessing. The last accepted bitmap of each segment is kept in the store too, so a container that
-// starts after a refused upload refuses it as well and serves that copy.
+// operator forced it. The last accepted policy and bitmap of each segment are kept in the store too, so a
+// container that starts after a refused upload refuses it as well and serves those copies; only a container
+// with neither valid rules nor a good copy fails (RulesUnavailableError) instead of guessing.
 
 import type { Clock } from "../shared/clock.ts";
 import { systemClock } from "../shared/clock.ts";
@@ -67,6 +67,11 @@ export const allowShrinkMarkerKey = (bitmapKey: string) => `${bitmapKey}.allow-s
  */
 export const acceptedCopyKey = (segment: string) => `accepted/segments/${segment}.roaring`;
 const acceptedRecordKey = (segment: string) => `accepted/segments/${segment}.json`;
+/**
+ * The copy of the last policy a container brought into service, written when it does: a container that starts
+ * while the policy object fails validation serves this one (validated again) and names the refused object.
+ */
+export const acceptedPolicyKey = "accepted/policy.json";
 
 interface AcceptedRecord {
   bitmap: string;
@@ -100,8 +105,10 @@ export class RulesSource {
   private pending?: Promise<void>;
   /** What the last refresh refused (empty once a refresh succeeds). */
   private refusals: RulesRefusal[] = [];
-  /** Bitmap uploads refused for shrinking, by segment, until the upload changes or its force marker appears. */
+  /** Bitmap uploads refused (shrinking, or not a bitmap), by segment, until the upload changes (or is forced). */
   private readonly refused = new Map<string, Refused>();
+  /** The policy object refused on a cold start, served by its last accepted copy until the object changes. */
+  private refusedPolicy?: { tag: string; error: Error; policy: Policy };
   /** When an unknown quota rule last forced a refresh (ms). */
   private forcedAt = Number.NEGATIVE_INFINITY;
 
@@ -156,18 +163,37 @@ export class RulesSource {
     try {
       const { etag: policyTag, modifiedAt } = await store.head(policyKey);
       const active = this.active;
+      const refusals: RulesRefusal[] = [];
       let policy: Policy;
       let policyModifiedAt = modifiedAt;
-      if (active && active.tags.get(policyKey) === policyTag) {
+      // the text of a policy read from its object and valid, copied once it is in service
+      let fresh: string | undefined;
+      if (this.refusedPolicy?.tag === policyTag) {
+        // refused before and not uploaded again: its copy stays in its place, the refusal is told again
+        policy = this.refusedPolicy.policy;
+        refusals.push({ key: policyKey, reason: this.refusedPolicy.error.message, at: startedAt });
+        this.options.onRejected?.(this.refusedPolicy.error);
+      } else if (active && active.tags.get(policyKey) === policyTag) {
         policy = active.rules.policy;
         policyModifiedAt = active.rules.policyModifiedAt ?? modifiedAt;
       } else {
-        policy = parsePolicyText(Buffer.from(await store.get(policyKey)).toString("utf8"));
+        const text = Buffer.from(await store.get(policyKey)).toString("utf8");
+        try {
+          policy = parsePolicyText(text);
+          fresh = text;
+          this.refusedPolicy = undefined;
+        } catch (error) {
+          // warm: the refresh fails and every rule in service stays; cold: the last accepted copy, if any
+          if (active) throw error;
+          policy = await this.acceptedPolicy(error as Error);
+          this.refusedPolicy = { tag: policyTag, error: error as Error, policy };
+          refusals.push({ key: policyKey, reason: (error as Error).message, at: startedAt });
+          this.options.onRejected?.(error as Error);
+        }
       }
       const tags = new Map([[policyKey, policyTag]]);
       const bitmaps = new Map<string, Bitmap>();
       let changed = !active || active.rules.policy !== policy;
-      const refusals: RulesRefusal[] = [];
       for (const { name, bitmap } of policy.segments) {
         if (bitmap === undefined) continue;
         key = bitmap;
@@ -208,6 +234,7 @@ export class RulesSource {
         checkedAt: startedAt,
       };
       this.options.onActivated?.(this.active.rules, Object.fromEntries(tags));
+      if (fresh !== undefined) await this.keepAcceptedPolicy(fresh);
     } catch (error) {
       this.refusals = [{ key, reason: (error as Error).message, at: startedAt }];
       if (!this.active) {
@@ -233,23 +260,68 @@ export class RulesSource {
     const { segment, key, tag } = upload;
     const record = await this.acceptedRecord(segment);
     const bytes = await store.get(key);
-    const bitmap = parseBitmap(bytes, key);
     const inService = this.servedFor(segment);
     this.refused.delete(segment);
+    let bitmap: Bitmap;
+    try {
+      bitmap = parseBitmap(bytes, key);
+    } catch (error) {
+      // empty, truncated or corrupt: a warm container's refresh fails (every rule in service stays); a cold
+      // one's is refused like a shrink, the last accepted bitmap served in its place
+      if (this.active) throw error;
+      return this.refuse(upload, error as Error, inService, record);
+    }
     if (record?.bitmap === key && record.etag === tag) return bitmap;
     const before = record?.users ?? inService?.size ?? 0;
     const after = bitmap.size;
     if (before > 0 && after < before * (1 - maxShrink) && !(await this.forced(upload))) {
       const error = new SegmentShrinkError({ segment, key, before, after, maxShrink });
-      // with nothing to serve in its place, the refresh fails (and says why)
-      const served = inService ?? (record ? await this.acceptedCopy(segment, record, error) : undefined);
-      if (!served) throw error;
-      this.refused.set(segment, { key, tag, error, served });
-      this.options.onRejected?.(error);
-      return served;
+      return this.refuse(upload, error, inService, record);
     }
     await this.keepAcceptedCopy(segment, bytes, { bitmap: key, etag: tag, users: after });
     return bitmap;
+  }
+
+  /**
+   * Refuses an upload: told (onRejected, health) and remembered until it changes, with the segment's last
+   * accepted bitmap served in its place (this container's own, or the stored copy on a cold start). With
+   * neither, the refresh fails, and says why.
+   */
+  private async refuse(
+    upload: Upload,
+    error: Error,
+    inService: Bitmap | undefined,
+    record: AcceptedRecord | undefined,
+  ): Promise<Bitmap> {
+    const { segment, key, tag } = upload;
+    const served = inService ?? (record ? await this.acceptedCopy(segment, record, error) : undefined);
+    if (!served) throw error;
+    this.refused.set(segment, { key, tag, error, served });
+    this.options.onRejected?.(error);
+    return served;
+  }
+
+  /** The last accepted policy (its stored copy, validated again), to serve in place of the refused `refusal`. */
+  private async acceptedPolicy(refusal: Error): Promise<Policy> {
+    const { store } = this.options;
+    const missing = (error: unknown) => (error instanceof ObjectNotFoundError ? undefined : Promise.reject(error));
+    const bytes = store.put ? await store.get(acceptedPolicyKey).catch(missing) : undefined;
+    if (!bytes) throw refusal;
+    try {
+      return parsePolicyText(Buffer.from(bytes).toString("utf8"));
+    } catch (error) {
+      const why = `${acceptedPolicyKey}: ${(error as Error).message}`;
+      throw new Error(`${refusal.message}; the last accepted policy cannot be served (${why})`, { cause: error });
+    }
+  }
+
+  /** Copies the policy text just brought into service; a failure is told, and the policy served anyway. */
+  private async keepAcceptedPolicy(text: string): Promise<void> {
+    try {
+      await this.options.store.put?.(acceptedPolicyKey, text);
+    } catch (error) {
+      this.options.onCopyFailed?.(error as Error);
+    }
   }
 
   /** The bitmap this container serves for the segment named `segment`, if any. */

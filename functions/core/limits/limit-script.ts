@@ -14,20 +14,22 @@ export interface LimitStore {
 /** Integers in one limit's reply: allowed, limit, remaining, resetAt, retryAfterMs. */
 export const REPLY_PER_LIMIT = 5;
 
-/** lua/limit.lua's ARGV[1]: now, cost, p1..p4 as little-endian doubles (integers: exact below 2^53). */
-const LIMIT_ARGS_BYTES = 48;
+/** lua/limit.lua's ARGV[1]: now, cost, p1..p4, clock as little-endian doubles (integers: exact below 2^53). */
+const LIMIT_ARGS_BYTES = 56;
 
 /**
- * ARGV[1] of lua/limit.lua: now, cost, then the algorithm's parameters p1..p4 (unused ones 0), packed.
+ * ARGV[1] of lua/limit.lua: now (the request's time), cost, then the algorithm's parameters p1..p4 (unused
+ * ones 0), then `clock` (the function's clock: key lifetimes are counted by it, never by `at` alone), packed.
  * Redis parses one argument instead of six, and the script reads every number with one struct.unpack
  * instead of parsing decimal text (tonumber), which cost more than the rest of a fixed window's call.
  */
-export function limitArgs(now: number, spec: LimitSpec, cost: number): Buffer {
+export function limitArgs(now: number, spec: LimitSpec, cost: number, clock: number): Buffer {
   // a slice of Node's pool (this runs on every check); every byte is written below
   const packed = Buffer.allocUnsafe(LIMIT_ARGS_BYTES);
   packed.writeDoubleLE(now, 0);
   packed.writeDoubleLE(cost, 8);
   packParameters(spec, packed, 16);
+  packed.writeDoubleLE(clock, 48);
   return packed;
 }
 

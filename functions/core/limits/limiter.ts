@@ -2,7 +2,7 @@
 // all-or-nothing in one atomic call of lua/limits.lua. Requests are validated here, once.
 
 import { DEFAULT_NAMESPACE, limitKey, scopedLimitKey } from "../../../sdk/src/protocol/index.ts";
-import { type Clock, decisionTime, systemClock } from "../shared/clock.ts";
+import { type Clock, decisionTimeAt, systemClock } from "../shared/clock.ts";
 import { ValidationError } from "../shared/errors.ts";
 import { checkNamespace } from "../shared/namespace.ts";
 import { parseOrThrow } from "../shared/validation.ts";
@@ -75,15 +75,17 @@ export class Limiter {
 
   /** Charges and decides one validated limit in its algorithm's script. */
   decide(request: ValidLimitRequest): Promise<LimitResult> {
+    // one reading: it validates `at` and counts the state's lifetime
+    const clock = this.clock.now();
     let now: number;
     try {
-      now = decisionTime(request.at, this.clock, MAX_PAST_MS);
+      now = decisionTimeAt(request.at, clock, MAX_PAST_MS);
     } catch (error) {
       return Promise.reject(error);
     }
     const key = limitKey(this.namespace, request.algorithm, request.key);
     return this.store
-      .runLimit(request.algorithm, key, limitArgs(now, request, request.cost ?? 1))
+      .runLimit(request.algorithm, key, limitArgs(now, request, request.cost ?? 1, clock))
       .then(decodeLimitReply);
   }
 
@@ -95,9 +97,10 @@ export class Limiter {
     const costs = parsed.limits.map((spec, i) =>
       spec.cost === undefined ? chargeOf(spec, parsed.cost, "cost") : chargeOf(spec, spec.cost, `limits[${i}].cost`),
     );
-    const now = decisionTime(parsed.at, this.clock, MAX_PAST_MS);
+    const clock = this.clock.now();
+    const now = decisionTimeAt(parsed.at, clock, MAX_PAST_MS);
     const keys = parsed.limits.map((spec) => scopedLimitKey(this.namespace, parsed.scope, spec.algorithm, spec.key));
-    const reply = await this.store.runLimits(keys, limitsArgs(now, parsed.limits, costs));
+    const reply = await this.store.runLimits(keys, limitsArgs(now, parsed.limits, costs, clock));
     const results = decodeLimitsReply(reply, parsed.limits.length);
     return {
       allowed: results.every((r) => r.allowed),

@@ -7,12 +7,19 @@ import type { LimitResult, LimitSpec } from "./limit-specs.ts";
 const BYTES_PER_LIMIT = 40;
 
 /**
- * ARGV: the numbers packed (now, then per limit its cost and p1..p4, unused ones 0), then each limit's
- * algorithm (see lua/limit.lua on why numbers travel packed).
+ * ARGV: the numbers packed (now, then per limit its cost and p1..p4, unused ones 0, then `clock`, the
+ * function's clock that key lifetimes are counted by), then each limit's algorithm (see lua/limit.lua on why
+ * numbers travel packed).
  */
-export function limitsArgs(now: number, specs: readonly LimitSpec[], costs: readonly number[]): (string | Buffer)[] {
-  const numbers = Buffer.allocUnsafe(8 + BYTES_PER_LIMIT * specs.length);
+export function limitsArgs(
+  now: number,
+  specs: readonly LimitSpec[],
+  costs: readonly number[],
+  clock: number,
+): (string | Buffer)[] {
+  const numbers = Buffer.allocUnsafe(16 + BYTES_PER_LIMIT * specs.length);
   numbers.writeDoubleLE(now, 0);
+  numbers.writeDoubleLE(clock, 8 + BYTES_PER_LIMIT * specs.length);
   const args: (string | Buffer)[] = [numbers];
   specs.forEach((spec, i) => {
     const at = 8 + BYTES_PER_LIMIT * i;
@@ -27,7 +34,8 @@ export function limitsArgs(now: number, specs: readonly LimitSpec[], costs: read
 export function peeksAll(args: readonly (string | Buffer)[]): boolean {
   const numbers = args[0];
   if (!Buffer.isBuffer(numbers)) return false;
-  for (let at = 8; at < numbers.length; at += BYTES_PER_LIMIT) if (numbers.readDoubleLE(at) !== 0) return false;
+  // the costs only: the clock follows the last limit
+  for (let at = 8; at < numbers.length - 8; at += BYTES_PER_LIMIT) if (numbers.readDoubleLE(at) !== 0) return false;
   return true;
 }
 

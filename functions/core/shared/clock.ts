@@ -10,7 +10,11 @@ export const MAX_FUTURE_MS = 5 * 60_000;
  * ValidationError naming the field.
  */
 export function decisionTime(at: number | undefined, clock: Clock, backfillMs?: number): number {
-  const now = clock.now();
+  return decisionTimeAt(at, clock.now(), backfillMs);
+}
+
+/** decisionTime() with the clock already read (`now`): for a caller that also needs that reading. */
+export function decisionTimeAt(at: number | undefined, now: number, backfillMs?: number): number {
   if (at !== undefined && at > now + MAX_FUTURE_MS) {
     throw new ValidationError("at", `${at} is more than ${MAX_FUTURE_MS / 60_000} minutes ahead of the clock (${now})`);
   }

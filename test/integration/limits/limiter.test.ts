@@ -357,17 +357,17 @@ describe("the sliding log", () => {
       await Promise.all(Array.from({ length: 300 }, () => limiter.check({ ...log, at: T })));
     }
     const key = limitKey(namespace, "sliding-log", "one-ms");
-    // the head (running total, entries, newest time and cost) and one entry (struct-packed doubles, see
-    // lua/sliding-log.lua)
+    // the head (running total, entries, newest time and cost, base) and one entry (time, cost, cumulative
+    // cost), struct-packed doubles (see lua/sliding-log.lua)
     const list = await cluster.lrangeBuffer(key, 0, -1);
-    expect(list.map((b) => b.length)).toEqual([32, 16]);
+    expect(list.map((b) => b.length)).toEqual([40, 24]);
     const [head, entry] = list as [Buffer, Buffer];
-    expect([0, 8, 16, 24].map((at) => head.readDoubleLE(at))).toEqual([3000, 1, T, 3000]);
-    expect([entry.readDoubleLE(0), entry.readDoubleLE(8)]).toEqual([T, 3000]);
+    expect([0, 8, 16, 24, 32].map((at) => head.readDoubleLE(at))).toEqual([3000, 1, T, 3000, 0]);
+    expect([0, 8, 16].map((at) => entry.readDoubleLE(at))).toEqual([T, 3000, 3000]);
     expect(await limiter.check({ ...log, cost: 0, at: T + 1 })).toMatchObject({ remaining: 97_000 });
   });
 
-  it("keeps the usage of a log written in the earlier layout (a head of the total alone) and rewrites its head", async () => {
+  it("keeps the usage of a log written in the earliest layout (a head of the total alone) and rewrites it cumulative", async () => {
     const log = { key: "old-layout", algorithm: "sliding-log", max: 10, windowMs: MINUTE } as const;
     const key = limitKey(namespace, "sliding-log", "old-layout");
     const double = (...values: number[]) => {
@@ -382,11 +382,18 @@ describe("the sliding log", () => {
     expect(await limiter.check({ ...log, cost: 3, at: T })).toMatchObject({ allowed: true, remaining: 0 });
     expect(await limiter.check({ ...log, at: T + 1 })).toMatchObject({ allowed: false });
     const list = await cluster.lrangeBuffer(key, 0, -1);
-    expect(list.map((b) => b.length)).toEqual([32, 16, 16, 16]);
-    // the charges of T - 30 s leave the window at T + 30 s: 3 free again, the head counts them out
+    expect(list.map((b) => b.length)).toEqual([40, 24, 24, 24]);
+    // entries hold their costs and the cumulative ones: 3, 3 + 4, 7 + 3
+    expect(list.slice(1).map((b) => [b.readDoubleLE(8), b.readDoubleLE(16)])).toEqual([
+      [3, 3],
+      [4, 7],
+      [3, 10],
+    ]);
+    expect(await cluster.pttl(key)).toBeGreaterThan(9 * MINUTE);
+    // the charges of T - 30 s leave the window at T + 30 s: 3 free again, the head counts them out (base 3)
     expect(await limiter.check({ ...log, cost: 3, at: T + 30_000 })).toMatchObject({ allowed: true, remaining: 0 });
     const after = await cluster.lrangeBuffer(key, 0, -1);
-    expect([0, 8, 16, 24].map((at) => (after[0] as Buffer).readDoubleLE(at))).toEqual([10, 3, T + 30_000, 3]);
+    expect([0, 8, 16, 24, 32].map((at) => (after[0] as Buffer).readDoubleLE(at))).toEqual([10, 3, T + 30_000, 3, 3]);
   });
 });
 

@@ -1,10 +1,13 @@
 // Faults that are not the message's, through the real consumer and check API (fauxqs + the real cluster):
 // Redis answering with an error fails only the record it hit and answers 500, never 503 or fail-open; with
-// no valid rules, records are retried (never dead-lettered) and the check API answers 503 rules_unavailable.
+// no valid rules, records are retried (never dead-lettered) and the check API answers 503 rules_unavailable;
+// a new environment started while the bucket holds a bad policy or bitmap serves the last accepted copies.
+import { DeleteObjectCommand } from "@aws-sdk/client-s3";
 import { GetQueueAttributesCommand } from "@aws-sdk/client-sqs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { TollgateCluster } from "../../../functions/adapters/redis-cluster.ts";
 import { uploadObject } from "../../../functions/app/operator-actions.ts";
+import { acceptedPolicyKey } from "../../../functions/core/capping/rules-source.ts";
 import type { LocalStack } from "../../../scripts/local-stack.ts";
 import { capIdentityKey, capTagOf } from "../../../sdk/src/protocol/index.ts";
 import { connectCluster, uniqueNamespace } from "../../support/cluster.ts";
@@ -148,21 +151,35 @@ describe("a cold container with a bad policy", () => {
     expect((await drainDelivery(stack)).flatMap((m) => m.sends.map((s) => s.userId)).sort()).toEqual([1, 2, 3]);
   });
 
-  it("answers /v1/frequency with 503 rules_unavailable, and health names the refused object and why", async () => {
-    await uploadObject(clientsOf(stack).s3, stack.endpoints.bucket, "config/policy.json", '{ "version": ');
-    // a fresh container: the stack's check API environments may have loaded the fixed policy already
-    const { wireCheckApi } = await import("../../../functions/app/wiring.ts");
-    const { startFunctionUrlServer } = await import("../../../scripts/local/function-url-server.ts");
-    const api = wireCheckApi({
-      ...process.env,
-      REDIS_NODES: stack.endpoints.redis.slice(0, 3).join(","),
-      CONFIG_BUCKET: stack.endpoints.bucket,
-      AWS_ENDPOINT_URL: stack.endpoints.awsEndpoint,
-      REFRESH_SECONDS: "0",
+  it("a fresh container serves the last accepted policy while the object fails validation, and health names it", async () => {
+    await uploadRules(stack, policy, { new: [1, 2, 3] });
+    // one environment brings the policy into service (and keeps its copy), then the bad upload, then a new one
+    await withFreshCheckApi(stack, async (url) => {
+      expect((await fetch(`${url}/v1/health`)).status).toBe(200);
     });
-    const server = await startFunctionUrlServer(api.handler);
-    try {
-      const response = await fetch(`${server.url}/v1/frequency`, {
+    await uploadObject(clientsOf(stack).s3, stack.endpoints.bucket, "config/policy.json", '{ "version": ');
+    await withFreshCheckApi(stack, async (url) => {
+      const response = await fetch(`${url}/v1/frequency`, {
+        method: "POST",
+        body: JSON.stringify({ userId: 1, channel: "push", consume: false }),
+      });
+      expect(response.status).toBe(200);
+      expect(await response.json()).toMatchObject({ segment: "new" });
+      const health = await fetch(`${url}/v1/health`);
+      expect(health.status).toBe(200);
+      expect(await health.json()).toMatchObject({
+        policyVersion: "faults.1",
+        refused: [{ key: "config/policy.json", reason: expect.stringContaining("policy"), at: expect.any(Number) }],
+      });
+    });
+  });
+
+  it("answers /v1/frequency with 503 rules_unavailable without a good copy either, and health names the refused object and why", async () => {
+    const { s3 } = clientsOf(stack);
+    await uploadObject(s3, stack.endpoints.bucket, "config/policy.json", '{ "version": ');
+    await s3.send(new DeleteObjectCommand({ Bucket: stack.endpoints.bucket, Key: acceptedPolicyKey }));
+    await withFreshCheckApi(stack, async (url) => {
+      const response = await fetch(`${url}/v1/frequency`, {
         method: "POST",
         body: JSON.stringify({ userId: 1, channel: "push" }),
       });
@@ -170,15 +187,68 @@ describe("a cold container with a bad policy", () => {
       expect(await response.json()).toEqual({
         error: { code: "rules_unavailable", message: "no valid capping policy is loaded" },
       });
-      const health = await fetch(`${server.url}/v1/health`);
+      const health = await fetch(`${url}/v1/health`);
       expect(health.status).toBe(503);
       const report = (await health.json()) as { refused: { key: string; reason: string }[] };
       expect(report.refused).toEqual([
         { key: "config/policy.json", reason: expect.stringContaining("policy"), at: expect.any(Number) },
       ]);
-    } finally {
-      await server.stop();
-      api.cluster.disconnect();
-    }
+    });
   });
 });
+
+describe("a 0-byte bitmap uploaded over a live segment", () => {
+  let stack: LocalStack;
+  beforeAll(async () => {
+    stack = await testStack({ environment: { REFRESH_SECONDS: "0" } });
+    await uploadRules(stack, policy, { new: [1, 2, 3] });
+  });
+  afterAll(async () => {
+    await stack.stop();
+  });
+
+  it("leaves a new environment (fresh wiring) serving the last good rules, never rules_unavailable, and health says so", async () => {
+    // the stack's check API brings the segment into service (and keeps its copy), then the bad upload
+    const before = (await (await fetch(`${stack.endpoints.functionUrl}/v1/health`)).json()) as { segments: unknown };
+    expect(before.segments).toEqual({ new: 3 });
+    await uploadObject(clientsOf(stack).s3, stack.endpoints.bucket, "segments/new.roaring", new Uint8Array(0));
+    await withFreshCheckApi(stack, async (url) => {
+      const responses = await Promise.all(
+        [1, 2, 3, 4].map((userId) =>
+          fetch(`${url}/v1/frequency`, { method: "POST", body: JSON.stringify({ userId, channel: "push" }) }),
+        ),
+      );
+      expect(responses.map((r) => r.status)).toEqual([200, 200, 200, 200]);
+      const segments = await Promise.all(responses.map(async (r) => ((await r.json()) as { segment: string }).segment));
+      expect(segments).toEqual(["new", "new", "new", "rest"]);
+      const health = await fetch(`${url}/v1/health`);
+      expect(health.status).toBe(200);
+      expect(await health.json()).toMatchObject({
+        ok: true,
+        policyVersion: "faults.1",
+        segments: { new: 3 },
+        refused: [{ key: "segments/new.roaring", reason: expect.stringContaining("empty"), at: expect.any(Number) }],
+      });
+    });
+  });
+});
+
+/** A check API wired afresh (a new execution environment: nothing loaded) on its own Function URL server. */
+async function withFreshCheckApi(stack: LocalStack, run: (url: string) => Promise<void>): Promise<void> {
+  const { wireCheckApi } = await import("../../../functions/app/wiring.ts");
+  const { startFunctionUrlServer } = await import("../../../scripts/local/function-url-server.ts");
+  const api = wireCheckApi({
+    ...process.env,
+    REDIS_NODES: stack.endpoints.redis.slice(0, 3).join(","),
+    CONFIG_BUCKET: stack.endpoints.bucket,
+    AWS_ENDPOINT_URL: stack.endpoints.awsEndpoint,
+    REFRESH_SECONDS: "0",
+  });
+  const server = await startFunctionUrlServer(api.handler);
+  try {
+    await run(server.url);
+  } finally {
+    await server.stop();
+    api.cluster.disconnect();
+  }
+}

@@ -1,15 +1,17 @@
 // Configuration faults through the real S3 adapter (fauxqs + @aws-sdk/client-s3), with a fixed clock: empty
 // and truncated bitmaps refused like corrupt ones, a segment shrinking past the allowed share refused
-// unless forced (by containers started after the refusal too), an unknown channel or quota rule looked up once more before it is judged.
+// unless forced (by containers started after the refusal too), a container started after a bad bitmap or
+// policy serving the last accepted copies, an unknown channel or quota rule looked up once more before it is judged.
 import { CreateBucketCommand, type S3Client } from "@aws-sdk/client-s3";
 import { beforeAll, describe, expect, it } from "vitest";
 import { S3ObjectStore } from "../../../functions/adapters/s3-object-store.ts";
 import { publishSegments, uploadObject } from "../../../functions/app/operator-actions.ts";
-import { acceptedCopyKey, RulesSource } from "../../../functions/core/capping/rules-source.ts";
+import { acceptedCopyKey, acceptedPolicyKey, RulesSource } from "../../../functions/core/capping/rules-source.ts";
 import { buildSegments } from "../../../functions/core/capping/segment-builder.ts";
 import { fixedClock } from "../../../functions/core/shared/clock.ts";
 import {
   CorruptBitmapError,
+  InvalidPolicyError,
   RulesUnavailableError,
   SegmentShrinkError,
 } from "../../../functions/core/shared/errors.ts";
@@ -73,6 +75,35 @@ describe("bitmap objects", () => {
     });
   });
 
+  it("a container started after a 0-byte bitmap over a live segment serves the last accepted copy, and says why in status", async () => {
+    const { bucket, clock, source } = await sourceWith(range(20_000));
+    expect((await source.current()).segments.sizes()).toEqual([20_000]);
+    await uploadObject(s3, bucket, "segments/new.roaring", new Uint8Array(0));
+    const rejected: Error[] = [];
+    const cold = new RulesSource({
+      store: new S3ObjectStore(s3, bucket),
+      refreshMs: 60_000,
+      clock,
+      onRejected: (error) => rejected.push(error),
+    });
+    const rules = await cold.current();
+    expect(rules.segments.sizes()).toEqual([20_000]);
+    expect(Array.from(rules.segments.resolveSorted(Uint32Array.from([5, 19_999])))).toEqual([0, 0]);
+    expect(rejected.at(-1)).toBeInstanceOf(CorruptBitmapError);
+    expect(cold.status()).toEqual({
+      policyVersion: "v1",
+      refused: [{ key: "segments/new.roaring", reason: (rejected.at(-1) as Error).message, at: T0 }],
+    });
+    // refused at every refresh until an upload replaces it
+    clock.advance(60_000);
+    expect((await cold.current()).segments.sizes()).toEqual([20_000]);
+    expect(cold.status().refused.map(({ key }) => key)).toEqual(["segments/new.roaring"]);
+    await uploadObject(s3, bucket, "segments/new.roaring", bitmapOf(range(15_000)));
+    clock.advance(60_000);
+    expect((await cold.current()).segments.sizes()).toEqual([15_000]);
+    expect(cold.status().refused).toEqual([]);
+  });
+
   it("refuses a truncated bitmap and one with trailing bytes", async () => {
     const { bucket, clock, source, rejected } = await sourceWith(range(5_000).map((i) => i * 3));
     await source.current();
@@ -86,6 +117,47 @@ describe("bitmap objects", () => {
     await source.current();
     expect(rejected).toHaveLength(2);
     expect(rejected.at(-1)).toBeInstanceOf(CorruptBitmapError);
+  });
+});
+
+describe("policy objects", () => {
+  it("a container started while the policy fails validation serves the last accepted policy, and says why in status", async () => {
+    const { bucket, clock, source } = await sourceWith(range(10));
+    await source.current();
+    await uploadObject(s3, bucket, "config/policy.json", JSON.stringify({ ...policy("v2"), channels: [] }));
+    const rejected: Error[] = [];
+    const cold = new RulesSource({
+      store: new S3ObjectStore(s3, bucket),
+      refreshMs: 60_000,
+      clock,
+      onRejected: (error) => rejected.push(error),
+    });
+    const rules = await cold.current();
+    expect(rules.policy.version).toBe("v1");
+    expect(rules.segments.sizes()).toEqual([10]);
+    expect(rejected.at(-1)).toBeInstanceOf(InvalidPolicyError);
+    expect(cold.status().refused).toEqual([
+      { key: "config/policy.json", reason: (rejected.at(-1) as Error).message, at: T0 },
+    ]);
+    clock.advance(60_000);
+    expect((await cold.current()).policy.version).toBe("v1");
+    expect(cold.status().refused.map(({ key }) => key)).toEqual(["config/policy.json"]);
+    await uploadObject(s3, bucket, "config/policy.json", JSON.stringify(policy("v3")));
+    clock.advance(60_000);
+    expect((await cold.current()).policy.version).toBe("v3");
+    expect(cold.status().refused).toEqual([]);
+  });
+
+  it("a container started while the policy and its last accepted copy both fail serves nothing: rules unavailable", async () => {
+    const { bucket, clock, source } = await sourceWith(range(10));
+    await source.current();
+    await uploadObject(s3, bucket, acceptedPolicyKey, "{}");
+    await uploadObject(s3, bucket, "config/policy.json", "{");
+    const cold = new RulesSource({ store: new S3ObjectStore(s3, bucket), refreshMs: 60_000, clock });
+    const error = (await cold.current().catch((error: unknown) => error)) as RulesUnavailableError;
+    expect(error).toBeInstanceOf(RulesUnavailableError);
+    expect(error.refused[0]?.key).toBe("config/policy.json");
+    expect(error.refused[0]?.reason).toContain(`the last accepted policy cannot be served (${acceptedPolicyKey}`);
   });
 });
 
