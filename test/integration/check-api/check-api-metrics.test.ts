@@ -11,6 +11,7 @@ import { functionUrlEvent } from "../../../scripts/local/function-url-server.ts"
 import { lambdaContext } from "../../../scripts/local/sqs-poller.ts";
 import { emfDocuments } from "../../support/check-api-invocation.ts";
 import { connectCluster, uniqueNamespace } from "../../support/cluster.ts";
+import { localIam, localTenancy } from "../../support/tenants.ts";
 
 let cluster: TollgateCluster;
 beforeAll(() => {
@@ -33,6 +34,7 @@ function handlerWith(disabled: boolean) {
     namespace: uniqueNamespace(),
   });
   const handler = makeCheckApiHandler({
+    tenancy: async () => localTenancy(),
     limiter,
     frequency: () => Promise.reject(new Error("not used")),
     health: () => Promise.resolve({ ok: true, redis: "ok" }),
@@ -50,7 +52,10 @@ describe("check API metrics", () => {
     const printed = emfDocuments();
     const added = vi.spyOn(metrics, "addMetric");
     const dimension = vi.spyOn(metrics, "addDimension");
-    const response = await handler(functionUrlEvent("POST", "/v1/limit", limit), lambdaContext(5_000));
+    const response = await handler(
+      functionUrlEvent("POST", "/v1/limit", limit, {}, "127.0.0.1", localIam),
+      lambdaContext(5_000),
+    );
     expect(response.statusCode).toBe(200);
     expect(added.mock.calls.map(([name]) => name)).toEqual(["requests", "allowed"]);
     expect(dimension).toHaveBeenCalledWith("algorithm", "fixed-window");
@@ -64,7 +69,10 @@ describe("check API metrics", () => {
     const printed = emfDocuments();
     const added = vi.spyOn(metrics, "addMetric");
     for (let i = 0; i < 3; i++) {
-      const response = await handler(functionUrlEvent("POST", "/v1/limit", limit), lambdaContext(5_000));
+      const response = await handler(
+        functionUrlEvent("POST", "/v1/limit", limit, {}, "127.0.0.1", localIam),
+        lambdaContext(5_000),
+      );
       expect(response.statusCode).toBe(200);
     }
     expect(added).not.toHaveBeenCalled();
