@@ -12,15 +12,24 @@ import {
   publishSegments as publishSegmentsTo,
   type SegmentFile,
 } from "../core/capping/rules-publisher.ts";
+import { audit } from "./audit.ts";
 
 /** One object, as given (tests use it to put a broken policy or bitmap in place). */
 export function uploadObject(s3: S3Client, bucket: string, key: string, body: Uint8Array | string): Promise<void> {
   return new S3ObjectStore(s3, bucket).put(key, body);
 }
 
-/** Validates the policy, then uploads it; an invalid one is not uploaded. */
-export function publishPolicy(s3: S3Client, bucket: string, text: string, key?: string): Promise<Policy> {
-  return publishPolicyTo(new S3ObjectStore(s3, bucket), text, key);
+/** Validates the policy, then uploads it, with an audit line; an invalid one is not uploaded. */
+export async function publishPolicy(s3: S3Client, bucket: string, text: string, key?: string): Promise<Policy> {
+  const policy = await publishPolicyTo(new S3ObjectStore(s3, bucket), text, key);
+  audit({
+    action: "policy-upload",
+    bucket,
+    version: policy.version,
+    quotaRules: [...policy.quotas.keys()],
+    tenants: policy.tenancy.list().map((tenant) => tenant.name),
+  });
+  return policy;
 }
 
 /** Checks every bitmap, then uploads each to segments/<name>; a bad one uploads nothing. */

@@ -213,7 +213,7 @@ export function wireCheckApi(env: NodeJS.ProcessEnv, options: WiringOptions = {}
     limiter,
     frequency: (body) => capper.checkUser(body),
     quotaSync: (body, tenant) => quotasOf(tenant).sync(body),
-    tenancy: async () => (await rules.current()).policy.tenancy,
+    tenancy: async (request) => (await rules.current(request)).policy.tenancy,
     routes: config.CHECK_API_ROUTES,
     health,
     logger,

@@ -43,8 +43,11 @@ export interface CheckApiDeps {
    * the tenant's namespace.
    */
   quotaSync?: (body: unknown, tenant: Tenant) => Promise<SyncReply>;
-  /** The tenants of the policy in service: who may call which route (docs/tenants.md). */
-  tenancy: () => Promise<Tenancy>;
+  /**
+   * The tenants of the policy in service: who may call which route (docs/tenants.md). `quotaRule`, the rule
+   * a sync names: a source still on the previous policy looks again first (the rule may be new).
+   */
+  tenancy: (request: { quotaRule?: string }) => Promise<Tenancy>;
   /**
    * What this function serves: every route, or `quota-sync`, `POST /v1/quotas/sync` alone (every other route
    * 404), the stack's QuotaSync function, whose URL Quotas clients are granted (IAM cannot narrow a Function
@@ -216,7 +219,7 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
       if (intent === undefined) return action(body, undefined).catch((error: unknown) => failed(error, event, body));
       const principal = principalOf(event);
       return deps
-        .tenancy()
+        .tenancy(intent.rule === undefined ? {} : { quotaRule: intent.rule })
         .then((tenancy) => action(body, authorizeRequest(tenancy, principal, intent)))
         .catch((error: unknown) => failed(error, event, body));
     } catch (error) {

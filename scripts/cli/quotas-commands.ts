@@ -1,7 +1,13 @@
 // `tollgate quotas list|set|usage`: the policy's Quotas mode rules, read from and written to the bucket;
 // `set` and `usage` also reach Redis when given its nodes (--local: the local stack's).
 import type { Command } from "commander";
-import { publishQuotaRules, quotaUsage, readPolicy, setQuotaRule } from "../../functions/app/quota-actions.ts";
+import {
+  publishQuotaRules,
+  quotaTenantNamespace,
+  quotaUsage,
+  readPolicy,
+  setQuotaRule,
+} from "../../functions/app/quota-actions.ts";
 import type { Policy } from "../../functions/core/capping/policy.ts";
 import { ValidationError } from "../../functions/core/shared/errors.ts";
 import { type AwsOptions, aws, required, withAws } from "./aws-options.ts";
@@ -41,6 +47,7 @@ export function addQuotasCommands(program: Command): void {
         .option("--lease-ms <ms>", "strict: token lease; approximate: allowance validity")
         .option("--fallback <what>", "deny | allow | share (approximate only); default: strict deny, approximate share")
         .option("--slot-groups <n>", "hash slots the rule's keys are spread over")
+        .option("--tenant <name...>", "grant the rule to these tenants (their quota-sync)")
         .option("--bucket <name>", "the config bucket"),
     ),
   ).action(
@@ -54,6 +61,7 @@ export function addQuotasCommands(program: Command): void {
           leaseMs?: string;
           fallback?: string;
           slotGroups?: string;
+          tenant?: string[];
         },
     ) => {
       const { s3, local } = aws(options);
@@ -82,7 +90,12 @@ export function addQuotasCommands(program: Command): void {
         ...(options.slotGroups === undefined ? {} : { slotGroups: integer("--slot-groups", options.slotGroups) }),
       } as Parameters<typeof setQuotaRule>[2];
       if (problems.length > 0) throw new ValidationError("", problems.join("; "));
-      const { policy, modifiedAt } = await setQuotaRule(s3, required(options.bucket, local?.bucket, "--bucket"), rule);
+      const { policy, modifiedAt } = await setQuotaRule(
+        s3,
+        required(options.bucket, local?.bucket, "--bucket"),
+        rule,
+        options.tenant ?? [],
+      );
       console.log(`uploaded policy ${policy.version}`);
       const nodes = options.redis ?? local?.redis;
       if (nodes) {
@@ -103,23 +116,36 @@ export function addQuotasCommands(program: Command): void {
         .description("what each window of a rule holds for a key now")
         .argument("<rule>", "rule name")
         .argument("<key>", "quota key")
+        .option("--tenant <name>", "the tenant whose key (default: the only tenant syncing the rule)")
         .option("--bucket <name>", "the config bucket"),
     ),
-  ).action(async (ruleName: string, key: string, options: AwsOptions & RedisOptions & { bucket?: string }) => {
-    const { s3, local } = aws(options);
-    const { policy } = await readPolicy(s3, required(options.bucket, local?.bucket, "--bucket"));
-    const nodes = options.redis ?? local?.redis;
-    if (!nodes) throw new ValidationError("--redis", "required (or --local)");
-    const reply = await withCluster(nodes, options, (cluster) =>
-      quotaUsage(cluster, options.namespace, policy, ruleName, key),
-    );
-    const rule = policy.quotas.get(ruleName)!.rule;
-    const [entry] = reply.entries;
-    rule.limits.forEach((limit, i) => {
-      console.log(
-        `${ruleName} ${key}\t${limit.windowMs / 1000}s\tused or reserved ${entry?.used[i] ?? 0} of ${limit.max}`,
+  ).action(
+    async (
+      ruleName: string,
+      key: string,
+      options: AwsOptions & RedisOptions & { bucket?: string; tenant?: string },
+    ) => {
+      const { s3, local } = aws(options);
+      const { policy } = await readPolicy(s3, required(options.bucket, local?.bucket, "--bucket"));
+      const nodes = options.redis ?? local?.redis;
+      if (!nodes) throw new ValidationError("--redis", "required (or --local)");
+      const reply = await withCluster(nodes, options, (cluster) =>
+        quotaUsage(
+          cluster,
+          quotaTenantNamespace(options.namespace, policy, ruleName, options.tenant),
+          policy,
+          ruleName,
+          key,
+        ),
       );
-    });
-    console.log(`active instances ${reply.instances}`);
-  });
+      const rule = policy.quotas.get(ruleName)!.rule;
+      const [entry] = reply.entries;
+      rule.limits.forEach((limit, i) => {
+        console.log(
+          `${ruleName} ${key}\t${limit.windowMs / 1000}s\tused or reserved ${entry?.used[i] ?? 0} of ${limit.max}`,
+        );
+      });
+      console.log(`active instances ${reply.instances}`);
+    },
+  );
 }

@@ -17,6 +17,9 @@ export const LOCAL_CREDENTIAL: LocalCredential = {
 /** The local stack's region, which its URLs' signatures name. */
 export const LOCAL_REGION = "us-east-1";
 
+/** What an SDK's httpTransport signs local requests with (`signing`). */
+export const LOCAL_SIGNING = { region: LOCAL_REGION, credentials: LOCAL_CREDENTIAL };
+
 /** A tenant for the local principal with every operation, syncing `quotaRules` (a local policy's). */
 export function localTenant(quotaRules: readonly string[]) {
   return {

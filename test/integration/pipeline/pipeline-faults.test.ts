@@ -5,6 +5,7 @@ import { GetQueueAttributesCommand } from "@aws-sdk/client-sqs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { TollgateCluster } from "../../../functions/adapters/redis-cluster.ts";
 import { uploadObject } from "../../../functions/app/operator-actions.ts";
+import { LOCAL_CREDENTIAL } from "../../../scripts/local/local-principals.ts";
 import type { LocalStack } from "../../../scripts/local-stack.ts";
 import { capIdentityKey, capTagOf } from "../../../sdk/src/protocol/index.ts";
 import { connectCluster, uniqueNamespace } from "../../support/cluster.ts";
@@ -18,6 +19,7 @@ import {
   testStack,
   uploadRules,
 } from "../../support/pipeline.ts";
+import { signedFetch } from "../../support/signed-fetch.ts";
 
 const policy = {
   version: "faults.1",
@@ -27,7 +29,7 @@ const policy = {
 };
 
 const post = (stack: LocalStack, path: string, body: unknown) =>
-  fetch(`${stack.endpoints.functionUrl}${path}`, {
+  signedFetch(`${stack.endpoints.functionUrl}${path}`, {
     method: "POST",
     headers: { "content-type": "application/json" },
     body: JSON.stringify(body),
@@ -160,9 +162,11 @@ describe("a cold container with a bad policy", () => {
       AWS_ENDPOINT_URL: stack.endpoints.awsEndpoint,
       REFRESH_SECONDS: "0",
     });
-    const server = await startFunctionUrlServer(api.handler);
+    const server = await startFunctionUrlServer(api.handler, 0, "tollgate-check-api", {
+      credentials: [LOCAL_CREDENTIAL],
+    });
     try {
-      const response = await fetch(`${server.url}/v1/frequency`, {
+      const response = await signedFetch(`${server.url}/v1/frequency`, {
         method: "POST",
         body: JSON.stringify({ userId: 1, channel: "push" }),
       });
@@ -170,7 +174,7 @@ describe("a cold container with a bad policy", () => {
       expect(await response.json()).toEqual({
         error: { code: "rules_unavailable", message: "no valid capping policy is loaded" },
       });
-      const health = await fetch(`${server.url}/v1/health`);
+      const health = await signedFetch(`${server.url}/v1/health`);
       expect(health.status).toBe(503);
       const report = (await health.json()) as { refused: { key: string; reason: string }[] };
       expect(report.refused).toEqual([
