@@ -99,18 +99,19 @@ export class SigV4Verifier {
     const given = Buffer.from(signature as string, "hex");
     if (computed.length !== 64 || !timingSafeEqual(Buffer.from(computed, "hex"), given))
       return { ok: false, reason: "signature does not match" };
-    const account = accountOf(credential.principalArn);
-    return {
-      ok: true,
-      iam: {
-        accessKey: credential.accessKeyId,
-        accountId: account,
-        callerId: credential.accessKeyId,
-        cognitoIdentity: null,
-        principalOrgId: "",
-        userArn: credential.principalArn,
-        userId: credential.accessKeyId,
-      },
-    };
+    return { ok: true, iam: iamContextOf(credential) };
   }
+}
+
+/** The requestContext.authorizer.iam of a request `credential` signed. */
+export function iamContextOf(credential: LocalCredential): APIGatewayEventRequestContextIAMAuthorizer["iam"] {
+  return {
+    accessKey: credential.accessKeyId,
+    accountId: accountOf(credential.principalArn),
+    callerId: credential.accessKeyId,
+    cognitoIdentity: null,
+    principalOrgId: "",
+    userArn: credential.principalArn,
+    userId: credential.accessKeyId,
+  };
 }
