@@ -65,6 +65,16 @@ export function tenantNamespace(namespace: string, tenant: string): string {
   return scoped;
 }
 
+/**
+ * The key pattern of a tenant's Redis user (an ACL `~pattern`): the tenant's quota keys and nothing else.
+ * The namespace holds no glob character (NAME_PATTERN), so the pattern matches exactly that prefix. It takes
+ * the rules' configuration (`:cfg`) in too: FCALL needs write access to every key it declares, and the
+ * quota script declares the configuration (docs/tenants.md: what that leaves a tenant).
+ */
+export function tenantQuotaKeyPattern(namespace: string, tenant: string): string {
+  return `${tenantNamespace(namespace, tenant)}:q:*`;
+}
+
 /** The hash tag of a user's capping keys. */
 export function capTagOf(userId: number): number {
   return Math.floor(userId / USERS_PER_GROUP) % CAP_TAGS;
