@@ -259,11 +259,6 @@ describe("the bundles synth built", () => {
   // the policy names the tenants every check API request is authorized by: a bucket with one in it
   const emulator = useAwsEmulator();
   const bucket = `bundles-${Date.now()}`;
-  beforeAll(async () => {
-    await emulator.s3.send(new CreateBucketCommand({ Bucket: bucket }));
-    const policy = { version: "bundles.1", channels: ["push"], segments: [], default: { name: "all", caps: {} } };
-    await uploadObject(emulator.s3, bucket, "config/policy.json", JSON.stringify(withLocalTenant(policy)));
-  });
   const assetOf = (logicalIdPart: string) => {
     const found = ofType("AWS::Lambda::Function").find(([id]) => id.includes(logicalIdPart));
     if (!found) throw new Error(`no function ${logicalIdPart} in the template`);
@@ -279,7 +274,10 @@ describe("the bundles synth built", () => {
   const limitEvent = (limit: object) =>
     functionUrlEvent("POST", "/v1/limit", JSON.stringify(limit), {}, "127.0.0.1", localIam);
 
-  beforeAll(() => {
+  beforeAll(async () => {
+    await emulator.s3.send(new CreateBucketCommand({ Bucket: bucket }));
+    const policy = { version: "bundles.1", channels: ["push"], segments: [], default: { name: "all", caps: {} } };
+    await uploadObject(emulator.s3, bucket, "config/policy.json", JSON.stringify(withLocalTenant(policy)));
     Object.assign(process.env, {
       REDIS_NODES: clusterPorts
         .slice(0, 3)
