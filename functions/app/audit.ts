@@ -1,5 +1,5 @@
 // The audit trail of rules changes: one structured line (JSON, on stderr) for every change an operator
-// makes to the policy or the quota rules, from the console or the CLI, naming who (the operating system
+// makes to the policy or the quota rules (the CLI), naming who (the operating system
 // user and AWS profile of the process: the operator tenant's principal signs the writes themselves), what
 // and the versions before and after (docs/tenants.md).
 import { userInfo } from "node:os";
