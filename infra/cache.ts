@@ -7,11 +7,14 @@ import type * as iam from "aws-cdk-lib/aws-iam";
 import * as logs from "aws-cdk-lib/aws-logs";
 import * as secretsmanager from "aws-cdk-lib/aws-secretsmanager";
 import { Construct } from "constructs";
+import { CacheUsers } from "./cache-users.ts";
 import type { TollgateConfig } from "./config.ts";
 
 export class Cache extends Construct implements ec2.IConnectable {
   readonly replicationGroup: elasticache.CfnReplicationGroup;
   readonly authToken: secretsmanager.Secret;
+  /** With `cacheTenants`: the RBAC user group, each tenant a user and a secret of its own. */
+  readonly users?: CacheUsers;
   /** The cache's security group with the Redis port as default: `allowDefaultPortFrom(client)`. */
   readonly connections: ec2.Connections;
 
@@ -60,6 +63,13 @@ export class Cache extends Construct implements ec2.IConnectable {
       logFormat: "json",
       logType,
     });
+    // with tenants, RBAC: the AUTH token is the default user's password (ElastiCache takes one or the other)
+    if (config.cacheTenants.length > 0)
+      this.users = new CacheUsers(this, "Users", {
+        config,
+        serviceSecret: this.authToken,
+        removalPolicy: props.removalPolicy,
+      });
     this.replicationGroup = new elasticache.CfnReplicationGroup(this, "ReplicationGroup", {
       replicationGroupDescription: "Tollgate frequency caps and rate limits",
       engine: config.engine,
@@ -72,7 +82,9 @@ export class Cache extends Construct implements ec2.IConnectable {
       automaticFailoverEnabled: true,
       transitEncryptionEnabled: true,
       atRestEncryptionEnabled: true,
-      authToken: this.authToken.secretValue.unsafeUnwrap(),
+      ...(this.users
+        ? { userGroupIds: [this.users.userGroup.ref] }
+        : { authToken: this.authToken.secretValue.unsafeUnwrap() }),
       port: config.redisPort,
       cacheSubnetGroupName: subnets.ref,
       cacheParameterGroupName: parameters.ref,
@@ -89,19 +101,26 @@ export class Cache extends Construct implements ec2.IConnectable {
   }
 
   /**
-   * What a client inside the VPC needs to call Redis itself (the Quotas SDK's redisTransport): ingress from
-   * the client's security groups to the cache's on the Redis port (and egress the other way when the
-   * client's groups restrict it), and read of the AUTH token's secret. Returns the secret grant.
+   * What a client inside the VPC needs to call Redis itself (the Quotas SDK's redisTransport) as `tenant`:
+   * ingress from the client's security groups to the cache's on the Redis port (and egress the other way
+   * when the client's groups restrict it), and read of the tenant's own Redis password, never the default
+   * user's (the functions'). Returns the secret grant.
    */
   grantClientAccess(
     client: ec2.IConnectable,
     grantee: iam.IGrantable,
+    tenant: string,
     description = "Quotas client to Redis",
   ): iam.Grant {
+    const secret = this.users?.tenantSecrets.get(tenant);
+    if (!secret)
+      throw new Error(
+        `grantCacheAccess: tenant "${tenant}" has no Redis user: add it to the context tollgate:cacheTenants`,
+      );
     // from the client's side: the cache's ingress rule then lives in the client's stack (a client stack
     // that references the cache, never the other way round, so no dependency cycle)
     client.connections.allowToDefaultPort(this, description);
-    return this.authToken.grantRead(grantee);
+    return secret.grantRead(grantee);
   }
 
   /** host:port of the configuration endpoint, for REDIS_NODES. */

@@ -101,6 +101,13 @@ const settingsSchema = z
       .string()
       .regex(/^arn:aws[a-z-]*:sns:[a-z0-9-]+:[0-9]{12}:[A-Za-z0-9_-]{1,256}$/, "expected an SNS topic ARN")
       .optional(),
+    /**
+     * The tenants (their policy `namespace`) with a Redis user of their own for the direct transport
+     * (docs/tenants.md): a JSON array, or names separated by commas from `-c`. None: no user group.
+     */
+    cacheTenants: z
+      .union([z.array(z.string()), z.string().transform((text) => text.split(",").filter(Boolean))])
+      .pipe(z.array(z.string().regex(/^[a-z0-9][a-z0-9-]{0,31}$/, 'expected 1-32 characters a-z 0-9 "-"')).max(64)),
   })
   .strict();
 
@@ -144,6 +151,7 @@ const COMMON: Omit<
   logRetentionDays: 30,
   checkApiMetrics: true,
   quotasMetricsNamespace: "Tollgate",
+  cacheTenants: [],
 };
 
 /** The defaults of each profile; the README's "Deploy" section lists them and prices them. */

@@ -54,6 +54,17 @@ export function acknowledgeFindings(stack: TollgateStack): void {
     "AwsSolutions::AwsSolutions-SMG4":
       "An ElastiCache AUTH token rotates through ModifyReplicationGroup (ROTATE, then SET), which no managed rotation Lambda does; the runbook is in docs/OPERATIONS.md",
   });
+  if (cache.users) {
+    accept(cache.replicationGroup, {
+      "AwsSolutions::AwsSolutions-AEC6":
+        "With cacheTenants the cache authenticates by RBAC users (a user group: the functions' default user and one user per tenant, docs/tenants.md), which replaces the AUTH token",
+    });
+    for (const secret of cache.users.tenantSecrets.values())
+      accept(secret, {
+        "AwsSolutions::AwsSolutions-SMG4":
+          "An ElastiCache RBAC user's password changes through ModifyUser, which no managed rotation Lambda does; the runbook is in docs/tenants.md",
+      });
+  }
   accept(network.vpc, {
     "AwsSolutions::AwsSolutions-EC23":
       "The interface endpoints' security groups admit HTTPS from the VPC's own CIDR only (an intrinsic the rule cannot evaluate), not 0.0.0.0/0",

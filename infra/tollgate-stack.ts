@@ -4,6 +4,7 @@ import { CfnOutput, Duration, RemovalPolicy, Stack, type StackProps } from "aws-
 import type * as ec2 from "aws-cdk-lib/aws-ec2";
 import type * as iam from "aws-cdk-lib/aws-iam";
 import type { Construct } from "constructs";
+import { tenantUserName } from "../functions/app/tenant-redis-users.ts";
 import { Cache } from "./cache.ts";
 import { readConfig, type TollgateConfig } from "./config.ts";
 import { Functions } from "./functions.ts";
@@ -68,8 +69,13 @@ export class TollgateStack extends Stack {
     new CfnOutput(this, "RedisConfigurationEndpoint", { value: cache.configurationEndpoint });
     new CfnOutput(this, "RedisAuthSecretArn", {
       value: cache.authToken.secretArn,
-      description: "The Redis AUTH token (in-VPC Quotas clients read it)",
+      description: "The functions' Redis AUTH token (the default user's password with cacheTenants)",
     });
+    for (const [tenant, secret] of cache.users?.tenantSecrets ?? [])
+      new CfnOutput(this, `RedisTenantSecretArn${tenant.replace(/[^A-Za-z0-9]/g, "")}`, {
+        value: secret.secretArn,
+        description: `The Redis password of tenant ${tenant} (user ${tenantUserName(tenant)})`,
+      });
   }
 
   /**
@@ -81,10 +87,11 @@ export class TollgateStack extends Stack {
   }
 
   /**
-   * A Quotas client inside the VPC (run it in `network.vpc`'s private subnets): its security groups may
-   * reach the cache on the Redis port, and its role may read the AUTH token's secret.
+   * A Quotas client inside the VPC (run it in `network.vpc`'s private subnets) acting for `tenant` (one of
+   * `cacheTenants`): its security groups may reach the cache on the Redis port, and its role may read the
+   * tenant's Redis password (output `RedisTenantSecretArns`), never the functions' AUTH token.
    */
-  grantCacheAccess(client: ec2.IConnectable, grantee: iam.IGrantable): iam.Grant {
-    return this.cache.grantClientAccess(client, grantee);
+  grantCacheAccess(client: ec2.IConnectable, grantee: iam.IGrantable, tenant: string): iam.Grant {
+    return this.cache.grantClientAccess(client, grantee, tenant);
   }
 }

@@ -2,7 +2,8 @@
 //
 // It starts the local stack: the Redis Cluster, S3 + SQS (fauxqs), and the campaign consumer driven by
 // an SQS poller. It then:
-// - builds sample segments for 1,000,000 users and uploads them to S3 with a policy;
+// - builds sample segments for 1,000,000 users and uploads them to S3 with a policy (its tenant: the
+//   local principal, whose key the local Function URLs accept);
 // - pushes a campaign to every user onto the campaign queue and waits for it to drain;
 // - pushes a second campaign on the same channel.
 // For each campaign it reads the delivery queue and prints, per segment, who was sent and who was capped
@@ -12,6 +13,7 @@ import { pushCampaign, uploadRules } from "../functions/app/operator-actions.ts"
 import type { ConsumeOutcome } from "../functions/core/capping/campaign-consumer.ts";
 import type { SegmentTotals } from "../functions/core/capping/decisions.ts";
 import { readDelivery } from "./delivery-queue.ts";
+import { withLocalTenant } from "./local/local-principals.ts";
 import { startLocalStack } from "./local-stack.ts";
 
 const USERS = Number(process.env.DEMO_USERS ?? 1_000_000);
@@ -74,7 +76,7 @@ async function main(): Promise<void> {
   try {
     const { endpoints } = stack;
     const { s3, sqs } = createAwsClients({ region: endpoints.region, endpoint: endpoints.awsEndpoint });
-    await uploadRules(s3, endpoints.bucket, policyDocument, sampleMembers());
+    await uploadRules(s3, endpoints.bucket, withLocalTenant(policyDocument), sampleMembers());
     console.log(`uploaded policy ${policyDocument.version} and 3 segment bitmaps to s3://${endpoints.bucket}`);
 
     const userIds = Array.from({ length: USERS }, (_, i) => i);

@@ -19,6 +19,8 @@ import type { CampaignConsumerHandlerDeps } from "../functions/handlers/campaign
 import { isMain } from "./is-main.ts";
 import { ENDPOINTS_FILE, type Endpoints } from "./local/endpoints.ts";
 import { startFunctionUrlServer } from "./local/function-url-server.ts";
+import { LOCAL_CREDENTIAL } from "./local/local-principals.ts";
+import type { LocalCredential } from "./local/sigv4-verify.ts";
 import { SqsPoller } from "./local/sqs-poller.ts";
 import { cleanUpAbandonedStack, removeStackFiles, writeStackRecord } from "./local/stack-record.ts";
 import { startCluster, stopCluster } from "./redis-cluster.ts";
@@ -59,6 +61,11 @@ export interface LocalStackOptions {
   quotaSyncConcurrency?: number;
   /** The clock the functions decide by (default: the system's); tests pin it. */
   clock?: Clock;
+  /**
+   * The keys the Function URLs accept (AWS_IAM auth: every request signed with one of them), each standing
+   * for a principal; default: LOCAL_CREDENTIAL alone.
+   */
+  credentials?: readonly LocalCredential[];
 }
 
 export interface LocalStack {
@@ -144,12 +151,20 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
     // each environment's init phase, as Lambda runs it before the first invocation
     await Promise.all([...checkApiEnvironments, ...quotaSyncEnvironments].map((environment) => environment.warm()));
     const handlersOf = (wired: typeof checkApiEnvironments) => wired.map(({ handler }) => handler);
-    const functionUrl = await startFunctionUrlServer(handlersOf(checkApiEnvironments), options.functionUrlPort ?? 0);
+    // AWS_IAM auth, as infra/functions.ts deploys the URLs: a request not signed by a local key is a 403
+    const auth = { credentials: options.credentials ?? [LOCAL_CREDENTIAL] };
+    const functionUrl = await startFunctionUrlServer(
+      handlersOf(checkApiEnvironments),
+      options.functionUrlPort ?? 0,
+      "tollgate-check-api",
+      auth,
+    );
     stops.unshift(() => functionUrl.stop());
     const quotaSyncUrl = await startFunctionUrlServer(
       handlersOf(quotaSyncEnvironments),
       options.quotaSyncUrlPort ?? 0,
       "tollgate-quota-sync",
+      auth,
     );
     stops.unshift(() => quotaSyncUrl.stop());
     const endpoints: Endpoints = {

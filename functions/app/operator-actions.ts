@@ -13,6 +13,7 @@ import {
   publishSegments as publishSegmentsTo,
   type SegmentFile,
 } from "../core/capping/rules-publisher.ts";
+import { audit } from "./audit.ts";
 
 /** One object, as given (tests use it to put a broken policy or bitmap in place). */
 export function uploadObject(s3: S3Client, bucket: string, key: string, body: Uint8Array | string): Promise<void> {
@@ -21,22 +22,42 @@ export function uploadObject(s3: S3Client, bucket: string, key: string, body: Ui
 
 /**
  * `policy upload`: the file's policy written over the one in the bucket with compare-and-set, keeping the
- * bucket's quota rules when the file has none and refusing a file whose rules differ from them unless
- * `replaceQuotas` (policy-edits.ts). Resolves with the policy written and the one it replaced.
+ * bucket's quota rules and tenants when the file has none and refusing a file whose rules differ from them
+ * unless `replaceQuotas` (policy-edits.ts), with an audit line. Resolves with the policy written and the one it
+ * replaced.
  */
-export function uploadPolicy(
+export async function uploadPolicy(
   s3: S3Client,
   bucket: string,
   text: string,
   options: { key?: string; replaceQuotas?: boolean } = {},
 ): Promise<EditedPolicy> {
   const { key, ...upload } = options;
-  return editPolicy(new S3ObjectStore(s3, bucket), uploadedPolicy(text, upload), key === undefined ? {} : { key });
+  const edited = await editPolicy(
+    new S3ObjectStore(s3, bucket),
+    uploadedPolicy(text, upload),
+    key === undefined ? {} : { key },
+  );
+  auditUpload(bucket, edited.policy, edited.previous?.version);
+  return edited;
 }
 
-/** Validates the policy, then uploads it as given, unconditionally (the demo's and the tests' setup). */
-export function publishPolicy(s3: S3Client, bucket: string, text: string, key?: string): Promise<Policy> {
-  return publishPolicyTo(new S3ObjectStore(s3, bucket), text, key);
+/** Validates the policy, then uploads it as given, unconditionally (the demo's and the tests' setup), audited. */
+export async function publishPolicy(s3: S3Client, bucket: string, text: string, key?: string): Promise<Policy> {
+  const policy = await publishPolicyTo(new S3ObjectStore(s3, bucket), text, key);
+  auditUpload(bucket, policy, undefined);
+  return policy;
+}
+
+function auditUpload(bucket: string, policy: Policy, previousVersion: string | undefined): void {
+  audit({
+    action: "policy-upload",
+    bucket,
+    previousVersion,
+    version: policy.version,
+    quotaRules: [...policy.quotas.keys()],
+    tenants: policy.tenancy.list().map((tenant) => tenant.name),
+  });
 }
 
 /** Checks every bitmap, then uploads each to segments/<name>; a bad one uploads nothing. */

@@ -3,7 +3,7 @@
 import type { S3Client } from "@aws-sdk/client-s3";
 import type { Cluster } from "ioredis";
 import type { SyncReply } from "../../sdk/src/protocol/index.ts";
-import { slotGroupOf } from "../../sdk/src/protocol/index.ts";
+import { slotGroupOf, tenantNamespace } from "../../sdk/src/protocol/index.ts";
 import { RedisQuotaStore } from "../adapters/redis-quota-store.ts";
 import { S3ObjectStore } from "../adapters/s3-object-store.ts";
 import { DEFAULT_POLICY_KEY, type Policy, parsePolicyText } from "../core/capping/policy.ts";
@@ -12,6 +12,8 @@ import { QuotaSyncService, rulesStamp } from "../core/quotas/quota-sync-service.
 import { systemClock } from "../core/shared/clock.ts";
 import { ValidationError } from "../core/shared/errors.ts";
 import type { QuotaRuleDocument } from "../core/shared/quota-rules.ts";
+import type { TenantDocument } from "../core/shared/tenants.ts";
+import { audit } from "./audit.ts";
 
 export async function readPolicy(s3: S3Client, bucket: string, key = DEFAULT_POLICY_KEY) {
   const text = new TextDecoder().decode(await new S3ObjectStore(s3, bucket).get(key));
@@ -19,17 +21,38 @@ export async function readPolicy(s3: S3Client, bucket: string, key = DEFAULT_POL
 }
 
 /**
- * Adds or replaces the rule `rule.name` in the policy object with a new version (compare-and-set: made again
- * from the newer object when another edit came first; nothing is uploaded when invalid). Returns the policy,
- * the one it replaced, and when S3 wrote it.
+ * Adds or replaces the rule `rule.name` in the policy object with a new version, granted to the tenants named
+ * in `grantTo` (their `quota-sync`), with compare-and-set (made again from the newer object when another edit
+ * came first; nothing is uploaded when invalid) and an audit line. Returns the policy, the one it replaced, and
+ * when S3 wrote it.
  */
-export function setQuotaRule(s3: S3Client, bucket: string, rule: QuotaRuleDocument): Promise<PolicyWritten> {
-  return written(s3, bucket, withQuotaRule(rule));
+export async function setQuotaRule(
+  s3: S3Client,
+  bucket: string,
+  rule: QuotaRuleDocument,
+  grantTo: readonly string[] = [],
+): Promise<PolicyWritten> {
+  const result = await written(s3, bucket, withQuotaRule(rule, grantTo));
+  audit({
+    action: "quota-rule-set",
+    rule: rule.name,
+    previousVersion: result.previous?.version,
+    version: result.policy.version,
+    grantedTo: grantTo,
+  });
+  return result;
 }
 
-/** Takes the rule `name` out of the policy object (compare-and-set, as setQuotaRule). */
-export function removeQuotaRule(s3: S3Client, bucket: string, name: string): Promise<PolicyWritten> {
-  return written(s3, bucket, withoutQuotaRule(name));
+/** Takes the rule `name` out of the policy object (compare-and-set, as setQuotaRule), with an audit line. */
+export async function removeQuotaRule(s3: S3Client, bucket: string, name: string): Promise<PolicyWritten> {
+  const result = await written(s3, bucket, withoutQuotaRule(name));
+  audit({
+    action: "quota-rule-remove",
+    rule: name,
+    previousVersion: result.previous?.version,
+    version: result.policy.version,
+  });
+  return result;
 }
 
 export interface PolicyWritten {
@@ -46,15 +69,34 @@ async function written(s3: S3Client, bucket: string, edit: PolicyEdit): Promise<
 }
 
 /**
- * Writes every quota rule of `policy` to Redis now (what the check API does on its next sync), stamped
- * as a container reading the policy S3 wrote at `modifiedAt` would stamp it, so containers still on the
- * previous policy cannot overwrite it.
+ * Writes every quota rule of `policy` to Redis now (what the check API does on its next sync), in the
+ * namespace of each tenant that syncs it, stamped as a container reading the policy S3 wrote at
+ * `modifiedAt` would stamp it, so containers still on the previous policy cannot overwrite it.
  */
-export function publishQuotaRules(cluster: Cluster, namespace: string, policy: Policy, modifiedAt: number) {
-  return quotaService(cluster, namespace, policy).publish({
-    quotas: policy.quotas,
-    stamp: rulesStamp(modifiedAt, Date.now()),
-  });
+export async function publishQuotaRules(cluster: Cluster, namespace: string, policy: Policy, modifiedAt: number) {
+  const stamp = rulesStamp(modifiedAt, Date.now());
+  await Promise.all(
+    policy.tenancy.list().map((tenant) => {
+      const quotas = new Map([...policy.quotas].filter(([name]) => tenant.quotaRules.has(name)));
+      if (quotas.size === 0) return Promise.resolve();
+      return quotaService(cluster, tenantNamespace(namespace, tenant.namespace), policy).publish({ quotas, stamp });
+    }),
+  );
+}
+
+/**
+ * The namespace of the tenant whose key an operator reads: the one named, or the only tenant that syncs
+ * `rule`; a ValidationError naming --tenant otherwise.
+ */
+export function quotaTenantNamespace(namespace: string, policy: Policy, rule: string, tenant?: string): string {
+  const syncing = policy.tenancy.list().filter((t) => t.quotaRules.has(rule));
+  const chosen =
+    tenant === undefined ? (syncing.length === 1 ? syncing[0] : undefined) : syncing.find((t) => t.name === tenant);
+  if (!chosen) {
+    const names = syncing.map((t) => t.name).join(", ") || "none";
+    throw new ValidationError("--tenant", `name the tenant whose key to read (tenants syncing "${rule}": ${names})`);
+  }
+  return tenantNamespace(namespace, chosen.namespace);
 }
 
 /**

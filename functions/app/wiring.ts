@@ -2,6 +2,7 @@
 // entries and the local stack both use this, so they run the same code.
 import { Logger } from "@aws-lambda-powertools/logger";
 import { Metrics, MetricUnit } from "@aws-lambda-powertools/metrics";
+import { tenantNamespace } from "../../sdk/src/protocol/index.ts";
 import { createAwsClients } from "../adapters/aws-clients.ts";
 import {
   createRedisCluster,
@@ -21,6 +22,7 @@ import { Limiter } from "../core/limits/limiter.ts";
 import { NegativeCache } from "../core/limits/negative-cache.ts";
 import { QuotaSyncService, rulesStamp } from "../core/quotas/quota-sync-service.ts";
 import { type Clock, systemClock } from "../core/shared/clock.ts";
+import type { Tenant } from "../core/shared/tenants.ts";
 import {
   type CampaignConsumerHandlerDeps,
   makeCampaignConsumerHandler,
@@ -127,10 +129,23 @@ export function wireCheckApi(env: NodeJS.ProcessEnv, options: WiringOptions = {}
   // one invocation at a time, one script call each: nothing for autopipelining to batch
   // Clients syncing straight to Redis learn a quota rule (or its change) only from Redis: the rules are
   // written there as soon as this container loads them, not only before the next sync through this API.
+  // each tenant's quota rules live in its own namespace (docs/tenants.md), written for every tenant that syncs
   const publishQuotaRules = (active: Rules) =>
-    quotas
-      .publish(quotaRulesOf(active))
-      .catch((error) => logger.warn("quota rules not written to Redis; the next sync writes them", { error }));
+    Promise.all(
+      active.policy.tenancy
+        .list()
+        .filter((tenant) => tenant.quotaRules.size > 0)
+        .map((tenant) =>
+          quotasOf(tenant)
+            .publish(tenantQuotaRulesOf(active, tenant))
+            .catch((error) =>
+              logger.warn("quota rules not written to Redis; the next sync writes them", {
+                tenant: tenant.name,
+                error,
+              }),
+            ),
+        ),
+    );
   const { cluster, rules } = commonParts(config, logger, metrics, { autoPipelining: false }, publishQuotaRules);
   const limiter = new Limiter({
     store: new RedisLimitStore(cluster, { deadlineMs: config.CHECK_TIMEOUT_MS }),
@@ -175,15 +190,30 @@ export function wireCheckApi(env: NodeJS.ProcessEnv, options: WiringOptions = {}
       return { ok: false, redis, refused: rules.status().refused };
     }
   };
-  const quotas = new QuotaSyncService({
-    store: new RedisQuotaStore(cluster, config.KEY_NAMESPACE, config.CHECK_TIMEOUT_MS),
-    rules: async (quotaRule) => quotaRulesOf(await rules.current(quotaRule === undefined ? {} : { quotaRule })),
-    clock,
-  });
+  // one sync service per tenant namespace: its own keys, and only the rules the tenant syncs
+  const quotaServices = new Map<string, QuotaSyncService>();
+  const quotasOf = (tenant: Tenant): QuotaSyncService => {
+    let service = quotaServices.get(tenant.namespace);
+    if (!service) {
+      const namespace = tenantNamespace(config.KEY_NAMESPACE, tenant.namespace);
+      service = new QuotaSyncService({
+        store: new RedisQuotaStore(cluster, namespace, config.CHECK_TIMEOUT_MS),
+        rules: async (quotaRule) => {
+          const active = await rules.current(quotaRule === undefined ? {} : { quotaRule });
+          const now = active.policy.tenancy.list().find((t) => t.namespace === tenant.namespace) ?? tenant;
+          return tenantQuotaRulesOf(active, now);
+        },
+        clock,
+      });
+      quotaServices.set(tenant.namespace, service);
+    }
+    return service;
+  };
   const handler = makeCheckApiHandler({
     limiter,
     frequency: (body) => capper.checkUser(body),
-    quotaSync: (body) => quotas.sync(body),
+    quotaSync: (body, tenant) => quotasOf(tenant).sync(body),
+    tenancy: async (request) => (await rules.current(request)).policy.tenancy,
     routes: config.CHECK_API_ROUTES,
     health,
     logger,
@@ -210,7 +240,11 @@ export function wireCheckApi(env: NodeJS.ProcessEnv, options: WiringOptions = {}
   return { handler, cluster, config, warm };
 }
 
-/** The quota rules of the rules in service, stamped for the compare-and-set of their writes. */
-function quotaRulesOf({ policy, policyModifiedAt, loadedAt }: Rules) {
-  return { quotas: policy.quotas, stamp: rulesStamp(policyModifiedAt ?? 0, loadedAt ?? 0) };
+/**
+ * The quota rules of the rules in service that `tenant` syncs, stamped for the compare-and-set of their
+ * writes: a rule the tenant is no longer granted is removed from its namespace like a removed rule.
+ */
+function tenantQuotaRulesOf({ policy, policyModifiedAt, loadedAt }: Rules, tenant: Tenant) {
+  const quotas = new Map([...policy.quotas].filter(([name]) => tenant.quotaRules.has(name)));
+  return { quotas, stamp: rulesStamp(policyModifiedAt ?? 0, loadedAt ?? 0) };
 }

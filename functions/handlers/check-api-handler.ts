@@ -18,9 +18,11 @@ import {
   StoreReplyError,
   StoreUnavailableError,
 } from "../core/shared/errors.ts";
+import type { Tenancy, Tenant } from "../core/shared/tenants.ts";
 import type { CheckApiRoutes } from "./function-urls.ts";
 import { actionFor, HttpError, type HttpResponse, json, parseJsonObject, type Routes, refusal } from "./http.ts";
 import { rateLimitHeaders } from "./rate-limit-headers.ts";
+import { authorizeRequest, intentOf, principalOf } from "./tenant-authorization.ts";
 
 export interface HealthReport {
   ok: boolean;
@@ -36,8 +38,16 @@ export interface CheckApiDeps {
   /** POST /v1/frequency: one user, one channel, the campaign caps. */
   frequency: (body: unknown) => Promise<FrequencyResult>;
   health: () => Promise<HealthReport>;
-  /** POST /v1/quotas/sync: one Quotas sync call for clients outside the VPC (sdk/src/protocol/wire.ts). */
-  quotaSync?: (body: unknown) => Promise<SyncReply>;
+  /**
+   * POST /v1/quotas/sync: one Quotas sync call for clients outside the VPC (sdk/src/protocol/wire.ts), in
+   * the tenant's namespace.
+   */
+  quotaSync?: (body: unknown, tenant: Tenant) => Promise<SyncReply>;
+  /**
+   * The tenants of the policy in service: who may call which route (docs/tenants.md). `quotaRule`, the rule
+   * a sync names: a source still on the previous policy looks again first (the rule may be new).
+   */
+  tenancy: (request: { quotaRule?: string }) => Promise<Tenancy>;
   /**
    * What this function serves: every route, or `quota-sync`, `POST /v1/quotas/sync` alone (every other route
    * 404), the stack's QuotaSync function, whose URL Quotas clients are granted (IAM cannot narrow a Function
@@ -55,10 +65,22 @@ export interface CheckApiDeps {
 const decidedAt = (body: Record<string, unknown>, clock: Clock) =>
   typeof body.at === "number" ? body.at : clock.now();
 
-/** The cached denial of `request`, if it has one (undefined for a request the cache never answers). */
-function cachedDenial(cache: NegativeCache, request: ValidLimitRequest): LimitResult | undefined {
+/** A request's identity in the negative cache: its tenant's namespace first, so tenants never share a denial. */
+function tenantCacheIdentity(tenant: Tenant, request: ValidLimitRequest): string | undefined {
   const identity = cacheIdentity(request);
+  return identity === undefined ? undefined : `${tenant.namespace} ${identity}`;
+}
+
+/** The cached denial of `request`, if it has one (undefined for a request the cache never answers). */
+function cachedDenial(cache: NegativeCache, tenant: Tenant, request: ValidLimitRequest): LimitResult | undefined {
+  const identity = tenantCacheIdentity(tenant, request);
   return identity === undefined ? undefined : cache.get(identity);
+}
+
+/** The tenant of a route that has one: the handler authorized the request before its action ran. */
+function tenantOf(tenant: Tenant | undefined): Tenant {
+  if (tenant === undefined) throw new Error("unreachable: a tenant route ran without its tenant");
+  return tenant;
 }
 
 /** The check API's own body field: what to answer when the counter store does not. */
@@ -68,6 +90,13 @@ function checkOnStoreError(body: Record<string, unknown>): void {
     throw new HttpError(400, "invalid_request", 'expected "allow" or "deny"', "onStoreError");
   }
 }
+
+/** The metric each authorization refusal is counted in (docs/tenants.md). */
+const FORBIDDEN_METRICS: Record<string, string> = {
+  unknown_principal: "unknownPrincipal",
+  ambiguous_principal: "ambiguousPrincipal",
+  operation_not_allowed: "operationNotAllowed",
+};
 
 export function makeCheckApiHandler(deps: CheckApiDeps) {
   const { limiter, negativeCache, logger, metrics } = deps;
@@ -90,13 +119,14 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
 
   /** The reply to a /v1/limit request; a fresh denial is remembered (by the cache, which keeps denials only). */
   const limitReply = (
+    tenant: Tenant,
     request: ValidLimitRequest,
     body: Record<string, unknown>,
     reply: LimitResult,
     fresh: boolean,
   ) => {
     if (fresh && !reply.allowed && negativeCache) {
-      const identity = cacheIdentity(request);
+      const identity = tenantCacheIdentity(tenant, request);
       if (identity) negativeCache.remember(identity, reply);
     }
     count(request.algorithm, reply);
@@ -107,8 +137,8 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
   const quotaRoutes: Routes = quotaSync
     ? {
         "/v1/quotas/sync": {
-          POST: async (body) => {
-            const reply = await quotaSync(body);
+          POST: async (body, tenant) => {
+            const reply = await quotaSync(body, tenantOf(tenant));
             add("quotaSyncs");
             add("quotaSyncKeys", reply.entries.length);
             return json(200, reply);
@@ -128,19 +158,22 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
     "/v1/limit": {
       // not async: a then on the decision, not an await in an async function (the promises and ticks of
       // one more async layer on every check)
-      POST: (body) => {
+      POST: (body, caller) => {
+        const tenant = tenantOf(caller);
         const request = limiter.validate(body);
         // the cache is looked in only while it holds a denial: an environment that denied nothing lately
         // builds no identity for a request (only a fresh denial is remembered: see limitReply)
-        const cached = negativeCache?.size ? cachedDenial(negativeCache, request) : undefined;
+        const cached = negativeCache?.size ? cachedDenial(negativeCache, tenant, request) : undefined;
         // a cached denial is the same reply as the fresh denial it repeats
-        if (cached) return Promise.resolve(limitReply(request, body, cached, false));
-        return limiter.decide(request).then((reply) => limitReply(request, body, reply, true));
+        if (cached) return Promise.resolve(limitReply(tenant, request, body, cached, false));
+        return limiter
+          .decide(request, tenant.namespace)
+          .then((reply) => limitReply(tenant, request, body, reply, true));
       },
     },
     "/v1/limits": {
-      POST: async (body) => {
-        const reply = await limiter.checkAll(body);
+      POST: async (body, tenant) => {
+        const reply = await limiter.checkAll(body, tenantOf(tenant).namespace);
         count("limits", { allowed: reply.allowed });
         const denied = reply.results.find((r) => !r.allowed);
         const headline = denied ?? reply.results.reduce((a, b) => (b.remaining < a.remaining ? b : a));
@@ -180,7 +213,15 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
         body = parseJsonObject(event);
         checkOnStoreError(body);
       }
-      return action(body).catch((error: unknown) => failed(error, event, body));
+      const intent = intentOf(event.rawPath, body);
+      // health is no tenant's; every other route runs as the caller's tenant, refused (403) before it
+      // reads or writes anything when the caller has none or its tenant may not do what the request asks
+      if (intent === undefined) return action(body, undefined).catch((error: unknown) => failed(error, event, body));
+      const principal = principalOf(event);
+      return deps
+        .tenancy(intent.rule === undefined ? {} : { quotaRule: intent.rule })
+        .then((tenancy) => action(body, authorizeRequest(tenancy, principal, intent)))
+        .catch((error: unknown) => failed(error, event, body));
     } catch (error) {
       return Promise.resolve(failed(error, event, body));
     }
@@ -189,7 +230,13 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
   /** The answer to a request that threw or rejected with `error`: a refusal (4xx), or a fault (503, 500). */
   const failed = (error: unknown, event: APIGatewayProxyEventV2, body: Record<string, unknown>): HttpResponse => {
     const refused = refusal(error);
-    if (refused) return refused;
+    if (refused) {
+      if (error instanceof HttpError && error.status === 403) {
+        add(FORBIDDEN_METRICS[error.code] ?? "forbidden");
+        logger.warn("request refused", { path: event.rawPath, code: error.code, reason: error.message });
+      }
+      return refused;
+    }
     if (error instanceof StoreUnavailableError) {
       add("storeErrors");
       logger.warn("store unavailable", { path: event.rawPath, error: error.message });

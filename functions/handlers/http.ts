@@ -3,13 +3,15 @@
 import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2 } from "aws-lambda";
 import { MAX_SYNC_BODY_BYTES } from "../../sdk/src/protocol/index.ts";
 import { ValidationError } from "../core/shared/errors.ts";
+import type { Tenant } from "../core/shared/tenants.ts";
 import { repeatedMember } from "./json-members.ts";
 
 /** Every route's body limit: the quota wire protocol's, which the SDK sizes its sync requests against. */
 export const MAX_BODY_BYTES = MAX_SYNC_BODY_BYTES;
 
 export type HttpResponse = APIGatewayProxyStructuredResultV2;
-export type Action = (body: Record<string, unknown>) => Promise<HttpResponse>;
+/** A route's work for one request: its body, and the tenant it runs as (undefined on a route of no tenant). */
+export type Action = (body: Record<string, unknown>, tenant: Tenant | undefined) => Promise<HttpResponse>;
 /** Path -> method -> action. */
 export type Routes = Record<string, Partial<Record<"GET" | "POST", Action>>>;
 
@@ -79,7 +81,7 @@ export function actionFor(routes: Routes, event: APIGatewayProxyEventV2): Action
     );
   }
   if (method !== "HEAD") return action;
-  return async (body) => ({ ...(await action(body)), body: "" });
+  return async (body, tenant) => ({ ...(await action(body, tenant)), body: "" });
 }
 
 /** The reply to a refused request (HttpError, or a ValidationError from the core: 400); undefined for faults. */

@@ -2,7 +2,7 @@
 // and for the frequency check (a fresh block, and the same block after a long history), beside a bare Redis
 // round trip on the same client (the floor).
 import type { Context } from "aws-lambda";
-import { functionUrlEvent } from "../local/function-url-server.ts";
+import { localPrincipalEvent } from "../local/local-principals.ts";
 import type { LocalStack } from "../local-stack.ts";
 import { latencies } from "./timing.ts";
 
@@ -39,19 +39,17 @@ export async function latencyRows(environment: Environment, context: Context): P
   for (const [name, spec] of Object.entries(limits)) {
     // 1,000 keys in turn: every request is allowed and reaches Redis (no negative-cache answers)
     const result = await latencies(2000, (i) =>
-      handler(functionUrlEvent("POST", "/v1/limit", JSON.stringify({ key: `k${i % 1000}`, ...spec }))),
+      handler(localPrincipalEvent("/v1/limit", JSON.stringify({ key: `k${i % 1000}`, ...spec }))),
     );
     rows.push(`| POST /v1/limit ${name}${notOk()} | ${ms(result.p50)} | ${ms(result.p99)} |`);
   }
   const frequency = await latencies(2000, (i) =>
-    handler(functionUrlEvent("POST", "/v1/frequency", JSON.stringify({ userId: i + 1000, channel: "push" }))),
+    handler(localPrincipalEvent("/v1/frequency", JSON.stringify({ userId: i + 1000, channel: "push" }))),
   );
   rows.push(`| POST /v1/frequency${notOk()} | ${ms(frequency.p50)} | ${ms(frequency.p99)} |`);
   // one block (256 consecutive users) whose log grows: the cost must not follow its history
   const inBlock = (i: number) =>
-    handler(
-      functionUrlEvent("POST", "/v1/frequency", JSON.stringify({ userId: 512_000 + (i & 255), channel: "push" })),
-    );
+    handler(localPrincipalEvent("/v1/frequency", JSON.stringify({ userId: 512_000 + (i & 255), channel: "push" })));
   const freshBlock = await latencies(1000, inBlock);
   rows.push(
     `| POST /v1/frequency, one block, its first 1,200 checks${notOk()} | ${ms(freshBlock.p50)} | ${ms(freshBlock.p99)} |`,

@@ -7,7 +7,7 @@ import { createAwsClients } from "../../functions/adapters/aws-clients.ts";
 import { RedisLimitStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
 import { uploadObject } from "../../functions/app/operator-actions.ts";
 import { Limiter } from "../../functions/core/limits/limiter.ts";
-import { functionUrlEvent } from "../local/function-url-server.ts";
+import { localPrincipalEvent, withLocalTenant } from "../local/local-principals.ts";
 import { lambdaContext } from "../local/sqs-poller.ts";
 import { DAY } from "./campaign.ts";
 import { latencyRows } from "./check-api-latency.ts";
@@ -34,13 +34,15 @@ export async function runCheckApi(): Promise<string[]> {
       s3,
       stack.endpoints.bucket,
       "config/policy.json",
-      JSON.stringify({
-        version: "bench",
-        channels: ["push"],
-        segments: [],
-        // the largest cap a policy may hold: no user of the frequency rows reaches it
-        default: { name: "everyone", caps: { push: [{ window: "1d", max: 10_000 }] } },
-      }),
+      JSON.stringify(
+        withLocalTenant({
+          version: "bench",
+          channels: ["push"],
+          segments: [],
+          // the largest cap a policy may hold: no user of the frequency rows reaches it
+          default: { name: "everyone", caps: { push: [{ window: "1d", max: 10_000 }] } },
+        }),
+      ),
     );
     const environments = stack.checkApiEnvironments;
     // one execution environment, one request at a time, for the latencies
@@ -83,7 +85,7 @@ export async function runCheckApi(): Promise<string[]> {
     // every 200 charged 1; more charges than 200s are requests answered otherwise (or still in flight,
     // at most 32, when autocannon stopped) that were charged all the same
     const peek = await first.handler(
-      functionUrlEvent("POST", "/v1/limit", JSON.stringify({ ...JSON.parse(body), cost: 0 })),
+      localPrincipalEvent("/v1/limit", JSON.stringify({ ...JSON.parse(body), cost: 0 })),
       context,
     );
     const charged = 1_000_000_000 - (JSON.parse(peek.body ?? "{}") as { remaining: number }).remaining;
@@ -99,10 +101,10 @@ export async function runCheckApi(): Promise<string[]> {
         return (request: unknown) => limiter.check(request);
       }),
     );
-    const event = functionUrlEvent("POST", "/v1/limit", body);
+    const event = localPrincipalEvent("/v1/limit", body);
     const handlers = oneCallEach(
       environments.map(
-        (environment) => (event: ReturnType<typeof functionUrlEvent>) => environment.handler(event, context),
+        (environment) => (event: ReturnType<typeof localPrincipalEvent>) => environment.handler(event, context),
       ),
     );
     const rlfPerEnvironment = oneCallEach(

@@ -4,6 +4,7 @@ import { defaultProvider } from "@aws-sdk/credential-provider-node";
 import { type Command, Option } from "commander";
 import { ValidationError } from "../../functions/core/shared/errors.ts";
 import { ENDPOINTS_FILE } from "../local/endpoints.ts";
+import { LOCAL_CREDENTIAL, LOCAL_REGION } from "../local/local-principals.ts";
 import { functionUrlRegion, type SignedRequest, signRequest } from "../sign-request.ts";
 import { localEndpoints, required } from "./aws-options.ts";
 
@@ -44,8 +45,12 @@ export function addCheckCommand(program: Command): void {
           headers: json === undefined ? {} : { "content-type": "application/json" },
           body: json ?? "",
         };
+        // the local stack's URLs (on loopback) have AWS_IAM auth too: signed by its own key (local-principals.ts)
+        const loopback = ["127.0.0.1", "localhost", "[::1]"].includes(new URL(request.url).hostname);
         const region = functionUrlRegion(request.url) ?? options.region;
-        if (options.sign || functionUrlRegion(request.url)) {
+        if (loopback && !options.sign) {
+          request = await signRequest(request, { region: LOCAL_REGION, credentials: LOCAL_CREDENTIAL });
+        } else if (options.sign || functionUrlRegion(request.url)) {
           if (!region) throw new ValidationError("--region", "required to sign a request to this URL");
           request = await signRequest(request, { region, credentials: defaultProvider() });
         }

@@ -5,6 +5,7 @@ import type { Command } from "commander";
 import {
   type PolicyWritten,
   publishQuotaRules,
+  quotaTenantNamespace,
   quotaUsage,
   readPolicy,
   removeQuotaRule,
@@ -65,6 +66,7 @@ export function addQuotasCommands(program: Command): void {
         .option("--lease-ms <ms>", "strict: token lease; approximate: allowance validity")
         .option("--fallback <what>", "deny | allow | share (approximate only); default: strict deny, approximate share")
         .option("--slot-groups <n>", "hash slots the rule's keys are spread over")
+        .option("--tenant <name...>", "grant the rule to these tenants (their quota-sync)")
         .option("--bucket <name>", "the config bucket"),
     ),
   ).action(
@@ -78,6 +80,7 @@ export function addQuotasCommands(program: Command): void {
           leaseMs?: string;
           fallback?: string;
           slotGroups?: string;
+          tenant?: string[];
         },
     ) => {
       const { s3, local } = aws(options);
@@ -106,7 +109,12 @@ export function addQuotasCommands(program: Command): void {
         ...(options.slotGroups === undefined ? {} : { slotGroups: integer("--slot-groups", options.slotGroups) }),
       } as Parameters<typeof setQuotaRule>[2];
       if (problems.length > 0) throw new ValidationError("", problems.join("; "));
-      const written = await setQuotaRule(s3, required(options.bucket, local?.bucket, "--bucket"), rule);
+      const written = await setQuotaRule(
+        s3,
+        required(options.bucket, local?.bucket, "--bucket"),
+        rule,
+        options.tenant ?? [],
+      );
       await followedByRedis(written, options, local?.redis);
     },
   );
@@ -132,23 +140,36 @@ export function addQuotasCommands(program: Command): void {
         .description("what each window of a rule holds for a key now")
         .argument("<rule>", "rule name")
         .argument("<key>", "quota key")
+        .option("--tenant <name>", "the tenant whose key (default: the only tenant syncing the rule)")
         .option("--bucket <name>", "the config bucket"),
     ),
-  ).action(async (ruleName: string, key: string, options: AwsOptions & RedisOptions & { bucket?: string }) => {
-    const { s3, local } = aws(options);
-    const { policy } = await readPolicy(s3, required(options.bucket, local?.bucket, "--bucket"));
-    const nodes = options.redis ?? local?.redis;
-    if (!nodes) throw new ValidationError("--redis", "required (or --local)");
-    const reply = await withCluster(nodes, options, (cluster) =>
-      quotaUsage(cluster, options.namespace, policy, ruleName, key),
-    );
-    const rule = policy.quotas.get(ruleName)!.rule;
-    const [entry] = reply.entries;
-    rule.limits.forEach((limit, i) => {
-      console.log(
-        `${ruleName} ${key}\t${limit.windowMs / 1000}s\tused or reserved ${entry?.used[i] ?? 0} of ${limit.max}`,
+  ).action(
+    async (
+      ruleName: string,
+      key: string,
+      options: AwsOptions & RedisOptions & { bucket?: string; tenant?: string },
+    ) => {
+      const { s3, local } = aws(options);
+      const { policy } = await readPolicy(s3, required(options.bucket, local?.bucket, "--bucket"));
+      const nodes = options.redis ?? local?.redis;
+      if (!nodes) throw new ValidationError("--redis", "required (or --local)");
+      const reply = await withCluster(nodes, options, (cluster) =>
+        quotaUsage(
+          cluster,
+          quotaTenantNamespace(options.namespace, policy, ruleName, options.tenant),
+          policy,
+          ruleName,
+          key,
+        ),
       );
-    });
-    console.log(`active instances ${reply.instances}`);
-  });
+      const rule = policy.quotas.get(ruleName)!.rule;
+      const [entry] = reply.entries;
+      rule.limits.forEach((limit, i) => {
+        console.log(
+          `${ruleName} ${key}\t${limit.windowMs / 1000}s\tused or reserved ${entry?.used[i] ?? 0} of ${limit.max}`,
+        );
+      });
+      console.log(`active instances ${reply.instances}`);
+    },
+  );
 }

@@ -1,8 +1,16 @@
 // A local Lambda Function URL: HTTP requests become payload-2.0 events for the handler, and its result
-// becomes the HTTP response, as on AWS (with AWS_IAM auth there; none on loopback).
+// becomes the HTTP response, as on AWS. With credentials it has AWS_IAM auth as on AWS: each request's SigV4
+// signature is checked (sigv4-verify.ts), a bad one is answered 403 without invoking the function, and the
+// event carries the caller in requestContext.authorizer.iam; without, auth NONE (no caller).
 import { randomUUID } from "node:crypto";
 import { createServer, type IncomingMessage, type Server } from "node:http";
-import type { APIGatewayProxyEventV2, APIGatewayProxyStructuredResultV2, Context } from "aws-lambda";
+import type {
+  APIGatewayEventRequestContextIAMAuthorizer,
+  APIGatewayProxyEventV2,
+  APIGatewayProxyStructuredResultV2,
+  Context,
+} from "aws-lambda";
+import { type LocalCredential, SigV4Verifier } from "./sigv4-verify.ts";
 import { lambdaContext } from "./sqs-poller.ts";
 
 export type FunctionUrlHandler = (
@@ -34,13 +42,25 @@ export function dispatcher(handlers: readonly FunctionUrlHandler[]): FunctionUrl
   };
 }
 
-/** Serves `handlers` (the execution environments of function `functionName`) at a local Function URL. */
+export interface FunctionUrlAuth {
+  /** AWS_IAM auth: the keys that may sign, each standing for a principal. */
+  credentials: readonly LocalCredential[];
+  /** The clock signatures are dated against (default: the system's). */
+  now?: () => number;
+}
+
+/**
+ * Serves `handlers` (the execution environments of function `functionName`) at a local Function URL, with
+ * AWS_IAM auth when `auth` names credentials.
+ */
 export async function startFunctionUrlServer(
   handlers: FunctionUrlHandler | readonly FunctionUrlHandler[],
   port = 0,
   functionName = "tollgate-check-api",
+  auth?: FunctionUrlAuth,
 ): Promise<{ url: string; server: Server; stop(): Promise<void> }> {
   const handler = dispatcher(Array.isArray(handlers) ? handlers : [handlers as FunctionUrlHandler]);
+  const verifier = auth ? new SigV4Verifier(auth.credentials, auth.now) : undefined;
   const server = createServer(async (request, response) => {
     try {
       const body = await readBody(request);
@@ -48,7 +68,22 @@ export async function startFunctionUrlServer(
         response.writeHead(413, { "content-type": "application/json" }).end('{"error":{"code":"payload_too_large"}}');
         return;
       }
-      const result = await handler(toEvent(request, body), lambdaContext(30_000, functionName));
+      let iam: APIGatewayEventRequestContextIAMAuthorizer["iam"] | undefined;
+      if (verifier) {
+        const verified = await verifier.verify({
+          method: request.method ?? "GET",
+          target: request.url ?? "/",
+          headers: request.headers as Record<string, string>,
+          body,
+        });
+        // what a Function URL with AWS_IAM answers an unsigned or badly signed request: the function never runs
+        if (!verified.ok) {
+          response.writeHead(403, { "content-type": "application/json" }).end('{"Message":"Forbidden"}');
+          return;
+        }
+        iam = verified.iam;
+      }
+      const result = await handler(toEvent(request, body, iam), lambdaContext(30_000, functionName));
       const payload = result.isBase64Encoded ? Buffer.from(result.body ?? "", "base64") : (result.body ?? "");
       // A Function URL buffers the function's whole result: the body goes out with its length, head and
       // body in one write, not in chunked transfer coding (a head, then a chunk, its size and the last one).
@@ -89,7 +124,11 @@ function readBody(request: IncomingMessage): Promise<string | undefined> {
   });
 }
 
-function toEvent(request: IncomingMessage, body: string): APIGatewayProxyEventV2 {
+function toEvent(
+  request: IncomingMessage,
+  body: string,
+  iam?: APIGatewayEventRequestContextIAMAuthorizer["iam"],
+): APIGatewayProxyEventV2 {
   // a loop, not Object.fromEntries(Object.entries(...).map(...)): this is emulation work on every request
   const headers: Record<string, string> = {};
   for (const name in request.headers) {
@@ -102,19 +141,24 @@ function toEvent(request: IncomingMessage, body: string): APIGatewayProxyEventV2
     body,
     headers,
     request.socket.remoteAddress ?? "127.0.0.1",
+    iam,
   );
 }
 
 /** A path that a WHATWG URL leaves as it is: segments of letters, digits, "-" and "_", no query. */
 const PLAIN_PATH = /^(\/[\w-]+)*\/?$/;
 
-/** The payload 2.0 event a Function URL hands its function for one request. */
+/**
+ * The payload 2.0 event a Function URL hands its function for one request; `iam`, the signed caller of a
+ * URL with AWS_IAM auth (requestContext.authorizer.iam).
+ */
 export function functionUrlEvent(
   method: string,
   target: string,
   body: string,
   headers: Record<string, string> = {},
   sourceIp = "127.0.0.1",
+  iam?: APIGatewayEventRequestContextIAMAuthorizer["iam"],
 ): APIGatewayProxyEventV2 {
   // a WHATWG URL only where it could change the path or has a query: on AWS the event comes built, so
   // parsing one per request is emulation work the function never pays for
@@ -139,6 +183,7 @@ export function functionUrlEvent(
       stage: "$default",
       time: requestTime(now),
       timeEpoch: now,
+      ...(iam ? { authorizer: { iam } } : {}),
     },
     ...(body ? { body } : {}),
     isBase64Encoded: false,

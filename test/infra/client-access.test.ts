@@ -22,7 +22,13 @@ type Statement = { Action: string | string[]; Resource: unknown; Condition?: unk
 
 /** Tollgate plus a client stack ("OrdersApi") that uses both helpers; app.synth() runs cdk-nag on both. */
 function synthWithClient(context: Record<string, unknown>) {
-  const { app, stack } = buildApp({ ...cdkJson.context, "aws:cdk:bundling-stacks": [], ...context });
+  // the client acts for tenant "orders", which has a Redis user of its own
+  const { app, stack } = buildApp({
+    ...cdkJson.context,
+    "aws:cdk:bundling-stacks": [],
+    "tollgate:cacheTenants": ["orders"],
+    ...context,
+  });
   const client = new Stack(app, "OrdersApi");
   // outside the VPC: a Lambda role calling the Function URL
   const syncRole = new iam.Role(client, "SyncRole", { assumedBy: new iam.ServicePrincipal("lambda.amazonaws.com") });
@@ -30,7 +36,7 @@ function synthWithClient(context: Record<string, unknown>) {
   // inside the VPC: tasks with their own security group calling Redis directly
   const tasks = new ec2.SecurityGroup(client, "Tasks", { vpc: stack.network.vpc, allowAllOutbound: false });
   const taskRole = new iam.Role(client, "TaskRole", { assumedBy: new iam.ServicePrincipal("ecs-tasks.amazonaws.com") });
-  stack.grantCacheAccess(tasks, taskRole);
+  stack.grantCacheAccess(tasks, taskRole, "orders");
   app.synth();
   const tollgate = Template.fromStack(stack).toJSON() as TemplateJson;
   const orders = Template.fromStack(client).toJSON() as TemplateJson;
@@ -121,7 +127,10 @@ describe("grantQuotaSync: a client outside the VPC", () => {
 });
 
 describe("grantCacheAccess: a client inside the VPC", () => {
-  const { tollgate, orders, ids } = synthWithClient({ "tollgate:profile": "prod" });
+  const { tollgate, orders, ids } = synthWithClient({
+    "tollgate:profile": "prod",
+    "tollgate:cacheTenants": ["orders"],
+  });
   const redisGroup = () => {
     const [[, cache] = []] = ofType(tollgate, "AWS::ElastiCache::ReplicationGroup");
     if (!cache) throw new Error("no replication group");
@@ -149,15 +158,35 @@ describe("grantCacheAccess: a client inside the VPC", () => {
     expect(imported(egress[0]?.DestinationSecurityGroupId, tollgate)).toEqual(group);
   });
 
-  it("lets the client's role read the AUTH token's secret, and nothing else", () => {
-    const [[secretId] = []] = ofType(tollgate, "AWS::SecretsManager::Secret");
+  it("lets the client's role read its tenant's Redis password, and nothing else: never the AUTH token", () => {
+    const secrets = ofType(tollgate, "AWS::SecretsManager::Secret");
+    const tenantSecret = secrets.find(([id]) => id.includes("Tenantorders"))?.[0];
+    expect(tenantSecret).toBeDefined();
     const statements = statementsOf(orders, ids.taskRole);
     expect(statements.flatMap(actionsOf).sort()).toEqual([
       "secretsmanager:DescribeSecret",
       "secretsmanager:GetSecretValue",
     ]);
-    for (const statement of statements) expect(imported(statement.Resource, tollgate)).toEqual({ Ref: secretId });
-    expect(tollgate.Outputs?.RedisAuthSecretArn?.Value).toEqual({ Ref: secretId });
+    for (const statement of statements) expect(imported(statement.Resource, tollgate)).toEqual({ Ref: tenantSecret });
+    expect(tollgate.Outputs?.RedisAuthSecretArn?.Value).not.toEqual({ Ref: tenantSecret });
+    expect(tollgate.Outputs?.RedisTenantSecretArnorders?.Value).toEqual({ Ref: tenantSecret });
+  });
+
+  it("puts the cache behind an RBAC user group: the default user the functions', the tenant's user its quota keys only", () => {
+    const [[, cache] = []] = ofType(tollgate, "AWS::ElastiCache::ReplicationGroup");
+    expect(cache?.Properties.AuthToken).toBeUndefined();
+    expect(cache?.Properties.UserGroupIds).toHaveLength(1);
+    const users = ofType(tollgate, "AWS::ElastiCache::User").map(([, user]) => user.Properties);
+    expect(users.map((user) => [user.UserName, user.AccessString])).toEqual([
+      ["default", "on ~* +@all"],
+      ["tollgate-orders", expect.stringMatching(/^on ~tg:t:orders:q:\* -@all \+fcall /)],
+    ]);
+    const [[, group] = []] = ofType(tollgate, "AWS::ElastiCache::UserGroup");
+    expect(group?.Properties.UserIds).toHaveLength(2);
+  });
+
+  it("refuses at synth a grant for a tenant without a Redis user", () => {
+    expect(() => synthWithClient({ "tollgate:cacheTenants": [] })).toThrow(/tenant "orders" has no Redis user/);
   });
 });
 

@@ -7,14 +7,19 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { promisify } from "node:util";
+import { CreateBucketCommand } from "@aws-sdk/client-s3";
 import { Match, Template } from "aws-cdk-lib/assertions";
 import * as iam from "aws-cdk-lib/aws-iam";
 import { beforeAll, describe, expect, it } from "vitest";
+import { uploadObject } from "../../functions/app/operator-actions.ts";
 import { buildApp } from "../../infra/app.ts";
 import { functionUrlEvent } from "../../scripts/local/function-url-server.ts";
+import { withLocalTenant } from "../../scripts/local/local-principals.ts";
 import { lambdaContext } from "../../scripts/local/sqs-poller.ts";
+import { useAwsEmulator } from "../support/aws-emulator.ts";
 import { clusterPorts } from "../support/cluster.ts";
 import { invokeOnNode22 } from "../support/node22.ts";
+import { localIam } from "../support/tenants.ts";
 
 const execFileAsync = promisify(execFile);
 type Resources = Record<string, { Type: string; Properties: Record<string, unknown> }>;
@@ -251,6 +256,9 @@ describe("template", () => {
 });
 
 describe("the bundles synth built", () => {
+  // the policy names the tenants every check API request is authorized by: a bucket with one in it
+  const emulator = useAwsEmulator();
+  const bucket = `bundles-${Date.now()}`;
   const assetOf = (logicalIdPart: string) => {
     const found = ofType("AWS::Lambda::Function").find(([id]) => id.includes(logicalIdPart));
     if (!found) throw new Error(`no function ${logicalIdPart} in the template`);
@@ -262,15 +270,21 @@ describe("the bundles synth built", () => {
   /** A fresh module instance of the check API bundle: what one new execution environment runs at init. */
   const coldCheckApi = (environment: string) =>
     import(`${pathToFileURL(assetOf("CheckApi")).href}?environment=${environment}`) as Promise<CheckApiBundle>;
-  const limitEvent = (limit: object) => functionUrlEvent("POST", "/v1/limit", JSON.stringify(limit));
+  // signed by the local principal, whom the bucket's policy makes a tenant
+  const limitEvent = (limit: object) =>
+    functionUrlEvent("POST", "/v1/limit", JSON.stringify(limit), {}, "127.0.0.1", localIam);
 
-  beforeAll(() => {
+  beforeAll(async () => {
+    await emulator.s3.send(new CreateBucketCommand({ Bucket: bucket }));
+    const policy = { version: "bundles.1", channels: ["push"], segments: [], default: { name: "all", caps: {} } };
+    await uploadObject(emulator.s3, bucket, "config/policy.json", JSON.stringify(withLocalTenant(policy)));
     Object.assign(process.env, {
       REDIS_NODES: clusterPorts
         .slice(0, 3)
         .map((port) => `127.0.0.1:${port}`)
         .join(","),
-      CONFIG_BUCKET: "unused-here",
+      CONFIG_BUCKET: bucket,
+      AWS_ENDPOINT_URL: emulator.endpoint,
       DELIVERY_QUEUE_URL: "http://127.0.0.1:1/000000000000/delivery",
       DEAD_LETTER_QUEUE_URL: "http://127.0.0.1:1/000000000000/dlq",
       KEY_NAMESPACE: `bundle-${Date.now()}`,
@@ -281,7 +295,10 @@ describe("the bundles synth built", () => {
     // what Lambda runs, not the test's own Node: a native addon built for another Node failed only there
     const env = {
       REDIS_NODES: process.env.REDIS_NODES as string,
-      CONFIG_BUCKET: "unused-here",
+      CONFIG_BUCKET: bucket,
+      AWS_ENDPOINT_URL: emulator.endpoint,
+      AWS_ACCESS_KEY_ID: "local",
+      AWS_SECRET_ACCESS_KEY: "local",
       DELIVERY_QUEUE_URL: "http://127.0.0.1:1/000000000000/delivery",
       DEAD_LETTER_QUEUE_URL: "http://127.0.0.1:1/000000000000/dlq",
       KEY_NAMESPACE: `bundle22-${Date.now()}`,

@@ -6,6 +6,7 @@ import { createAwsClients } from "../../functions/adapters/aws-clients.ts";
 import { uploadRules as uploadRulesTo } from "../../functions/app/operator-actions.ts";
 import type { DeliveryMessage } from "../../functions/core/capping/delivery.ts";
 import { readDelivery } from "../../scripts/delivery-queue.ts";
+import { withLocalTenant } from "../../scripts/local/local-principals.ts";
 import { lambdaContext, toSqsEvent } from "../../scripts/local/sqs-poller.ts";
 import { type LocalStack, type LocalStackOptions, startLocalStack } from "../../scripts/local-stack.ts";
 import { uniqueNamespace } from "./cluster.ts";
@@ -27,13 +28,14 @@ export function clientsOf(stack: LocalStack) {
   return createAwsClients({ region: stack.endpoints.region, endpoint: stack.endpoints.awsEndpoint });
 }
 
-/** Uploads a policy and the bitmaps of its segments (members by segment name). */
-export async function uploadRules<Policy extends { segments: readonly { name: string; bitmap: string }[] }>(
-  stack: LocalStack,
-  policy: Policy,
-  members: Record<string, number[]>,
-) {
-  await uploadRulesTo(clientsOf(stack).s3, stack.endpoints.bucket, policy, members);
+/**
+ * Uploads a policy and the bitmaps of its segments (members by segment name); a policy naming no tenants
+ * gets the local principal's (every operation, every quota rule), as the local stack and demo configure.
+ */
+export async function uploadRules<
+  Policy extends { segments: readonly { name: string; bitmap: string }[]; quotas?: readonly unknown[] },
+>(stack: LocalStack, policy: Policy, members: Record<string, number[]>) {
+  await uploadRulesTo(clientsOf(stack).s3, stack.endpoints.bucket, withLocalTenant(policy), members);
 }
 
 export async function sendRaw(stack: LocalStack, body: string): Promise<string> {

@@ -6,6 +6,7 @@
 import { InvalidPolicyError, ValidationError, WriteConflictError } from "../shared/errors.ts";
 import type { ConditionalObjectStore } from "../shared/object-store.ts";
 import type { QuotaRuleDocument } from "../shared/quota-rules.ts";
+import type { TenantDocument } from "../shared/tenants.ts";
 import { DEFAULT_POLICY_KEY, type Policy, parsePolicyText } from "./policy.ts";
 
 /** The policy an edit starts from: its text and, when that text is valid, the parsed policy. */
@@ -77,13 +78,37 @@ function readCurrent(text: string): CurrentPolicy {
   }
 }
 
-/** The edit of `quotas set`: the rule added, or put in place of the one of that name. */
-export function withQuotaRule(rule: QuotaRuleDocument): PolicyEdit {
+/**
+ * The edit of `quotas set`: the rule added, or put in place of the one of that name, and granted to the
+ * tenants named in `grantTo` (their `quota-sync`; ValidationError on `--tenant` for a tenant the policy lacks).
+ */
+export function withQuotaRule(rule: QuotaRuleDocument, grantTo: readonly string[] = []): PolicyEdit {
   return (current) => {
     const document = currentDocument(current);
     const quotas = (document.quotas ?? []).filter((existing) => existing.name !== rule.name);
-    return render({ ...document, version: nextVersion(document.version), quotas: [...quotas, rule] });
+    for (const name of grantTo) {
+      if (!document.tenants?.some((tenant) => tenant.name === name))
+        throw new ValidationError("--tenant", `no tenant "${name}" in policy ${document.version}`);
+    }
+    const tenants = document.tenants?.map((tenant) =>
+      grantTo.includes(tenant.name) ? grantRule(tenant, rule.name) : tenant,
+    );
+    return render({
+      ...document,
+      version: nextVersion(document.version),
+      quotas: [...quotas, rule],
+      ...(tenants ? { tenants } : {}),
+    });
   };
+}
+
+/** `tenant` with `rule` among the rules it syncs. */
+function grantRule(tenant: TenantDocument, rule: string): TenantDocument {
+  const operations = tenant.operations.includes("quota-sync")
+    ? tenant.operations
+    : [...tenant.operations, "quota-sync"];
+  const quotaRules = [...new Set([...(tenant.quotaRules ?? []), rule])];
+  return { ...tenant, operations, quotaRules } as TenantDocument;
 }
 
 /** The edit of `quotas remove`: the rule taken out (ValidationError when the policy has none of that name). */
@@ -102,22 +127,26 @@ export function withoutQuotaRule(name: string): PolicyEdit {
 }
 
 /**
- * The edit of `policy upload`: the file's policy, keeping the quota rules of the policy in the bucket when
- * the file has no `quotas` (the capping team's file need not carry the API teams' rules). A file whose
+ * The edit of `policy upload`: the file's policy, keeping the quota rules and tenants of the policy in the
+ * bucket when the file has no `quotas` or no `tenants` (the capping team's file need not carry the API teams'). A file whose
  * `quotas` differ from those in the bucket is refused unless `replaceQuotas`: it would delete or undo rules
  * another team set.
  */
 export function uploadedPolicy(text: string, options: { replaceQuotas?: boolean } = {}): PolicyEdit {
   return (current) => {
-    const uploaded = parsePolicyText(text); // the file alone first: its own problems, by field
-    const document = JSON.parse(text) as PolicyDocument;
-    const inBucket = current?.policy ? (JSON.parse(current.text) as PolicyDocument).quotas : undefined;
-    if (document.quotas === undefined) {
-      return inBucket === undefined ? text : render({ ...document, quotas: inBucket });
-    }
-    if (options.replaceQuotas || current?.policy === undefined) return text;
+    const fileDocument = documentOf(text);
+    const bucketDocument = current?.policy ? (JSON.parse(current.text) as PolicyDocument) : undefined;
+    // what the file leaves out is kept from the bucket: the capping team's file need not carry the API teams'
+    // quota rules, nor the tenants that sync them
+    const kept: Partial<PolicyDocument> = {};
+    if (fileDocument.quotas === undefined && bucketDocument?.quotas !== undefined) kept.quotas = bucketDocument.quotas;
+    if (fileDocument.tenants === undefined && bucketDocument?.tenants !== undefined)
+      kept.tenants = bucketDocument.tenants;
+    const result = Object.keys(kept).length === 0 ? text : render({ ...fileDocument, ...kept });
+    const uploaded = parsePolicyText(result); // its problems, by field
+    if (fileDocument.quotas === undefined || options.replaceQuotas || current?.policy === undefined) return result;
     const changes = quotaChanges(current.policy, uploaded);
-    if (changes.length === 0) return text;
+    if (changes.length === 0) return result;
     throw new ValidationError(
       "quotas",
       `the file's quota rules differ from those of the policy in the bucket (${changes.join(", ")}), which other teams set with \`tollgate quotas set\`: leave "quotas" out of the file to keep them, or pass --replace-quotas to replace them`,
@@ -125,9 +154,22 @@ export function uploadedPolicy(text: string, options: { replaceQuotas?: boolean 
   };
 }
 
+/** The file as a JSON object; text that is not one fails as parsePolicyText says (InvalidPolicyError). */
+function documentOf(text: string): PolicyDocument {
+  let document: unknown;
+  try {
+    document = JSON.parse(text);
+  } catch {
+    parsePolicyText(text);
+  }
+  if (typeof document !== "object" || document === null || Array.isArray(document)) parsePolicyText(text);
+  return document as PolicyDocument;
+}
+
 interface PolicyDocument {
   version: string;
   quotas?: QuotaRuleDocument[];
+  tenants?: TenantDocument[];
   [field: string]: unknown;
 }
 

@@ -5,6 +5,7 @@ import { MAX_FUTURE_MS } from "../shared/clock.ts";
 import { MAX_WINDOW_MS, MIN_WINDOW_MS, parseDuration } from "../shared/duration.ts";
 import { InvalidPolicyError } from "../shared/errors.ts";
 import { compileQuotaRules, type PublishedQuotaRule, quotaRulesSchema } from "../shared/quota-rules.ts";
+import { Tenancy, tenantsSchema } from "../shared/tenants.ts";
 import { describeIssues } from "../shared/validation.ts";
 
 /** Each allowed send is kept in the user's log, so `max` bounds the log's length. */
@@ -61,6 +62,8 @@ export const policySchema = z
     default: z.strictObject({ name: name("segment"), caps: capsSchema }),
     /** Quotas mode rules (docs/quotas.md); optional, so policies written before it stay valid. */
     quotas: quotaRulesSchema.optional(),
+    /** Who may call the check API and the quota sync route, and for what (docs/tenants.md); none: nobody. */
+    tenants: tenantsSchema.optional(),
   })
   .superRefine((policy, ctx) => {
     const seenChannels = new Set<string>();
@@ -112,6 +115,17 @@ export const policySchema = z
         message: `"${policy.default.name}" is also a segment name`,
       });
     checkCaps(policy.default.caps, ["default", "caps"]);
+    const rules = new Set((policy.quotas ?? []).map((rule) => rule.name));
+    policy.tenants?.forEach((tenant, i) => {
+      tenant.quotaRules?.forEach((rule, j) => {
+        if (!rules.has(rule))
+          ctx.addIssue({
+            code: "custom",
+            path: ["tenants", i, "quotaRules", j],
+            message: `unknown quota rule "${rule}" (not in quotas)`,
+          });
+      });
+    });
   });
 
 export type PolicyDocument = z.output<typeof policySchema>;
@@ -152,6 +166,8 @@ export interface Policy {
   capsFor(segment: number, channel: string): readonly CapRule[];
   /** Quotas mode rules by name (empty without a `quotas` section). */
   quotas: ReadonlyMap<string, PublishedQuotaRule>;
+  /** The tenants, by principal (none without a `tenants` section: every request is refused). */
+  tenancy: Tenancy;
 }
 
 /** Validates a parsed JSON document; throws InvalidPolicyError listing every problem by field. */
@@ -205,6 +221,7 @@ function compilePolicy(document: PolicyDocument): Policy {
       return table[segment]?.get(channel) ?? [];
     },
     quotas: compileQuotaRules(document.version, document.quotas ?? []),
+    tenancy: new Tenancy(document.tenants ?? []),
   };
 }
 

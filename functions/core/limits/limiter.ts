@@ -1,7 +1,7 @@
 // The rate limiter: one limit (its algorithm's own script) or several of one scope checked and charged
 // all-or-nothing in one atomic call of lua/limits.lua. Requests are validated here, once.
 
-import { DEFAULT_NAMESPACE, limitKey, scopedLimitKey } from "../../../sdk/src/protocol/index.ts";
+import { DEFAULT_NAMESPACE, limitKey, scopedLimitKey, tenantNamespace } from "../../../sdk/src/protocol/index.ts";
 import { type Clock, decisionTimeAt, systemClock } from "../shared/clock.ts";
 import { ValidationError } from "../shared/errors.ts";
 import { checkNamespace } from "../shared/namespace.ts";
@@ -35,6 +35,8 @@ export class Limiter {
   private readonly clock: Clock;
   private readonly namespace: string;
   private readonly validSpecs = new ValidSpecs();
+  /** Each tenant's key namespace, built once (tenantNamespace checks both names). */
+  private readonly tenantNamespaces = new Map<string, string>();
 
   constructor(options: LimiterOptions) {
     this.store = options.store;
@@ -43,7 +45,7 @@ export class Limiter {
   }
 
   /** One limit (POST /v1/limit): validate, then decide. */
-  check(request: unknown): Promise<LimitResult & { algorithm: Algorithm }> {
+  check(request: unknown, tenant?: string): Promise<LimitResult & { algorithm: Algorithm }> {
     // not async, no spread: the promise layer and the copy cost more than the limiter's own work
     let valid: ValidLimitRequest;
     try {
@@ -51,7 +53,7 @@ export class Limiter {
     } catch (error) {
       return Promise.reject(error);
     }
-    return this.decide(valid).then((result) => {
+    return this.decide(valid, tenant).then((result) => {
       const named = result as LimitResult & { algorithm: Algorithm };
       named.algorithm = valid.algorithm;
       return named;
@@ -73,25 +75,44 @@ export class Limiter {
     return parsed as ValidLimitRequest;
   }
 
-  /** Charges and decides one validated limit in its algorithm's script. */
-  decide(request: ValidLimitRequest): Promise<LimitResult> {
+  /**
+   * The namespace of `tenant`'s keys (docs/tenants.md); without one, the deployment's own (the limiter used
+   * as a library; the check API always names the caller's tenant).
+   */
+  private namespaceOf(tenant: string | undefined): string {
+    if (tenant === undefined) return this.namespace;
+    let scoped = this.tenantNamespaces.get(tenant);
+    if (scoped === undefined) {
+      scoped = tenantNamespace(this.namespace, tenant);
+      this.tenantNamespaces.set(tenant, scoped);
+    }
+    return scoped;
+  }
+
+  /** Charges and decides one validated limit in its algorithm's script, in `tenant`'s namespace. */
+  decide(request: ValidLimitRequest, tenant?: string): Promise<LimitResult> {
     // one reading: it validates `at` and counts the state's lifetime
     const clock = this.clock.now();
     let now: number;
+    let key: string;
     try {
       now = decisionTimeAt(request.at, clock, MAX_PAST_MS);
+      key = limitKey(this.namespaceOf(tenant), request.algorithm, request.key);
     } catch (error) {
       return Promise.reject(error);
     }
-    const key = limitKey(this.namespace, request.algorithm, request.key);
     return this.store
       .runLimit(request.algorithm, key, limitArgs(now, request, request.cost ?? 1, clock))
       .then(decodeLimitReply);
   }
 
-  /** Several limits, all charged or none (POST /v1/limits); the keys share the scope's hash slot. */
+  /**
+   * Several limits, all charged or none (POST /v1/limits), in `tenant`'s namespace; the keys share the
+   * scope's hash slot.
+   */
   async checkAll(
     request: unknown,
+    tenant?: string,
   ): Promise<{ allowed: boolean; results: (LimitResult & { key: string; algorithm: Algorithm })[] }> {
     const parsed = parseOrThrow(limitsRequestSchema, request);
     const costs = parsed.limits.map((spec, i) =>
@@ -99,7 +120,8 @@ export class Limiter {
     );
     const clock = this.clock.now();
     const now = decisionTimeAt(parsed.at, clock, MAX_PAST_MS);
-    const keys = parsed.limits.map((spec) => scopedLimitKey(this.namespace, parsed.scope, spec.algorithm, spec.key));
+    const namespace = this.namespaceOf(tenant);
+    const keys = parsed.limits.map((spec) => scopedLimitKey(namespace, parsed.scope, spec.algorithm, spec.key));
     const reply = await this.store.runLimits(keys, limitsArgs(now, parsed.limits, costs, clock));
     const results = decodeLimitsReply(reply, parsed.limits.length);
     return {

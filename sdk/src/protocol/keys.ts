@@ -26,6 +26,9 @@
 // open or close one:
 //   <ns>:rl:{<key>}:<algorithm>              POST /v1/limit
 //   <ns>:rls:{<scope>}:<algorithm>:<key>     POST /v1/limits, every limit of a scope in one slot
+// A tenant's keys (docs/tenants.md): the rate-limit and quota keys above with `<ns>:t:<tenant>` as their
+// namespace (tenantNamespace); a tenant namespace has no ":" and no braces, so one tenant's keys are never
+// a prefix of another's, and what a request names comes after it.
 // The bench's baseline (not the product's): <ns>:log:{<user>} or <ns>:log:{<tag>}:<user> (perUserLogKey).
 import { WireError } from "./errors.ts";
 
@@ -47,6 +50,32 @@ export const DEFAULT_NAMESPACE = "tg";
 export const NAME_PATTERN = /^[A-Za-z0-9_.:-]{1,64}$/;
 /** What NAME_PATTERN asks for, in words (the message of a name that does not match it). */
 export const NAME_RULE = "expected 1-64 characters of A-Z, a-z, 0-9, _ . : -";
+
+/** A tenant namespace: 1-32 characters of a-z, 0-9, "-" (no ":", no braces). */
+export const TENANT_NAMESPACE_PATTERN = /^[a-z0-9][a-z0-9-]{0,31}$/;
+
+/**
+ * The namespace of every rate-limit and quota key of one tenant: `<namespace>:t:<tenant>`. The server puts
+ * each request's keys here from the caller's identity; a tenant's Redis user may reach `<this>:*` only.
+ */
+export function tenantNamespace(namespace: string, tenant: string): string {
+  checkName("namespace", namespace);
+  if (!TENANT_NAMESPACE_PATTERN.test(tenant))
+    throw new WireError("tenant", 'expected 1-32 characters of a-z, 0-9, "-"');
+  const scoped = `${namespace}:t:${tenant}`;
+  checkName("namespace", scoped);
+  return scoped;
+}
+
+/**
+ * The key pattern of a tenant's Redis user (an ACL `~pattern`): the tenant's quota keys and nothing else.
+ * The namespace holds no glob character (NAME_PATTERN), so the pattern matches exactly that prefix. It takes
+ * the rules' configuration (`:cfg`) in too: FCALL needs write access to every key it declares, and the
+ * quota script declares the configuration (docs/tenants.md: what that leaves a tenant).
+ */
+export function tenantQuotaKeyPattern(namespace: string, tenant: string): string {
+  return `${tenantNamespace(namespace, tenant)}:q:*`;
+}
 
 /** The hash tag of a user's capping keys. */
 export function capTagOf(userId: number): number {

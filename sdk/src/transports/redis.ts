@@ -17,6 +17,7 @@ import {
   type RedisFunctionLibrary,
   type SyncReply,
   type SyncRequest,
+  tenantNamespace,
 } from "../protocol/index.ts";
 import type { QuotaTransport } from "../quotas.ts";
 
@@ -25,6 +26,11 @@ export interface RedisTransportOptions {
   redis: Cluster | Redis;
   /** Key namespace, as the Tollgate deployment's (default "tg"). */
   namespace?: string;
+  /**
+   * The tenant whose keys this service syncs (its `namespace` in the policy's tenants): the keys go under
+   * `<namespace>:t:<tenant>`, the pattern the tenant's Redis user may reach (docs/tenants.md).
+   */
+  tenant?: string;
   /** A call without a reply after this long counts as unreachable (default 500 ms). */
   timeoutMs?: number;
 }
@@ -46,8 +52,16 @@ function quotaSyncLibrary(): RedisFunctionLibrary<"quotaSync" | "quotaRead"> {
 }
 
 export function redisTransport(options: RedisTransportOptions): QuotaTransport {
-  const namespace = options.namespace ?? DEFAULT_NAMESPACE;
-  if (!NAME_PATTERN.test(namespace)) throw new QuotasConfigError("namespace", `expected ${NAME_PATTERN}`);
+  const base = options.namespace ?? DEFAULT_NAMESPACE;
+  if (!NAME_PATTERN.test(base)) throw new QuotasConfigError("namespace", `expected ${NAME_PATTERN}`);
+  let namespace = base;
+  if (options.tenant !== undefined) {
+    try {
+      namespace = tenantNamespace(base, options.tenant);
+    } catch (error) {
+      throw new QuotasConfigError("tenant", (error as Error).message);
+    }
+  }
   const timeoutMs = options.timeoutMs ?? 500;
   const { redis } = options;
   const quotaSync = quotaSyncLibrary();

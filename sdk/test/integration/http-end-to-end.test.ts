@@ -5,6 +5,7 @@
 import type { AddressInfo } from "node:net";
 import express from "express";
 import { afterAll, beforeAll, expect, it } from "vitest";
+import { LOCAL_SIGNING } from "../../../scripts/local/local-principals.ts";
 import type { LocalStack } from "../../../scripts/local-stack.ts";
 import { testStack, uploadRules } from "../../../test/support/pipeline.ts";
 import { expressQuotas } from "../../src/middleware/express.ts";
@@ -30,7 +31,9 @@ afterAll(async () => {
 
 /** Ten requests for `key` under `rule` through a real Express server, one sync after each; their statuses. */
 async function tenRequests(rule: string, key: string): Promise<{ statuses: number[]; last: unknown }> {
-  const quotas = createQuotas({ transport: httpTransport({ url: stack.endpoints.quotaSyncUrl }) });
+  const quotas = createQuotas({
+    transport: httpTransport({ url: stack.endpoints.quotaSyncUrl, signing: LOCAL_SIGNING }),
+  });
   const app = express();
   app.use(expressQuotas(quotas, { rule, key: (req) => String(req.headers["x-api-key"]) }));
   app.get("/hello", (_req, res) => {

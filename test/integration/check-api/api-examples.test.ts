@@ -7,6 +7,7 @@ import type { LocalStack } from "../../../scripts/local-stack.ts";
 import { EXAMPLES_NOW, examplesOf, readDoc } from "../../support/docs-examples.ts";
 import { testStack, uploadRules } from "../../support/pipeline.ts";
 import { designPolicy } from "../../support/rules.ts";
+import { signedFetch } from "../../support/signed-fetch.ts";
 
 const examples = examplesOf(readDoc("docs/api.md"));
 
@@ -27,9 +28,10 @@ it("has examples to run, some with their headers", () => {
 
 it("answers every example of docs/api.md as documented", async () => {
   for (const example of examples) {
-    const response = await fetch(`${stack.endpoints.functionUrl}${example.path}`, {
+    // signed by the local principal's key, the tenant the policy of docs/api.md gives it
+    const response = await signedFetch(`${stack.endpoints.functionUrl}${example.path}`, {
       method: example.method,
-      ...(example.body ? { body: example.body, headers: { "content-type": "application/json" } } : {}),
+      ...(example.body ? { body: example.body } : {}),
     });
     const label = `${example.method} ${example.path} ${example.body.slice(0, 100)}`;
     expect(response.status, label).toBe(example.status);

@@ -4,8 +4,10 @@ import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { wireCheckApi } from "../../../functions/app/wiring.ts";
 import { runCli } from "../../../scripts/cli.ts";
 import { startFunctionUrlServer } from "../../../scripts/local/function-url-server.ts";
+import { LOCAL_CREDENTIAL } from "../../../scripts/local/local-principals.ts";
 import type { LocalStack } from "../../../scripts/local-stack.ts";
 import { testStack, uploadRules } from "../../support/pipeline.ts";
+import { signedFetch } from "../../support/signed-fetch.ts";
 
 let stack: LocalStack;
 let url: string;
@@ -28,7 +30,7 @@ afterAll(async () => {
 });
 
 const post = (path: string, body: unknown, base = url) =>
-  fetch(`${base}${path}`, {
+  signedFetch(`${base}${path}`, {
     method: "POST",
     headers: { "content-type": "application/json" },
     body: typeof body === "string" ? body : JSON.stringify(body),
@@ -106,7 +108,7 @@ describe("POST /v1/limit", () => {
       expect(error.code).toBe({ 400: "invalid_request", 413: "payload_too_large", 404: "not_found" }[status]);
       expect(error.path).toBe(field);
     }
-    const wrongMethod = await fetch(`${url}/v1/limit`);
+    const wrongMethod = await signedFetch(`${url}/v1/limit`);
     expect(wrongMethod.status).toBe(405);
     expect(wrongMethod.headers.get("allow")).toBe("POST");
   });
@@ -148,15 +150,15 @@ describe("RateLimit headers", () => {
 
 describe("methods (RFC 9110)", () => {
   it("answers HEAD as GET without the content, and names the allowed methods on a 405", async () => {
-    const get = await fetch(`${url}/v1/health`);
-    const head = await fetch(`${url}/v1/health`, { method: "HEAD" });
+    const get = await signedFetch(`${url}/v1/health`);
+    const head = await signedFetch(`${url}/v1/health`, { method: "HEAD" });
     expect(head.status).toBe(get.status);
     expect(head.headers.get("content-type")).toBe(get.headers.get("content-type"));
     expect(await head.text()).toBe("");
     const postHealth = await post("/v1/health", {});
     expect(postHealth.status).toBe(405);
     expect(postHealth.headers.get("allow")).toBe("GET, HEAD");
-    const headLimit = await fetch(`${url}/v1/limit`, { method: "HEAD" });
+    const headLimit = await signedFetch(`${url}/v1/limit`, { method: "HEAD" });
     expect(headLimit.status).toBe(405);
     expect(headLimit.headers.get("allow")).toBe("POST");
   });
@@ -187,7 +189,7 @@ describe("POST /v1/limits", () => {
 
 describe("GET /v1/health", () => {
   it("reports Redis, the policy in service and the segment sizes", async () => {
-    const response = await fetch(`${url}/v1/health`);
+    const response = await signedFetch(`${url}/v1/health`);
     expect(response.status).toBe(200);
     expect(await response.json()).toEqual({ ok: true, redis: "ok", policyVersion: "check.1", segments: { new: 3 } });
   });
@@ -202,7 +204,9 @@ describe("when Redis does not answer", () => {
       AWS_ENDPOINT_URL: stack.endpoints.awsEndpoint,
       CHECK_TIMEOUT_MS: "50",
     });
-    const server = await startFunctionUrlServer(api.handler);
+    const server = await startFunctionUrlServer(api.handler, 0, "tollgate-check-api", {
+      credentials: [LOCAL_CREDENTIAL],
+    });
     try {
       const limit = { key: "k", algorithm: "fixed-window", max: 1, windowMs: 1000 };
       const closed = await post("/v1/limit", limit, server.url);
@@ -218,7 +222,7 @@ describe("when Redis does not answer", () => {
       const open = await post("/v1/limit", { ...limit, onStoreError: "allow" }, server.url);
       expect(open.status).toBe(200);
       expect(await open.json()).toEqual({ allowed: true, reason: "store_unavailable", maybeCounted: false });
-      const health = await fetch(`${server.url}/v1/health`);
+      const health = await signedFetch(`${server.url}/v1/health`);
       expect(health.status).toBe(503);
       expect(await health.json()).toMatchObject({ ok: false, redis: "unavailable" });
     } finally {

@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { TollgateCluster } from "../../../functions/adapters/redis-cluster.ts";
 import { uploadObject } from "../../../functions/app/operator-actions.ts";
 import { acceptedPolicyKey } from "../../../functions/core/capping/rules-source.ts";
+import { LOCAL_CREDENTIAL } from "../../../scripts/local/local-principals.ts";
 import type { LocalStack } from "../../../scripts/local-stack.ts";
 import { capIdentityKey, capTagOf } from "../../../sdk/src/protocol/index.ts";
 import { connectCluster, uniqueNamespace } from "../../support/cluster.ts";
@@ -21,6 +22,7 @@ import {
   testStack,
   uploadRules,
 } from "../../support/pipeline.ts";
+import { signedFetch } from "../../support/signed-fetch.ts";
 
 const policy = {
   version: "faults.1",
@@ -30,7 +32,7 @@ const policy = {
 };
 
 const post = (stack: LocalStack, path: string, body: unknown) =>
-  fetch(`${stack.endpoints.functionUrl}${path}`, {
+  signedFetch(`${stack.endpoints.functionUrl}${path}`, {
     method: "POST",
     headers: { "content-type": "application/json" },
     body: JSON.stringify(body),
@@ -155,17 +157,17 @@ describe("a cold container with a bad policy", () => {
     await uploadRules(stack, policy, { new: [1, 2, 3] });
     // one environment brings the policy into service (and keeps its copy), then the bad upload, then a new one
     await withFreshCheckApi(stack, async (url) => {
-      expect((await fetch(`${url}/v1/health`)).status).toBe(200);
+      expect((await signedFetch(`${url}/v1/health`)).status).toBe(200);
     });
     await uploadObject(clientsOf(stack).s3, stack.endpoints.bucket, "config/policy.json", '{ "version": ');
     await withFreshCheckApi(stack, async (url) => {
-      const response = await fetch(`${url}/v1/frequency`, {
+      const response = await signedFetch(`${url}/v1/frequency`, {
         method: "POST",
         body: JSON.stringify({ userId: 1, channel: "push", consume: false }),
       });
       expect(response.status).toBe(200);
       expect(await response.json()).toMatchObject({ segment: "new" });
-      const health = await fetch(`${url}/v1/health`);
+      const health = await signedFetch(`${url}/v1/health`);
       expect(health.status).toBe(200);
       expect(await health.json()).toMatchObject({
         policyVersion: "faults.1",
@@ -179,7 +181,7 @@ describe("a cold container with a bad policy", () => {
     await uploadObject(s3, stack.endpoints.bucket, "config/policy.json", '{ "version": ');
     await s3.send(new DeleteObjectCommand({ Bucket: stack.endpoints.bucket, Key: acceptedPolicyKey }));
     await withFreshCheckApi(stack, async (url) => {
-      const response = await fetch(`${url}/v1/frequency`, {
+      const response = await signedFetch(`${url}/v1/frequency`, {
         method: "POST",
         body: JSON.stringify({ userId: 1, channel: "push" }),
       });
@@ -187,7 +189,7 @@ describe("a cold container with a bad policy", () => {
       expect(await response.json()).toEqual({
         error: { code: "rules_unavailable", message: "no valid capping policy is loaded" },
       });
-      const health = await fetch(`${url}/v1/health`);
+      const health = await signedFetch(`${url}/v1/health`);
       expect(health.status).toBe(503);
       const report = (await health.json()) as { refused: { key: string; reason: string }[] };
       expect(report.refused).toEqual([
@@ -209,19 +211,21 @@ describe("a 0-byte bitmap uploaded over a live segment", () => {
 
   it("leaves a new environment (fresh wiring) serving the last good rules, never rules_unavailable, and health says so", async () => {
     // the stack's check API brings the segment into service (and keeps its copy), then the bad upload
-    const before = (await (await fetch(`${stack.endpoints.functionUrl}/v1/health`)).json()) as { segments: unknown };
+    const before = (await (await signedFetch(`${stack.endpoints.functionUrl}/v1/health`)).json()) as {
+      segments: unknown;
+    };
     expect(before.segments).toEqual({ new: 3 });
     await uploadObject(clientsOf(stack).s3, stack.endpoints.bucket, "segments/new.roaring", new Uint8Array(0));
     await withFreshCheckApi(stack, async (url) => {
       const responses = await Promise.all(
         [1, 2, 3, 4].map((userId) =>
-          fetch(`${url}/v1/frequency`, { method: "POST", body: JSON.stringify({ userId, channel: "push" }) }),
+          signedFetch(`${url}/v1/frequency`, { method: "POST", body: JSON.stringify({ userId, channel: "push" }) }),
         ),
       );
       expect(responses.map((r) => r.status)).toEqual([200, 200, 200, 200]);
       const segments = await Promise.all(responses.map(async (r) => ((await r.json()) as { segment: string }).segment));
       expect(segments).toEqual(["new", "new", "new", "rest"]);
-      const health = await fetch(`${url}/v1/health`);
+      const health = await signedFetch(`${url}/v1/health`);
       expect(health.status).toBe(200);
       expect(await health.json()).toMatchObject({
         ok: true,
@@ -244,7 +248,9 @@ async function withFreshCheckApi(stack: LocalStack, run: (url: string) => Promis
     AWS_ENDPOINT_URL: stack.endpoints.awsEndpoint,
     REFRESH_SECONDS: "0",
   });
-  const server = await startFunctionUrlServer(api.handler);
+  const server = await startFunctionUrlServer(api.handler, 0, "tollgate-check-api", {
+    credentials: [LOCAL_CREDENTIAL],
+  });
   try {
     await run(server.url);
   } finally {

@@ -1,13 +1,15 @@
 // POST /v1/quotas/sync through the local Function URL server, the real handler and the real cluster: the
 // strict request schema, the rule's slot groups, replays, and the rule published from the policy.
+
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import type { TollgateCluster } from "../../../functions/adapters/redis-cluster.ts";
 import { RedisQuotaStore } from "../../../functions/adapters/redis-quota-store.ts";
 import type { LocalStack } from "../../../scripts/local-stack.ts";
 import type { SyncRequest } from "../../../sdk/src/protocol/index.ts";
-import { slotGroupOf } from "../../../sdk/src/protocol/index.ts";
+import { slotGroupOf, tenantNamespace } from "../../../sdk/src/protocol/index.ts";
 import { connectCluster, uniqueNamespace } from "../../support/cluster.ts";
 import { testStack, uploadRules } from "../../support/pipeline.ts";
+import { signedFetch } from "../../support/signed-fetch.ts";
 
 let stack: LocalStack;
 let cluster: TollgateCluster;
@@ -44,7 +46,7 @@ afterAll(async () => {
 type Refusal = { error: { message: string; path: string } };
 
 const sync = (body: unknown) =>
-  fetch(`${stack.endpoints.functionUrl}/v1/quotas/sync`, {
+  signedFetch(`${stack.endpoints.functionUrl}/v1/quotas/sync`, {
     method: "POST",
     headers: { "content-type": "application/json" },
     body: JSON.stringify(body),
@@ -167,7 +169,7 @@ describe("POST /v1/quotas/sync", () => {
 
   it("is served at the quota-sync URL (the check API's quotas alias, what grantQuotaSync grants), which answers no other route but its health", async () => {
     const post = (path: string, body: unknown) =>
-      fetch(`${stack.endpoints.quotaSyncUrl}${path}`, {
+      signedFetch(`${stack.endpoints.quotaSyncUrl}${path}`, {
         method: "POST",
         headers: { "content-type": "application/json" },
         body: JSON.stringify(body),
@@ -187,9 +189,9 @@ describe("POST /v1/quotas/sync", () => {
       expect(((await refused.json()) as { error: { code: string } }).error.code).toBe("not_found");
     }
     // its health is served there too (a probe of this URL alone sees whether its Redis answers)
-    expect((await fetch(`${stack.endpoints.quotaSyncUrl}/v1/health`)).status).toBe(200);
+    expect((await signedFetch(`${stack.endpoints.quotaSyncUrl}/v1/health`)).status).toBe(200);
     // the check API's own URL still serves every route
-    expect((await fetch(`${stack.endpoints.functionUrl}/v1/health`)).status).not.toBe(404);
+    expect((await signedFetch(`${stack.endpoints.functionUrl}/v1/health`)).status).not.toBe(404);
   });
 
   it("answers a request of no keys (quotas.ready() asking for a rule) with the rule's definition, and counts nothing", async () => {
@@ -197,9 +199,10 @@ describe("POST /v1/quotas/sync", () => {
     expect(reply).toMatchObject({ status: "applied", rule: { mode: "strict", slotGroups: 4 }, entries: [] });
   });
 
-  it("answers norule for a rule the policy does not have", async () => {
-    const reply = await (await sync(request({ rule: "nope" }))).json();
-    expect(reply).toMatchObject({ status: "norule", entries: [] });
+  it("refuses a rule the policy does not have (no tenant syncs it) with 403, before anything is written", async () => {
+    const response = await sync(request({ rule: "nope" }));
+    expect(response.status).toBe(403);
+    expect(await response.json()).toMatchObject({ error: { code: "operation_not_allowed" } });
   });
 
   it("a rule added to the policy reaches an instance that syncs directly to Redis once a container loads the policy, with no POST /v1/quotas/sync", async () => {
@@ -210,10 +213,11 @@ describe("POST /v1/quotas/sync", () => {
       {},
     );
     // any request makes the container load the policy (REFRESH_SECONDS 0); health reads no quota rule
-    expect(await (await fetch(`${stack.endpoints.functionUrl}/v1/health`)).json()).toMatchObject({
+    expect(await (await signedFetch(`${stack.endpoints.functionUrl}/v1/health`)).json()).toMatchObject({
       policyVersion: "quotas.2",
     });
-    const direct = new RedisQuotaStore(cluster, namespace);
+    // the local tenant's namespace, where the container writes the rules that tenant syncs
+    const direct = new RedisQuotaStore(cluster, tenantNamespace(namespace, "local"));
     const body: SyncRequest = {
       instanceId: "in-vpc",
       rule: "vpc",

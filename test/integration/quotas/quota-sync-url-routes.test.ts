@@ -11,6 +11,7 @@ import { describe, expect, it } from "vitest";
 import { Limiter } from "../../../functions/core/limits/limiter.ts";
 import { makeCheckApiHandler } from "../../../functions/handlers/check-api-handler.ts";
 import type { CheckApiRoutes } from "../../../functions/handlers/function-urls.ts";
+import { localIam, localTenancy } from "../../support/tenants.ts";
 
 const ARN = "arn:aws:lambda:eu-west-1:123456789012:function:tollgate-check-api";
 const context = (invokedFunctionArn: string) =>
@@ -30,7 +31,7 @@ const event = (method: string, rawPath: string, body = "{}", isBase64Encoded = f
     body,
     isBase64Encoded,
     headers: { "content-type": "application/json" },
-    requestContext: { http: { method, path: rawPath } },
+    requestContext: { http: { method, path: rawPath }, authorizer: { iam: localIam } },
   }) as unknown as APIGatewayProxyEventV2;
 
 function handlerWithSpies(routes?: CheckApiRoutes) {
@@ -48,6 +49,7 @@ function handlerWithSpies(routes?: CheckApiRoutes) {
     },
   });
   const handler = makeCheckApiHandler({
+    tenancy: async () => localTenancy(["api"]),
     limiter,
     frequency: () => {
       called.push("frequency");

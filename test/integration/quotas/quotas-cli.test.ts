@@ -8,6 +8,7 @@ import { redisTransport } from "../../../sdk/src/transports/redis.ts";
 import { cliOutput } from "../../support/cli-output.ts";
 import { connectCluster, uniqueNamespace } from "../../support/cluster.ts";
 import { testStack, uploadRules } from "../../support/pipeline.ts";
+import { signedFetch } from "../../support/signed-fetch.ts";
 
 const namespace = uniqueNamespace();
 let stack: LocalStack;
@@ -29,12 +30,23 @@ afterAll(async () => {
 describe("tollgate quotas", () => {
   it("sets a rule, lists it, reaches a client's next sync at once, and reads a key's usage", async () => {
     expect((await cliOutput(["quotas", "list", ...target.slice(0, 4)])).text).toContain("has no quota rules");
-    const set = await cliOutput(["quotas", "set", "api", "--mode", "approximate", "--limit", "1s=50", ...target]);
+    const set = await cliOutput([
+      "quotas",
+      "set",
+      "api",
+      "--mode",
+      "approximate",
+      "--limit",
+      "1s=50",
+      "--tenant",
+      "local",
+      ...target,
+    ]);
     expect(set).toMatchObject({ code: 0 });
     expect(set.text).toContain("written to Redis");
     expect((await cliOutput(["quotas", "list", ...target.slice(0, 4)])).text).toMatch(/^api\tapproximate\t50\/1s\t/);
 
-    const sync = await fetch(`${stack.endpoints.functionUrl}/v1/quotas/sync`, {
+    const sync = await signedFetch(`${stack.endpoints.functionUrl}/v1/quotas/sync`, {
       method: "POST",
       body: JSON.stringify({
         instanceId: "c1",
@@ -52,7 +64,7 @@ describe("tollgate quotas", () => {
     expect(usage.text).toContain("api t\t1s\tused or reserved 50 of 50");
     // a read: the operator is not an instance, for the figure it prints nor for what clients are told
     expect(usage.text).toContain("active instances 1");
-    const next = await fetch(`${stack.endpoints.functionUrl}/v1/quotas/sync`, {
+    const next = await signedFetch(`${stack.endpoints.functionUrl}/v1/quotas/sync`, {
       method: "POST",
       body: JSON.stringify({
         instanceId: "c1",

@@ -7,6 +7,7 @@ import { startCluster, stopCluster } from "../../../scripts/redis-cluster.ts";
 import type { SyncRequest } from "../../../sdk/src/protocol/index.ts";
 import { basePort } from "../../support/cluster.ts";
 import { testStack, uploadRules } from "../../support/pipeline.ts";
+import { signedFetch } from "../../support/signed-fetch.ts";
 
 // beside the suite's own cluster: two suites on one machine never share it
 const OUTAGE_PORT = Number(process.env.REDIS_OUTAGE_BASE_PORT ?? basePort + 300);
@@ -42,7 +43,7 @@ const sync = async (): Promise<{ status: number; body: { status?: string } }> =>
     configVersion: "",
     entries: [{ key: "tenant-1", usage: [], refunds: [], offered: 1, want: 0 }],
   };
-  const response = await fetch(`${stack.endpoints.quotaSyncUrl}/v1/quotas/sync`, {
+  const response = await signedFetch(`${stack.endpoints.quotaSyncUrl}/v1/quotas/sync`, {
     method: "POST",
     headers: { "content-type": "application/json" },
     body: JSON.stringify(request),

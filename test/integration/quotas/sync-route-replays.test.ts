@@ -1,8 +1,10 @@
 // POST /v1/quotas/sync on the local stack: replayed, reordered and concurrent syncs, `tollgate quotas set` and
 // `usage`, and SDK instances syncing over HTTP.
+
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import type { TollgateCluster } from "../../../functions/adapters/redis-cluster.ts";
 import { runCli } from "../../../scripts/cli.ts";
+import { LOCAL_SIGNING } from "../../../scripts/local/local-principals.ts";
 import type { LocalStack } from "../../../scripts/local-stack.ts";
 import {
   type ApproximateAssignment,
@@ -16,6 +18,7 @@ import { createQuotas } from "../../../sdk/src/quotas.ts";
 import { httpTransport } from "../../../sdk/src/transports/http.ts";
 import { connectCluster, uniqueNamespace } from "../../support/cluster.ts";
 import { testStack, uploadRules } from "../../support/pipeline.ts";
+import { signedFetch } from "../../support/signed-fetch.ts";
 
 let cluster: TollgateCluster;
 beforeAll(() => {
@@ -57,7 +60,7 @@ describe("review: POST /v1/quotas/sync, replayed, reordered and concurrent syncs
     await stack.stop();
   });
   const sync = async (body: SyncRequest): Promise<SyncReply> => {
-    const response = await fetch(`${stack.endpoints.functionUrl}/v1/quotas/sync`, {
+    const response = await signedFetch(`${stack.endpoints.functionUrl}/v1/quotas/sync`, {
       method: "POST",
       headers: { "content-type": "application/json" },
       body: JSON.stringify(body),
@@ -190,7 +193,7 @@ describe("review: POST /v1/quotas/sync, replayed, reordered and concurrent syncs
     await uploadRules(stack, withGroups("review.groups.1", 1), {});
     const errors: Error[] = [];
     const quotas = createQuotas({
-      transport: httpTransport({ url: stack.endpoints.functionUrl }),
+      transport: httpTransport({ url: stack.endpoints.functionUrl, signing: LOCAL_SIGNING }),
       onError: (error) => errors.push(error),
     });
     const keys = Array.from({ length: 16 }, (_, i) => `tenant-${i}`);
@@ -214,7 +217,7 @@ describe("review: POST /v1/quotas/sync, replayed, reordered and concurrent syncs
     const errors: string[] = [];
     const quotas = createQuotas({
       // a generous timeout: this asserts what the route answers, not how fast a loaded machine is
-      transport: httpTransport({ url: stack.endpoints.functionUrl, timeoutMs: 20_000 }),
+      transport: httpTransport({ url: stack.endpoints.functionUrl, signing: LOCAL_SIGNING, timeoutMs: 20_000 }),
       onError: (error) => errors.push(error.message.slice(0, 80)),
     });
     const keys = Array.from({ length: MAX_KEYS_PER_SYNC }, (_, i) => `${i}-`.padEnd(MAX_KEY_LENGTH, "k"));

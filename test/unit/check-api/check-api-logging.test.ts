@@ -8,6 +8,7 @@ import { afterEach, describe, expect, it, vi } from "vitest";
 import { Limiter } from "../../../functions/core/limits/limiter.ts";
 import { lambdaContextOf, makeCheckApiHandler } from "../../../functions/handlers/check-api-handler.ts";
 import { checkApiContext as context } from "../../support/check-api-invocation.ts";
+import { localIam, localTenancy } from "../../support/tenants.ts";
 
 const event = (body: string) =>
   ({
@@ -15,7 +16,7 @@ const event = (body: string) =>
     body,
     isBase64Encoded: false,
     headers: {},
-    requestContext: { http: { method: "POST" } },
+    requestContext: { http: { method: "POST" }, authorizer: { iam: localIam } },
   }) as unknown as APIGatewayProxyEventV2;
 
 /**
@@ -46,6 +47,7 @@ describe("check API logs", () => {
     // the suite runs with POWERTOOLS_LOG_LEVEL=SILENT
     const logger = new Logger({ serviceName: "tollgate-check-api", logLevel: "INFO" });
     const handler = makeCheckApiHandler({
+      tenancy: async () => localTenancy(),
       limiter,
       frequency: () => Promise.reject(new Error("not used")),
       health: () => Promise.reject(new Error("not used")),

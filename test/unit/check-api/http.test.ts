@@ -37,7 +37,7 @@ const refusedWith = (call: () => unknown) => {
 
 describe("routing", () => {
   it("runs the route's action for its method", async () => {
-    expect((await actionFor(routes, event("POST", "/v1/limit"))({ key: "k" })).body).toBe('{"key":"k"}');
+    expect((await actionFor(routes, event("POST", "/v1/limit"))({ key: "k" }, undefined)).body).toBe('{"key":"k"}');
   });
 
   it("answers 404 for an unknown path and 405 with Allow (HEAD wherever GET is) for a wrong method", () => {
@@ -49,7 +49,7 @@ describe("routing", () => {
   });
 
   it("answers HEAD with GET's status and headers and no content", async () => {
-    const head = await actionFor(routes, event("HEAD", "/v1/health"))({});
+    const head = await actionFor(routes, event("HEAD", "/v1/health"))({}, undefined);
     expect(head).toMatchObject({ statusCode: 200, headers: { "content-type": "application/json" }, body: "" });
   });
 });

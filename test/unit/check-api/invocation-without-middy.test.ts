@@ -10,6 +10,7 @@ import { Limiter } from "../../../functions/core/limits/limiter.ts";
 import { NegativeCache } from "../../../functions/core/limits/negative-cache.ts";
 import { makeCheckApiHandler } from "../../../functions/handlers/check-api-handler.ts";
 import { checkApiContext as context, emfDocuments } from "../../support/check-api-invocation.ts";
+import { localIam, localTenancy } from "../../support/tenants.ts";
 
 const event = (path: string, body: string) =>
   ({
@@ -17,7 +18,7 @@ const event = (path: string, body: string) =>
     body,
     isBase64Encoded: false,
     headers: {},
-    requestContext: { http: { method: "POST" } },
+    requestContext: { http: { method: "POST" }, authorizer: { iam: localIam } },
   }) as unknown as APIGatewayProxyEventV2;
 
 const limitBody = JSON.stringify({ key: "k", algorithm: "fixed-window", max: 1, windowMs: 1000 });
@@ -48,6 +49,7 @@ function handlerWith(options: { sampleRateValue: number; fail: "throw" | "reject
     return Promise.reject(bug);
   });
   const handler = makeCheckApiHandler({
+    tenancy: async () => localTenancy(),
     limiter,
     frequency: () => Promise.reject(new Error("not used")),
     health: () => Promise.reject(new Error("not used")),
@@ -116,6 +118,7 @@ describe("check API invocation without middy, against middy's", () => {
   it("without middy: a failure before the handler (no context) rejects, as under middy", async () => {
     vi.stubEnv("POWERTOOLS_METRICS_DISABLED", "true");
     const handler = makeCheckApiHandler({
+      tenancy: async () => localTenancy(),
       limiter: new Limiter({
         store: {
           runLimit: () => Promise.reject(new Error("unused")),
@@ -149,6 +152,7 @@ describe("check API invocation without middy, against middy's", () => {
         Promise.resolve({ allowed: false, limit: 1, remaining: 0, resetAt: now + 500, retryAfterMs: 500 }),
       );
     const handler = makeCheckApiHandler({
+      tenancy: async () => localTenancy(),
       limiter,
       frequency: () => Promise.reject(new Error("not used")),
       health: () => Promise.resolve({ ok: true, redis: "ok" }),
@@ -196,6 +200,7 @@ describe("check API invocation without middy, against middy's", () => {
       .spyOn(limiter, "checkAll")
       .mockImplementation(() => Promise.resolve({ allowed: false, results: [denial] } as never));
     const handler = makeCheckApiHandler({
+      tenancy: async () => localTenancy(),
       limiter,
       frequency: () => Promise.reject(new Error("not used")),
       health: () => Promise.resolve({ ok: true, redis: "ok" }),
