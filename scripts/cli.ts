@@ -11,10 +11,13 @@
 //   npm run tollgate -- campaign push --local --campaign spring --channel push --range 0-999999
 //   npm run tollgate -- delivery tail --local --max 20
 //   npm run tollgate -- dlq list --local
+//   npm run tollgate -- why --local --user 17 --campaign spring
+//   npm run tollgate -- campaign report --local spring
 //   npm run tollgate -- check --local /v1/limit '{"key":"login:1.2.3.4","algorithm":"gcra","burst":4,"count":1,"periodMs":1000}'
 import { readFileSync } from "node:fs";
 import { Command, CommanderError } from "commander";
 import { InvalidPolicyError, ValidationError } from "../functions/core/shared/errors.ts";
+import { addArchiveCommands } from "./cli/archive-commands.ts";
 import { addCampaignCommands } from "./cli/campaign-commands.ts";
 import { addCheckCommand, CheckFailed } from "./cli/check-command.ts";
 import { addDeliveryCommands } from "./cli/delivery-commands.ts";
@@ -41,6 +44,7 @@ export function makeProgram(): Command {
   addSegmentsCommands(program);
   addPolicyCommands(program);
   addCampaignCommands(program);
+  addArchiveCommands(program);
   addDeliveryCommands(program);
   addDlqCommands(program);
   addCheckCommand(program);

@@ -7,11 +7,14 @@ import { logMetrics } from "@aws-lambda-powertools/metrics/middleware";
 import middy from "@middy/core";
 import type { APIGatewayProxyEventV2, Context } from "aws-lambda";
 import type { SyncReply } from "../../sdk/src/protocol/index.ts";
+import { frequencyLine } from "../core/capping/archive-lines.ts";
 import type { FrequencyResult } from "../core/capping/frequency.ts";
+import { limitLine } from "../core/limits/archive-lines.ts";
 import type { LimitResult, LimitSpec } from "../core/limits/limit-specs.ts";
 import type { Limiter, ValidLimitRequest } from "../core/limits/limiter.ts";
 import { cacheIdentity, type NegativeCache } from "../core/limits/negative-cache.ts";
 import { type Clock, systemClock } from "../core/shared/clock.ts";
+import type { DecisionLog } from "../core/shared/decision-archive.ts";
 import {
   type RulesRefusal,
   RulesUnavailableError,
@@ -45,6 +48,8 @@ export interface CheckApiDeps {
    */
   routes?: CheckApiRoutes;
   negativeCache?: NegativeCache;
+  /** The decision archive: a line per decision; what is due is written after the reply is made. */
+  archive?: DecisionLog & { flushDue(): Promise<void> };
   /** The clock a request without `at` is decided by (default: the system clock). */
   clock?: Clock;
   logger: Logger;
@@ -70,7 +75,7 @@ function checkOnStoreError(body: Record<string, unknown>): void {
 }
 
 export function makeCheckApiHandler(deps: CheckApiDeps) {
-  const { limiter, negativeCache, logger, metrics } = deps;
+  const { limiter, negativeCache, logger, metrics, archive } = deps;
   const clock = deps.clock ?? systemClock;
 
   // One EMF document per request (flushed by logMetrics), with the algorithm as a dimension. With
@@ -100,6 +105,7 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
       if (identity) negativeCache.remember(identity, reply);
     }
     count(request.algorithm, reply);
+    archive?.add(limitLine(request, reply, clock.now(), decidedAt(body, clock)));
     return json(200, reply, rateLimitHeaders(reply, decidedAt(body, clock), [request]));
   };
 
@@ -142,6 +148,10 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
       POST: async (body) => {
         const reply = await limiter.checkAll(body);
         count("limits", { allowed: reply.allowed });
+        if (archive) {
+          const [now, at, scope] = [clock.now(), decidedAt(body, clock), String(body.scope)];
+          for (const result of reply.results) archive.add(limitLine({ ...result, scope }, result, now, at));
+        }
         const denied = reply.results.find((r) => !r.allowed);
         const headline = denied ?? reply.results.reduce((a, b) => (b.remaining < a.remaining ? b : a));
         const specs = body.limits as LimitSpec[];
@@ -158,6 +168,7 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
         // copied only when it has one (an object rest on every request costs more than the check's validation)
         const result = await deps.frequency("onStoreError" in body ? withoutStoreError(body) : body);
         count("frequency", result);
+        archive?.add(frequencyLine(body as never, result, clock.now(), decidedAt(body, clock)));
         return json(200, result);
       },
     },
@@ -180,7 +191,9 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
         body = parseJsonObject(event);
         checkOnStoreError(body);
       }
-      return action(body).catch((error: unknown) => failed(error, event, body));
+      const reply = action(body).catch((error: unknown) => failed(error, event, body));
+      // the archive's due writes after the reply is made: the decision never waits on them
+      return archive ? reply.then((made) => archive.flushDue().then(() => made)) : reply;
     } catch (error) {
       return Promise.resolve(failed(error, event, body));
     }
