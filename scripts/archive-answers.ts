@@ -71,7 +71,7 @@ export async function why(
     filters.push(`channel = $${values.length}`);
   }
   const [latest] = await archive.query(
-    `SELECT * FROM decisions WHERE ${filters.join(" AND ")} ORDER BY decidedAt DESC, at DESC LIMIT 1`,
+    `SELECT * FROM decisions WHERE ${filters.join(" AND ")} ORDER BY decidedAt DESC, "at" DESC LIMIT 1`,
     values,
   );
   if (!latest) return undefined;
@@ -80,7 +80,7 @@ export async function why(
   const longest = Math.max(0, ...caps.map((cap) => cap.windowMs));
   const history = (
     await archive.query(
-      "SELECT * FROM decisions WHERE userId = $1 AND kind IN ('campaign', 'frequency') AND at > $2 AND at <= $3",
+      "SELECT * FROM decisions WHERE userId = $1 AND kind IN ('campaign', 'frequency') AND \"at\" > $2 AND \"at\" <= $3",
       [decision.userId, decision.at - longest, decision.at],
     )
   )
