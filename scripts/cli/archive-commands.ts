@@ -8,12 +8,13 @@ import { openArchive } from "../archive-query.ts";
 import { type AwsOptions, aws, required, withAws } from "./aws-options.ts";
 import { integerIn } from "./option-values.ts";
 
-type ArchiveOptions = AwsOptions & { bucket?: string; archivePrefix: string; days?: number };
+type ArchiveOptions = AwsOptions & { bucket?: string; archiveBucket?: string; archivePrefix: string; days?: number };
 
 function withArchive(command: Command): Command {
   return withAws(
     command
-      .option("--bucket <name>", "the bucket holding the archive (and the policy)")
+      .option("--bucket <name>", "the config bucket (the policy)")
+      .option("--archive-bucket <name>", "the archive's bucket (the stack output ArchiveBucket; default: --bucket)")
       .option("--archive-prefix <prefix>", "the archive's prefix in the bucket", DEFAULT_ARCHIVE_PREFIX)
       .option("--days <n>", "read only the last N days' partitions (default: all)", integerIn(1, 3_660)),
   );
@@ -24,7 +25,7 @@ async function open(options: ArchiveOptions) {
   const bucket = required(options.bucket, local?.bucket, "--bucket");
   const prefix = options.archivePrefix.endsWith("/") ? options.archivePrefix : `${options.archivePrefix}/`;
   const archive = await openArchive(
-    { s3, bucket, prefix },
+    { s3, bucket: options.archiveBucket ?? bucket, prefix },
     options.days === undefined ? {} : { sinceMs: Date.now() - options.days * 86_400_000 },
   );
   return { archive, s3, bucket };

@@ -39,7 +39,8 @@ describe("the decision archive on the local stack", () => {
         if (outcome.kind !== "forwarded") return;
         const campaign = totals.get(outcome.campaignId) ?? {};
         for (const [segment, t] of Object.entries(outcome.result.totals)) {
-          const into = (campaign[segment] ??= { allowed: 0, capped: 0, cappedBy: {} });
+          const into = campaign[segment] ?? { allowed: 0, capped: 0, cappedBy: {} };
+          campaign[segment] = into;
           into.allowed += t.allowed;
           into.capped += t.capped;
           for (const [cap, n] of Object.entries(t.cappedBy)) into.cappedBy[cap] = (into.cappedBy[cap] ?? 0) + n;
