@@ -128,7 +128,8 @@ export function makeCampaignConsumerHandler(deps: CampaignConsumerHandlerDeps) {
       processInParallel: true,
     });
     // never fails the batch: the archive counts what it could not write
-    await deps.archive?.flush(Math.max(0, Math.min(5_000, context.getRemainingTimeInMillis() - timeBudgetMarginMs)));
+    // waiting here is what bounds the buffer when the archive writes slower than the consumer decides
+    await deps.archive?.flush(Math.max(0, context.getRemainingTimeInMillis() - timeBudgetMarginMs));
     return response;
   };
 

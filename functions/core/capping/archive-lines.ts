@@ -43,7 +43,8 @@ export function campaignDecisionLines(
 /** The cap that bit (label, window, max), or nulls; encoded once per cap. */
 function capFields(decision: CapDecision, caps: Map<CapRule, string>): string {
   const { cap } = decision;
-  if (!cap) return `"reason":null,"cap":null,"capChannel":null,"capWindowMs":null,"capMax":null,`;
+  // absent fields read as null (DuckDB's columns, the Glue table): a send no cap denied carries none
+  if (!cap) return "";
   let fields = caps.get(cap);
   if (fields === undefined) {
     fields =

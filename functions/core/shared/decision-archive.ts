@@ -23,6 +23,8 @@ export interface ArchiveChunk {
 /** Where chunks go: resolves once the chunk is stored, rejects when it was not (the archive retries). */
 export interface ArchiveWriter {
   write(chunk: ArchiveChunk): Promise<void>;
+  /** The largest chunk it takes (default: the archive's chunkBytes). */
+  readonly maxChunkBytes?: number;
 }
 
 export interface ArchiveStats {
@@ -47,7 +49,10 @@ export interface DecisionArchiveOptions {
   attempts?: number;
   /** Chunks written at once. */
   concurrency?: number;
-  /** Told of every loss (for the metric), with how many lines and why. */
+  /**
+   * Told of losses (for the metric and a log line), with how many lines and why: a failed chunk at once,
+   * lines the buffer had no room for once per seal (one call for many, never one per line).
+   */
   onLost?: (records: number, reason: "buffer-full" | "write-failed", error?: unknown) => void;
 }
 
@@ -66,12 +71,14 @@ export class DecisionArchive implements DecisionLog {
   private readonly sealed: { chunk: ArchiveChunk; bytes: number }[] = [];
   private readonly inFlight = new Set<Promise<void>>();
   private readonly counts = { archived: 0, lost: 0 };
+  /** Lines refused for room since the last report. */
+  private unreported = 0;
 
   constructor(private readonly options: DecisionArchiveOptions) {
     this.writer = options.writer;
     this.clock = options.clock;
     this.maxBufferBytes = options.maxBufferBytes ?? 64 * 1024 * 1024;
-    this.chunkBytes = options.chunkBytes ?? 900 * 1024;
+    this.chunkBytes = options.chunkBytes ?? options.writer.maxChunkBytes ?? 900 * 1024;
     this.maxAgeMs = options.maxAgeMs ?? 1_000;
     this.attempts = options.attempts ?? 3;
     this.concurrency = options.concurrency ?? 4;
@@ -83,7 +90,7 @@ export class DecisionArchive implements DecisionLog {
     const size = line.length + 1;
     if (this.heldBytes + size > this.maxBufferBytes) {
       this.counts.lost++;
-      this.options.onLost?.(1, "buffer-full");
+      this.unreported++;
       return;
     }
     if (this.lines.length === 0) this.openedAt = this.clock.now();
@@ -126,6 +133,10 @@ export class DecisionArchive implements DecisionLog {
   private writingRecords = 0;
 
   private seal(): void {
+    if (this.unreported > 0) {
+      this.options.onLost?.(this.unreported, "buffer-full");
+      this.unreported = 0;
+    }
     if (this.lines.length === 0) return;
     const body = `${this.lines.join("\n")}\n`;
     this.sealed.push({
