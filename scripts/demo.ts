@@ -114,10 +114,12 @@ async function main(): Promise<void> {
     // the same answers from the decision archive (what `tollgate campaign report` and `tollgate why` print)
     const archive = await openArchive({ s3, bucket: endpoints.bucket, prefix: DEFAULT_ARCHIVE_PREFIX });
     try {
-      console.log(`
-${campaignReportText(await campaignReport(archive, "flash-sale"))}`);
-      console.log(`
-${whyText(await why(archive, { userId: 0, campaignId: "flash-sale" }, parsePolicy(policyDocument)), { userId: 0 })}`);
+      console.log(`\n${campaignReportText(await campaignReport(archive, "flash-sale"))}`);
+      const { archived, lost } = stack.consumer.archive?.stats() ?? { archived: 0, lost: 0 };
+      console.log(`\ndecision archive: ${archived} decisions archived, ${lost} lost`);
+      console.log(
+        `\n${whyText(await why(archive, { userId: 0, campaignId: "flash-sale" }, parsePolicy(policyDocument)), { userId: 0 })}`,
+      );
     } finally {
       archive.close();
     }
