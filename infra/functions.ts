@@ -11,6 +11,7 @@ import * as nodejs from "aws-cdk-lib/aws-lambda-nodejs";
 import * as logs from "aws-cdk-lib/aws-logs";
 import { Construct } from "constructs";
 import type { CheckApiVariables, CommonVariables, ConsumerVariables } from "../functions/app/environment.ts";
+import type { Archive } from "./archive.ts";
 import type { Cache } from "./cache.ts";
 import type { TollgateConfig } from "./config.ts";
 import type { Network } from "./network.ts";
@@ -81,6 +82,8 @@ export interface FunctionsProps {
   network: Network;
   cache: Cache;
   storage: Storage;
+  /** The decision archive's stream: every function puts its decisions there. */
+  archive: Archive;
   removalPolicy: RemovalPolicy;
 }
 
@@ -99,7 +102,7 @@ export class Functions extends Construct {
 
   constructor(scope: Construct, id: string, props: FunctionsProps) {
     super(scope, id);
-    const { config, network, cache, storage } = props;
+    const { config, network, cache, storage, archive } = props;
     const common = {
       runtime: lambda.Runtime.NODEJS_22_X,
       architecture: config.architecture === "arm64" ? lambda.Architecture.ARM_64 : lambda.Architecture.X86_64,
@@ -119,6 +122,7 @@ export class Functions extends Construct {
       CONFIG_BUCKET: storage.bucket.bucketName,
       // named sends are kept this long so a redelivered campaign message is recognised
       CAMPAIGN_REDELIVERY_SECONDS: String(storage.campaignRedeliverySeconds),
+      DECISION_ARCHIVE: `firehose:${archive.streamName}`,
     };
     const consumerVariables: ConsumerVariables = {
       ...variables,
@@ -159,6 +163,7 @@ export class Functions extends Construct {
     for (const statement of rulesAccess(storage)) this.consumer.addToRolePolicy(statement);
     storage.deliveryQueue.grantSendMessages(this.consumer);
     storage.campaignDeadLetters.grantSendMessages(this.consumer);
+    archive.grantPut(this.consumer);
     cache.authToken.grantRead(this.consumer);
 
     // The check API's code, as the check API (every route) or as QuotaSync (quota sync alone)
@@ -179,6 +184,7 @@ export class Functions extends Construct {
         }),
       });
       for (const statement of rulesAccess(storage)) fn.addToRolePolicy(statement);
+      archive.grantPut(fn);
       cache.authToken.grantRead(fn);
       return fn;
     };

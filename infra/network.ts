@@ -36,11 +36,13 @@ export class Network extends Construct {
       trafficType: ec2.FlowLogTrafficType.ALL,
     });
     this.vpc.addGatewayEndpoint("S3", { service: ec2.GatewayVpcEndpointAwsService.S3 });
-    // without a NAT, every AWS API the functions call needs an endpoint: SQS, the Redis secret, and X-Ray
+    // without a NAT, every AWS API the functions call needs an endpoint: SQS, the Redis secret, Firehose, and X-Ray
     // when tracing (active tracing sends segments from inside the VPC). Each costs per hour and per AZ.
     const services: [string, ec2.InterfaceVpcEndpointAwsService][] = [
       ["Sqs", ec2.InterfaceVpcEndpointAwsService.SQS],
       ["SecretsManager", ec2.InterfaceVpcEndpointAwsService.SECRETS_MANAGER],
+      // the decision archive's records
+      ["Firehose", ec2.InterfaceVpcEndpointAwsService.KINESIS_FIREHOSE],
     ];
     if (props.tracing) services.push(["XRay", ec2.InterfaceVpcEndpointAwsService.XRAY]);
     for (const [id, service] of services) {

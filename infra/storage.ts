@@ -11,6 +11,8 @@ export const DELIVERY_MAX_MESSAGE_BYTES = 1_048_576;
 
 export class Storage extends Construct {
   readonly bucket: s3.Bucket;
+  /** Server access logs of the stack's buckets. */
+  readonly accessLogs: s3.Bucket;
   readonly campaignQueue: sqs.Queue;
   readonly campaignDeadLetters: sqs.Queue;
   readonly deliveryQueue: sqs.Queue;
@@ -32,6 +34,7 @@ export class Storage extends Construct {
       removalPolicy: props.removalPolicy,
       autoDeleteObjects,
     });
+    this.accessLogs = accessLogs;
     this.bucket = new s3.Bucket(this, "Config", {
       blockPublicAccess: s3.BlockPublicAccess.BLOCK_ALL,
       encryption: s3.BucketEncryption.S3_MANAGED,

@@ -5,6 +5,7 @@ import type * as ec2 from "aws-cdk-lib/aws-ec2";
 import type * as iam from "aws-cdk-lib/aws-iam";
 import type { Construct } from "constructs";
 import { tenantUserName } from "../functions/app/tenant-redis-users.ts";
+import { Archive } from "./archive.ts";
 import { Cache } from "./cache.ts";
 import { readConfig, type TollgateConfig } from "./config.ts";
 import { Functions } from "./functions.ts";
@@ -17,6 +18,7 @@ export class TollgateStack extends Stack {
   readonly network: Network;
   readonly cache: Cache;
   readonly storage: Storage;
+  readonly archive: Archive;
   readonly functions: Functions;
   readonly observability: Observability;
 
@@ -45,7 +47,13 @@ export class TollgateStack extends Stack {
       removalPolicy,
     });
     this.storage = storage;
-    this.functions = new Functions(this, "Functions", { config, network, cache, storage, removalPolicy });
+    const archive = new Archive(this, "Archive", {
+      accessLogs: storage.accessLogs,
+      removalPolicy,
+      retentionDays: 400,
+    });
+    this.archive = archive;
+    this.functions = new Functions(this, "Functions", { config, network, cache, storage, archive, removalPolicy });
     this.observability = new Observability(this, "Observability", {
       config,
       cache,
@@ -66,6 +74,10 @@ export class TollgateStack extends Stack {
     new CfnOutput(this, "DeliveryQueueUrl", { value: storage.deliveryQueue.queueUrl });
     new CfnOutput(this, "DeadLetterQueueUrl", { value: storage.campaignDeadLetters.queueUrl });
     new CfnOutput(this, "ConfigBucket", { value: storage.bucket.bucketName });
+    new CfnOutput(this, "ArchiveBucket", {
+      value: archive.bucket.bucketName,
+      description: "The decision archive (tollgate why / campaign report --bucket; Athena workgroup *-archive)",
+    });
     new CfnOutput(this, "RedisConfigurationEndpoint", { value: cache.configurationEndpoint });
     new CfnOutput(this, "RedisAuthSecretArn", {
       value: cache.authToken.secretArn,

@@ -7,6 +7,7 @@
 //   capping     capping.ts            the dense campaign: engine, Grab per-user, rate-limiter-flexible
 //   workloads   capping-workloads.ts  the engine issue's hostile-but-valid workloads
 //   pipeline    pipeline.ts           one campaign through the local stack
+//   archive     archive-cost.ts       the same campaign with the decision archive off and on
 //   check-api   check-api.ts          the check API in process and over HTTP
 //   limits      limits-bench.ts       Limiter.check against rate-limiter-flexible
 //   quotas      quotas.ts             the Quotas SDK (its own cluster, started after the one above stops)
@@ -18,6 +19,7 @@
 //   The quotas section's own variables (BENCH_QUOTAS_*) are listed in scripts/bench/quotas.ts.
 import { Argument, Command } from "commander";
 import { createRedisCluster, type TollgateCluster } from "../functions/adapters/redis-cluster.ts";
+import { runArchiveCost } from "./bench/archive-cost.ts";
 import { runCapping } from "./bench/capping.ts";
 import { runCappingWorkloads } from "./bench/capping-workloads.ts";
 import { runCheckApi } from "./bench/check-api.ts";
@@ -28,7 +30,7 @@ import { BASE_PORT, seedNodes, startBenchCluster } from "./bench/stack.ts";
 import { replaceBetween } from "./bench/tables.ts";
 import { stopCluster } from "./redis-cluster.ts";
 
-const SECTIONS = ["capping", "workloads", "pipeline", "check-api", "limits", "quotas"] as const;
+const SECTIONS = ["capping", "workloads", "pipeline", "archive", "check-api", "limits", "quotas"] as const;
 type Section = (typeof SECTIONS)[number];
 
 /** The section asked for (BENCH_ONLY before the command line), or undefined for all of them. */
@@ -64,6 +66,7 @@ async function main(only: Section | undefined): Promise<void> {
     }
     if (runs("workloads")) publish("workloads", await runCappingWorkloads(connect()));
     if (runs("pipeline")) publish("pipeline", await runPipeline(engineRate));
+    if (runs("archive")) publish("archive", await runArchiveCost());
     if (runs("check-api")) publish("check-api", await runCheckApi());
     if (runs("limits")) publish("limits", await runLimitsBench({ cluster: connect(), primaries: nodes }));
   } finally {

@@ -10,13 +10,18 @@
 //   npm run tollgate -- policy upload --local config/policy.json
 //   npm run tollgate -- campaign push --local --campaign spring --channel push --range 0-999999
 //   npm run tollgate -- delivery tail --local --max 20
+//   npm run tollgate -- dlq list --local
+//   npm run tollgate -- why --local --user 17 --campaign spring
+//   npm run tollgate -- campaign report --local spring
 //   npm run tollgate -- check --local /v1/limit '{"key":"login:1.2.3.4","algorithm":"gcra","burst":4,"count":1,"periodMs":1000}'
 import { readFileSync } from "node:fs";
 import { Command, CommanderError } from "commander";
 import { InvalidPolicyError, ValidationError } from "../functions/core/shared/errors.ts";
+import { addArchiveCommands } from "./cli/archive-commands.ts";
 import { addCampaignCommands } from "./cli/campaign-commands.ts";
 import { addCheckCommand, CheckFailed } from "./cli/check-command.ts";
 import { addDeliveryCommands } from "./cli/delivery-commands.ts";
+import { addDlqCommands } from "./cli/dlq-commands.ts";
 import { UsageError } from "./cli/option-values.ts";
 import { addPolicyCommands } from "./cli/policy-commands.ts";
 import { addQuotasCommands } from "./cli/quotas-commands.ts";
@@ -31,7 +36,7 @@ const { version } = JSON.parse(readFileSync(new URL("../package.json", import.me
 export function makeProgram(): Command {
   const program = new Command("tollgate")
     .description(
-      "Operate Tollgate: segments, policies, campaigns, the delivery queue, quota rules, the Redis libraries",
+      "Operate Tollgate: segments, policies, campaigns, the delivery queue, the DLQ, quota rules, the Redis libraries",
     )
     .version(version)
     .exitOverride()
@@ -39,7 +44,9 @@ export function makeProgram(): Command {
   addSegmentsCommands(program);
   addPolicyCommands(program);
   addCampaignCommands(program);
+  addArchiveCommands(program);
   addDeliveryCommands(program);
+  addDlqCommands(program);
   addCheckCommand(program);
   addQuotasCommands(program);
   addRedisCommands(program);

@@ -12,6 +12,10 @@ import { createAwsClients } from "../functions/adapters/aws-clients.ts";
 import { pushCampaign, uploadRules } from "../functions/app/operator-actions.ts";
 import type { ConsumeOutcome } from "../functions/core/capping/campaign-consumer.ts";
 import type { SegmentTotals } from "../functions/core/capping/decisions.ts";
+import { parsePolicy } from "../functions/core/capping/policy.ts";
+import { DEFAULT_ARCHIVE_PREFIX } from "../functions/core/shared/decision-archive.ts";
+import { campaignReport, campaignReportText, why, whyText } from "./archive-answers.ts";
+import { openArchive } from "./archive-query.ts";
 import { readDelivery } from "./delivery-queue.ts";
 import { withLocalTenant } from "./local/local-principals.ts";
 import { startLocalStack } from "./local-stack.ts";
@@ -109,6 +113,18 @@ async function main(): Promise<void> {
       }
     }
     printTable([["campaign", "segment", "sent", "capped", "cap that bit"], ...rows]);
+    // the same answers from the decision archive (what `tollgate campaign report` and `tollgate why` print)
+    const archive = await openArchive({ s3, bucket: endpoints.bucket, prefix: DEFAULT_ARCHIVE_PREFIX });
+    try {
+      console.log(`\n${campaignReportText(await campaignReport(archive, "flash-sale"))}`);
+      const { archived, lost } = stack.consumer.archive?.stats() ?? { archived: 0, lost: 0 };
+      console.log(`\ndecision archive: ${archived} decisions archived, ${lost} lost`);
+      console.log(
+        `\n${whyText(await why(archive, { userId: 0, campaignId: "flash-sale" }, parsePolicy(policyDocument)), { userId: 0 })}`,
+      );
+    } finally {
+      archive.close();
+    }
     const dead = stack.poller.stats.failedRecords;
     console.log(
       `\n${stack.poller.stats.invocations} handler invocations, ${dead} failed records; ${((performance.now() - started) / 1000).toFixed(1)} s in all`,

@@ -15,6 +15,7 @@ import { createAwsClients } from "../functions/adapters/aws-clients.ts";
 import type { CheckApiVariables, CommonVariables, ConsumerVariables } from "../functions/app/environment.ts";
 import { wireCampaignConsumer, wireCheckApi } from "../functions/app/wiring.ts";
 import type { Clock } from "../functions/core/shared/clock.ts";
+import { DEFAULT_ARCHIVE_PREFIX } from "../functions/core/shared/decision-archive.ts";
 import type { CampaignConsumerHandlerDeps } from "../functions/handlers/campaign-consumer-handler.ts";
 import { isMain } from "./is-main.ts";
 import { ENDPOINTS_FILE, type Endpoints } from "./local/endpoints.ts";
@@ -125,6 +126,8 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
       CAMPAIGN_REDELIVERY_SECONDS: String(Number(visibility) * maxReceiveCount),
       AWS_REGION: region,
       AWS_ENDPOINT_URL: awsEndpoint,
+      // the decision archive: the objects Firehose writes on AWS, written to the emulator's bucket directly
+      DECISION_ARCHIVE: `s3://${bucket}/${DEFAULT_ARCHIVE_PREFIX}`,
     };
     const shared = { ...process.env, ...variables };
     const clockOption = options.clock ? { clock: options.clock } : {};
@@ -142,6 +145,8 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
           clockOption,
         );
         stops.unshift(() => environment.cluster.quit());
+        // after the servers stop taking requests (stops run front first): what the archive still holds
+        stops.unshift(async () => environment.archive?.flush());
         return environment;
       });
     const checkApiEnvironments = environmentsWith(options.checkApiConcurrency ?? 4, {});
@@ -195,6 +200,7 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
       { ...clockOption, ...(options.onOutcome ? { onOutcome: options.onOutcome } : {}) },
     );
     stops.unshift(() => consumer.cluster.quit());
+    stops.unshift(async () => consumer.archive?.flush());
     const poller = new SqsPoller({
       sqs,
       queueUrl: campaign.url,

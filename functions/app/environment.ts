@@ -30,6 +30,11 @@ const hostPort = /^[A-Za-z0-9.-]+:[0-9]{1,5}$/;
 const httpUrl = (required: string) =>
   z.string(required).regex(/^https?:\/\/[^\s/]+(\/\S*)?$/, "expected an http(s) URL");
 
+export type DecisionArchiveTarget =
+  | { kind: "off" }
+  | { kind: "firehose"; streamName: string }
+  | { kind: "s3"; bucket: string; prefix: string };
+
 /** What every Tollgate function reads: Redis, the rules bucket, the key namespace, AWS. */
 const commonEnvironment = {
   REDIS_NODES: z
@@ -64,6 +69,26 @@ const commonEnvironment = {
    * Up to 14 days (the longest SQS retention).
    */
   CAMPAIGN_REDELIVERY_SECONDS: integer(0, 14 * 86_400, DEFAULT_REDELIVERY_MS / 1000),
+  /**
+   * Where every decision is archived: `firehose:<delivery stream>` (AWS), `s3://<bucket>/<prefix>/` (the
+   * same objects written directly: the local stack), or "" (no archive).
+   */
+  DECISION_ARCHIVE: z
+    .string()
+    .default("")
+    .refine(
+      (text) =>
+        text === "" || /^firehose:[A-Za-z0-9_.-]{1,64}$/.test(text) || /^s3:\/\/[a-z0-9.-]{3,63}\/(\S+\/)?$/.test(text),
+      'expected "firehose:<stream>", "s3://<bucket>/<prefix>/" or ""',
+    )
+    .transform((text): DecisionArchiveTarget => {
+      if (text === "") return { kind: "off" };
+      if (text.startsWith("firehose:")) return { kind: "firehose", streamName: text.slice("firehose:".length) };
+      const [bucket, ...rest] = text.slice("s3://".length).split("/");
+      return { kind: "s3", bucket: bucket as string, prefix: rest.join("/") };
+    }),
+  /** The archive's buffer: past this many MiB held, decisions are not archived (and counted as lost). */
+  ARCHIVE_BUFFER_MIB: integer(1, 1_024, 64),
   AWS_REGION: z.string().min(1).default("us-east-1"),
   AWS_ENDPOINT_URL: httpUrl("expected an http(s) URL").optional(),
 };

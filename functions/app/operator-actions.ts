@@ -4,8 +4,8 @@ import type { S3Client } from "@aws-sdk/client-s3";
 import type { SQSClient } from "@aws-sdk/client-sqs";
 import { S3ObjectStore } from "../adapters/s3-object-store.ts";
 import { SqsCampaignQueue } from "../adapters/sqs-sinks.ts";
-import { type CampaignPush, pushCampaign as push } from "../core/capping/campaign-push.ts";
-import type { Policy } from "../core/capping/policy.ts";
+import { type CampaignPush, type PolicyInService, pushCampaign as push } from "../core/capping/campaign-push.ts";
+import { DEFAULT_POLICY_KEY, type Policy, parsePolicyText } from "../core/capping/policy.ts";
 import { type EditedPolicy, editPolicy, uploadedPolicy } from "../core/capping/policy-edits.ts";
 import {
   publishPolicy as publishPolicyTo,
@@ -80,7 +80,21 @@ export function uploadRules<Document extends { segments: readonly { name: string
   return publishRules(new S3ObjectStore(s3, bucket), policy, members);
 }
 
-/** Validates the campaign's fields, then sends it as batch messages; returns how many messages. */
-export function pushCampaign(sqs: SQSClient, queueUrl: string, campaign: CampaignPush): Promise<number> {
-  return push(new SqsCampaignQueue(sqs, queueUrl), campaign);
+/** The policy the consumers load from the bucket (InvalidPolicyError when it does not parse). */
+export async function policyInService(s3: S3Client, bucket: string, key = DEFAULT_POLICY_KEY): Promise<Policy> {
+  const bytes = await new S3ObjectStore(s3, bucket).get(key);
+  return parsePolicyText(new TextDecoder().decode(bytes));
+}
+
+/**
+ * Validates the campaign's fields (and with `inService`, checks the channel and `at` against that policy),
+ * then sends it as batch messages; returns how many messages.
+ */
+export function pushCampaign(
+  sqs: SQSClient,
+  queueUrl: string,
+  campaign: CampaignPush,
+  inService?: PolicyInService,
+): Promise<number> {
+  return push(new SqsCampaignQueue(sqs, queueUrl), campaign, inService);
 }

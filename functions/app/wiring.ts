@@ -2,7 +2,9 @@
 // entries and the local stack both use this, so they run the same code.
 import { Logger } from "@aws-lambda-powertools/logger";
 import { Metrics, MetricUnit } from "@aws-lambda-powertools/metrics";
+import type { S3Client } from "@aws-sdk/client-s3";
 import { tenantNamespace } from "../../sdk/src/protocol/index.ts";
+import { createFirehoseClient, FirehoseArchiveWriter, S3ArchiveWriter } from "../adapters/archive-writers.ts";
 import { createAwsClients } from "../adapters/aws-clients.ts";
 import {
   createRedisCluster,
@@ -22,6 +24,7 @@ import { Limiter } from "../core/limits/limiter.ts";
 import { NegativeCache } from "../core/limits/negative-cache.ts";
 import { QuotaSyncService, rulesStamp } from "../core/quotas/quota-sync-service.ts";
 import { type Clock, systemClock } from "../core/shared/clock.ts";
+import { DecisionArchive } from "../core/shared/decision-archive.ts";
 import type { Tenant } from "../core/shared/tenants.ts";
 import {
   type CampaignConsumerHandlerDeps,
@@ -74,6 +77,35 @@ function commonParts(
   return { s3, sqs, cluster, rules };
 }
 
+/**
+ * The decision archive of DECISION_ARCHIVE (undefined when off), its losses logged and counted as the
+ * `archiveLost` metric.
+ */
+function decisionArchive(
+  config: CommonEnvironment,
+  s3: S3Client,
+  logger: Logger,
+  metrics: Metrics,
+  clock: Clock,
+): DecisionArchive | undefined {
+  const target = config.DECISION_ARCHIVE;
+  if (target.kind === "off") return undefined;
+  const writer =
+    target.kind === "firehose"
+      ? new FirehoseArchiveWriter(createFirehoseClient(config.AWS_REGION), target.streamName)
+      : new S3ArchiveWriter(s3, target.bucket, target.prefix);
+  return new DecisionArchive({
+    writer,
+    clock,
+    maxBufferBytes: config.ARCHIVE_BUFFER_MIB * 1024 * 1024,
+    onLost: (records, reason, error) => {
+      logger.warn("decisions not archived", { records, reason, ...(error ? { error: error as Error } : {}) });
+      const single = metrics.singleMetric();
+      single.addMetric("archiveLost", MetricUnit.Count, records);
+    },
+  });
+}
+
 /** What a caller may set besides the environment: the clock decisions are made by (default: the system's). */
 export interface WiringOptions {
   clock?: Clock;
@@ -88,6 +120,7 @@ export function wireCampaignConsumer(
   const logger = new Logger({ serviceName: "tollgate-campaign-consumer" });
   const metrics = new Metrics({ namespace: "Tollgate", serviceName: "campaign-consumer" });
   const { s3, sqs, cluster, rules } = commonParts(config, logger, metrics);
+  const archive = decisionArchive(config, s3, logger, metrics, clock);
   const capper = new Capper({
     store: new RedisCapStore(cluster, {
       deadlineMs: config.REDIS_DEADLINE_MS,
@@ -106,6 +139,7 @@ export function wireCampaignConsumer(
     }),
     deadLetters: new SqsDeadLetterSink(sqs, config.DEAD_LETTER_QUEUE_URL),
     sendsPerMessage: config.DELIVERY_BATCH_SIZE,
+    ...(archive ? { archive } : {}),
   });
   const handler = makeCampaignConsumerHandler({
     consumer,
@@ -115,9 +149,10 @@ export function wireCampaignConsumer(
     recordsInFlight: config.RECORDS_IN_FLIGHT,
     maxReceiveCount: config.CAMPAIGN_MAX_RECEIVE_COUNT,
     clock,
+    ...(archive ? { archive } : {}),
     ...(observe.onOutcome ? { onOutcome: observe.onOutcome } : {}),
   });
-  return { handler, consumer, cluster, s3, sqs, config };
+  return { handler, consumer, cluster, s3, sqs, config, archive };
 }
 
 /** The check API from its environment: Limiter over Redis (per-request budget), rules for health. */
@@ -146,7 +181,8 @@ export function wireCheckApi(env: NodeJS.ProcessEnv, options: WiringOptions = {}
             ),
         ),
     );
-  const { cluster, rules } = commonParts(config, logger, metrics, { autoPipelining: false }, publishQuotaRules);
+  const { s3, cluster, rules } = commonParts(config, logger, metrics, { autoPipelining: false }, publishQuotaRules);
+  const archive = decisionArchive(config, s3, logger, metrics, clock);
   const limiter = new Limiter({
     store: new RedisLimitStore(cluster, { deadlineMs: config.CHECK_TIMEOUT_MS }),
     namespace: config.KEY_NAMESPACE,
@@ -212,6 +248,7 @@ export function wireCheckApi(env: NodeJS.ProcessEnv, options: WiringOptions = {}
   const handler = makeCheckApiHandler({
     limiter,
     frequency: (body) => capper.checkUser(body),
+    ...(archive ? { archive } : {}),
     quotaSync: (body, tenant) => quotasOf(tenant).sync(body),
     tenancy: async (request) => (await rules.current(request)).policy.tenancy,
     routes: config.CHECK_API_ROUTES,
@@ -237,7 +274,7 @@ export function wireCheckApi(env: NodeJS.ProcessEnv, options: WiringOptions = {}
     if (!redis.warm) logger.warn("Redis not warm at init: the first requests connect", { error: redis.error });
     return redis;
   };
-  return { handler, cluster, config, warm };
+  return { handler, cluster, config, warm, archive };
 }
 
 /**

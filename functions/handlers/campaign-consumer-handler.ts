@@ -35,6 +35,11 @@ export interface CampaignConsumerHandlerDeps {
    */
   recordsInFlight: number;
   clock?: Clock;
+  /**
+   * The decision archive: written out at the end of each invocation, waiting at most the time left less
+   * the margin (what is not written by then stays buffered for the next invocation).
+   */
+  archive?: { flush(withinMs: number): Promise<void> };
   /** Told of every completed record (the local stack's demo and bench read the decisions here). */
   onOutcome?: (outcome: ConsumeOutcome, record: SQSRecord) => void;
 }
@@ -118,7 +123,14 @@ export function makeCampaignConsumerHandler(deps: CampaignConsumerHandlerDeps) {
       }
     };
     // Every record is handed over at once; Waves lets a wave's records run together and holds the rest.
-    return processPartialResponse(event, recordHandler, processor, { context, processInParallel: true });
+    const response = await processPartialResponse(event, recordHandler, processor, {
+      context,
+      processInParallel: true,
+    });
+    // never fails the batch: the archive counts what it could not write
+    // waiting here is what bounds the buffer when the archive writes slower than the consumer decides
+    await deps.archive?.flush(Math.max(0, context.getRemainingTimeInMillis() - timeBudgetMarginMs));
+    return response;
   };
 
   return middy(handler).use(injectLambdaContext(logger)).use(logMetrics(metrics));

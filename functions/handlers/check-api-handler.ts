@@ -7,11 +7,14 @@ import { logMetrics } from "@aws-lambda-powertools/metrics/middleware";
 import middy from "@middy/core";
 import type { APIGatewayProxyEventV2, Context } from "aws-lambda";
 import type { SyncReply } from "../../sdk/src/protocol/index.ts";
+import { frequencyLine } from "../core/capping/archive-lines.ts";
 import type { FrequencyResult } from "../core/capping/frequency.ts";
+import { limitLine } from "../core/limits/archive-lines.ts";
 import type { LimitResult, LimitSpec } from "../core/limits/limit-specs.ts";
 import type { Limiter, ValidLimitRequest } from "../core/limits/limiter.ts";
 import { cacheIdentity, type NegativeCache } from "../core/limits/negative-cache.ts";
 import { type Clock, systemClock } from "../core/shared/clock.ts";
+import type { DecisionLog } from "../core/shared/decision-archive.ts";
 import {
   type RulesRefusal,
   RulesUnavailableError,
@@ -55,6 +58,8 @@ export interface CheckApiDeps {
    */
   routes?: CheckApiRoutes;
   negativeCache?: NegativeCache;
+  /** The decision archive: a line per decision; what is due is written after the reply is made. */
+  archive?: DecisionLog & { flushDue(): Promise<void> };
   /** The clock a request without `at` is decided by (default: the system clock). */
   clock?: Clock;
   logger: Logger;
@@ -99,7 +104,7 @@ const FORBIDDEN_METRICS: Record<string, string> = {
 };
 
 export function makeCheckApiHandler(deps: CheckApiDeps) {
-  const { limiter, negativeCache, logger, metrics } = deps;
+  const { limiter, negativeCache, logger, metrics, archive } = deps;
   const clock = deps.clock ?? systemClock;
 
   // One EMF document per request (flushed by logMetrics), with the algorithm as a dimension. With
@@ -130,6 +135,7 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
       if (identity) negativeCache.remember(identity, reply);
     }
     count(request.algorithm, reply);
+    archive?.add(limitLine(request, reply, clock.now(), decidedAt(body, clock)));
     return json(200, reply, rateLimitHeaders(reply, decidedAt(body, clock), [request]));
   };
 
@@ -175,6 +181,10 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
       POST: async (body, tenant) => {
         const reply = await limiter.checkAll(body, tenantOf(tenant).namespace);
         count("limits", { allowed: reply.allowed });
+        if (archive) {
+          const [now, at, scope] = [clock.now(), decidedAt(body, clock), String(body.scope)];
+          for (const result of reply.results) archive.add(limitLine({ ...result, scope }, result, now, at));
+        }
         const denied = reply.results.find((r) => !r.allowed);
         const headline = denied ?? reply.results.reduce((a, b) => (b.remaining < a.remaining ? b : a));
         const specs = body.limits as LimitSpec[];
@@ -191,6 +201,7 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
         // copied only when it has one (an object rest on every request costs more than the check's validation)
         const result = await deps.frequency("onStoreError" in body ? withoutStoreError(body) : body);
         count("frequency", result);
+        archive?.add(frequencyLine(body as never, result, clock.now(), decidedAt(body, clock)));
         return json(200, result);
       },
     },
@@ -216,12 +227,16 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
       const intent = intentOf(event.rawPath, body);
       // health is no tenant's; every other route runs as the caller's tenant, refused (403) before it
       // reads or writes anything when the caller has none or its tenant may not do what the request asks
-      if (intent === undefined) return action(body, undefined).catch((error: unknown) => failed(error, event, body));
-      const principal = principalOf(event);
-      return deps
-        .tenancy(intent.rule === undefined ? {} : { quotaRule: intent.rule })
-        .then((tenancy) => action(body, authorizeRequest(tenancy, principal, intent)))
-        .catch((error: unknown) => failed(error, event, body));
+      const principal = intent === undefined ? undefined : principalOf(event);
+      const reply =
+        intent === undefined
+          ? action(body, undefined).catch((error: unknown) => failed(error, event, body))
+          : deps
+              .tenancy(intent.rule === undefined ? {} : { quotaRule: intent.rule })
+              .then((tenancy) => action(body, authorizeRequest(tenancy, principal, intent)))
+              .catch((error: unknown) => failed(error, event, body));
+      // the archive's due writes after the reply is made: the decision never waits on them
+      return archive ? reply.then((made) => archive.flushDue().then(() => made)) : reply;
     } catch (error) {
       return Promise.resolve(failed(error, event, body));
     }

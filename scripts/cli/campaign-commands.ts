@@ -1,10 +1,13 @@
 // `tollgate campaign push`: a campaign's users, from a range or a file, onto the campaign queue as batch
-// messages.
+// messages, once the campaign is checked against the policy in service (what the consumer would refuse is
+// refused here, exit 1 with the reason).
 import { readFileSync } from "node:fs";
 import { SingleBar } from "cli-progress";
 import type { Command } from "commander";
-import { pushCampaign } from "../../functions/app/operator-actions.ts";
+import { policyInService, pushCampaign } from "../../functions/app/operator-actions.ts";
+import { DEFAULT_POLICY_KEY } from "../../functions/core/capping/policy.ts";
 import { parseUserIdList } from "../../functions/core/capping/segment-builder.ts";
+import { systemClock } from "../../functions/core/shared/clock.ts";
 import { ValidationError } from "../../functions/core/shared/errors.ts";
 import { MAX_USER_ID } from "../../functions/core/shared/send-fields.ts";
 import { type AwsOptions, aws, required, withAws } from "./aws-options.ts";
@@ -31,6 +34,8 @@ export function addCampaignCommands(program: Command): void {
       .command("push")
       .description("put a campaign on the campaign queue as batch messages")
       .option("--queue-url <url>", "the campaign queue")
+      .option("--bucket <name>", "the config bucket holding the policy in service")
+      .option("--policy-key <key>", "the policy's object key", DEFAULT_POLICY_KEY)
       .requiredOption("--campaign <id>", "campaign ID")
       .requiredOption("--channel <name>", "channel")
       .option("--range <from-to>", "user IDs FROM..TO")
@@ -48,6 +53,8 @@ export function addCampaignCommands(program: Command): void {
     async (
       options: AwsOptions & {
         queueUrl?: string;
+        bucket?: string;
+        policyKey: string;
         campaign: string;
         channel: string;
         range?: string;
@@ -77,19 +84,21 @@ export function addCampaignCommands(program: Command): void {
         ...(options.countExempt ? { countExempt: true } : {}),
       };
       const perMessage = options.perMessage;
-      const { sqs, local } = aws(options);
+      const { sqs, s3, local } = aws(options);
       const queueUrl = required(options.queueUrl, local?.campaignQueueUrl, "--queue-url");
+      const bucket = required(options.bucket, local?.bucket, "--bucket");
+      const policy = await policyInService(s3, bucket, options.policyKey);
       const bar = process.stderr.isTTY ? new SingleBar({ format: "pushing [{bar}] {value}/{total} users" }) : undefined;
       bar?.start(userIds.length, 0);
       let messages: number;
       try {
-        // pushCampaign validates the campaign's fields before it sends anything
-        messages = await pushCampaign(sqs, queueUrl, {
-          ...campaign,
-          userIds,
-          usersPerMessage: perMessage,
-          onProgress: (sent) => bar?.update(sent),
-        });
+        // pushCampaign validates the campaign's fields, then against the policy, before it sends anything
+        messages = await pushCampaign(
+          sqs,
+          queueUrl,
+          { ...campaign, userIds, usersPerMessage: perMessage, onProgress: (sent) => bar?.update(sent) },
+          { policy, clock: systemClock },
+        );
       } finally {
         bar?.stop();
       }

@@ -32,6 +32,7 @@ function resolve(value: unknown): string {
     const type = resources[id]?.Type;
     if (type === "AWS::SQS::Queue") return `https://sqs.eu-west-1.amazonaws.com/123456789012/${id}`;
     if (type === "AWS::S3::Bucket") return id.toLowerCase();
+    if (type === "AWS::KinesisFirehose::DeliveryStream") return `Tollgate-${id}`.slice(0, 64);
     if (type === "AWS::SecretsManager::Secret") return `arn:aws:secretsmanager:eu-west-1:123456789012:secret:${id}`;
     throw new Error(`no value for a Ref to ${id} (${type})`);
   }

@@ -58,7 +58,8 @@ describe("dev profile", () => {
       "AWS::S3::Bucket",
     ])
       for (const resource of ofType(resources, type)) expect(resource.DeletionPolicy, type).toBe("Delete");
-    expect(ofType(resources, "Custom::S3AutoDeleteObjects")).toHaveLength(2);
+    // the config bucket, its access logs, and the decision archive
+    expect(ofType(resources, "Custom::S3AutoDeleteObjects")).toHaveLength(3);
   });
 
   it("reserves no concurrency, traces nothing and has no X-Ray endpoint", () => {

@@ -3,7 +3,9 @@
 // is thrown so the message is retried, and on its last receive goes to the DLQ with the fault as reason.
 // No Lambda types here: the handler adapts SQS records to this.
 
+import type { DecisionLog } from "../shared/decision-archive.ts";
 import { ValidationError } from "../shared/errors.ts";
+import { campaignDecisionLines } from "./archive-lines.ts";
 import type { CampaignBatch } from "./campaign-batch.ts";
 import type { Capper } from "./capper.ts";
 import type { CapBatchResult } from "./decisions.ts";
@@ -40,6 +42,8 @@ export interface CampaignConsumerOptions {
   deadLetters: DeadLetterSink;
   /** Sends per delivery message (DELIVERY_BATCH_SIZE). */
   sendsPerMessage: number;
+  /** The decision archive: every decision of a forwarded batch, one line each (none when absent). */
+  archive?: DecisionLog;
 }
 
 export class CampaignConsumer {
@@ -80,6 +84,9 @@ export class CampaignConsumer {
       maxBodyBytes: this.options.delivery.maxBodyBytes(batch),
     });
     await this.options.delivery.send(messages);
+    // archived once forwarded: a batch retried after a failed send is archived by the attempt that took effect
+    const { archive } = this.options;
+    if (archive) campaignDecisionLines(batch, result, now ?? result.at, (line) => archive.add(line));
     const timings = { decideMs: decided - started, forwardMs: performance.now() - decided };
     return {
       kind: "forwarded",

@@ -4,6 +4,7 @@ import { describe, expect, it } from "vitest";
 import { type CampaignQueue, pushCampaign } from "../../../functions/core/capping/campaign-push.ts";
 import { publishPolicy, publishRules, publishSegments } from "../../../functions/core/capping/rules-publisher.ts";
 import { buildSegments } from "../../../functions/core/capping/segment-builder.ts";
+import { fixedClock } from "../../../functions/core/shared/clock.ts";
 import { CorruptBitmapError, InvalidPolicyError, ValidationError } from "../../../functions/core/shared/errors.ts";
 import type { ObjectWriter } from "../../../functions/core/shared/object-store.ts";
 import { simplePolicy } from "../../support/rules.ts";
@@ -95,5 +96,34 @@ describe("pushing a campaign", () => {
       { campaignId: "c1", channel: "push", userIds: [7], payload: { template: "t" } },
     ]);
     expect(progress).toEqual([6, 7]);
+  });
+});
+
+describe("pushing a campaign against the policy in service", () => {
+  const policy = { version: "p.1", channels: ["push", "email"], backfillMs: 7 * 86_400_000 };
+  const now = 1_795_000_000_000;
+  const inService = { policy, clock: fixedClock(now) };
+  const push = (fields: { channel: string; at?: number }) =>
+    pushCampaign(memoryQueue(), { campaignId: "c1", userIds: [1], ...fields }, inService);
+
+  it("refuses a channel the policy does not list, naming the channel and the policy's channels", async () => {
+    await expect(push({ channel: "sms" })).rejects.toMatchObject({
+      path: "channel",
+      message: 'channel: unknown channel "sms" (policy p.1 has push, email)',
+    });
+  });
+
+  it("takes `at` up to exactly 5 minutes ahead and back to exactly the longest window, refuses 1 ms past either", async () => {
+    expect(await push({ channel: "push", at: now + 5 * 60_000 })).toBe(1);
+    expect(await push({ channel: "push", at: now - policy.backfillMs })).toBe(1);
+    await expect(push({ channel: "push", at: now + 5 * 60_000 + 1 })).rejects.toMatchObject({ path: "at" });
+    await expect(push({ channel: "push", at: now - policy.backfillMs - 1 })).rejects.toMatchObject({ path: "at" });
+  });
+
+  it("sends nothing when the policy refuses", async () => {
+    const queue = memoryQueue();
+    const refused = pushCampaign(queue, { campaignId: "c1", channel: "fax", userIds: [1, 2] }, inService);
+    await expect(refused).rejects.toBeInstanceOf(ValidationError);
+    expect(queue.bodies).toEqual([]);
   });
 });

@@ -1,0 +1,105 @@
+// The decision archive, queried with DuckDB: the archive's objects (gzipped NDJSON under dt=/hour=
+// partitions, as Firehose writes them on AWS and the local stack writes them to the emulator) copied to a
+// temporary folder and read by DuckDB's read_json. `tollgate why`, `tollgate campaign report` and the tests
+// use it; on AWS the same questions are the Athena named queries of infra/archive.ts.
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { GetObjectCommand, ListObjectsV2Command, type S3Client } from "@aws-sdk/client-s3";
+import { type DuckDBConnection, DuckDBInstance, type DuckDBValue } from "@duckdb/node-api";
+
+/** Every field of every kind of line (docs/archive.md); a line lacks the fields of other kinds (null here). */
+const COLUMNS: Record<string, string> = {
+  kind: "VARCHAR",
+  decidedAt: "DOUBLE",
+  at: "DOUBLE",
+  policyVersion: "VARCHAR",
+  campaignId: "VARCHAR",
+  channel: "VARCHAR",
+  userId: "DOUBLE",
+  segment: "VARCHAR",
+  zone: "VARCHAR",
+  decision: "VARCHAR",
+  reason: "VARCHAR",
+  cap: "VARCHAR",
+  capChannel: "VARCHAR",
+  capWindowMs: "DOUBLE",
+  capMax: "DOUBLE",
+  capUsed: "DOUBLE",
+  consume: "BOOLEAN",
+  dedupeId: "VARCHAR",
+  scope: "VARCHAR",
+  key: "VARCHAR",
+  algorithm: "VARCHAR",
+  cost: "DOUBLE",
+  limit: "DOUBLE",
+  remaining: "DOUBLE",
+  retryAfterMs: "DOUBLE",
+};
+
+export interface ArchiveLocation {
+  s3: S3Client;
+  bucket: string;
+  /** Ends in "/". */
+  prefix: string;
+}
+
+/** The archive opened for queries: the `decisions` view over every line copied; `close()` removes the copy. */
+export interface OpenArchive {
+  query<Row = Record<string, unknown>>(sql: string, values?: DuckDBValue[]): Promise<Row[]>;
+  /** Objects and bytes read. */
+  objects: number;
+  close(): void;
+}
+
+/** Copies the archive's objects (only partitions from `sinceMs` on, when given) and opens them in DuckDB. */
+export async function openArchive(location: ArchiveLocation, options: { sinceMs?: number } = {}): Promise<OpenArchive> {
+  const dir = mkdtempSync(join(tmpdir(), "tollgate-archive-"));
+  const since = options.sinceMs === undefined ? "" : `dt=${new Date(options.sinceMs).toISOString().slice(0, 10)}`;
+  let objects = 0;
+  let token: string | undefined;
+  do {
+    const page = await location.s3.send(
+      new ListObjectsV2Command({ Bucket: location.bucket, Prefix: location.prefix, ContinuationToken: token }),
+    );
+    for (const { Key } of page.Contents ?? []) {
+      if (!Key?.endsWith(".gz")) continue;
+      const relative = Key.slice(location.prefix.length);
+      // partitions sort by name: dt=YYYY-MM-DD before `since` is older than asked for
+      if (since && relative.slice(0, since.length) < since) continue;
+      const object = await location.s3.send(new GetObjectCommand({ Bucket: location.bucket, Key }));
+      const path = join(dir, relative);
+      mkdirSync(dirname(path), { recursive: true });
+      // binary: the gzip bytes as they are, never decoded as text
+      writeFileSync(
+        path,
+        await (object.Body as { transformToByteArray(): Promise<Uint8Array> }).transformToByteArray(),
+      );
+      objects++;
+    }
+    token = page.NextContinuationToken;
+  } while (token);
+  const instance = await DuckDBInstance.create(":memory:");
+  const connection: DuckDBConnection = await instance.connect();
+  const columns = Object.entries(COLUMNS)
+    .map(([name, type]) => `"${name}": '${type}'`)
+    .join(", ");
+  const source =
+    objects === 0
+      ? // no object yet: the same columns, no rows
+        `SELECT ${Object.entries(COLUMNS)
+          .map(([name, type]) => `CAST(NULL AS ${type}) AS "${name}"`)
+          .join(", ")}, NULL AS dt, NULL AS hour WHERE false`
+      : `SELECT * FROM read_json('${join(dir, "**", "*.ndjson.gz").replaceAll("'", "''")}', format = 'newline_delimited', hive_partitioning = true, columns = {${columns}})`;
+  await connection.run(`CREATE VIEW decisions AS ${source}`);
+  return {
+    objects,
+    query: async <Row>(sql: string, values?: DuckDBValue[]) =>
+      (await connection.runAndReadAll(sql, values)).getRowObjectsJson() as Row[],
+    close: () => {
+      connection.closeSync();
+      instance.closeSync();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
