@@ -71,14 +71,14 @@ async function written(s3: S3Client, bucket: string, edit: PolicyEdit): Promise<
 /**
  * Writes every quota rule of `policy` to Redis now (what the check API does on its next sync), in the
  * namespace of each tenant that syncs it, stamped as a container reading the policy S3 wrote at
- * `modifiedAt` would stamp it, so containers still on the previous policy cannot overwrite it.
+ * `modifiedAt` would stamp it, so containers still on the previous policy cannot overwrite it. Every tenant's
+ * namespace is written, a tenant that syncs no rule too: a rule it no longer syncs is removed there.
  */
 export async function publishQuotaRules(cluster: Cluster, namespace: string, policy: Policy, modifiedAt: number) {
   const stamp = rulesStamp(modifiedAt, Date.now());
   await Promise.all(
     policy.tenancy.list().map((tenant) => {
       const quotas = new Map([...policy.quotas].filter(([name]) => tenant.quotaRules.has(name)));
-      if (quotas.size === 0) return Promise.resolve();
       return quotaService(cluster, tenantNamespace(namespace, tenant.namespace), policy).publish({ quotas, stamp });
     }),
   );

@@ -164,22 +164,20 @@ export function wireCheckApi(env: NodeJS.ProcessEnv, options: WiringOptions = {}
   // one invocation at a time, one script call each: nothing for autopipelining to batch
   // Clients syncing straight to Redis learn a quota rule (or its change) only from Redis: the rules are
   // written there as soon as this container loads them, not only before the next sync through this API.
-  // each tenant's quota rules live in its own namespace (docs/tenants.md), written for every tenant that syncs
+  // each tenant's quota rules live in its own namespace (docs/tenants.md), written for every tenant, one that
+  // syncs no rule too: a rule it no longer syncs (removed, or no longer granted) is removed there
   const publishQuotaRules = (active: Rules) =>
     Promise.all(
-      active.policy.tenancy
-        .list()
-        .filter((tenant) => tenant.quotaRules.size > 0)
-        .map((tenant) =>
-          quotasOf(tenant)
-            .publish(tenantQuotaRulesOf(active, tenant))
-            .catch((error) =>
-              logger.warn("quota rules not written to Redis; the next sync writes them", {
-                tenant: tenant.name,
-                error,
-              }),
-            ),
-        ),
+      active.policy.tenancy.list().map((tenant) =>
+        quotasOf(tenant)
+          .publish(tenantQuotaRulesOf(active, tenant))
+          .catch((error) =>
+            logger.warn("quota rules not written to Redis; the next sync writes them", {
+              tenant: tenant.name,
+              error,
+            }),
+          ),
+      ),
     );
   const { s3, cluster, rules } = commonParts(config, logger, metrics, { autoPipelining: false }, publishQuotaRules);
   const archive = decisionArchive(config, s3, logger, metrics, clock);

@@ -6,6 +6,7 @@ import { Cluster } from "ioredis";
 import { createQuotas, type Quotas, type QuotaTransport } from "../../sdk/src/index.ts";
 import { httpTransport } from "../../sdk/src/transports/http.ts";
 import { redisTransport } from "../../sdk/src/transports/redis.ts";
+import { LOCAL_SIGNING, localTenant } from "../local/local-principals.ts";
 import { type InstanceConfig, type InstanceMessage, referenceClock, type StartMessage } from "./messages.ts";
 import { arrivals, seededRandom } from "./seeded.ts";
 
@@ -15,7 +16,10 @@ const send = (message: InstanceMessage) => process.send?.(message);
 
 function transportOf(): { transport: QuotaTransport; close(): void } {
   if (config.transport.kind === "http") {
-    return { transport: httpTransport({ url: config.transport.url, spendStamps: true }), close: () => {} };
+    return {
+      transport: httpTransport({ url: config.transport.url, spendStamps: true, signing: LOCAL_SIGNING }),
+      close: () => {},
+    };
   }
   const redis = new Cluster(
     config.transport.nodes.map((node) => {
@@ -26,7 +30,8 @@ function transportOf(): { transport: QuotaTransport; close(): void } {
     { redisOptions: { maxRetriesPerRequest: 1 } },
   );
   redis.on("error", () => {});
-  return { transport: redisTransport({ redis }), close: () => redis.disconnect() };
+  // under the namespace of the tenant the harness grants its rules to (scripts/chaos/stack.ts)
+  return { transport: redisTransport({ redis, tenant: localTenant([]).namespace }), close: () => redis.disconnect() };
 }
 
 /** `ready()` where the SDK has it; else the documented wait for a key's first allowance (checkFresh, cost 0). */

@@ -7,13 +7,15 @@ import { buildApp as buildFauxqs } from "fauxqs";
 import { createAwsClients } from "../../functions/adapters/aws-clients.ts";
 import { createRedisCluster } from "../../functions/adapters/redis-cluster.ts";
 import { publishPolicy } from "../../functions/app/operator-actions.ts";
-import { publishQuotaRules, readPolicy, setQuotaRule } from "../../functions/app/quota-actions.ts";
-import { parsePolicyText } from "../../functions/core/capping/policy.ts";
+import { publishQuotaRules, removeQuotaRule, setQuotaRule } from "../../functions/app/quota-actions.ts";
 import type { QuotaRuleDocument } from "../../functions/core/shared/quota-rules.ts";
+import { localTenant } from "../local/local-principals.ts";
 import { type FaultProxy, startFaultProxy } from "./fault-proxy.ts";
 
 const REGION = "us-east-1";
 const BUCKET = "tollgate-chaos";
+/** The tenant the instances act for: the local stack's principal's (they sign as it, or connect under its namespace). */
+export const CHAOS_TENANT = "local";
 const SYNC_SERVER = new URL("./sync-server-main.ts", import.meta.url).pathname;
 /** How often the QuotaSync function re-reads the policy (a removal reaches HTTP clients within it). */
 const REFRESH_SECONDS = "1";
@@ -24,6 +26,8 @@ const EMPTY_POLICY = {
   segments: [],
   default: { name: "rest", caps: {} },
   quotas: [] as QuotaRuleDocument[],
+  // every instance acts as the local stack's principal: its tenant syncs the rules setRule grants it
+  tenants: [localTenant([])],
 };
 
 export class ChaosStack {
@@ -100,22 +104,14 @@ export class ChaosStack {
 
   /** `tollgate quotas set <rule> --redis`: the rule into the policy in S3, then written to Redis. */
   async setRule(rule: QuotaRuleDocument): Promise<void> {
-    const { policy, modifiedAt } = await setQuotaRule(this.s3, BUCKET, rule);
+    const { policy, modifiedAt } = await setQuotaRule(this.s3, BUCKET, rule, [CHAOS_TENANT]);
     await this.withCluster((cluster) => publishQuotaRules(cluster, "tg", policy, modifiedAt));
   }
 
-  /** `tollgate policy upload` of the policy without `name`, then its rules written to Redis as `quotas set` does. */
+  /** `tollgate quotas remove <rule> --redis`: the rule out of the policy in S3, then out of Redis. */
   async removeRule(name: string): Promise<void> {
-    const { text } = await readPolicy(this.s3, BUCKET);
-    const document = JSON.parse(text) as typeof EMPTY_POLICY;
-    const next = {
-      ...document,
-      version: `${document.version.split("+")[0]}+${Date.now().toString(36)}`,
-      quotas: document.quotas.filter((rule) => rule.name !== name),
-    };
-    const body = JSON.stringify(next, null, 2);
-    await publishPolicy(this.s3, BUCKET, body);
-    await this.withCluster((cluster) => publishQuotaRules(cluster, "tg", parsePolicyText(body), Date.now()));
+    const { policy, modifiedAt } = await removeQuotaRule(this.s3, BUCKET, name);
+    await this.withCluster((cluster) => publishQuotaRules(cluster, "tg", policy, modifiedAt));
   }
 
   private async withCluster<T>(run: (cluster: ReturnType<typeof createRedisCluster>) => Promise<T>): Promise<T> {

@@ -4,6 +4,7 @@
 // from the harness; the port is the first argument. It says `listening <url>` on IPC once it serves.
 import { wireCheckApi } from "../../functions/app/wiring.ts";
 import { startFunctionUrlServer } from "../local/function-url-server.ts";
+import { LOCAL_CREDENTIAL } from "../local/local-principals.ts";
 
 async function main(): Promise<void> {
   const port = Number(process.argv[2] ?? 0);
@@ -15,6 +16,8 @@ async function main(): Promise<void> {
     environments.map(({ handler }) => handler),
     port,
     "tollgate-quota-sync",
+    // AWS_IAM auth as deployed: the instances sign as the local principal, whose tenant syncs the rules
+    { credentials: [LOCAL_CREDENTIAL] },
   );
   process.send?.({ type: "listening", url: server.url });
 }

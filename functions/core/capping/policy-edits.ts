@@ -118,12 +118,29 @@ export function withoutQuotaRule(name: string): PolicyEdit {
     const quotas = document.quotas ?? [];
     if (!quotas.some((rule) => rule.name === name))
       throw new ValidationError("rule", `the policy has no quota rule "${name}"`);
+    const tenants = document.tenants?.map((tenant) => withoutRuleGrant(tenant, name));
     return render({
       ...document,
       version: nextVersion(document.version),
       quotas: quotas.filter((rule) => rule.name !== name),
+      ...(tenants ? { tenants } : {}),
     });
   };
+}
+
+/** `tenant` no longer syncing `rule` (and without `quota-sync` when it was the last rule it synced). */
+function withoutRuleGrant(tenant: TenantDocument, rule: string): TenantDocument {
+  if (!tenant.quotaRules?.includes(rule)) return tenant;
+  const quotaRules = tenant.quotaRules.filter((name) => name !== rule);
+  if (quotaRules.length > 0) return { ...tenant, quotaRules };
+  const { quotaRules: _last, ...rest } = tenant;
+  const operations = tenant.operations.filter((operation) => operation !== "quota-sync");
+  if (operations.length === 0)
+    throw new ValidationError(
+      "rule",
+      `tenant "${tenant.name}" does nothing but sync "${rule}": grant it another rule or take the tenant out of the policy first`,
+    );
+  return { ...rest, operations };
 }
 
 /**
