@@ -72,6 +72,8 @@ export class Cache extends Construct implements ec2.IConnectable {
       automaticFailoverEnabled: true,
       transitEncryptionEnabled: true,
       atRestEncryptionEnabled: true,
+      // a Multi-AZ transaction log (Valkey 9.0): chosen when the cluster is created (docs/decisions/0080)
+      ...(config.durability === "off" ? {} : { durability: config.durability }),
       authToken: this.authToken.secretValue.unsafeUnwrap(),
       port: config.redisPort,
       cacheSubnetGroupName: subnets.ref,
