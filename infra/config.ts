@@ -76,6 +76,13 @@ const settingsSchema = z
     replicasPerShard: integer(0, 5),
     /** Availability zones of the VPC (and so of the cache's replicas). */
     availabilityZones: integer(1, 3),
+    /** What a client service run in the VPC gets (infra/network.ts): "none", "endpoints" or "nat". */
+    clientNetwork: z.enum(["none", "endpoints", "nat"], 'expected "none", "endpoints" or "nat"'),
+    /** AWS accounts whose principals may be granted quota sync (comma-separated 12-digit IDs; none by default). */
+    quotaSyncAccounts: z
+      .string()
+      .regex(/^$|^[0-9]{12}(,[0-9]{12})*$/, "expected comma-separated 12-digit AWS account IDs")
+      .transform((text) => (text === "" ? [] : text.split(","))),
     /** Non-default on purpose: only the Lambdas' security group may reach it anyway. */
     redisPort: integer(1024, 65_535),
     /** Sends per delivery message. */
@@ -148,6 +155,8 @@ const COMMON: Omit<
   architecture: "arm64",
   engine: "valkey",
   durability: "off",
+  clientNetwork: "none",
+  quotaSyncAccounts: "",
   redisPort: 6380,
   deliveryBatchSize: 100,
   consumerTimeoutSeconds: 60,

@@ -5,6 +5,7 @@ import type * as ec2 from "aws-cdk-lib/aws-ec2";
 import type * as iam from "aws-cdk-lib/aws-iam";
 import type { Construct } from "constructs";
 import { Cache } from "./cache.ts";
+import { ClientExports } from "./client-exports.ts";
 import { readConfig, type TollgateConfig } from "./config.ts";
 import { Functions } from "./functions.ts";
 import { Network } from "./network.ts";
@@ -18,6 +19,8 @@ export class TollgateStack extends Stack {
   readonly storage: Storage;
   readonly functions: Functions;
   readonly observability: Observability;
+  /** SSM parameters, exported outputs and managed policies for client services in other apps. */
+  readonly clientExports: ClientExports;
 
   constructor(scope: Construct, id: string, props?: StackProps) {
     super(scope, id, props);
@@ -29,6 +32,7 @@ export class TollgateStack extends Stack {
       availabilityZones: config.availabilityZones,
       tracing: config.tracing,
       logRetentionDays: config.logRetentionDays,
+      clientNetwork: config.clientNetwork,
       removalPolicy,
     });
     this.network = network;
@@ -52,6 +56,8 @@ export class TollgateStack extends Stack {
       storage,
       removalPolicy,
     });
+
+    this.clientExports = new ClientExports(this, "Clients", { config, network, cache, functions: this.functions });
 
     new CfnOutput(this, "FunctionUrl", {
       value: this.functions.checkApiUrl.url,
