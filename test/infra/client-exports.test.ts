@@ -85,7 +85,8 @@ describe("values for a client in another app", () => {
             ?.CHECK_API_ROUTES === "quota-sync",
       ),
     );
-    const statements = (policy?.Properties.PolicyDocument as { Statement: Record<string, unknown>[] }).Statement;
+    const statements = ((policy as Resource).Properties.PolicyDocument as { Statement: Record<string, unknown>[] })
+      .Statement;
     expect(statements).toEqual([
       {
         Action: "lambda:InvokeFunctionUrl",
@@ -106,7 +107,8 @@ describe("values for a client in another app", () => {
   it("offers the cache's IAM half as a managed policy: reading the AUTH token's secret, nothing else", () => {
     const arnParameter = value("cache-client-policy-arn") as { Ref: string };
     const policy = template.Resources[arnParameter.Ref];
-    const statements = (policy?.Properties.PolicyDocument as { Statement: Record<string, unknown>[] }).Statement;
+    const statements = ((policy as Resource).Properties.PolicyDocument as { Statement: Record<string, unknown>[] })
+      .Statement;
     expect(statements).toEqual([
       {
         Action: ["secretsmanager:DescribeSecret", "secretsmanager:GetSecretValue"],
@@ -211,7 +213,7 @@ describe("the example client app (examples/client-stack/)", () => {
     const variables = (fn.Properties.Environment as { Variables: Record<string, unknown> }).Variables;
     expect(ssmName(variables.QUOTA_SYNC_URL)).toBe("/tollgate/clients/quota-sync-url");
     const role = template.Resources[(fn.Properties.Role as { "Fn::GetAtt": [string] })["Fn::GetAtt"][0]];
-    const attached = (role?.Properties.ManagedPolicyArns as unknown[]).map(ssmName);
+    const attached = ((role as Resource).Properties.ManagedPolicyArns as unknown[]).map(ssmName);
     expect(attached).toContain("/tollgate/clients/quota-sync-policy-arn");
   });
 
@@ -239,7 +241,7 @@ describe("the example client app (examples/client-stack/)", () => {
     });
     expect(container?.Secrets).toBeUndefined();
     const taskRole = template.Resources[(task.Properties.TaskRoleArn as { "Fn::GetAtt": [string] })["Fn::GetAtt"][0]];
-    expect((taskRole?.Properties.ManagedPolicyArns as unknown[]).map(ssmName)).toEqual([
+    expect(((taskRole as Resource).Properties.ManagedPolicyArns as unknown[]).map(ssmName)).toEqual([
       "/tollgate/clients/cache-client-policy-arn",
     ]);
   });
