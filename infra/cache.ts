@@ -82,6 +82,8 @@ export class Cache extends Construct implements ec2.IConnectable {
       automaticFailoverEnabled: true,
       transitEncryptionEnabled: true,
       atRestEncryptionEnabled: true,
+      // a Multi-AZ transaction log (Valkey 9.0): chosen when the cluster is created (docs/decisions/0080)
+      ...(config.durability === "off" ? {} : { durability: config.durability }),
       ...(this.users
         ? { userGroupIds: [this.users.userGroup.ref] }
         : { authToken: this.authToken.secretValue.unsafeUnwrap() }),

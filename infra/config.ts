@@ -15,6 +15,15 @@ export const ENGINE_VERSIONS = {
   redis: { "7.0": "redis7" },
 } as const satisfies Record<string, Record<string, string>>;
 
+/**
+ * Valkey 9.0, offered only with `durability` (async or sync), which needs it: no Debian suite the tests install
+ * from builds Valkey 9 yet, so the scripts have run on 8.0, not on 9.0 (docs/decisions/0080).
+ */
+export const DURABLE_ENGINE_VERSIONS = { valkey: { "9.0": "valkey9" } } as const;
+
+/** The node type families ElastiCache durability runs on (of those the cacheNodeType pattern accepts). */
+const DURABLE_NODE_FAMILIES = ["r6g", "r7g", "m6g", "m7g", "c7gn"];
+
 /** CloudWatch Logs accepts only these retention periods. */
 const LOG_RETENTION_DAYS = [
   1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653,
@@ -57,10 +66,23 @@ const settingsSchema = z
         "expected a current-generation node type, e.g. cache.t4g.micro or cache.r7g.large",
       ),
     shards: integer(1, 500),
+    /**
+     * "off": writes replicate asynchronously (a failover may lose the last ones); "async": a Multi-AZ
+     * transaction log, at most 10 s of acknowledged writes lost; "sync": no acknowledged write lost, at
+     * single-digit milliseconds per write. Valkey 9.0 only; set when the cluster is created.
+     */
+    durability: z.enum(["off", "async", "sync"], 'expected "off", "async" or "sync"'),
     /** 0: no replica (single AZ, no failover); 1 or more: Multi-AZ with automatic failover. */
     replicasPerShard: integer(0, 5),
     /** Availability zones of the VPC (and so of the cache's replicas). */
     availabilityZones: integer(1, 3),
+    /** What a client service run in the VPC gets (infra/network.ts): "none", "endpoints" or "nat". */
+    clientNetwork: z.enum(["none", "endpoints", "nat"], 'expected "none", "endpoints" or "nat"'),
+    /** AWS accounts whose principals may be granted quota sync (comma-separated 12-digit IDs; none by default). */
+    quotaSyncAccounts: z
+      .string()
+      .regex(/^$|^[0-9]{12}(,[0-9]{12})*$/, "expected comma-separated 12-digit AWS account IDs")
+      .transform((text) => (text === "" ? [] : text.split(","))),
     /** Non-default on purpose: only the Lambdas' security group may reach it anyway. */
     redisPort: integer(1024, 65_535),
     /** Sends per delivery message. */
@@ -139,6 +161,9 @@ const COMMON: Omit<
   name: "tollgate",
   architecture: "arm64",
   engine: "valkey",
+  durability: "off",
+  clientNetwork: "none",
+  quotaSyncAccounts: "",
   redisPort: 6380,
   deliveryBatchSize: 100,
   consumerTimeoutSeconds: 60,
@@ -221,11 +246,47 @@ export function readConfig(node: Node): TollgateConfig {
   return finish(profile, parsed.data);
 }
 
+/** ElastiCache durability's requirements (Durability.Limitations in its guide), each naming the key to change. */
+function checkDurable(settings: Settings, engineVersion: string): void {
+  const asked = `tollgate:durability = ${settings.durability}`;
+  if (settings.engine !== "valkey")
+    throw new ConfigError(
+      "engine",
+      `${settings.engine} has no durability (${asked}); use valkey with engineVersion 9.0`,
+    );
+  if (!(engineVersion in DURABLE_ENGINE_VERSIONS.valkey))
+    throw new ConfigError(
+      "engineVersion",
+      `${asked} needs Valkey 9.0, got ${engineVersion}: set tollgate:engineVersion=9.0 (outside the test matrix: the scripts have run on 8.0)`,
+    );
+  const family = settings.cacheNodeType.split(".")[1] ?? "";
+  if (!DURABLE_NODE_FAMILIES.includes(family))
+    throw new ConfigError(
+      "cacheNodeType",
+      `${settings.cacheNodeType} cannot be durable (${asked}); use a node type of ${DURABLE_NODE_FAMILIES.join(", ")}, e.g. cache.r7g.large`,
+    );
+  if (settings.replicasPerShard < 1)
+    throw new ConfigError(
+      "replicasPerShard",
+      `0 cannot be durable (${asked}): durability needs Multi-AZ with at least 1 replica per shard`,
+    );
+}
+
 /** The rules that tie settings together, each naming the key a user would change. */
 function finish(profile: Profile, settings: Settings): TollgateConfig {
-  const versions: Record<string, string> = ENGINE_VERSIONS[settings.engine];
+  const durable = settings.durability !== "off";
+  const versions: Record<string, string> = {
+    ...ENGINE_VERSIONS[settings.engine],
+    ...(durable && settings.engine === "valkey" ? DURABLE_ENGINE_VERSIONS.valkey : {}),
+  };
   const engineVersion = settings.engineVersion ?? (settings.engine === "valkey" ? "8.0" : "7.0");
   const parameterGroupFamily = versions[engineVersion];
+  if (durable) checkDurable(settings, engineVersion);
+  if (!parameterGroupFamily && settings.engine === "valkey" && engineVersion in DURABLE_ENGINE_VERSIONS.valkey)
+    throw new ConfigError(
+      "engineVersion",
+      `valkey ${engineVersion} is offered only with tollgate:durability (async or sync), which needs it: the suite runs on 8.0; use 8.0`,
+    );
   if (!parameterGroupFamily)
     throw new ConfigError(
       "engineVersion",

@@ -7,6 +7,7 @@ import type { Construct } from "constructs";
 import { tenantUserName } from "../functions/app/tenant-redis-users.ts";
 import { Archive } from "./archive.ts";
 import { Cache } from "./cache.ts";
+import { ClientExports } from "./client-exports.ts";
 import { readConfig, type TollgateConfig } from "./config.ts";
 import { Functions } from "./functions.ts";
 import { Network } from "./network.ts";
@@ -21,6 +22,8 @@ export class TollgateStack extends Stack {
   readonly archive: Archive;
   readonly functions: Functions;
   readonly observability: Observability;
+  /** SSM parameters, exported outputs and managed policies for client services in other apps. */
+  readonly clientExports: ClientExports;
 
   constructor(scope: Construct, id: string, props?: StackProps) {
     super(scope, id, props);
@@ -32,6 +35,7 @@ export class TollgateStack extends Stack {
       availabilityZones: config.availabilityZones,
       tracing: config.tracing,
       logRetentionDays: config.logRetentionDays,
+      clientNetwork: config.clientNetwork,
       removalPolicy,
     });
     this.network = network;
@@ -61,6 +65,8 @@ export class TollgateStack extends Stack {
       storage,
       removalPolicy,
     });
+
+    this.clientExports = new ClientExports(this, "Clients", { config, network, cache, functions: this.functions });
 
     new CfnOutput(this, "FunctionUrl", {
       value: this.functions.checkApiUrl.url,

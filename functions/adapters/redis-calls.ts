@@ -15,8 +15,10 @@ import {
   noJitterGenerator,
 } from "cockatiel";
 import type { Cluster } from "ioredis";
-import { StoreUnavailableError } from "../core/shared/errors.ts";
+import { isAuthFailure } from "../../sdk/src/protocol/index.ts";
+import { StoreReplyError, StoreUnavailableError } from "../core/shared/errors.ts";
 import { classifyRedisError } from "./redis-errors.ts";
+import type { PasswordRenewal } from "./redis-reauth.ts";
 
 export interface RedisCircuitOptions {
   /** Calls that end without an answer, in a row, that open the circuit (default 5). */
@@ -61,6 +63,8 @@ export class RedisCalls {
   constructor(
     private readonly cluster: Cluster,
     options: RedisCircuitOptions = {},
+    /** When set, a call refused for its password (an AUTH rotation) is sent again on the secret's new one. */
+    private readonly renewal?: PasswordRenewal,
   ) {
     this.probeDeadlineMs = options.probeDeadlineMs ?? 1_000;
     // Only "did not answer" counts: a Redis that answers with an error is up, and its errors are defects.
@@ -129,9 +133,10 @@ export class RedisCalls {
     const deadline = performance.now() + deadlineMs;
     // the usual case, a ready client: its first attempt without an async function's promise and ticks, and
     // without a promise to wait on for readiness
-    if (this.cluster.status !== "ready") return this.retried(what, send, options, deadline, undefined);
+    const used = this.renewal?.current;
+    if (this.cluster.status !== "ready") return this.retried(what, send, options, deadline, undefined, used);
     return this.attempt(send, deadline).catch((error: unknown) =>
-      this.retried(what, send, options, deadline, classifyRedisError(error, what)),
+      this.retried(what, send, options, deadline, classifyRedisError(error, what), used),
     );
   }
 
@@ -158,11 +163,14 @@ export class RedisCalls {
     options: CallOptions,
     deadline: number,
     failure: Error | undefined,
+    /** The password the failed attempt went out with (when passwords are renewed). */
+    used: string | undefined,
   ): Promise<T> {
     let backoff: IBackoff<unknown> | undefined;
     for (;;) {
       if (failure === undefined) {
         if (this.cluster.status === "ready" || (await this.whenReady(deadline - performance.now()))) {
+          used = this.renewal?.current;
           try {
             return await this.attempt(send, deadline);
           } catch (error) {
@@ -175,6 +183,19 @@ export class RedisCalls {
             mayHaveRun: false,
           });
         }
+      }
+      // refused for its password, so it did not run: once the secret holds another, it goes again after the
+      // backoff (ioredis closes the refused connection just after the reply: a command sent at once meets it)
+      if (
+        this.renewal &&
+        failure instanceof StoreReplyError &&
+        isAuthFailure(failure.reply) &&
+        (await this.renewal.renewed(used))
+      ) {
+        failure = new StoreUnavailableError(`${what}: not run: ${failure.reply}`, {
+          cause: failure,
+          mayHaveRun: false,
+        });
       }
       const retryable =
         failure instanceof StoreUnavailableError && (options.retryOn === "no-answer" || !failure.mayHaveRun);

@@ -9,6 +9,7 @@ import type { Algorithm } from "../core/limits/limit-specs.ts";
 import { peeksAll } from "../core/limits/limits-script.ts";
 import { LIMIT_FUNCTIONS, limitLibrary, readerOf, tollgateLibrary } from "./lua-scripts.ts";
 import { type CallOptions, RedisCalls, type RedisCircuitOptions } from "./redis-calls.ts";
+import { PasswordRenewal } from "./redis-reauth.ts";
 
 export interface RedisClusterConfig {
   /** Startup nodes: the configuration endpoint on ElastiCache, any nodes locally. */
@@ -17,6 +18,11 @@ export interface RedisClusterConfig {
   tls?: boolean;
   username?: string;
   password?: string;
+  /**
+   * The password as it is now (the AUTH secret read again): when Redis refuses the one in use, as after a
+   * rotation, the new one is set for the next connections and the refused call sent again (redis-reauth.ts).
+   */
+  readPassword?: () => Promise<string>;
   /** A command written to a node fails after this long. */
   commandTimeoutMs?: number;
   connectTimeoutMs?: number;
@@ -77,7 +83,8 @@ export function createRedisCluster(config: RedisClusterConfig): TollgateCluster 
   });
   // Without a listener, a connection error event would crash the process.
   cluster.on("error", () => {});
-  callsByCluster.set(cluster, new RedisCalls(cluster, config.circuit));
+  const renewal = config.readPassword ? new PasswordRenewal(cluster, config.readPassword) : undefined;
+  callsByCluster.set(cluster, new RedisCalls(cluster, config.circuit, renewal));
   return cluster;
 }
 

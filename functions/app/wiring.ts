@@ -32,6 +32,7 @@ import {
 } from "../handlers/campaign-consumer-handler.ts";
 import { type HealthReport, makeCheckApiHandler } from "../handlers/check-api-handler.ts";
 import { type CommonEnvironment, parseCheckApiEnvironment, parseConsumerEnvironment } from "./environment.ts";
+import { redisSecretReader } from "./redis-secret.ts";
 
 /** How long init waits for Redis and the rules; Lambda allows 10 s for the whole init phase. */
 const WARM_UP_MS = 4_000;
@@ -48,11 +49,14 @@ function commonParts(
     region: config.AWS_REGION,
     ...(config.AWS_ENDPOINT_URL ? { endpoint: config.AWS_ENDPOINT_URL } : {}),
   });
+  // the AUTH secret again when Redis refuses the password in use (a rotation)
+  const readPassword = redisSecretReader(config);
   const cluster = createRedisCluster({
     nodes: config.REDIS_NODES,
     tls: config.REDIS_TLS,
     ...(config.REDIS_USERNAME ? { username: config.REDIS_USERNAME } : {}),
     ...(config.REDIS_PASSWORD ? { password: config.REDIS_PASSWORD } : {}),
+    ...(readPassword ? { readPassword } : {}),
     ...redis,
   });
   const rules = new RulesSource({

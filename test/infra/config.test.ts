@@ -94,6 +94,50 @@ describe("engine and version", () => {
   });
 });
 
+describe("durability", () => {
+  const durable = {
+    "tollgate:profile": "prod",
+    "tollgate:durability": "sync",
+    "tollgate:engineVersion": "9.0",
+  };
+
+  it("is off by default, and on Valkey 9.0 with a replica per shard on an R, M or C node type", () => {
+    expect(configOf({}).durability).toBe("off");
+    expect(configOf({ "tollgate:profile": "prod" }).durability).toBe("off");
+    expect(configOf(durable)).toMatchObject({
+      durability: "sync",
+      engineVersion: "9.0",
+      parameterGroupFamily: "valkey9",
+    });
+    expect(configOf({ ...durable, "tollgate:durability": "async" }).durability).toBe("async");
+    expect(configOf({ ...durable, "tollgate:cacheNodeType": "cache.c7gn.large" }).durability).toBe("sync");
+  });
+
+  it("offers Valkey 9.0 only with durability, which needs it", () => {
+    expect(failure({ "tollgate:engineVersion": "9.0" })).toMatch(
+      /^context tollgate:engineVersion: valkey 9.0 is offered only with tollgate:durability/,
+    );
+    expect(failure({ "tollgate:profile": "prod", "tollgate:durability": "sync" })).toMatch(
+      /^context tollgate:engineVersion: tollgate:durability = sync needs Valkey 9.0, got 8.0/,
+    );
+  });
+
+  it("refuses what ElastiCache durability cannot run on, naming the key", () => {
+    expect(failure({ ...durable, "tollgate:engine": "redis" })).toMatch(
+      /^context tollgate:engine: redis has no durability/,
+    );
+    expect(failure({ ...durable, "tollgate:cacheNodeType": "cache.t4g.medium" })).toMatch(
+      /^context tollgate:cacheNodeType: cache.t4g.medium cannot be durable/,
+    );
+    expect(failure({ ...durable, "tollgate:replicasPerShard": 0 })).toMatch(
+      /^context tollgate:replicasPerShard: 0 cannot be durable .* at least 1 replica per shard/,
+    );
+    expect(failure({ ...durable, "tollgate:durability": "on" })).toMatch(
+      /^context tollgate:durability: expected "off", "async" or "sync"/,
+    );
+  });
+});
+
 describe("concurrency", () => {
   it("refuses a reservation of 0, which would stop every call", () => {
     expect(failure({ "tollgate:checkApiReservedConcurrency": 0 })).toMatch(

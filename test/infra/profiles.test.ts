@@ -94,6 +94,31 @@ describe("prod profile", () => {
   });
 });
 
+describe("the durable option", () => {
+  it("synthesizes prod on Valkey 9.0 with the durability asked, passing cdk-nag; without it, none is set", () => {
+    for (const durability of ["sync", "async"]) {
+      const { template } = synth({
+        "tollgate:profile": "prod",
+        "tollgate:durability": durability,
+        "tollgate:engineVersion": "9.0",
+      });
+      template.hasResourceProperties("AWS::ElastiCache::ReplicationGroup", {
+        Engine: "valkey",
+        EngineVersion: "9.0",
+        Durability: durability,
+        MultiAZEnabled: true,
+        TransitEncryptionEnabled: true,
+        AtRestEncryptionEnabled: true,
+      });
+      template.hasResourceProperties("AWS::ElastiCache::ParameterGroup", { CacheParameterGroupFamily: "valkey9" });
+    }
+    for (const [, group] of Object.entries(synth({ "tollgate:profile": "prod" }).resources).filter(
+      ([, r]) => r.Type === "AWS::ElastiCache::ReplicationGroup",
+    ))
+      expect(group.Properties.Durability).toBeUndefined();
+  });
+});
+
 describe("settings in the template", () => {
   it("notifies a new SNS topic with the email subscribed from every alarm", () => {
     const { template, resources } = synth({ "tollgate:alarmEmail": "ops@example.com" });

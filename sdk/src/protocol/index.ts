@@ -6,6 +6,7 @@
 export { WireError } from "./errors.ts";
 export * from "./keys.ts";
 export * from "./lua-chunks.ts";
+export * from "./redis-auth.ts";
 export * from "./redis-functions.ts";
 export * from "./redis-replies.ts";
 export * from "./sync-schemas.ts";

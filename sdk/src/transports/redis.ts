@@ -10,13 +10,16 @@ import {
   encodeSync,
   fcall,
   findLuaEntry,
+  isAuthFailure,
   joinLua,
   NAME_PATTERN,
+  passwordOf,
   provesNotRun,
   quotaLibraryOf,
   type RedisFunctionLibrary,
   type SyncReply,
   type SyncRequest,
+  setPassword,
   tenantNamespace,
 } from "../protocol/index.ts";
 import type { QuotaTransport } from "../quotas.ts";
@@ -33,6 +36,13 @@ export interface RedisTransportOptions {
   tenant?: string;
   /** A call without a reply after this long counts as unreachable (default 500 ms). */
   timeoutMs?: number;
+  /**
+   * The password as it is now, read again from where it lives (the AUTH secret in Secrets Manager):
+   * called when Redis refuses the client's password (WRONGPASS, NOAUTH: the call did not run), as after
+   * an AUTH token rotation. A new password is set on the client for its next connections and the call is
+   * sent once more; the same one leaves the refusal as it is. Without it, an auth failure is a refused sync.
+   */
+  reauthenticate?: () => Promise<string>;
 }
 
 /**
@@ -63,16 +73,53 @@ export function redisTransport(options: RedisTransportOptions): QuotaTransport {
     }
   }
   const timeoutMs = options.timeoutMs ?? 500;
-  const { redis } = options;
+  const { redis, reauthenticate } = options;
   const quotaSync = quotaSyncLibrary();
+  // one read of the secret for every sync the same rotation refused at once (one per slot group)
+  let reading: Promise<string> | undefined;
+  /** Whether the password as it is now differs from `used`; a new one is set on the client. */
+  async function renewed(renew: () => Promise<string>, used: string | undefined): Promise<boolean> {
+    reading ??= renew().finally(() => {
+      reading = undefined;
+    });
+    const password = await reading;
+    if (password === used) return false;
+    if (password !== passwordOf(redis)) setPassword(redis, password);
+    return true;
+  }
+  /** Whether `error` was an auth failure and the password changed since `used`: then the call goes again. */
+  async function reauthenticated(error: unknown, used: string | undefined): Promise<boolean> {
+    if (!reauthenticate || !(error instanceof Error) || error.name !== "ReplyError" || !isAuthFailure(error.message))
+      return false;
+    return renewed(reauthenticate, used);
+  }
+  if (reauthenticate) {
+    // A client whose connections all dropped reconnects by itself, and a refused AUTH then fails its slot
+    // map, not a sync, which waits out its timeout: renewed from the client's error events, its next
+    // reconnect attempt opens with the new password.
+    const onError = (error: unknown) => {
+      const cause = (error as { lastNodeError?: unknown }).lastNodeError ?? error;
+      if (cause instanceof Error && isAuthFailure(cause.message))
+        renewed(reauthenticate, passwordOf(redis)).catch(() => {});
+    };
+    redis.on("node error", onError);
+    redis.on("error", onError);
+  }
   return {
     async sync(request: SyncRequest, now: number): Promise<SyncReply> {
       const { keys, args } = encodeSync(namespace, request, now);
+      const send = () => withTimeout(fcall(redis, quotaSync, "quotaSync", keys, args), timeoutMs);
+      const used = passwordOf(redis);
       let raw: unknown;
       try {
-        raw = await withTimeout(fcall(redis, quotaSync, "quotaSync", keys, args), timeoutMs);
+        raw = await send();
       } catch (error) {
-        throw classify(error, request);
+        if (!(await reauthenticated(error, used).catch(() => false))) throw classify(error, request);
+        try {
+          raw = await send();
+        } catch (again) {
+          throw classify(again, request);
+        }
       }
       return decodeSync(raw, request);
     },

@@ -44,7 +44,8 @@ describe("decision records", () => {
     expect(recordProblems("1-Title.md", complete.join("\n"))).toEqual(["name: expected NNNN-kebab-title.md"]);
   });
 
-  it("holds every record in docs/decisions to the format, numbered 0001 on without gaps", () => {
+  // parallel branches take numbers from ranges of their own, so a merge may leave gaps: numbers stay unique
+  it("holds every record in docs/decisions to the format, numbered from 0001, each number once", () => {
     const names = readdirSync(dir)
       .filter((name) => name !== "README.md")
       .sort();
@@ -53,6 +54,8 @@ describe("decision records", () => {
       recordProblems(name, readFileSync(new URL(name, dir), "utf8")).map((problem) => `${name}: ${problem}`),
     );
     expect(problems).toEqual([]);
-    expect(names.map((name) => name.slice(0, 4))).toEqual(names.map((_, i) => String(i + 1).padStart(4, "0")));
+    const numbers = names.map((name) => Number(name.slice(0, 4)));
+    expect(numbers[0]).toBe(1);
+    expect(new Set(numbers).size).toBe(numbers.length);
   });
 });
