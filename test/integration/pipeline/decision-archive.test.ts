@@ -11,6 +11,7 @@ import { type OpenArchive, openArchive } from "../../../scripts/archive-query.ts
 import type { LocalStack } from "../../../scripts/local-stack.ts";
 import { cliOutput } from "../../support/cli-output.ts";
 import { clientsOf, drainDelivery, testStack, uploadRules } from "../../support/pipeline.ts";
+import { signedFetch } from "../../support/signed-fetch.ts";
 
 const T0 = Date.UTC(2026, 10, 30, 9, 30);
 const HOUR = 3_600_000;
@@ -142,7 +143,7 @@ describe("the decision archive on the local stack", () => {
       [7, newUser],
       [70, other],
     ] as const) {
-      const response = await fetch(`${stack.endpoints.functionUrl}/v1/frequency`, {
+      const response = await signedFetch(`${stack.endpoints.functionUrl}/v1/frequency`, {
         method: "POST",
         body: JSON.stringify({ userId, channel: "push", consume: false }),
       });
@@ -154,11 +155,11 @@ describe("the decision archive on the local stack", () => {
   });
 
   it("archives check API decisions: a frequency check with the cap and its used count, a rate-limit check", async () => {
-    await fetch(`${stack.endpoints.functionUrl}/v1/frequency`, {
+    await signedFetch(`${stack.endpoints.functionUrl}/v1/frequency`, {
       method: "POST",
       body: JSON.stringify({ userId: 99, channel: "email" }),
     });
-    await fetch(`${stack.endpoints.functionUrl}/v1/limit`, {
+    await signedFetch(`${stack.endpoints.functionUrl}/v1/limit`, {
       method: "POST",
       body: JSON.stringify({ key: "archive:login", algorithm: "fixed-window", max: 5, windowMs: 60_000 }),
     });

@@ -1,6 +1,7 @@
 // `tollgate quotas list|set|usage` against the local stack: a rule set from the CLI is in the policy, in
 // Redis at once (the next sync of a client that held the old version carries it), and its usage readable.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { LOCAL_SIGNING } from "../../../scripts/local/local-principals.ts";
 import type { LocalStack } from "../../../scripts/local-stack.ts";
 import { createQuotas } from "../../../sdk/src/quotas.ts";
 import { httpTransport } from "../../../sdk/src/transports/http.ts";
@@ -117,11 +118,25 @@ describe("tollgate quotas", () => {
 
   it("quotas remove takes a rule out for every transport: a client syncing directly and one over the Function URL are both answered norule and deny", async () => {
     // a removed rule stayed in Redis: direct clients kept their allowances while the HTTP route said norule
-    const set = await cliOutput(["quotas", "set", "gone", "--mode", "approximate", "--limit", "1s=100", ...target]);
+    const set = await cliOutput([
+      "quotas",
+      "set",
+      "gone",
+      "--mode",
+      "approximate",
+      "--limit",
+      "1s=100",
+      "--tenant",
+      "local",
+      ...target,
+    ]);
     expect(set).toMatchObject({ code: 0 });
     const cluster = connectCluster();
-    const direct = createQuotas({ transport: redisTransport({ redis: cluster, namespace }) });
-    const overHttp = createQuotas({ transport: httpTransport({ url: stack.endpoints.functionUrl }) });
+    // both as the local tenant: under its namespace, and signed by its principal
+    const direct = createQuotas({ transport: redisTransport({ redis: cluster, namespace, tenant: "local" }) });
+    const overHttp = createQuotas({
+      transport: httpTransport({ url: stack.endpoints.functionUrl, signing: LOCAL_SIGNING }),
+    });
     try {
       for (const quotas of [direct, overHttp]) expect((await quotas.checkFresh("gone", "tenant-1")).allowed).toBe(true);
       // `quotas remove` runs in a process that never wrote the rule: the removal comes from the store's index

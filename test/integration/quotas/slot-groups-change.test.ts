@@ -5,6 +5,7 @@ import { RedisQuotaStore } from "../../../functions/adapters/redis-quota-store.t
 import { publishQuotaRules } from "../../../functions/app/quota-actions.ts";
 import { type Policy, parsePolicyText } from "../../../functions/core/capping/policy.ts";
 import { QuotaSyncService } from "../../../functions/core/quotas/quota-sync-service.ts";
+import { withLocalTenant } from "../../../scripts/local/local-principals.ts";
 import { type SyncReply, slotGroupOf } from "../../../sdk/src/protocol/index.ts";
 import { createQuotas } from "../../../sdk/src/quotas.ts";
 import { redisTransport } from "../../../sdk/src/transports/redis.ts";
@@ -18,16 +19,21 @@ afterAll(async () => {
   await cluster.quit();
 });
 
-/** A policy with one approximate quota rule "grp" of `max` per 1 s over `slotGroups` slot groups. */
+/**
+ * A policy with one approximate quota rule "grp" of `max` per 1 s over `slotGroups` slot groups, synced by the
+ * local tenant.
+ */
 const groupedRule = (version: string, slotGroups: number, max = 1000): Policy =>
   parsePolicyText(
-    JSON.stringify({
-      version,
-      channels: ["push"],
-      segments: [],
-      default: { name: "rest", caps: {} },
-      quotas: [{ name: "grp", mode: "approximate", limits: [{ window: "1s", max }], slotGroups }],
-    }),
+    JSON.stringify(
+      withLocalTenant({
+        version,
+        channels: ["push"],
+        segments: [],
+        default: { name: "rest", caps: {} },
+        quotas: [{ name: "grp", mode: "approximate", limits: [{ window: "1s", max }], slotGroups }],
+      }),
+    ),
   );
 /** A key of slot group 2 when a rule has 4. */
 const groupTwoKey = Array.from({ length: 64 }, (_, i) => `tenant-${i}`).find((k) => slotGroupOf(k, 4) === 2) as string;
@@ -39,7 +45,7 @@ describe("review: slotGroups changed under running instances (review4 defects, f
     await publishQuotaRules(cluster, namespace, groupedRule("v1", 4), Date.now() - 10_000);
     let now = Date.now();
     const quotas = createQuotas({
-      transport: redisTransport({ redis: cluster, namespace }),
+      transport: redisTransport({ redis: cluster, namespace, tenant: "local" }),
       clock: { now: () => now },
     });
     const rounds = async (n: number) => {
