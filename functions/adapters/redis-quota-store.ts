@@ -9,7 +9,7 @@ import {
   type SyncReply,
   type SyncRequest,
 } from "../../sdk/src/protocol/index.ts";
-import { ruleWriteCall } from "../core/quotas/quota-rule-script.ts";
+import { ruleCreated, ruleWriteCall } from "../core/quotas/quota-rule-script.ts";
 import type { QuotaStore } from "../core/quotas/quota-store.ts";
 import { load as loadLua, quotaLibrary } from "./lua-scripts.ts";
 import { redisCallsOf } from "./redis-cluster.ts";
@@ -62,9 +62,33 @@ export class RedisQuotaStore implements QuotaStore {
   }
 
   async publish(name: string, rule: QuotaRule | null, version: string, slotGroups: number, stamp: number) {
-    await Promise.all(
+    await this.write(name, rule, version, slotGroups, stamp, 0);
+  }
+
+  async restore(name: string, rule: QuotaRule, version: string, slotGroups: number, stamp: number, quietMs: number) {
+    const replies = await this.write(name, rule, version, slotGroups, stamp, quietMs);
+    return replies.flatMap((reply, group) => (ruleCreated(reply) ? [group] : []));
+  }
+
+  private write(
+    name: string,
+    rule: QuotaRule | null,
+    version: string,
+    slotGroups: number,
+    stamp: number,
+    restoreQuietMs: number,
+  ): Promise<unknown[]> {
+    return Promise.all(
       Array.from({ length: slotGroups }, (_, group) => {
-        const { keys, args } = ruleWriteCall({ namespace: this.namespace, name, group, rule, version, stamp });
+        const { keys, args } = ruleWriteCall({
+          namespace: this.namespace,
+          name,
+          group,
+          rule,
+          version,
+          stamp,
+          restoreQuietMs,
+        });
         // through the guarded calls like a sync: after an outage longer than ioredis's reconnect attempts the
         // client has ended, and only that path starts it again (a direct command failed, or queued, for good).
         // The write is a compare-and-set on the policy's stamp, so sending it again never undoes a newer one.

@@ -3,6 +3,7 @@
 import { Logger } from "@aws-lambda-powertools/logger";
 import { Metrics, MetricUnit } from "@aws-lambda-powertools/metrics";
 import { createAwsClients } from "../adapters/aws-clients.ts";
+import { emfCount } from "../adapters/emf.ts";
 import {
   createRedisCluster,
   RedisCapStore,
@@ -19,7 +20,7 @@ import { Capper } from "../core/capping/capper.ts";
 import { type Rules, RulesSource } from "../core/capping/rules-source.ts";
 import { Limiter } from "../core/limits/limiter.ts";
 import { NegativeCache } from "../core/limits/negative-cache.ts";
-import { QuotaSyncService, rulesStamp } from "../core/quotas/quota-sync-service.ts";
+import { QUOTA_STATE_LOST_METRIC, QuotaSyncService, rulesStamp } from "../core/quotas/quota-sync-service.ts";
 import { type Clock, systemClock } from "../core/shared/clock.ts";
 import {
   type CampaignConsumerHandlerDeps,
@@ -179,7 +180,18 @@ export function wireCheckApi(env: NodeJS.ProcessEnv, options: WiringOptions = {}
     store: new RedisQuotaStore(cluster, config.KEY_NAMESPACE, config.CHECK_TIMEOUT_MS),
     rules: async (quotaRule) => quotaRulesOf(await rules.current(quotaRule === undefined ? {} : { quotaRule })),
     clock,
+    // a log line that is also the metric (EMF): counted whether or not per-request metrics are published
+    onStateLost: (loss) =>
+      logger.error("quota store state lost: rule restored from the policy, no new grants meanwhile", {
+        ...loss,
+        ...emfCount("Tollgate", QUOTA_STATE_LOST_METRIC, loss.groups.length, clock.now()),
+      }),
   });
+  /** The scheduled check (every minute): rules lost with the store's state are restored from the policy. */
+  const restoreQuotaRules = async () => {
+    const losses = await quotas.restore(quotaRulesOf(await rules.current()));
+    return { restored: losses.map((loss) => loss.rule) };
+  };
   const handler = makeCheckApiHandler({
     limiter,
     frequency: (body) => capper.checkUser(body),
@@ -207,7 +219,7 @@ export function wireCheckApi(env: NodeJS.ProcessEnv, options: WiringOptions = {}
     if (!redis.warm) logger.warn("Redis not warm at init: the first requests connect", { error: redis.error });
     return redis;
   };
-  return { handler, cluster, config, warm };
+  return { handler, cluster, config, warm, restoreQuotaRules };
 }
 
 /** The quota rules of the rules in service, stamped for the compare-and-set of their writes. */

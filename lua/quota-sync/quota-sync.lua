@@ -73,4 +73,6 @@ local floor, min, max, exp, spack, sunpack, rcall
 
 --- @include "carried-over"
 
+--- @include "store-time"
+
 --- @include "sync-call"

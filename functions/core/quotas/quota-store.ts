@@ -10,4 +10,17 @@ export interface QuotaStore {
    * each unless it holds one with a newer `stamp` (when its writer read the policy, ms).
    */
   publish(name: string, rule: QuotaRule | null, version: string, slotGroups: number, stamp: number): Promise<void>;
+  /**
+   * `publish` of a rule that may have been lost with the store's state (FLUSHALL, a node back empty): each
+   * slot group that holds no configuration at all gets it with a new epoch, and grants nothing new for
+   * `quietMs` (lossQuietMs). Resolves with the slot groups that held none.
+   */
+  restore(
+    name: string,
+    rule: QuotaRule,
+    version: string,
+    slotGroups: number,
+    stamp: number,
+    quietMs: number,
+  ): Promise<number[]>;
 }

@@ -76,6 +76,7 @@ describe("QuotaSyncService.publish", () => {
     const writes: string[] = [];
     const store: QuotaStore = {
       sync: () => Promise.reject(new Error("not used")),
+      restore: () => Promise.reject(new Error("not used")),
       publish: async (name, rule, version, groups, stamp) => {
         writes.push(`${name}:${rule ? version : "removed"}:${groups}@${stamp}`);
       },
