@@ -192,7 +192,8 @@ export class QuotaEngine {
   private fallBack(handle: QuotaHandle): void {
     const rule = handle.rule;
     handle.source = Source.None;
-    const behaviour = rule.definition?.fallback ?? this.unknownRule;
+    const fallback = rule.definition?.fallback ?? this.unknownRule;
+    const behaviour = rule.gone && fallback !== "allow" ? "deny" : fallback;
     handle.left =
       behaviour === "allow" ? Number.POSITIVE_INFINITY : behaviour === "deny" ? 0 : rule.share(handle.group);
     handle.tightest = 0;
@@ -354,9 +355,11 @@ export class QuotaEngine {
     if (!pending) return;
     if (reply.status === "norule") {
       rule.missingUntil = now + NORULE_RETRY_MS;
+      if (rule.definition) rule.gone = true;
       for (const handle of pending.handles) this.fallBack(handle);
       return;
     }
+    rule.gone = false;
     if (reply.status === "stale") {
       // keys grouped by an older definition (nothing counted) or a sequence number older than the store
       // remembers (it cannot tell whether it applied it): the usage goes out again under a new one as after
