@@ -11,6 +11,8 @@ import { neverScheduler } from "./quota-fixtures.ts";
 export interface FleetRun {
   /** Reference times (ms, the test's monotonic clock) of every admission. */
   admitted: number[];
+  /** The same, per instance. */
+  byInstance: number[][];
   /** Errors the instances reported (onError). */
   errors: Error[];
 }
@@ -54,6 +56,7 @@ export async function runFleet(options: FleetOptions): Promise<FleetRun> {
     });
   };
   const admitted: number[] = [];
+  const byInstance: number[][] = fleet.map(() => []);
   let step = 0;
   while (elapsed() < options.durationMs) {
     const t = elapsed();
@@ -61,18 +64,20 @@ export async function runFleet(options: FleetOptions): Promise<FleetRun> {
     for (let i = 0; i < fleet.length; i++) {
       if (!fleet[i] && t >= (options.startAt?.(i) ?? 0)) fleet[i] = make(i);
     }
-    const live = fleet.filter((q): q is Quotas => q !== undefined);
-    if (step % 2 === 0) await Promise.all(live.map((q) => q.sync().catch(() => {})));
-    for (const q of live) {
-      for (let r = 0; r < options.perStep; r++) {
-        if (q.check(options.rule, options.key).allowed) admitted.push(performance.now() - start);
+    if (step % 2 === 0) await Promise.all(fleet.map((q) => q?.sync().catch(() => {})));
+    fleet.forEach((q, i) => {
+      for (let r = 0; q && r < options.perStep; r++) {
+        if (!q.check(options.rule, options.key).allowed) continue;
+        const at = performance.now() - start;
+        admitted.push(at);
+        byInstance[i]?.push(at);
       }
-    }
+    });
     step++;
     const next = start + step * stepMs;
     const wait = next - performance.now();
     if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
   }
   for (const q of fleet) await q?.stop();
-  return { admitted, errors };
+  return { admitted, byInstance, errors };
 }
