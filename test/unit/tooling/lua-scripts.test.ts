@@ -21,10 +21,10 @@ const LUA = new URL("../../../lua/", import.meta.url);
  */
 const CHUNK_SHA256 = {
   "cap-sends": "6c7d557822af2da13399159c89f60e439ead9aee49ac9ca2dc6abe5dbcd1e071",
-  "quota-sync": "034899e9c99c1f92ca4e9506197ce8d68033cb965a66a78669f35b5465ca4b3f",
+  "quota-sync": "4776c55a59b2fe205edee395d3f2aa6e0b55bc12b980a38b92b6415d1c88e14e",
 };
 /** The libraries' names (quota's since store-time.lua): a hash of their code, so the same name means the same chunks. */
-const LIBRARY_NAMES = { tollgate: "tollgate_96718acd", quota: "tollgate_10e54bd9", limit: "tollgate_ea95251d" };
+const LIBRARY_NAMES = { tollgate: "tollgate_96718acd", quota: "tollgate_46b2d03d", limit: "tollgate_ea95251d" };
 
 /** No file under lua/ passes this many lines: a part holds one concern. */
 const MAX_FILE_LINES = 400;
