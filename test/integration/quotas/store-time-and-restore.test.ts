@@ -5,6 +5,9 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { TollgateCluster } from "../../../functions/adapters/redis-cluster.ts";
 import { RedisQuotaStore } from "../../../functions/adapters/redis-quota-store.ts";
+import { lossQuietMs } from "../../../functions/core/quotas/quota-rule-script.ts";
+import { type QuotaStateLoss, QuotaSyncService } from "../../../functions/core/quotas/quota-sync-service.ts";
+import { slotGroupKeys } from "../../../sdk/src/protocol/index.ts";
 import { connectCluster, uniqueNamespace } from "../../support/cluster.ts";
 import { syncCall as call, syncEntry as entry, strictRule } from "../../support/quota-sync-calls.ts";
 import { T0 } from "../../support/rules.ts";
@@ -82,5 +85,40 @@ describe("a rule restored after a loss", () => {
     const store = await published();
     expect(await store.restore("api", rule, "v1", 1, 1, 60_000)).toEqual([]);
     expect(tokens(await store.sync(call("a", 1, [entry("k", { want: 5 })]), await storeTime())).tokens).toBe(5);
+  });
+});
+
+describe("the sync route when the store lost the rule", () => {
+  it("restores it from the policy at once, reports the loss once, and the restored group grants nothing new until the quiet time ends", async () => {
+    const namespace = uniqueNamespace();
+    const losses: QuotaStateLoss[] = [];
+    const quotas = new Map([["api", { rule, version: "p1.api" }]]);
+    const service = new QuotaSyncService({
+      store: new RedisQuotaStore(cluster, namespace),
+      rules: async () => ({ quotas, stamp: 1 }),
+      clock: { now: () => Date.now() },
+      onStateLost: (loss) => losses.push(loss),
+    });
+    const body = (seq: number) => ({
+      instanceId: "a",
+      rule: "api",
+      group: 0,
+      seq,
+      configVersion: "p1.api",
+      entries: [{ key: "k", usage: [], refunds: [], offered: 1, want: 5 }],
+    });
+    expect(tokens(await service.sync(body(1))).tokens).toBe(5);
+    expect(losses).toEqual([]);
+    // the slot group's state gone, as after FLUSHALL on its node
+    const group = slotGroupKeys(namespace, "api", 0);
+    await cluster.del(group.config, group.sequences, group.instances);
+    const after = await service.sync(body(2));
+    expect(after.status).toBe("applied");
+    expect(tokens(after).tokens).toBe(0);
+    expect(tokens(after).denyUntil).toBeGreaterThan(after.serverTime);
+    expect(losses).toEqual([{ rule: "api", groups: [0], quietMs: lossQuietMs(rule), seenBy: "sync" }]);
+    // the next sync is served as usual (no second loss), still quiet
+    expect(tokens(await service.sync(body(3))).tokens).toBe(0);
+    expect(losses).toHaveLength(1);
   });
 });
