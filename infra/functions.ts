@@ -4,6 +4,8 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Duration, type RemovalPolicy } from "aws-cdk-lib";
 import * as ec2 from "aws-cdk-lib/aws-ec2";
+import * as events from "aws-cdk-lib/aws-events";
+import * as targets from "aws-cdk-lib/aws-events-targets";
 import * as iam from "aws-cdk-lib/aws-iam";
 import * as lambda from "aws-cdk-lib/aws-lambda";
 import { SqsEventSource } from "aws-cdk-lib/aws-lambda-event-sources";
@@ -99,6 +101,8 @@ export class Functions extends Construct {
    */
   readonly quotaSync: nodejs.NodejsFunction;
   readonly quotaSyncUrl: lambda.FunctionUrl;
+  /** The schedule that invokes QuotaSync every minute to restore quota rules lost from Redis. */
+  readonly quotaRestore: events.Rule;
 
   constructor(scope: Construct, id: string, props: FunctionsProps) {
     super(scope, id);
@@ -215,6 +219,13 @@ export class Functions extends Construct {
       { ...checkApiVariables, CHECK_API_ROUTES: "quota-sync" },
     );
     this.quotaSyncUrl = this.quotaSync.addFunctionUrl({ authType: lambda.FunctionUrlAuthType.AWS_IAM });
+    // every minute, rules lost with Redis's state (FLUSHALL, a node back empty) are restored from the policy,
+    // for the clients syncing straight to Redis (the sync route restores its own at once)
+    this.quotaRestore = new events.Rule(this, "QuotaRulesRestore", {
+      description: "Tollgate: restore quota rules lost from Redis, from the policy in S3",
+      schedule: events.Schedule.rate(Duration.minutes(1)),
+      targets: [new targets.LambdaFunction(this.quotaSync, { retryAttempts: 0 })],
+    });
   }
 
   /**

@@ -29,7 +29,7 @@ export function acknowledgeFindings(stack: TollgateStack): void {
       "Serverless::Serverless-LambdaLatestVersion":
         "Same as AwsSolutions-L1: nodejs22.x is the newest runtime the code is tested for",
       "Serverless::Serverless-LambdaDLQ":
-        "A Lambda DLQ only catches asynchronous invocations: the consumer is invoked by SQS (its queue's redrive policy is the DLQ), the check API and QuotaSync synchronously by their Function URLs",
+        "A Lambda DLQ only catches asynchronous invocations: the consumer is invoked by SQS (its queue's redrive policy is the DLQ), the check API and QuotaSync synchronously by their Function URLs; QuotaSync's one asynchronous caller, the minute's restore schedule, is redone by the next minute",
     });
   }
   if (!config.tracing) {
@@ -46,6 +46,10 @@ export function acknowledgeFindings(stack: TollgateStack): void {
         "Single-AZ only when tollgate:replicasPerShard is 0 (the dev profile): one small node for trying and staging; the prod profile is Multi-AZ with automatic failover",
     });
   }
+  accept(functions.quotaRestore, {
+    "Serverless::Serverless-EventBusDLQ":
+      "The restore runs every minute and does the same work each time: an invocation that failed is redone by the next one, a queued event would only repeat it",
+  });
   accept(functions.consumer, {
     "Serverless::Serverless-LambdaEventSourceMappingDestination":
       "SQS event sources do not support on-failure destinations; failed records return to the queue and its redrive policy moves them to the campaign DLQ",

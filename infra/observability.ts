@@ -1,5 +1,5 @@
 // A dashboard (decisions per segment and channel, check API latency and denials, DLQ depth, Redis CPU and
-// memory, the Quotas clients and their sync route), the alarms an operator needs (DLQ not empty, consumer errors, Redis memory/CPU, queue age), and
+// memory, the Quotas clients and their sync route), the alarms an operator needs (DLQ not empty, consumer errors, Redis memory/CPU, queue age, Quotas state lost), and
 // optionally an SNS topic they notify.
 import { Duration, type RemovalPolicy } from "aws-cdk-lib";
 import * as cloudwatch from "aws-cdk-lib/aws-cloudwatch";
@@ -181,6 +181,12 @@ export class Observability extends Construct {
       "Redis memory over 80%: with noeviction, writes fail when full; scale out",
     );
     alarm("RedisCpuHigh", redis("EngineCPUUtilization"), 80, "Redis engine CPU over 80% on a node");
+    alarm(
+      "QuotaStateLost",
+      new cloudwatch.Metric({ namespace: "Tollgate", metricName: "QuotaStateLost", statistic: "Sum", period }),
+      1,
+      "Quota rules were gone from Redis (FLUSHALL, a node back empty): restored from the policy, their slot groups grant nothing new for one window plus the lease (docs/quotas.md)",
+    );
     alarm(
       "CampaignQueueOld",
       storage.campaignQueue.metricApproximateAgeOfOldestMessage({ period, statistic: "Maximum" }),

@@ -60,6 +60,11 @@ export interface LocalStackOptions {
   checkApiConcurrency?: number;
   /** Execution environments of the QuotaSync function (default 2). */
   quotaSyncConcurrency?: number;
+  /**
+   * How often the QuotaSync function's scheduled restore runs (rules lost from Redis written again from the
+   * policy), as the stack's EventBridge schedule invokes it every minute. Default 60 s.
+   */
+  quotaRestoreIntervalMs?: number;
   /** The clock the functions decide by (default: the system's); tests pin it. */
   clock?: Clock;
   /**
@@ -172,6 +177,12 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
       auth,
     );
     stops.unshift(() => quotaSyncUrl.stop());
+    // the minute's schedule of infra/functions.ts, on one QuotaSync environment
+    const restoring = setInterval(() => {
+      quotaSyncEnvironments[0]?.restoreQuotaRules().catch(() => {});
+    }, options.quotaRestoreIntervalMs ?? 60_000);
+    restoring.unref();
+    stops.unshift(async () => clearInterval(restoring));
     const endpoints: Endpoints = {
       functionUrl: functionUrl.url,
       quotaSyncUrl: quotaSyncUrl.url,

@@ -10,7 +10,7 @@ import {
   type SyncReply,
   type SyncRequest,
 } from "../../sdk/src/protocol/index.ts";
-import { ruleWriteCall, ruleWritten } from "../core/quotas/quota-rule-script.ts";
+import { ruleCreated, ruleWriteCall, ruleWritten } from "../core/quotas/quota-rule-script.ts";
 import type { QuotaStore } from "../core/quotas/quota-store.ts";
 import { load as loadLua, quotaLibrary } from "./lua-scripts.ts";
 import { redisCallsOf } from "./redis-cluster.ts";
@@ -63,9 +63,41 @@ export class RedisQuotaStore implements QuotaStore {
   }
 
   async publish(name: string, rule: QuotaRule | null, version: string, slotGroups: number, stamp: number) {
-    const replies = await Promise.all(
+    const replies = await this.write(name, rule, version, slotGroups, stamp, 0);
+    const everywhere = replies.every(ruleWritten);
+    // the index follows only a write that was the newest everywhere: an older container's refused write
+    // neither adds a name nor takes one away
+    if (everywhere) await this.index(rule === null ? "remove" : "add", name, stamp);
+    return everywhere;
+  }
+
+  async restore(name: string, rule: QuotaRule, version: string, slotGroups: number, stamp: number, quietMs: number) {
+    const replies = await this.write(name, rule, version, slotGroups, stamp, quietMs);
+    const created = replies.flatMap((reply, group) => (ruleCreated(reply) ? [group] : []));
+    // the index went with the state: the restored rule is in it again, so a later removal reaches it
+    if (created.length > 0) await this.index("add", name, stamp);
+    return created;
+  }
+
+  private write(
+    name: string,
+    rule: QuotaRule | null,
+    version: string,
+    slotGroups: number,
+    stamp: number,
+    restoreQuietMs: number,
+  ): Promise<unknown[]> {
+    return Promise.all(
       Array.from({ length: slotGroups }, (_, group) => {
-        const { keys, args } = ruleWriteCall({ namespace: this.namespace, name, group, rule, version, stamp });
+        const { keys, args } = ruleWriteCall({
+          namespace: this.namespace,
+          name,
+          group,
+          rule,
+          version,
+          stamp,
+          restoreQuietMs,
+        });
         // through the guarded calls like a sync: after an outage longer than ioredis's reconnect attempts the
         // client has ended, and only that path starts it again (a direct command failed, or queued, for good).
         // The write is a compare-and-set on the policy's stamp, so sending it again never undoes a newer one.
@@ -77,11 +109,6 @@ export class RedisQuotaStore implements QuotaStore {
         );
       }),
     );
-    const everywhere = replies.every(ruleWritten);
-    // the index follows only a write that was the newest everywhere: an older container's refused write
-    // neither adds a name nor takes one away
-    if (everywhere) await this.index(rule === null ? "remove" : "add", name, stamp);
-    return everywhere;
   }
 
   async publishedNames(): Promise<string[]> {

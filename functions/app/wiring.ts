@@ -6,6 +6,7 @@ import type { S3Client } from "@aws-sdk/client-s3";
 import { tenantNamespace } from "../../sdk/src/protocol/index.ts";
 import { createFirehoseClient, FirehoseArchiveWriter, S3ArchiveWriter } from "../adapters/archive-writers.ts";
 import { createAwsClients } from "../adapters/aws-clients.ts";
+import { emfCount } from "../adapters/emf.ts";
 import {
   createRedisCluster,
   RedisCapStore,
@@ -22,7 +23,7 @@ import { Capper } from "../core/capping/capper.ts";
 import { type Rules, RulesSource } from "../core/capping/rules-source.ts";
 import { Limiter } from "../core/limits/limiter.ts";
 import { NegativeCache } from "../core/limits/negative-cache.ts";
-import { QuotaSyncService, rulesStamp } from "../core/quotas/quota-sync-service.ts";
+import { QUOTA_STATE_LOST_METRIC, QuotaSyncService, rulesStamp } from "../core/quotas/quota-sync-service.ts";
 import { type Clock, systemClock } from "../core/shared/clock.ts";
 import { DecisionArchive } from "../core/shared/decision-archive.ts";
 import type { Tenant } from "../core/shared/tenants.ts";
@@ -242,10 +243,31 @@ export function wireCheckApi(env: NodeJS.ProcessEnv, options: WiringOptions = {}
           return tenantQuotaRulesOf(active, now);
         },
         clock,
+        // a log line that is also the metric (EMF): counted whether or not per-request metrics are published
+        onStateLost: (loss) =>
+          logger.error("quota store state lost: rule restored from the policy, no new grants meanwhile", {
+            tenant: tenant.name,
+            ...loss,
+            ...emfCount("Tollgate", QUOTA_STATE_LOST_METRIC, loss.groups.length, clock.now()),
+          }),
       });
       quotaServices.set(tenant.namespace, service);
     }
     return service;
+  };
+  /**
+   * The scheduled check (every minute): rules lost with the store's state are restored from the policy, in
+   * the namespace of every tenant that syncs them.
+   */
+  const restoreQuotaRules = async () => {
+    const active = await rules.current();
+    const losses = await Promise.all(
+      active.policy.tenancy
+        .list()
+        .filter((tenant) => tenant.quotaRules.size > 0)
+        .map((tenant) => quotasOf(tenant).restore(tenantQuotaRulesOf(active, tenant))),
+    );
+    return { restored: [...new Set(losses.flat().map((loss) => loss.rule))] };
   };
   const handler = makeCheckApiHandler({
     limiter,
@@ -276,7 +298,7 @@ export function wireCheckApi(env: NodeJS.ProcessEnv, options: WiringOptions = {}
     if (!redis.warm) logger.warn("Redis not warm at init: the first requests connect", { error: redis.error });
     return redis;
   };
-  return { handler, cluster, config, warm, archive };
+  return { handler, cluster, config, warm, archive, restoreQuotaRules };
 }
 
 /**

@@ -1,13 +1,16 @@
 --[[ quota-sync.lua: one Quotas sync call (protocol 2; sdk/src/wire.ts is the contract and builds the arguments).
 Applies an instance's usage and refunds for the keys of one slot group, once per (instance, seq), and
 answers each key's allowance (approximate) or reserved tokens (strict).
-KEYS[1]    <ns>:q:{<rule>.<group>}:cfg    hash { v = config version, r = encoded rule }
-KEYS[2]    <ns>:q:{<rule>.<group>}:seq    hash instance -> "highestSeq:mask" (mask: the 32 seqs below it)
+KEYS[1]    <ns>:q:{<rule>.<group>}:cfg    hash { v = config version, r = encoded rule, q = quiet until: a rule
+           restored after a loss grants nothing new before then (lua/quota-rule.lua) }
+KEYS[2]    <ns>:q:{<rule>.<group>}:seq    hash instance -> "highestSeq:mask" (mask: the 32 seqs below it), and
+           the clocks of store-time.lua ("#clock", "#c:<instance>")
 KEYS[3]    <ns>:q:{<rule>.<group>}:inst   sorted set instance -> last sync (ms)
 KEYS[3+i]  <ns>:q:{<rule>.<group>}:k:<key_i>   key i: hash { L = layout, h = demand, ring cursors,
            latest buckets and sums (packed), r = older buckets (packed), i:<instance> = that instance's
            demand and grant (packed) }
-ARGV[1..5] protocol (2), now (ms), instanceId, seq, configVersion seen; instanceId "" (no client's: the
+ARGV[1..5] protocol (2), the caller's now (ms; the call's time is it as the store holds it, store-time
+           below), instanceId, seq, configVersion seen; instanceId "" (no client's: the
            protocol refuses it) is a read (`tollgate quotas usage`): nothing is applied, granted or written,
            and the reader is not counted as an instance
 ARGV[5+i]  key i: little-endian doubles offered, want, #usage, #refunds, then #usage pairs at, count
@@ -72,5 +75,7 @@ local floor, min, max, exp, spack, sunpack, rcall
 --- @include "key-rings"
 
 --- @include "carried-over"
+
+--- @include "store-time"
 
 --- @include "sync-call"

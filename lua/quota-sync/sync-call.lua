@@ -4,8 +4,13 @@ return function(KEYS, ARGV)
   if ARGV[1] ~= '2' then return redis.error_reply('ERR quota-sync: protocol 2 expected, got ' .. ARGV[1]) end
   floor, min, max, exp = math.floor, math.min, math.max, math.exp
   spack, sunpack, rcall = struct.pack, struct.unpack, redis.call
-  now = tonumber(ARGV[2])
   local instance, seq, seen = ARGV[3], tonumber(ARGV[4]), ARGV[5]
+  local reading = instance == ''
+  local callerNow = tonumber(ARGV[2])
+  if not callerNow then return redis.error_reply('ERR quota-sync: now (ARGV[2]) must be a number') end
+  now = callTime(callerNow, KEYS[2], instance, reading)
+  -- approximate epochs are on the caller's clock: each counts at the same age on the call's time
+  local epochShift = now - callerNow
   -- every entry is checked before anything is written (a script's writes stay when it fails later): little-
   -- endian doubles offered, want, #usage, #refunds, then the usage pairs and the refunds'
   if #ARGV ~= #KEYS + 2 then return redis.error_reply('ERR quota-sync: one entry per quota key expected') end
@@ -19,10 +24,11 @@ return function(KEYS, ARGV)
       return redis.error_reply('ERR quota-sync: malformed entry ' .. (i - 3))
     end
   end
-  local reading = instance == ''
 
-  local cfg = rcall('HMGET', KEYS[1], 'v', 'r')
+  local cfg = rcall('HMGET', KEYS[1], 'v', 'r', 'q')
   local version, ruleText = cfg[1], cfg[2]
+  -- restored after the store lost its state (lua/quota-rule.lua): nothing new is granted before then
+  local quietUntil = tonumber(cfg[3]) or 0
   -- no configuration, or a removed rule's tombstone (lua/quota-rule.lua)
   if not version or version == '' then return { 2, 'norule', now, '', '', '', 0, 0 } end
   local reply = { 2, 'applied', now, version, version == seen and '' or ruleText }
@@ -69,7 +75,10 @@ return function(KEYS, ARGV)
   local applied = status == 'applied' and not reading
   reply[2] = status
   -- %d, not tostring: a seq of 15 digits or more (the schema allows up to 2^53 - 1) would be written 1e+14
-  if applied then rcall('HSET', KEYS[2], instance, string.format('%d:%d', high, mask)) end
+  if applied then
+    local highAndMask = string.format('%d:%d', high, mask)
+    rcall('HSET', KEYS[2], instance, highAndMask, CLOCK_FIELD, callClock, ownClockField(instance), ownClock)
+  end
 
   -- the seq and instance records outlive the longest window, so a replay they no longer know about only
   -- carries usage too old to count; their expiry is pushed on for new members and every 16th seq
@@ -79,6 +88,8 @@ return function(KEYS, ARGV)
     local gone = rcall('ZRANGEBYSCORE', KEYS[3], '-inf', now - retention, 'LIMIT', 0, 32)
     if #gone > 0 then
       rcall('ZREM', KEYS[3], unpack(gone))
+      rcall('HDEL', KEYS[2], unpack(gone))
+      for g = 1, #gone do gone[g] = ownClockField(gone[g]) end
       rcall('HDEL', KEYS[2], unpack(gone))
     end
     rcall('PEXPIRE', KEYS[2], retention)
@@ -207,7 +218,7 @@ return function(KEYS, ARGV)
         local at, count = sunpack(PAIR_FORMAT, entry, 33 + 16 * u)
         local take = min(left, count)
         left = left - take
-        if count > take then add('a', at, count - take) end
+        if count > take then add('a', at + epochShift, count - take) end
       end
       -- a report that comes long after the grant (a key quiet for a while, a late timer) carries usage that
       -- may have been spent just before it: counted from the grant it left the windows that long early, and
@@ -277,14 +288,15 @@ return function(KEYS, ARGV)
     -- reservation (late replies), and granting it all raised the over-admission under load
     local fair = share * max(remaining, tight.floor)
     local amount, denyUntil = 0, 0
+    local quiet = now < quietUntil
     if strict then
-      if applied and want > 0 and remaining > 0 then
+      if applied and want > 0 and remaining > 0 and not quiet then
         amount = min(want, remaining, math.ceil(fair))
         reserve(amount)
         remaining = remaining - amount
       end
     elseif applied then
-      if remaining > 0 then
+      if remaining > 0 and not quiet then
         amount = floor(min(remaining, 2 * share * remaining))
         -- never more than about two intervals of what this instance was offered in its last one: a
         -- reservation it would not spend is capacity the other instances cannot have until its next sync
@@ -296,7 +308,9 @@ return function(KEYS, ARGV)
     elseif grantSeq == seq then
       amount = credit -- a retry of the sync that granted it: the same allowance again
     end
-    if remaining <= 0 then
+    if quiet then
+      denyUntil = quietUntil
+    elseif remaining <= 0 then
       -- nothing frees before the next bucket boundary of the tight limit's rings (strict: its spent tokens')
       local ring = tight.first.ring
       denyUntil = (ring.cur + 1) * ring.q

@@ -19,6 +19,10 @@ async function main(): Promise<void> {
     // AWS_IAM auth as deployed: the instances sign as the local principal, whose tenant syncs the rules
     { credentials: [LOCAL_CREDENTIAL] },
   );
+  // the deployed schedule (every minute): rules the store lost are restored for the direct clients too
+  setInterval(() => {
+    environments[0]?.restoreQuotaRules().catch(() => {});
+  }, 60_000);
   process.send?.({ type: "listening", url: server.url });
 }
 

@@ -216,7 +216,8 @@ export class QuotaEngine {
   private fallBack(handle: QuotaHandle): void {
     const rule = handle.rule;
     handle.source = Source.None;
-    const behaviour = rule.definition?.fallback ?? this.unknownRule;
+    const fallback = rule.definition?.fallback ?? this.unknownRule;
+    const behaviour = rule.gone && fallback !== "allow" ? "deny" : fallback;
     handle.left =
       behaviour === "allow" ? Number.POSITIVE_INFINITY : behaviour === "deny" ? 0 : rule.share(handle.group);
     handle.tightest = 0;
@@ -382,13 +383,16 @@ export class QuotaEngine {
     group.unreachableSince = -1;
     if (!pending) return;
     if (reply.status === "norule") {
-      // the rule was removed (or never published): what `unknownRule` says, not the removed rule's fallback
-      // (an approximate rule's share would go on admitting under a rule the store no longer has)
+      // the rule was removed, or lost with the store's state (FLUSHALL, a node back empty): what `unknownRule`
+      // says, not the rule's fallback (an approximate rule's share would go on admitting under a rule the
+      // store no longer has, counted by nobody); a rule this instance had is reported gone (onError)
+      if (rule.definition) rule.gone = true;
       rule.forget();
       rule.missingUntil = now + NORULE_RETRY_MS;
       for (const handle of rule.handles.values()) this.fallBack(handle);
       return;
     }
+    rule.gone = false;
     if (reply.status === "stale") {
       // keys grouped by an older definition (nothing counted) or a sequence number older than the store
       // remembers (it cannot tell whether it applied it): the usage goes out again under a new one as after

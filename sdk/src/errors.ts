@@ -37,3 +37,16 @@ export class SyncRejectedError extends QuotasError {
     this.status = options?.status;
   }
 }
+
+/**
+ * The store no longer holds a rule this instance had: removed from the policy, or lost with the store's state
+ * (FLUSHALL, a node back empty, a failover that lost writes; the stack restores it from the policy within a
+ * minute). Its keys deny (an explicit `fallback: "allow"` allows) until the store answers for it again.
+ */
+export class QuotaRuleGoneError extends QuotasError {
+  readonly rule: string;
+  constructor(rule: string) {
+    super(`rule ${rule}: the store holds no configuration for it (removed, or the store lost its state): denying`);
+    this.rule = rule;
+  }
+}

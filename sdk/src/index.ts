@@ -3,6 +3,7 @@
 export { type Clock, type Scheduler, systemClock, unrefScheduler } from "./clock.ts";
 export type { Decision } from "./decision.ts";
 export {
+  QuotaRuleGoneError,
   QuotasArgumentError,
   QuotasConfigError,
   QuotasError,

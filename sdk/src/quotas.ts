@@ -6,7 +6,7 @@ import { randomBytes } from "node:crypto";
 import { type Clock, type Scheduler, systemClock, unrefScheduler } from "./clock.ts";
 import type { Decision } from "./decision.ts";
 import { type EngineOptions, QuotaEngine } from "./engine.ts";
-import { QuotasConfigError, SyncRejectedError } from "./errors.ts";
+import { QuotaRuleGoneError, QuotasConfigError, SyncRejectedError } from "./errors.ts";
 import { NAME_PATTERN, type QuotaRule, type SyncReply, type SyncRequest, WireError } from "./protocol/index.ts";
 import { type QuotasMetrics, roundMetrics } from "./round-metrics.ts";
 import type { GroupState, QuotaHandle } from "./state.ts";
@@ -339,7 +339,9 @@ export class Quotas {
     try {
       const reply = await this.transport.sync(request, sentAt);
       const now = this.clock.now();
+      const wasGone = group.rule.gone;
       this.engine.applyReply(group, reply, sentAt, now, this.monotonic());
+      if (group.rule.gone && !wasGone) this.onError(new QuotaRuleGoneError(request.rule));
       const problem = reply.rule && this.leaseProblem(reply.rule);
       if (problem) this.onError(new QuotasConfigError(`rule ${request.rule}: leaseMs`, problem));
       return now - sentAt;

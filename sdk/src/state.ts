@@ -65,6 +65,12 @@ export class RuleState {
   missingUntil = 0;
   /** `ready()` named the rule: while no definition has arrived, its group 0 asks for one with no keys. */
   awaited = false;
+  /**
+   * The store answered `norule` for this rule after it had a definition: removed, or lost with the store's
+   * state (FLUSHALL, a node back empty). Nothing counts what a fallback share would admit: it denies (an
+   * explicit `allow` still allows) until the store answers for the rule again.
+   */
+  gone = false;
   readonly handles = new Map<string, QuotaHandle>();
   /** The slot groups in use: the first `slotGroups` of `everyGroup`. */
   groups: GroupState[] = [];

@@ -13,4 +13,17 @@ export interface QuotaStore {
   publish(name: string, rule: QuotaRule | null, version: string, slotGroups: number, stamp: number): Promise<boolean>;
   /** The names of the rules in the store's index: written by any process and not removed since. */
   publishedNames(): Promise<string[]>;
+  /**
+   * `publish` of a rule that may have been lost with the store's state (FLUSHALL, a node back empty): each
+   * slot group that holds no configuration at all gets it with a new epoch, and grants nothing new for
+   * `quietMs` (lossQuietMs). Resolves with the slot groups that held none.
+   */
+  restore(
+    name: string,
+    rule: QuotaRule,
+    version: string,
+    slotGroups: number,
+    stamp: number,
+    quietMs: number,
+  ): Promise<number[]>;
 }

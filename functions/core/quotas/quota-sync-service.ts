@@ -13,6 +13,7 @@ import type { Clock } from "../shared/clock.ts";
 import { ValidationError } from "../shared/errors.ts";
 import type { PublishedQuotaRule } from "../shared/quota-rules.ts";
 import { parseOrThrow } from "../shared/validation.ts";
+import { lossQuietMs } from "./quota-rule-script.ts";
 import type { QuotaStore } from "./quota-store.ts";
 
 /** The policy's quota rules in service, and how new that policy is (`rulesStamp`). */
@@ -40,6 +41,22 @@ export interface QuotaSyncServiceOptions {
    */
   rules: (rule?: string) => Promise<QuotaRulesInService>;
   clock: Clock;
+  /** The store had lost a rule's configuration (its state with it), now restored: log it, count it. */
+  onStateLost?: (loss: QuotaStateLoss) => void;
+}
+
+/** The metric (namespace Tollgate) counting slot groups found without their rule's configuration. */
+export const QUOTA_STATE_LOST_METRIC = "QuotaStateLost";
+
+/** A rule whose configuration was gone from some slot groups, written again from the policy. */
+export interface QuotaStateLoss {
+  rule: string;
+  /** The slot groups that held no configuration. */
+  groups: number[];
+  /** How long those groups grant nothing new (ms). */
+  quietMs: number;
+  /** Who saw it: a sync through the route, or the scheduled check. */
+  seenBy: "sync" | "schedule";
 }
 
 export class QuotaSyncService {
@@ -85,11 +102,46 @@ export class QuotaSyncService {
     });
     const reply = await this.options.store.sync(request, now);
     if (reply.status !== "norule") return reply;
-    // The policy has the rule but its slot group does not (lost with a failover, or removed by a newer
-    // policy that this container has not read yet): written again, unless a newer policy removed it.
-    this.published.delete(request.rule);
-    await this.publish(inService);
+    // The policy has the rule but its slot group does not: this process wrote it before the sync, so the
+    // store lost it (FLUSHALL, a node back empty, a failover that lost writes), or a newer policy removed
+    // it (its tombstone refuses the write). Restored: nothing new is granted until every token granted
+    // before the loss has aged out.
+    await this.restoreRule(request.rule, published, inService.stamp, "sync");
     return this.options.store.sync(request, now);
+  }
+
+  /**
+   * The scheduled check: every rule of the policy written again where a slot group holds no configuration
+   * (lost with the store's state), as after a loss. Clients syncing straight to Redis are served again
+   * without an operator. Resolves with the losses found.
+   */
+  async restore({ quotas, stamp }: QuotaRulesInService): Promise<QuotaStateLoss[]> {
+    const losses = await Promise.all(
+      [...quotas].map(([name, published]) => this.restoreRule(name, published, stamp, "schedule")),
+    );
+    return losses.filter((loss): loss is QuotaStateLoss => loss !== undefined);
+  }
+
+  private async restoreRule(
+    name: string,
+    published: PublishedQuotaRule,
+    stamp: number,
+    seenBy: QuotaStateLoss["seenBy"],
+  ): Promise<QuotaStateLoss | undefined> {
+    const quietMs = lossQuietMs(published.rule);
+    const groups = await this.options.store.restore(
+      name,
+      published.rule,
+      published.version,
+      MAX_SLOT_GROUPS,
+      stamp,
+      quietMs,
+    );
+    this.published.set(name, published);
+    if (groups.length === 0) return undefined;
+    const loss = { rule: name, groups, quietMs, seenBy };
+    this.options.onStateLost?.(loss);
+    return loss;
   }
 
   /**

@@ -11,12 +11,15 @@
 //   entries. A seq already applied answers `duplicate` (nothing counted, no tokens granted); a seq more
 //   than 32 below the highest applied answers `stale` (nothing counted). Instance ids are random per
 //   process and never reused: the seq record lives max(longest window, 60 s) + 60 s after the last sync.
-// Time. `now` (ms since the epoch) is the caller's clock: the check API's for HTTP, the instance's for
-//   direct calls. Reply times are on that clock; `serverTime` echoes it. A client converts an expiry to
-//   its own clock from the moment it SENT the request (sentAt + (expiry - serverTime)), which is never
-//   later than the true expiry.
-// Usage (approximate mode): `usage` = [at, count] per epoch (at: ms, clamped to now; epochs older than
-//   the longest window are dropped). Strict mode: `usage` = [grantedAt, count] per grant, the tokens of
+// Time. `now` (ms since the epoch) is the caller's clock (the check API's for HTTP, the instance's for
+//   direct calls), held by the store: never ahead of the store's clock (a caller ahead counts as the
+//   store's time), moving on per instance as its own clock moved since its previous applied sync (never
+//   back: a clock stepped back goes on from the time it had), never behind the slot group's latest time.
+//   The call's time is what every grant and spend is stamped with; `serverTime` is it. A client converts
+//   an expiry to its own clock from the moment it SENT the request (sentAt + (expiry - serverTime)), which
+//   is never later than the true expiry, whatever the offset between the two clocks.
+// Usage (approximate mode): `usage` = [at, count] per epoch (at: ms on the caller's clock, counted at the
+//   same age on the call's time and never after it; epochs older than the longest window are dropped). Strict mode: `usage` = [grantedAt, count] per grant, the tokens of
 //   that grant spent since the last report (all spent before this request was sent); a grant may appear
 //   in several pairs. `spentAgo` (strict, optional, one per usage pair): those tokens were all spent at
 //   least this many ms before the request was sent (measured on the instance's monotonic clock), so the
@@ -42,14 +45,16 @@
 //   Tokens left at expiry go back as `refunds` = [grantedAt, count] (grantedAt = that reply's
 //   serverTime). `want` = tokens asked for. Windows count grants over W + lease and tokens reported spent
 //   over W from the report, so no window of W ever holds more than `max` used tokens, whatever the
-//   instances do with timing (given callers' clocks that agree within 10 ms, the store's margin for
-//   `spentAgo`). `denyUntil` > now: nothing is left to grant before then (the next bucket boundary:
+//   instances do with timing (the store counts spent tokens 10 ms longer, its margin for `spentAgo`). `denyUntil` > now: nothing is left to grant before then (the next bucket boundary:
 //   strict's spent tokens' buckets are W/100); use what you hold and ask for no tokens until then.
 // Size. A request's JSON body is at most MAX_SYNC_BODY_BYTES and MAX_KEYS_PER_SYNC entries; a client with
 //   more to say sends the rest of a group's keys in its next requests.
 // Config. The reply carries the rule's `configVersion`; when it differs from the version the request
 //   saw, the reply also carries the rule itself, so an operator's change reaches a client in one sync.
-//   `status: "norule"`: the rule is not configured (in this group); nothing was counted.
+//   `status: "norule"`: the rule is not configured (in this group); nothing was counted. For a rule the
+//   client had, the rule was removed or lost with the store's state: it grants nothing from a fallback
+//   share (nobody counts it) until the store answers for the rule again. A rule restored after a loss
+//   grants nothing new (denyUntil = the end of that quiet time) for one window plus the lease.
 //
 // Redis call: EVALSHA quota-sync KEYS = [cfg, seq, inst, k(key_1) .. k(key_n)]
 //   ARGV = [protocol, now, instanceId, seq, configVersionSeen,

@@ -18,7 +18,7 @@ afterAll(async () => {
   await cluster.quit();
 });
 
-// pinned: the `now` every sync below is given (the store keeps no clock of its own)
+// pinned: the `now` every sync below is given (in the past: the store's clock only holds back callers ahead of it)
 const T0 = Date.UTC(2026, 10, 27, 7, 30);
 
 function entry(key: string, fields: Partial<SyncEntry> = {}): SyncEntry {
@@ -38,6 +38,9 @@ async function manyInstances(namespace: string, key: string, count: number, at: 
         direct.sync(request(`env-${from + i}`, 1, [entry(key, { offered: 1 })]), at),
       ),
     );
+    // the key's TTL (its longest window + 2 s) runs in real time while these syncs' time stands still: kept,
+    // so every instance's field is there however long the host takes for them
+    await cluster.persist(`${slotGroupPrefix(namespace, "pay", 0)}:k:${key}`);
   }
 }
 

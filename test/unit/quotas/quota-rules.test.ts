@@ -85,6 +85,7 @@ describe("QuotaSyncService.publish", () => {
         reads++;
         return ["api", "legacy"];
       },
+      restore: () => Promise.reject(new Error("not used")),
     };
     const service = new QuotaSyncService({
       store,
@@ -102,6 +103,7 @@ describe("QuotaSyncService.publish", () => {
     const writes: string[] = [];
     const store: QuotaStore = {
       sync: () => Promise.reject(new Error("not used")),
+      restore: () => Promise.reject(new Error("not used")),
       publish: async (name, rule, version, groups, stamp) => {
         writes.push(`${name}:${rule ? version : "removed"}:${groups}@${stamp}`);
         return true;
