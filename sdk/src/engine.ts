@@ -462,6 +462,19 @@ export class QuotaEngine {
     });
   }
 
+  /**
+   * The sync endpoint refused this caller the rule (403: its tenant does not sync it, docs/tenants.md): as for
+   * a rule the store does not hold, its keys decide by `unknownRule`, and the request is dropped (not counted).
+   */
+  forbidden(group: GroupState, now: number): void {
+    group.pending = undefined;
+    const rule = group.rule;
+    if (rule.definition) rule.gone = true;
+    rule.forget();
+    rule.missingUntil = now + NORULE_RETRY_MS;
+    for (const handle of rule.handles.values()) this.fallBack(handle);
+  }
+
   /** The store answered with an error for this request: nothing is known to be counted, so it goes out again. */
   rejected(group: GroupState): void {
     const pending = group.pending;

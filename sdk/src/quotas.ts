@@ -347,7 +347,8 @@ export class Quotas {
       return now - sentAt;
     } catch (error) {
       // an answer that is an error, or that does not decode, is not an outage: the usage goes out again
-      if (error instanceof SyncRejectedError || error instanceof WireError) this.engine.rejected(group);
+      if (error instanceof SyncRejectedError && error.status === 403) this.engine.forbidden(group, this.clock.now());
+      else if (error instanceof SyncRejectedError || error instanceof WireError) this.engine.rejected(group);
       // the request stays pending: it goes out again, same sequence, until the store answers
       else this.engine.unreachable(group, this.clock.now());
       this.onError(error as Error);

@@ -116,7 +116,7 @@ describe("tollgate quotas", () => {
     expect((await cliOutput(["quotas", "list", ...target.slice(0, 4)])).text).toBe(before);
   });
 
-  it("quotas remove takes a rule out for every transport: a client syncing directly and one over the Function URL are both answered norule and deny", async () => {
+  it("quotas remove takes a rule out for every transport: a client syncing directly (norule) and one over the Function URL (403: its tenant no longer syncs it) both deny", async () => {
     // a removed rule stayed in Redis: direct clients kept their allowances while the HTTP route said norule
     const set = await cliOutput([
       "quotas",
