@@ -189,7 +189,7 @@ export const NEMESES: readonly Nemesis[] = [
   },
   {
     name: "slot-groups-1-to-8",
-    summary: "the operator changes slotGroups from 1 to 8, max unchanged",
+    summary: "the operator changes slotGroups from 1 to 8, max unchanged (refused while the rule is in service)",
     durationMs: 0,
     change: (rule) => ({ ...rule, slotGroups: 8 }),
     inject: nothing,

@@ -2,6 +2,7 @@
 // open-loop load, the nemesis injected 3 s in and healed after its duration, then the history judged.
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
+import { ValidationError } from "../../functions/core/shared/errors.ts";
 import type { QuotaRuleDocument } from "../../functions/core/shared/quota-rules.ts";
 import type { ClusterControl } from "./cluster-control.ts";
 import type { ContractPhase, History } from "./contract.ts";
@@ -134,10 +135,17 @@ export async function runScenario(
     try {
       if (nemesis.change) {
         const next = nemesis.change(rule);
-        if (next) await parts.stack.setRule(next);
-        else await parts.stack.removeRule(name);
-        phases.push(next ? phaseOf(next, now()) : { ...phaseOf(rule, now()), removed: true });
-        if (next) rule = next;
+        try {
+          if (next) await parts.stack.setRule(next);
+          else await parts.stack.removeRule(name);
+          phases.push(next ? phaseOf(next, now()) : { ...phaseOf(rule, now()), removed: true });
+          if (next) rule = next;
+        } catch (error) {
+          // a change the product refuses (a slotGroups change of a rule in service): the old rule stays, and
+          // the run judges it as it is
+          if (!(error instanceof ValidationError)) throw error;
+          process.stderr.write(`[chaos] ${scenario.id}: the change was refused: ${error.message}\n`);
+        }
       }
       await nemesis.inject(context);
       if (nemesis.joins) {

@@ -50,17 +50,6 @@ export const KNOWN_FAILING: Readonly<Record<string, string>> = {
   "fresh-process/strict/http": "111 of 324 denied under the limit",
   "fresh-process/approximate/redis": "24 of 338 denied under the limit",
   "fresh-process/approximate/http": "58 of 315 denied under the limit",
-  "flushall/strict/http": "129 admitted in a window, bound 100",
-  "flushall/approximate/redis": "191 admitted in a window, bound 157",
-  "clock-step+100ms/strict/redis": "108 admitted in a window, bound 100",
-  "clock-step+500ms/strict/redis": "128 admitted in a window, bound 100",
-  "clock-step+1200ms/strict/redis": "145 admitted in a window, bound 100",
-  "clock-skew+2s/strict/redis": "101 admitted in a window, bound 100",
-  "slot-groups-1-to-8/strict/redis": "148 admitted in a window, bound 100",
-  "slot-groups-1-to-8/strict/http": "101 admitted in a window, bound 100",
-  "rule-removed/strict/redis": "100 admitted in a window, bound 0",
-  "rule-removed/approximate/redis": "99 admitted in a window, bound 0",
-  "rule-removed/approximate/http": "206 admitted in a window, bound 0",
 };
 
 /** The scenarios whose id contains one of `filters` (all when none), in grid order. */
