@@ -12,7 +12,6 @@ import { QuotaSyncService, rulesStamp } from "../core/quotas/quota-sync-service.
 import { systemClock } from "../core/shared/clock.ts";
 import { ValidationError } from "../core/shared/errors.ts";
 import type { QuotaRuleDocument } from "../core/shared/quota-rules.ts";
-import type { TenantDocument } from "../core/shared/tenants.ts";
 import { audit } from "./audit.ts";
 
 export async function readPolicy(s3: S3Client, bucket: string, key = DEFAULT_POLICY_KEY) {

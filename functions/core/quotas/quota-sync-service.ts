@@ -157,6 +157,12 @@ export class QuotaSyncService {
    * keep counting in that group under the old limit).
    */
   async publish({ quotas, stamp }: QuotaRulesInService): Promise<void> {
+    // the index is read before any write starts: a write that failed while this waited would be a rejection
+    // nobody handles yet (it ended the process: a Redis that did not answer during a kill -9 of a primary)
+    const removed = new Set([...this.published.keys()].filter((name) => !quotas.has(name)));
+    if (this.indexedStamp !== stamp) {
+      for (const name of await this.options.store.publishedNames()) if (!quotas.has(name)) removed.add(name);
+    }
     const writes: Promise<unknown>[] = [];
     for (const [name, published] of quotas) {
       if (this.published.get(name)?.version === published.version) continue;
@@ -165,10 +171,6 @@ export class QuotaSyncService {
           .publish(name, published.rule, published.version, MAX_SLOT_GROUPS, stamp)
           .then(() => void this.published.set(name, published)),
       );
-    }
-    const removed = new Set([...this.published.keys()].filter((name) => !quotas.has(name)));
-    if (this.indexedStamp !== stamp) {
-      for (const name of await this.options.store.publishedNames()) if (!quotas.has(name)) removed.add(name);
     }
     for (const name of removed) {
       writes.push(

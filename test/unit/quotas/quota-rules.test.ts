@@ -99,6 +99,32 @@ describe("QuotaSyncService.publish", () => {
     expect(reads).toBe(1);
   });
 
+  it("rejects when a write gets no answer while the index is read, and leaves no rejection unhandled", async () => {
+    // a write that failed while the index read was pending was a rejection nobody handled: it ended the process
+    const store: QuotaStore = {
+      sync: () => Promise.reject(new Error("not used")),
+      restore: () => Promise.reject(new Error("not used")),
+      publish: () => Promise.reject(new Error("no reply within 50 ms")),
+      publishedNames: () => new Promise((resolve) => setTimeout(() => resolve([]), 20)),
+    };
+    const unhandled: unknown[] = [];
+    const onUnhandled = (reason: unknown) => unhandled.push(reason);
+    process.on("unhandledRejection", onUnhandled);
+    try {
+      const service = new QuotaSyncService({
+        store,
+        rules: async () => ({ quotas: new Map(), stamp: 0 }),
+        clock: fixedClock(0),
+      });
+      const quotas = parsePolicy({ ...base, quotas: [api] }).quotas;
+      await expect(service.publish({ quotas, stamp: 10 })).rejects.toThrow("no reply within 50 ms");
+      await new Promise((resolve) => setTimeout(resolve, 10));
+      expect(unhandled).toEqual([]);
+    } finally {
+      process.off("unhandledRejection", onUnhandled);
+    }
+  });
+
   it("writes a rule when it is new or changed, and removes one the policy dropped", async () => {
     const writes: string[] = [];
     const store: QuotaStore = {
