@@ -6,10 +6,9 @@
 import type { Cluster } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { connectCluster, uniqueNamespace } from "../../../test/support/cluster.ts";
-import type { QuotaRule } from "../../src/protocol/index.ts";
 import { runFleet } from "../support/fleet.ts";
 import { publishRule } from "../support/quota-cluster.ts";
-import { maxInWindow } from "../support/quota-fixtures.ts";
+import { FLEET_LIMIT, fleetStrictRule, maxInWindow } from "../support/quota-fixtures.ts";
 
 let cluster: Cluster;
 beforeAll(() => {
@@ -19,14 +18,8 @@ afterAll(async () => {
   await cluster.quit();
 });
 
-const L = 40;
-const rule: QuotaRule = {
-  mode: "strict",
-  limits: [{ windowMs: 1_000, max: L }],
-  leaseMs: 500,
-  fallback: "deny",
-  slotGroups: 1,
-};
+const L = FLEET_LIMIT;
+const rule = fleetStrictRule;
 
 /** Instance 0's clock steps by `stepMs` at 1 s into a 3.2 s run; the two others keep the true time. */
 async function stepped(stepMs: number) {

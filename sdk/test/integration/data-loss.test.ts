@@ -12,9 +12,8 @@ import { type QuotaStateLoss, QuotaSyncService } from "../../../functions/core/q
 import { systemClock } from "../../../functions/core/shared/clock.ts";
 import { connectCluster, uniqueNamespace } from "../../../test/support/cluster.ts";
 import { QuotaRuleGoneError } from "../../src/errors.ts";
-import type { QuotaRule } from "../../src/protocol/index.ts";
 import { runFleet } from "../support/fleet.ts";
-import { maxInWindow } from "../support/quota-fixtures.ts";
+import { FLEET_LIMIT, fleetStrictRule, maxInWindow } from "../support/quota-fixtures.ts";
 
 let cluster: Cluster;
 beforeAll(() => {
@@ -24,14 +23,8 @@ afterAll(async () => {
   await cluster.quit();
 });
 
-const L = 40;
-const rule: QuotaRule = {
-  mode: "strict",
-  limits: [{ windowMs: 1_000, max: L }],
-  leaseMs: 500,
-  fallback: "deny",
-  slotGroups: 1,
-};
+const L = FLEET_LIMIT;
+const rule = fleetStrictRule;
 
 describe("strict when the store loses its state (3 instances at 3x the limit, a 4th started after the loss)", () => {
   it("FLUSHALL on every node: no sliding window of 1 s over L, the loss reported and counted, the rule restored, a new instance served again", async () => {

@@ -1,5 +1,6 @@
 // What the SDK's tests share: a clock they set by hand, a scheduler that never fires (rounds are started by
-// the test), the reply the store gives every key of a request, and the most admitted in any window.
+// the test), the reply the store gives every key of a request, the most admitted in any window, and the fault
+// tests' fleet rule.
 import type { QuotaRule, SyncReply, SyncRequest } from "../../src/protocol/index.ts";
 
 /** A clock the test sets (`set`) or moves (`advance`). */
@@ -58,3 +59,13 @@ export function maxInWindow(admitted: readonly number[], windowMs: number): numb
   }
   return best;
 }
+
+/** The fault tests' fleet rule: strict, FLEET_LIMIT per 1 s, a 500 ms lease, deny without the store, one slot group. */
+export const FLEET_LIMIT = 40;
+export const fleetStrictRule: QuotaRule = {
+  mode: "strict",
+  limits: [{ windowMs: 1_000, max: FLEET_LIMIT }],
+  leaseMs: 500,
+  fallback: "deny",
+  slotGroups: 1,
+};
