@@ -33,7 +33,7 @@ const WASM_FILES = ["index.js", "index.wasm", "package.json", "LICENSE"];
  */
 export const bundling: nodejs.BundlingOptions = {
   format: nodejs.OutputFormat.ESM,
-  target: "node22",
+  target: "node24",
   mainFields: ["module", "main"],
   banner: "import { createRequire } from 'module'; const require = createRequire(import.meta.url);",
   externalModules: ["roaring-wasm"],
@@ -108,7 +108,7 @@ export class Functions extends Construct {
     super(scope, id);
     const { config, network, cache, storage, archive } = props;
     const common = {
-      runtime: lambda.Runtime.NODEJS_22_X,
+      runtime: lambda.Runtime.NODEJS_24_X,
       architecture: config.architecture === "arm64" ? lambda.Architecture.ARM_64 : lambda.Architecture.X86_64,
       vpc: network.vpc,
       vpcSubnets: { subnetType: ec2.SubnetType.PRIVATE_ISOLATED },

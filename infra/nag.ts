@@ -25,9 +25,9 @@ export function acknowledgeFindings(stack: TollgateStack): void {
       [`AwsSolutions::AwsSolutions-IAM5[Resource::${bucketArn}/accepted/*]`]:
         "s3:GetObject and s3:PutObject on the prefix of accepted bitmaps' copies only (written when a container accepts a bitmap, read by the shrink check of containers started later)",
       "AwsSolutions::AwsSolutions-L1":
-        "nodejs22.x on purpose: npm test runs the suite and the synthesized bundles on Node 22; moving to nodejs24.x is a tested change, not a default",
+        "nodejs24.x on purpose: npm test runs the suite and the synthesized bundles on Node 24; moving to a newer runtime is a tested change, not a default",
       "Serverless::Serverless-LambdaLatestVersion":
-        "Same as AwsSolutions-L1: nodejs22.x is the newest runtime the code is tested for",
+        "Same as AwsSolutions-L1: nodejs24.x is the newest runtime the code is tested for",
       "Serverless::Serverless-LambdaDLQ":
         "A Lambda DLQ only catches asynchronous invocations: the consumer is invoked by SQS (its queue's redrive policy is the DLQ), the check API and QuotaSync synchronously by their Function URLs; QuotaSync's one asynchronous caller, the minute's restore schedule, is redone by the next minute",
     });

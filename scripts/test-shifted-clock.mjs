@@ -35,16 +35,16 @@ for (const tool of ["redis-server", "redis-cli", "redis-benchmark"]) {
   writeFileSync(wrapper, `#!/bin/sh\nexec env -u LD_PRELOAD -u FAKETIME -u DONT_FAKE_MONOTONIC ${real} "$@"\n`);
   chmodSync(wrapper, 0o755);
 }
-// npm's cache locks do not hold under a shifted clock ("Lock compromised"): Node 22 for the bundle tests is
-// fetched now, on the real clock, and named to them (test/support/node22.ts)
-const node22 = execFileSync("npx", ["--yes", "-p", "node@22", "node", "-p", "process.execPath"], {
+// npm's cache locks do not hold under a shifted clock ("Lock compromised"): Node 24 for the bundle tests is
+// fetched now, on the real clock, and named to them (test/support/node24.ts)
+const node24 = execFileSync("npx", ["--yes", "-p", "node@24", "node", "-p", "process.execPath"], {
   cwd: root,
   encoding: "utf8",
   stdio: ["ignore", "pipe", "inherit"],
 }).trim();
 const env = {
   ...process.env,
-  TOLLGATE_NODE22: node22,
+  TOLLGATE_NODE24: node24,
   PATH: `${realClock}:${process.env.PATH ?? ""}`,
   LD_PRELOAD: LIBRARY,
   FAKETIME: offset,

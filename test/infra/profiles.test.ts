@@ -1,5 +1,5 @@
 // Each profile synthesized in memory with cdk.json's feature flags (bundling skipped: stack.test.ts and
-// bundle-node22.test.ts build the bundles): cdk-nag passes, and the properties that differ are asserted.
+// bundle-node24.test.ts build the bundles): cdk-nag passes, and the properties that differ are asserted.
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { Template } from "aws-cdk-lib/assertions";

@@ -18,7 +18,7 @@ import { withLocalTenant } from "../../scripts/local/local-principals.ts";
 import { lambdaContext } from "../../scripts/local/sqs-poller.ts";
 import { useAwsEmulator } from "../support/aws-emulator.ts";
 import { clusterPorts } from "../support/cluster.ts";
-import { invokeOnNode22 } from "../support/node22.ts";
+import { invokeOnNode24 } from "../support/node24.ts";
 import { localIam } from "../support/tenants.ts";
 
 const execFileAsync = promisify(execFile);
@@ -101,17 +101,17 @@ describe("template", () => {
       ).toBe(true);
   });
 
-  it("runs the Lambdas (consumer, check API, QuotaSync) in the VPC's private subnets, on nodejs22.x, with tracing and log retention", () => {
+  it("runs the Lambdas (consumer, check API, QuotaSync) in the VPC's private subnets, on nodejs24.x, with tracing and log retention", () => {
     const isolated = new Set(
       ofType("AWS::EC2::Subnet")
         .filter(([, r]) => JSON.stringify(r.Properties.Tags).includes("Isolated"))
         .map(([id]) => id),
     );
     expect(isolated.size).toBeGreaterThanOrEqual(2);
-    const functions = ofType("AWS::Lambda::Function").filter(
-      ([, r]) => (r.Properties.Runtime as string) === "nodejs22.x",
-    );
+    // ours, not CDK's own custom resource handlers (which run whatever runtime CDK picks)
+    const functions = ofType("AWS::Lambda::Function").filter(([id]) => id.startsWith("Functions"));
     expect(functions).toHaveLength(3);
+    expect(functions.map(([, r]) => r.Properties.Runtime)).toEqual(["nodejs24.x", "nodejs24.x", "nodejs24.x"]);
     for (const [, fn] of functions) {
       const subnets = (fn.Properties.VpcConfig as { SubnetIds: { Ref: string }[] }).SubnetIds.map((s) => s.Ref);
       expect(subnets.length).toBeGreaterThanOrEqual(2);
@@ -292,7 +292,7 @@ describe("the bundles synth built", () => {
     });
   });
 
-  it("load on Node 22, the declared runtime, and answer their first invocation", async () => {
+  it("load on Node 24, the declared runtime, and answer their first invocation", async () => {
     // what Lambda runs, not the test's own Node: a native addon built for another Node failed only there
     const env = {
       REDIS_NODES: process.env.REDIS_NODES as string,
@@ -302,24 +302,24 @@ describe("the bundles synth built", () => {
       AWS_SECRET_ACCESS_KEY: "local",
       DELIVERY_QUEUE_URL: "http://127.0.0.1:1/000000000000/delivery",
       DEAD_LETTER_QUEUE_URL: "http://127.0.0.1:1/000000000000/dlq",
-      KEY_NAMESPACE: `bundle22-${Date.now()}`,
+      KEY_NAMESPACE: `bundle24-${Date.now()}`,
     };
     const limit = { key: "bundle", algorithm: "gcra", burst: 1, count: 1, periodMs: 1000 };
-    const checkApi = await invokeOnNode22(assetOf("CheckApi"), [limitEvent(limit)], { env });
+    const checkApi = await invokeOnNode24(assetOf("CheckApi"), [limitEvent(limit)], { env });
     expect(checkApi.error).toBeUndefined();
-    expect(checkApi.node).toMatch(/^v22\./);
+    expect(checkApi.node).toMatch(/^v24\./);
     // the first request of a cold environment: no warm-up call before it
     const [reply] = checkApi.replies as { statusCode: number; body: string }[];
     expect(reply?.statusCode).toBe(200);
     expect(JSON.parse(reply?.body ?? "{}")).toMatchObject({ allowed: true, limit: 2, remaining: 1 });
     // QuotaSync is the same bundle, told by its variable to serve quota sync alone
     expect(assetOf("QuotaSync")).toBe(assetOf("CheckApi"));
-    const quotaSync = await invokeOnNode22(assetOf("QuotaSync"), [limitEvent(limit)], {
+    const quotaSync = await invokeOnNode24(assetOf("QuotaSync"), [limitEvent(limit)], {
       env: { ...env, CHECK_API_ROUTES: "quota-sync" },
     });
     expect(quotaSync.error).toBeUndefined();
     expect((quotaSync.replies as { statusCode: number }[])[0]?.statusCode).toBe(404);
-    const consumer = await invokeOnNode22(assetOf("CampaignConsumer"), [{ Records: [] }], { env });
+    const consumer = await invokeOnNode24(assetOf("CampaignConsumer"), [{ Records: [] }], { env });
     expect(consumer.error).toBeUndefined();
     expect(consumer.replies).toEqual([{ batchItemFailures: [] }]);
   }, 240_000);

@@ -1,5 +1,5 @@
 // What Lambda's Node.js runtime does with a bundle, in plain JavaScript so that any Node can run it (the
-// tests run it on Node 22, the functions' declared runtime): import the handler module, invoke it once per
+// tests run it on Node 24, the functions' declared runtime): import the handler module, invoke it once per
 // event with a Lambda context, write the replies as JSON to the file named by argv[3], and exit.
 // Usage: node lambda-runtime.mjs <bundle index.mjs> <reply file> <timeout ms>  (events: a JSON array on stdin)
 import { randomUUID } from "node:crypto";

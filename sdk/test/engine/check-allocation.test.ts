@@ -1,6 +1,7 @@
 // `check` and `checkHandle` allocate nothing: after a warm-up, a million checks (allowed and denied,
 // resolved and string keys, every fallback) must leave V8's young generation as full as before, give or
-// take a few one-off bytes, with no GC in between. Counted in bytes, not timed.
+// take a few one-off bytes, with no GC in between. Counted in bytes, not timed. Measured in three rounds:
+// an allocation on a check's path recurs in every round, V8's own one-off work (tiering, feedback) does not.
 import { describe, expect, it } from "vitest";
 import type { QuotaRule, SyncReply } from "../../src/protocol/index.ts";
 import { createQuotas, type Quotas } from "../../src/quotas.ts";
@@ -8,6 +9,7 @@ import { youngBytesDuring } from "../support/young-bytes.ts";
 
 const CHECKS = 200_000;
 const WARM_ROUNDS = 3;
+const MEASURED_ROUNDS = 3;
 /** What V8 itself may allocate once during the measured checks; any allocation per check is megabytes. */
 const MAX_ONE_OFF_BYTES = 4_096;
 
@@ -84,11 +86,11 @@ describe("SDK check allocates nothing", () => {
     };
     // warm-up: handles made, every path's code optimised (V8's tiers allocate as they compile)
     for (let round = 0; round < WARM_ROUNDS; round++) checks();
-    const { bytes, gcs } = youngBytesDuring(checks);
-    expect(gcs).toBe(0);
-    // 0 on Node 20; Node 22's V8 allocated 480 bytes once in a fresh-clone run (code tiered up late, not
-    // per check). One allocation (16 bytes or more) in one check of 250 would already pass 4 KiB.
-    expect(bytes).toBeLessThan(MAX_ONE_OFF_BYTES);
+    const rounds = Array.from({ length: MEASURED_ROUNDS }, () => youngBytesDuring(checks));
+    expect(rounds.map((round) => round.gcs)).toEqual(rounds.map(() => 0));
+    // 0 on Node 20; Node 22 and 24 allocate up to ~6 KiB in some rounds and not in others (code tiered up
+    // late, not per check). One allocation (16 bytes or more) in one check of 250 passes 4 KiB every round.
+    expect(Math.min(...rounds.map((round) => round.bytes))).toBeLessThan(MAX_ONE_OFF_BYTES);
     // the loop did decide both ways on every path (the checks were not optimised away)
     expect(allowed).toBeGreaterThan(CHECKS * 3 * 2);
     expect(denied).toBeGreaterThan(CHECKS * 2);
