@@ -209,6 +209,23 @@ export const PROFILE_DEFAULTS: Record<Profile, Defaults> = {
 
 export const DEFAULT_PROFILE: Profile = "dev";
 
+/**
+ * The scripts that read the store's clock (`TIME`), which ElastiCache Serverless refuses inside a script:
+ * `test/infra/config.test.ts` holds this list to the Lua sources.
+ */
+export const SCRIPTS_READING_STORE_TIME = [
+  "lua/limit-common.lua",
+  "lua/quota-rule.lua",
+  "lua/quota-sync/store-time.lua",
+];
+
+/** Why `serverless` is not a profile: each ElastiCache Serverless rule Tollgate's scripts break. */
+export const SERVERLESS_REFUSAL = [
+  `ElastiCache Serverless refuses TIME inside scripts, and ${SCRIPTS_READING_STORE_TIME.join(", ")} read the store's clock with it so that no caller's clock decides a grant or a lifetime (decisions 0056, 0068)`,
+  "it refuses keys a script does not declare, and cap-sends reads the user records and page blocks of its slot from the ranges it is given, declaring only its identity table (decision 0001)",
+  "use dev or prod; docs/deploy.md says what a serverless store would need",
+].join("; ");
+
 /** Context keys read elsewhere (infra/app.ts), allowed beside the settings. */
 const OTHER_KEYS = new Set(["profile", "stackName"]);
 
@@ -222,6 +239,8 @@ export class ConfigError extends Error {
 /** The settings of `node`'s context: profile defaults, then every `tollgate:*` key; throws ConfigError. */
 export function readConfig(node: Node): TollgateConfig {
   const profileValue: unknown = node.tryGetContext("tollgate:profile") ?? DEFAULT_PROFILE;
+  if (profileValue === "serverless")
+    throw new ConfigError("profile", `serverless cannot run Tollgate: ${SERVERLESS_REFUSAL}`);
   const profile = PROFILES.find((name) => name === profileValue);
   if (!profile) throw new ConfigError("profile", `expected "dev" or "prod", got ${JSON.stringify(profileValue)}`);
 

@@ -1,8 +1,10 @@
 // The settings checked at synth: each rule with a passing and a failing case, and the error naming the
 // context key a user would change. Pure: builds the app in memory with bundling skipped.
+import { readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { buildApp } from "../../infra/app.ts";
-import { PROFILE_DEFAULTS, type TollgateConfig } from "../../infra/config.ts";
+import { PROFILE_DEFAULTS, SCRIPTS_READING_STORE_TIME, type TollgateConfig } from "../../infra/config.ts";
 
 const noBundling = { "aws:cdk:bundling-stacks": [] };
 const configOf = (context: Record<string, unknown>): TollgateConfig =>
@@ -53,6 +55,23 @@ describe("profiles", () => {
     expect(configOf({ "tollgate:profile": "prod", "tollgate:checkApiReservedConcurrency": "none" })).toMatchObject({
       checkApiReservedConcurrency: undefined,
     });
+  });
+
+  it("refuses serverless with the reasons: the scripts that read TIME and cap-sends' undeclared keys", () => {
+    const message = failure({ "tollgate:profile": "serverless" });
+    expect(message).toMatch(
+      /^context tollgate:profile: serverless cannot run Tollgate: ElastiCache Serverless refuses TIME/,
+    );
+    for (const script of SCRIPTS_READING_STORE_TIME) expect(message).toContain(script);
+    expect(message).toContain("cap-sends reads the user records and page blocks of its slot");
+  });
+
+  it("names exactly the scripts whose sources call TIME in the serverless refusal", () => {
+    const calls = (file: string) => /\b(?:redis\.call|rcall)\(\s*['"]TIME['"]/.test(readFileSync(file, "utf8"));
+    const lua = readdirSync("lua", { recursive: true, encoding: "utf8" })
+      .filter((file) => file.endsWith(".lua"))
+      .map((file) => join("lua", file));
+    expect(lua.filter(calls).sort()).toEqual([...SCRIPTS_READING_STORE_TIME].sort());
   });
 
   it("refuses an unknown profile and an unknown (misspelt) setting, naming the key", () => {
