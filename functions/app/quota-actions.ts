@@ -7,7 +7,13 @@ import { slotGroupOf, tenantNamespace } from "../../sdk/src/protocol/index.ts";
 import { RedisQuotaStore } from "../adapters/redis-quota-store.ts";
 import { S3ObjectStore } from "../adapters/s3-object-store.ts";
 import { DEFAULT_POLICY_KEY, type Policy, parsePolicyText } from "../core/capping/policy.ts";
-import { editPolicy, type PolicyEdit, withoutQuotaRule, withQuotaRule } from "../core/capping/policy-edits.ts";
+import {
+  editPolicy,
+  type PolicyEdit,
+  withoutQuotaRule,
+  withoutQuotaRuleGrant,
+  withQuotaRule,
+} from "../core/capping/policy-edits.ts";
 import { QuotaSyncService, rulesStamp } from "../core/quotas/quota-sync-service.ts";
 import { systemClock } from "../core/shared/clock.ts";
 import { ValidationError } from "../core/shared/errors.ts";
@@ -50,6 +56,24 @@ export async function removeQuotaRule(s3: S3Client, bucket: string, name: string
     rule: name,
     previousVersion: result.previous?.version,
     version: result.policy.version,
+  });
+  return result;
+}
+
+/** The rule `name` no longer synced by `tenants` (compare-and-set, as setQuotaRule), with an audit line. */
+export async function revokeQuotaRule(
+  s3: S3Client,
+  bucket: string,
+  name: string,
+  tenants: readonly string[],
+): Promise<PolicyWritten> {
+  const result = await written(s3, bucket, withoutQuotaRuleGrant(name, tenants));
+  audit({
+    action: "quota-rule-revoke",
+    rule: name,
+    previousVersion: result.previous?.version,
+    version: result.policy.version,
+    revokedFrom: tenants,
   });
   return result;
 }
