@@ -2,7 +2,13 @@
 // at cold start (a bad value names the variable), and the variable types that infra/functions.ts and
 // scripts/local-stack.ts set them through, so a renamed variable fails the typecheck, not a cold start.
 import { z } from "zod";
-import { DEFAULT_NAMESPACE, NAME_PATTERN, NAME_RULE } from "../../sdk/src/protocol/index.ts";
+import {
+  DEFAULT_NAMESPACE,
+  MAX_KEY_NAMESPACE_LENGTH,
+  MAX_NAMESPACE_LENGTH,
+  NAME_PATTERN,
+  NAME_RULE,
+} from "../../sdk/src/protocol/index.ts";
 import { SQS_MAX_MESSAGE_BYTES } from "../adapters/sqs-sinks.ts";
 import { DEFAULT_DELIVERY_BATCH_SIZE } from "../core/capping/delivery.ts";
 import { DEFAULT_POLICY_KEY, DEFAULT_REDELIVERY_MS } from "../core/capping/policy.ts";
@@ -62,7 +68,15 @@ const commonEnvironment = {
   REFRESH_SECONDS: integer(0, 86_400, 60),
   /** A new bitmap that takes away more than this share of its segment is refused unless forced. */
   SEGMENT_MAX_SHRINK_PERCENT: integer(0, 100, 50),
-  KEY_NAMESPACE: z.string().regex(NAME_PATTERN, NAME_RULE).default(DEFAULT_NAMESPACE),
+  /** Short enough that a tenant's `<KEY_NAMESPACE>:t:<tenant>` can still be a key namespace (docs/tenants.md). */
+  KEY_NAMESPACE: z
+    .string()
+    .regex(NAME_PATTERN, NAME_RULE)
+    .max(
+      MAX_KEY_NAMESPACE_LENGTH,
+      `at most ${MAX_KEY_NAMESPACE_LENGTH} characters: a tenant's keys start with <KEY_NAMESPACE>:t:<tenant>, at most ${MAX_NAMESPACE_LENGTH}`,
+    )
+    .default(DEFAULT_NAMESPACE),
   /**
    * How long a campaign message can come back by itself after a send was counted (the campaign queue's
    * visibility timeout × maxReceiveCount): named sends are kept that long to recognise the redelivery.

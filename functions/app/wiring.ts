@@ -65,6 +65,7 @@ function commonParts(
     policyKey: config.POLICY_KEY,
     refreshMs: config.REFRESH_SECONDS * 1000,
     maxShrink: config.SEGMENT_MAX_SHRINK_PERCENT / 100,
+    keyNamespace: config.KEY_NAMESPACE,
     onRejected: (error) => {
       logger.error("new policy or segments refused; the last good ones stay in service", { error });
       const single = metrics.singleMetric();
