@@ -3,9 +3,8 @@
 // refused (403/400, NOPERM), accepted (it ran: within A's namespace, as the harness checks in Redis after)
 // or unanswered (a fault). The checker (isolation.ts) judges the counts and what B's namespace holds.
 import { Cluster } from "ioredis";
-import { StoreUnreachableError, SyncRejectedError } from "../../sdk/src/errors.ts";
+import { type QuotaTransport, StoreUnreachableError, SyncRejectedError } from "../../sdk/src/index.ts";
 import { type SyncRequest, slotGroupKeys, tenantNamespace } from "../../sdk/src/protocol/index.ts";
-import type { QuotaTransport } from "../../sdk/src/quotas.ts";
 import { httpTransport } from "../../sdk/src/transports/http.ts";
 import { redisTransport } from "../../sdk/src/transports/redis.ts";
 import { LOCAL_REGION } from "../local/local-principals.ts";

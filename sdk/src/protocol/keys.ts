@@ -19,6 +19,8 @@
 //                                     that instance's demand and grant } (lua/quota-sync/key-rings.lua)
 //   <ns>:q:rules                      hash rule name -> stamp of the policy that wrote it: the rules in
 //                                     Redis, so any process can remove those a policy no longer has
+//   <ns>:q:tenants                    hash tenant namespace -> stamp: the tenant namespaces holding rules,
+//                                     so a tenant taken out of the policy has its rules removed too
 // Rule names and instance ids match NAME_PATTERN (no braces), and the key text comes after the tag, so no
 // quota key can leave its slot or collide with another rule's.
 //
@@ -237,6 +239,16 @@ export function slotGroupKeys(namespace: string, rule: string, group: number): S
 export function quotaRuleIndexKey(namespace: string): string {
   checkName("namespace", namespace);
   return `${namespace}:q:rules`;
+}
+
+/**
+ * The index of the tenant namespaces quota rules were written in (tenant namespace -> the stamp of the policy
+ * that wrote them), under the deployment's namespace: a tenant taken out of the policy still has its
+ * namespace's rules removed when the next policy is published (docs/tenants.md).
+ */
+export function quotaTenantIndexKey(namespace: string): string {
+  checkName("namespace", namespace);
+  return `${namespace}:q:tenants`;
 }
 
 /** A quota key's state; `prefix` from slotGroupPrefix. The key text follows the tag, so it cannot escape it. */
