@@ -132,6 +132,41 @@ export const checkApiEnvironmentSchema = z.object({
   CHECK_API_ROUTES: z.enum(CHECK_API_ROUTES, `expected one of ${CHECK_API_ROUTES.join(", ")}`).default("all"),
 });
 
+/** What one rotated secret is on the cache: the replication group's AUTH token, or an RBAC user's password. */
+const rotationTarget = z.discriminatedUnion("kind", [
+  z.strictObject({ kind: z.literal("auth-token"), replicationGroupId: z.string().min(1) }),
+  z.strictObject({ kind: z.literal("user"), userId: z.string().min(1), userName: z.string().min(1) }),
+]);
+
+export const rotationEnvironmentSchema = z.object({
+  REDIS_NODES: commonEnvironment.REDIS_NODES,
+  REDIS_TLS: commonEnvironment.REDIS_TLS,
+  /** JSON: secret ARN -> its target on the cache (infra/cache-rotation.ts writes it). */
+  CACHE_ROTATION_TARGETS: z
+    .string("required: the JSON object of secret ARN -> rotation target")
+    .transform((text, ctx) => {
+      try {
+        return JSON.parse(text) as unknown;
+      } catch {
+        ctx.addIssue({ code: "custom", message: "expected JSON" });
+        return z.NEVER;
+      }
+    })
+    .pipe(
+      z.record(z.string().regex(/^arn:aws[a-z-]*:secretsmanager:/, "expected a Secrets Manager ARN"), rotationTarget),
+    ),
+  /** How long a step waits for ElastiCache to apply a change (the function's timeout is longer). */
+  ROTATION_WAIT_SECONDS: integer(10, 840, 600),
+  AWS_REGION: commonEnvironment.AWS_REGION,
+  AWS_ENDPOINT_URL: commonEnvironment.AWS_ENDPOINT_URL,
+});
+export type RotationVariables = z.input<typeof rotationEnvironmentSchema>;
+export type RotationEnvironment = z.output<typeof rotationEnvironmentSchema>;
+
+export function parseRotationEnvironment(env: NodeJS.ProcessEnv): RotationEnvironment {
+  return parseOrThrow(rotationEnvironmentSchema, env);
+}
+
 /** The variables a deployment sets (every value a string, as Lambda stores them); omitted ones default. */
 export type CommonVariables = z.input<z.ZodObject<typeof commonEnvironment>>;
 export type ConsumerVariables = z.input<typeof consumerEnvironmentSchema>;
