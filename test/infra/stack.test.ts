@@ -101,7 +101,7 @@ describe("template", () => {
       ).toBe(true);
   });
 
-  it("runs the Lambdas (consumer, check API, QuotaSync) in the VPC's private subnets, on nodejs22.x, with tracing and log retention", () => {
+  it("runs the Lambdas (consumer, check API, QuotaSync, cache rotation) in the VPC's private subnets, on nodejs22.x, with tracing and log retention", () => {
     const isolated = new Set(
       ofType("AWS::EC2::Subnet")
         .filter(([, r]) => JSON.stringify(r.Properties.Tags).includes("Isolated"))
@@ -111,7 +111,8 @@ describe("template", () => {
     const functions = ofType("AWS::Lambda::Function").filter(
       ([, r]) => (r.Properties.Runtime as string) === "nodejs22.x",
     );
-    expect(functions).toHaveLength(3);
+    // the consumer, the check API, QuotaSync and the cache passwords' rotation
+    expect(functions).toHaveLength(4);
     for (const [, fn] of functions) {
       const subnets = (fn.Properties.VpcConfig as { SubnetIds: { Ref: string }[] }).SubnetIds.map((s) => s.Ref);
       expect(subnets.length).toBeGreaterThanOrEqual(2);
@@ -184,7 +185,7 @@ describe("template", () => {
   });
 
   it("scopes every IAM statement to named resources, except the actions AWS offers only on *", () => {
-    const starOnly = new Set(["xray:PutTraceSegments", "xray:PutTelemetryRecords"]);
+    const starOnly = new Set(["xray:PutTraceSegments", "xray:PutTelemetryRecords", "secretsmanager:GetRandomPassword"]);
     for (const [, policy] of ofType("AWS::IAM::Policy")) {
       for (const statement of (
         policy.Properties.PolicyDocument as { Statement: { Action: string | string[]; Resource: unknown }[] }
