@@ -129,8 +129,9 @@ export function withoutQuotaRule(name: string): PolicyEdit {
 }
 
 /**
- * The edit of `quotas revoke`: the rule stays in the policy, and the tenants named in `tenants` no longer sync
- * it (ValidationError on `--tenant` for a tenant the policy lacks); publishing removes it from their namespaces.
+ * A grant revoked (revokeQuotaRule; the fault harness's rule-revoked-for-a): the rule stays in the policy, and
+ * the tenants named in `tenants` no longer sync it (ValidationError on `--tenant` for a tenant the policy
+ * lacks); publishing removes it from their namespaces.
  */
 export function withoutQuotaRuleGrant(name: string, tenants: readonly string[]): PolicyEdit {
   return (current) => {
