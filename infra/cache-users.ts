@@ -14,6 +14,8 @@ export class CacheUsers extends Construct {
   readonly userGroup: elasticache.CfnUserGroup;
   /** Each tenant's password, by the tenant's namespace. */
   readonly tenantSecrets: ReadonlyMap<string, secretsmanager.Secret>;
+  /** The ElastiCache user of each secret it holds a password of (the rotation's targets): `default` and each tenant's. */
+  readonly usersBySecret: readonly { secret: secretsmanager.ISecret; userId: string; userName: string }[];
 
   constructor(
     scope: Construct,
@@ -49,6 +51,14 @@ export class CacheUsers extends Construct {
       });
     });
     this.tenantSecrets = secrets;
+    this.usersBySecret = [
+      { secret: props.serviceSecret, userId: service.userId, userName: service.userName },
+      ...config.cacheTenants.map((tenant, i) => ({
+        secret: secrets.get(tenant) as secretsmanager.Secret,
+        userId: (users[i] as elasticache.CfnUser).userId,
+        userName: tenantUserName(tenant),
+      })),
+    ];
     this.userGroup = new elasticache.CfnUserGroup(this, "Group", {
       engine: config.engine,
       userGroupId: `${prefix}-users`,

@@ -65,6 +65,8 @@ export class Network extends Construct {
       ["SecretsManager", ec2.InterfaceVpcEndpointAwsService.SECRETS_MANAGER],
       // the decision archive's records
       ["Firehose", ec2.InterfaceVpcEndpointAwsService.KINESIS_FIREHOSE],
+      // the cache passwords' rotation function changes the AUTH token and the users (infra/cache-rotation.ts)
+      ["ElastiCache", ec2.InterfaceVpcEndpointAwsService.ELASTICACHE],
     ];
     if (props.tracing) services.push(["XRay", ec2.InterfaceVpcEndpointAwsService.XRAY]);
     if (props.clientNetwork === "endpoints")

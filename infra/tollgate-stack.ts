@@ -7,6 +7,7 @@ import type { Construct } from "constructs";
 import { tenantUserName } from "../functions/app/tenant-redis-users.ts";
 import { Archive } from "./archive.ts";
 import { Cache } from "./cache.ts";
+import { CacheRotation } from "./cache-rotation.ts";
 import { ClientExports } from "./client-exports.ts";
 import { readConfig, type TollgateConfig } from "./config.ts";
 import { Functions } from "./functions.ts";
@@ -18,6 +19,8 @@ export class TollgateStack extends Stack {
   readonly config: TollgateConfig;
   readonly network: Network;
   readonly cache: Cache;
+  /** The function that rotates the cache passwords (the AUTH token, or each RBAC user's) every 30 days. */
+  readonly cacheRotation: CacheRotation;
   readonly storage: Storage;
   readonly archive: Archive;
   readonly functions: Functions;
@@ -46,6 +49,7 @@ export class TollgateStack extends Stack {
       removalPolicy,
     });
     this.cache = cache;
+    this.cacheRotation = new CacheRotation(this, "CacheRotation", { config, network, cache, removalPolicy });
     const storage = new Storage(this, "Storage", {
       consumerTimeout: Duration.seconds(config.consumerTimeoutSeconds),
       removalPolicy,

@@ -5,7 +5,7 @@
 import { userInfo } from "node:os";
 
 export interface AuditEntry {
-  action: "policy-upload" | "quota-rule-set" | "quota-rule-remove";
+  action: "policy-upload" | "quota-rule-set" | "quota-rule-remove" | "quota-rule-revoke";
   [field: string]: unknown;
 }
 

@@ -2,7 +2,13 @@
 // at cold start (a bad value names the variable), and the variable types that infra/functions.ts and
 // scripts/local-stack.ts set them through, so a renamed variable fails the typecheck, not a cold start.
 import { z } from "zod";
-import { DEFAULT_NAMESPACE, NAME_PATTERN, NAME_RULE } from "../../sdk/src/protocol/index.ts";
+import {
+  DEFAULT_NAMESPACE,
+  MAX_KEY_NAMESPACE_LENGTH,
+  MAX_NAMESPACE_LENGTH,
+  NAME_PATTERN,
+  NAME_RULE,
+} from "../../sdk/src/protocol/index.ts";
 import { SQS_MAX_MESSAGE_BYTES } from "../adapters/sqs-sinks.ts";
 import { DEFAULT_DELIVERY_BATCH_SIZE } from "../core/capping/delivery.ts";
 import { DEFAULT_POLICY_KEY, DEFAULT_REDELIVERY_MS } from "../core/capping/policy.ts";
@@ -62,7 +68,15 @@ const commonEnvironment = {
   REFRESH_SECONDS: integer(0, 86_400, 60),
   /** A new bitmap that takes away more than this share of its segment is refused unless forced. */
   SEGMENT_MAX_SHRINK_PERCENT: integer(0, 100, 50),
-  KEY_NAMESPACE: z.string().regex(NAME_PATTERN, NAME_RULE).default(DEFAULT_NAMESPACE),
+  /** Short enough that a tenant's `<KEY_NAMESPACE>:t:<tenant>` can still be a key namespace (docs/tenants.md). */
+  KEY_NAMESPACE: z
+    .string()
+    .regex(NAME_PATTERN, NAME_RULE)
+    .max(
+      MAX_KEY_NAMESPACE_LENGTH,
+      `at most ${MAX_KEY_NAMESPACE_LENGTH} characters: a tenant's keys start with <KEY_NAMESPACE>:t:<tenant>, at most ${MAX_NAMESPACE_LENGTH}`,
+    )
+    .default(DEFAULT_NAMESPACE),
   /**
    * How long a campaign message can come back by itself after a send was counted (the campaign queue's
    * visibility timeout × maxReceiveCount): named sends are kept that long to recognise the redelivery.
@@ -117,6 +131,41 @@ export const checkApiEnvironmentSchema = z.object({
   /** `quota-sync`: serve `POST /v1/quotas/sync` alone (the stack's QuotaSync function: function-urls.ts). */
   CHECK_API_ROUTES: z.enum(CHECK_API_ROUTES, `expected one of ${CHECK_API_ROUTES.join(", ")}`).default("all"),
 });
+
+/** What one rotated secret is on the cache: the replication group's AUTH token, or an RBAC user's password. */
+const rotationTarget = z.discriminatedUnion("kind", [
+  z.strictObject({ kind: z.literal("auth-token"), replicationGroupId: z.string().min(1) }),
+  z.strictObject({ kind: z.literal("user"), userId: z.string().min(1), userName: z.string().min(1) }),
+]);
+
+export const rotationEnvironmentSchema = z.object({
+  REDIS_NODES: commonEnvironment.REDIS_NODES,
+  REDIS_TLS: commonEnvironment.REDIS_TLS,
+  /** JSON: secret ARN -> its target on the cache (infra/cache-rotation.ts writes it). */
+  CACHE_ROTATION_TARGETS: z
+    .string("required: the JSON object of secret ARN -> rotation target")
+    .transform((text, ctx) => {
+      try {
+        return JSON.parse(text) as unknown;
+      } catch {
+        ctx.addIssue({ code: "custom", message: "expected JSON" });
+        return z.NEVER;
+      }
+    })
+    .pipe(
+      z.record(z.string().regex(/^arn:aws[a-z-]*:secretsmanager:/, "expected a Secrets Manager ARN"), rotationTarget),
+    ),
+  /** How long a step waits for ElastiCache to apply a change (the function's timeout is longer). */
+  ROTATION_WAIT_SECONDS: integer(10, 840, 600),
+  AWS_REGION: commonEnvironment.AWS_REGION,
+  AWS_ENDPOINT_URL: commonEnvironment.AWS_ENDPOINT_URL,
+});
+export type RotationVariables = z.input<typeof rotationEnvironmentSchema>;
+export type RotationEnvironment = z.output<typeof rotationEnvironmentSchema>;
+
+export function parseRotationEnvironment(env: NodeJS.ProcessEnv): RotationEnvironment {
+  return parseOrThrow(rotationEnvironmentSchema, env);
+}
 
 /** The variables a deployment sets (every value a string, as Lambda stores them); omitted ones default. */
 export type CommonVariables = z.input<z.ZodObject<typeof commonEnvironment>>;

@@ -5,10 +5,18 @@ import type { Cluster } from "ioredis";
 import type { SyncReply } from "../../sdk/src/protocol/index.ts";
 import { slotGroupOf, tenantNamespace } from "../../sdk/src/protocol/index.ts";
 import { RedisQuotaStore } from "../adapters/redis-quota-store.ts";
+import { RedisTenantIndex } from "../adapters/redis-tenant-index.ts";
 import { S3ObjectStore } from "../adapters/s3-object-store.ts";
 import { DEFAULT_POLICY_KEY, type Policy, parsePolicyText } from "../core/capping/policy.ts";
-import { editPolicy, type PolicyEdit, withoutQuotaRule, withQuotaRule } from "../core/capping/policy-edits.ts";
+import {
+  editPolicy,
+  type PolicyEdit,
+  withoutQuotaRule,
+  withoutQuotaRuleGrant,
+  withQuotaRule,
+} from "../core/capping/policy-edits.ts";
 import { QuotaSyncService, rulesStamp } from "../core/quotas/quota-sync-service.ts";
+import { publishTenantRules } from "../core/quotas/tenant-rules-publication.ts";
 import { systemClock } from "../core/shared/clock.ts";
 import { ValidationError } from "../core/shared/errors.ts";
 import type { QuotaRuleDocument } from "../core/shared/quota-rules.ts";
@@ -54,6 +62,24 @@ export async function removeQuotaRule(s3: S3Client, bucket: string, name: string
   return result;
 }
 
+/** The rule `name` no longer synced by `tenants` (compare-and-set, as setQuotaRule), with an audit line. */
+export async function revokeQuotaRule(
+  s3: S3Client,
+  bucket: string,
+  name: string,
+  tenants: readonly string[],
+): Promise<PolicyWritten> {
+  const result = await written(s3, bucket, withoutQuotaRuleGrant(name, tenants));
+  audit({
+    action: "quota-rule-revoke",
+    rule: name,
+    previousVersion: result.previous?.version,
+    version: result.policy.version,
+    revokedFrom: tenants,
+  });
+  return result;
+}
+
 export interface PolicyWritten {
   policy: Policy;
   previous: Policy | undefined;
@@ -75,12 +101,26 @@ async function written(s3: S3Client, bucket: string, edit: PolicyEdit): Promise<
  */
 export async function publishQuotaRules(cluster: Cluster, namespace: string, policy: Policy, modifiedAt: number) {
   const stamp = rulesStamp(modifiedAt, Date.now());
-  await Promise.all(
+  const tenants = new Map(
     policy.tenancy.list().map((tenant) => {
       const quotas = new Map([...policy.quotas].filter(([name]) => tenant.quotaRules.has(name)));
-      return quotaService(cluster, tenantNamespace(namespace, tenant.namespace), policy).publish({ quotas, stamp });
+      return [tenant.namespace, { quotas, stamp }] as const;
     }),
   );
+  const failures: unknown[] = [];
+  // a tenant taken out of the policy has its namespace's rules removed too (the tenant index)
+  const result = await publishTenantRules(
+    {
+      index: new RedisTenantIndex(cluster, namespace),
+      publisherOf: (tenant) => quotaService(cluster, tenantNamespace(namespace, tenant), policy),
+      onError: (_, error) => void failures.push(error),
+    },
+    tenants,
+    stamp,
+  );
+  // the operator is told: a write that failed is not left for a sync to retry
+  if (failures.length > 0) throw failures[0];
+  return result;
 }
 
 /**

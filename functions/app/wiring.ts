@@ -15,6 +15,7 @@ import {
   redisCallsOf,
 } from "../adapters/redis-cluster.ts";
 import { RedisQuotaStore } from "../adapters/redis-quota-store.ts";
+import { RedisTenantIndex } from "../adapters/redis-tenant-index.ts";
 import { type WarmUpReport, warmUp } from "../adapters/redis-warm-up.ts";
 import { S3ObjectStore } from "../adapters/s3-object-store.ts";
 import { SqsDeadLetterSink, SqsDeliverySink } from "../adapters/sqs-sinks.ts";
@@ -24,6 +25,7 @@ import { type Rules, RulesSource } from "../core/capping/rules-source.ts";
 import { Limiter } from "../core/limits/limiter.ts";
 import { NegativeCache } from "../core/limits/negative-cache.ts";
 import { QUOTA_STATE_LOST_METRIC, QuotaSyncService, rulesStamp } from "../core/quotas/quota-sync-service.ts";
+import { publishTenantRules } from "../core/quotas/tenant-rules-publication.ts";
 import { type Clock, systemClock } from "../core/shared/clock.ts";
 import { DecisionArchive } from "../core/shared/decision-archive.ts";
 import type { Tenant } from "../core/shared/tenants.ts";
@@ -65,6 +67,7 @@ function commonParts(
     policyKey: config.POLICY_KEY,
     refreshMs: config.REFRESH_SECONDS * 1000,
     maxShrink: config.SEGMENT_MAX_SHRINK_PERCENT / 100,
+    keyNamespace: config.KEY_NAMESPACE,
     onRejected: (error) => {
       logger.error("new policy or segments refused; the last good ones stay in service", { error });
       const single = metrics.singleMetric();
@@ -170,19 +173,23 @@ export function wireCheckApi(env: NodeJS.ProcessEnv, options: WiringOptions = {}
   // Clients syncing straight to Redis learn a quota rule (or its change) only from Redis: the rules are
   // written there as soon as this container loads them, not only before the next sync through this API.
   // each tenant's quota rules live in its own namespace (docs/tenants.md), written for every tenant, one that
-  // syncs no rule too: a rule it no longer syncs (removed, or no longer granted) is removed there
+  // syncs no rule too: a rule it no longer syncs (removed, or no longer granted) is removed there; and a
+  // tenant taken out of the policy has every rule of its namespace removed (the tenant index)
   const publishQuotaRules = (active: Rules) =>
-    Promise.all(
-      active.policy.tenancy.list().map((tenant) =>
-        quotasOf(tenant)
-          .publish(tenantQuotaRulesOf(active, tenant))
-          .catch((error) =>
-            logger.warn("quota rules not written to Redis; the next sync writes them", {
-              tenant: tenant.name,
-              error,
-            }),
-          ),
+    publishTenantRules(
+      {
+        index: new RedisTenantIndex(cluster, config.KEY_NAMESPACE, config.CHECK_TIMEOUT_MS),
+        publisherOf: (namespace) => quotasOf(tenantOfNamespace(active, namespace)),
+        onError: (namespace, error) =>
+          logger.warn("quota rules not written to Redis; the next sync writes them", {
+            tenantNamespace: namespace,
+            error,
+          }),
+      },
+      new Map(
+        active.policy.tenancy.list().map((tenant) => [tenant.namespace, tenantQuotaRulesOf(active, tenant)] as const),
       ),
+      tenantQuotaRulesOf(active, removedTenant("")).stamp,
     );
   const { s3, cluster, rules } = commonParts(config, logger, metrics, { autoPipelining: false }, publishQuotaRules);
   const archive = decisionArchive(config, s3, logger, metrics, clock);
@@ -239,8 +246,8 @@ export function wireCheckApi(env: NodeJS.ProcessEnv, options: WiringOptions = {}
         store: new RedisQuotaStore(cluster, namespace, config.CHECK_TIMEOUT_MS),
         rules: async (quotaRule) => {
           const active = await rules.current(quotaRule === undefined ? {} : { quotaRule });
-          const now = active.policy.tenancy.list().find((t) => t.namespace === tenant.namespace) ?? tenant;
-          return tenantQuotaRulesOf(active, now);
+          // a tenant taken out of the policy syncs nothing any more
+          return tenantQuotaRulesOf(active, tenantOfNamespace(active, tenant.namespace));
         },
         clock,
         // a log line that is also the metric (EMF): counted whether or not per-request metrics are published
@@ -301,11 +308,28 @@ export function wireCheckApi(env: NodeJS.ProcessEnv, options: WiringOptions = {}
   return { handler, cluster, config, warm, archive, restoreQuotaRules };
 }
 
+/** A tenant namespace the policy no longer has: it syncs nothing (its rules are removed). */
+function removedTenant(namespace: string): Tenant {
+  return {
+    name: namespace,
+    namespace,
+    operations: new Set(),
+    quotaRules: new Set(),
+    peekOnly: false,
+    operator: false,
+  };
+}
+
+/** The policy's tenant of `namespace`, or a removed one. */
+function tenantOfNamespace(active: Rules, namespace: string): Tenant {
+  return active.policy.tenancy.list().find((tenant) => tenant.namespace === namespace) ?? removedTenant(namespace);
+}
+
 /**
  * The quota rules of the rules in service that `tenant` syncs, stamped for the compare-and-set of their
  * writes: a rule the tenant is no longer granted is removed from its namespace like a removed rule.
  */
-function tenantQuotaRulesOf({ policy, policyModifiedAt, loadedAt }: Rules, tenant: Tenant) {
+function tenantQuotaRulesOf({ policy, policyModifiedAt, loadedAt }: Rules, tenant: Pick<Tenant, "quotaRules">) {
   const quotas = new Map([...policy.quotas].filter(([name]) => tenant.quotaRules.has(name)));
   return { quotas, stamp: rulesStamp(policyModifiedAt ?? 0, loadedAt ?? 0) };
 }

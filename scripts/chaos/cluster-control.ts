@@ -1,5 +1,7 @@
 // The harness's own Redis Cluster and what nemeses do to its nodes: kill -9 and restart, CLIENT PAUSE,
 // FLUSHALL, SIGSTOP / SIGCONT of every node. It acts only on the pids scripts/redis-cluster.ts recorded.
+// The tenants' ACL users are set on every node, and again on a node restarted (ACL users live per node, in
+// memory: ElastiCache keeps its RBAC users across a node replacement, a restarted redis-server does not).
 import { execFile, execFileSync } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
@@ -13,6 +15,9 @@ export class ClusterControl {
   readonly ports: number[];
   readonly nodes: string[];
   private startedHere = false;
+  /** `ACL SETUSER ...` of each tenant user, applied to every node and to each node restarted. */
+  private users: readonly string[][] = [];
+  private restoringUsers: Promise<void> = Promise.resolve();
 
   constructor(
     readonly basePort: number,
@@ -25,6 +30,22 @@ export class ClusterControl {
   async start(): Promise<void> {
     const cluster = await startCluster({ basePort: this.basePort, engine: this.engine });
     this.startedHere = cluster.started;
+  }
+
+  /** Sets the tenants' ACL users on every node (kept for the nodes a nemesis restarts). */
+  async setUsers(users: readonly string[][]): Promise<void> {
+    this.users = users;
+    for (const port of this.ports) for (const user of users) await this.setUser(port, user);
+  }
+
+  private async setUser(port: number, user: readonly string[]): Promise<void> {
+    const reply = (await this.cli(port, ...user)).trim();
+    if (reply !== "OK") throw new Error(`${user.slice(0, 3).join(" ")} on ${port}: ${reply}`);
+  }
+
+  /** Resolves once the users are back on the nodes restarted so far. */
+  usersRestored(): Promise<void> {
+    return this.restoringUsers;
   }
 
   /** Stops the cluster if this harness started it. */
@@ -70,6 +91,16 @@ export class ClusterControl {
     throw new Error(`no primary serves ${key}`);
   }
 
+  /** Every key starting with `prefix`, over the primaries (a scan for the checker, after the load). */
+  async keysUnder(prefix: string): Promise<string[]> {
+    const found: string[] = [];
+    for (const port of await this.primaries()) {
+      const reply = await this.cli(port, "--scan", "--pattern", `${prefix}*`);
+      found.push(...reply.split("\n").filter((line) => line.length > 0));
+    }
+    return found.sort();
+  }
+
   kill9(port: number): void {
     const pid = this.pidOf(port);
     if (pid !== undefined) process.kill(pid, "SIGKILL");
@@ -78,6 +109,19 @@ export class ClusterControl {
   /** Starts a killed node again from its config (no persistence: it comes back empty). */
   restart(port: number): void {
     execFileSync(binariesOf(this.engine).server, [join(this.dir(port), "redis.conf")], { stdio: "ignore" });
+    if (this.users.length > 0) this.restoringUsers = this.restoringUsers.then(() => this.restoreUsers(port));
+  }
+
+  /** The users again on a restarted node, once it answers (it may take a moment to listen). */
+  private async restoreUsers(port: number): Promise<void> {
+    for (let attempt = 0; attempt < 100; attempt++) {
+      try {
+        for (const user of this.users) await this.setUser(port, user);
+        return;
+      } catch {
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+    }
   }
 
   async pause(port: number, ms: number): Promise<void> {

@@ -8,6 +8,7 @@ import { ClusterControl } from "./cluster-control.ts";
 import { type RunSettings, runScenario, type ScenarioResult } from "./run-scenario.ts";
 import { KNOWN_FAILING, type Scenario } from "./scenarios.ts";
 import { ChaosStack } from "./stack.ts";
+import { aclSetUserArgs, CHAOS_TENANTS } from "./tenants.ts";
 import { runFailed } from "./verdicts.ts";
 
 export interface GridOptions extends Partial<Omit<RunSettings, "dir" | "logFile">> {
@@ -38,6 +39,8 @@ export async function runGrid(options: GridOptions): Promise<ScenarioResult[]> {
   };
   const cluster = new ClusterControl(options.basePort, options.engine);
   await cluster.start();
+  // the tenant scenarios' instances connect as their tenant's own user (kept on nodes a nemesis restarts)
+  await cluster.setUsers(CHAOS_TENANTS.map(aclSetUserArgs));
   const stack = new ChaosStack(cluster.nodes, logFile);
   const results: ScenarioResult[] = [];
   try {

@@ -6,7 +6,7 @@ import { Cluster } from "ioredis";
 import { createQuotas, type Quotas, type QuotaTransport } from "../../sdk/src/index.ts";
 import { httpTransport } from "../../sdk/src/transports/http.ts";
 import { redisTransport } from "../../sdk/src/transports/redis.ts";
-import { LOCAL_SIGNING, localTenant } from "../local/local-principals.ts";
+import { LOCAL_REGION, LOCAL_SIGNING, localTenant } from "../local/local-principals.ts";
 import { type InstanceConfig, type InstanceMessage, referenceClock, type StartMessage } from "./messages.ts";
 import { arrivals, seededRandom } from "./seeded.ts";
 
@@ -15,9 +15,12 @@ const now = referenceClock(BigInt(config.origin));
 const send = (message: InstanceMessage) => process.send?.(message);
 
 function transportOf(): { transport: QuotaTransport; close(): void } {
+  const { tenant } = config;
   if (config.transport.kind === "http") {
+    // signed as its tenant's principal: the QuotaSync function puts every key in that tenant's namespace
+    const signing = tenant ? { region: LOCAL_REGION, credentials: tenant.credential } : LOCAL_SIGNING;
     return {
-      transport: httpTransport({ url: config.transport.url, spendStamps: true, signing: LOCAL_SIGNING }),
+      transport: httpTransport({ url: config.transport.url, spendStamps: true, signing }),
       close: () => {},
     };
   }
@@ -27,11 +30,13 @@ function transportOf(): { transport: QuotaTransport; close(): void } {
       return { host: host as string, port: Number(port) };
     }),
     // no autopipelining (docs/quotas.md): the direct transport as a service would set it up
-    { redisOptions: { maxRetriesPerRequest: 1 } },
+    // a tenant instance connects as its tenant's own Redis user, reaching only that tenant's keys
+    { redisOptions: { maxRetriesPerRequest: 1, ...(tenant ? tenant.redis : {}) } },
   );
   redis.on("error", () => {});
   // under the namespace of the tenant the harness grants its rules to (scripts/chaos/stack.ts)
-  return { transport: redisTransport({ redis, tenant: localTenant([]).namespace }), close: () => redis.disconnect() };
+  const namespace = tenant?.namespace ?? localTenant([]).namespace;
+  return { transport: redisTransport({ redis, tenant: namespace }), close: () => redis.disconnect() };
 }
 
 /** `ready()` where the SDK has it; else the documented wait for a key's first allowance (checkFresh, cost 0). */

@@ -1,5 +1,6 @@
 // What the harness and its SDK instance processes say to each other (Node IPC, JSON).
 import { hrtime } from "node:process";
+import type { LocalCredential } from "../local/sigv4-verify.ts";
 
 export type InstanceTransport = { kind: "redis"; nodes: string[] } | { kind: "http"; url: string };
 
@@ -12,6 +13,15 @@ export interface InstanceConfig {
   /** The reference clock's origin: `process.hrtime.bigint()` of the harness at the run's start, as a string. */
   origin: string;
   syncIntervalMs: number;
+  /** The tenant it acts as (tenant scenarios); absent: the local tenant, as the local stack's principal. */
+  tenant?: InstanceTenant;
+}
+
+/** Who an instance is: its tenant's namespace, the key its HTTP syncs sign with, its Redis user. */
+export interface InstanceTenant {
+  namespace: string;
+  credential: LocalCredential;
+  redis: { username: string; password: string };
 }
 
 /** Harness → instance: offer load from `from` to `to` (reference ms) at `perSecond`, idle in `gaps`. */

@@ -16,7 +16,7 @@ export interface NemesisContext {
   /** The clock file of instance 0 (clock nemeses only). */
   clockFile: string | undefined;
   /** What inject left for heal (the node it killed). */
-  state: { port?: number };
+  state: { port?: number; restored?: string[] };
 }
 
 export interface Nemesis {
@@ -35,6 +35,10 @@ export interface Nemesis {
   clockOffsetMs?: number;
   /** The operator changes the rule at injection (undefined: removes it); the checker's contract follows. */
   change?: (rule: QuotaRuleDocument) => QuotaRuleDocument | undefined;
+  /** The operator revokes tenant A's grant of the rule at injection (tenant scenarios); B keeps it. */
+  revokes?: boolean;
+  /** Only in the tenant scenarios (scenarios.ts). */
+  tenantsOnly?: boolean;
   /** A fresh instance process joins at injection. */
   joins?: boolean;
   /** The store's data is lost (recovery may take one window plus the lease). */
@@ -158,6 +162,17 @@ export const NEMESES: readonly Nemesis[] = [
     heal: nothing,
   },
   {
+    name: "flushall-restored",
+    summary: "FLUSHALL on every primary, then the scheduled restore 1 s later (on AWS: within a minute)",
+    durationMs: 1000,
+    dataLoss: true,
+    tenantsOnly: true,
+    inject: (c) => c.cluster.flushAll(),
+    heal: async (c) => {
+      c.state.restored = await c.stack.restoreNow();
+    },
+  },
+  {
     name: "node-restarted-empty",
     summary: "the primary serving the rule's key killed and restarted at once, empty, before any failover",
     durationMs: 0,
@@ -208,6 +223,15 @@ export const NEMESES: readonly Nemesis[] = [
     summary: "the rule removed from the policy (`policy upload`), Redis written as `quotas set --redis` does",
     durationMs: 0,
     change: () => undefined,
+    inject: nothing,
+    heal: nothing,
+  },
+  {
+    name: "rule-revoked-for-a",
+    summary: "the operator revokes tenant A's grant of the rule; tenant B, same rule name, keeps it",
+    durationMs: 0,
+    revokes: true,
+    tenantsOnly: true,
     inject: nothing,
     heal: nothing,
   },

@@ -32,7 +32,7 @@ export function gridTable(results: readonly ScenarioResult[]): string {
   const rows = results.map((r) => {
     const f = r.check.figures;
     return [
-      r.scenario.nemesis.name,
+      r.scenario.tenants ? `two-tenants/${r.scenario.nemesis.name}` : r.scenario.nemesis.name,
       r.scenario.mode,
       r.scenario.transport,
       worstCell(r),

@@ -4,23 +4,40 @@ import { NEMESES, type Nemesis } from "./nemeses.ts";
 import { MODES, type Mode, TRANSPORTS, type Transport } from "./scenario-types.ts";
 
 export interface Scenario {
-  /** `<nemesis>/<mode>/<transport>`, what `--scenario` matches. */
+  /** `<nemesis>/<mode>/<transport>` (`two-tenants/...` for the tenant ones), what `--scenario` matches. */
   id: string;
   nemesis: Nemesis;
   mode: Mode;
-  transport: Transport;
+  /** "mixed": each tenant has instances on both transports (the tenant scenarios). */
+  transport: Transport | "mixed";
+  /** Two tenants, A and B, with the same rule name and key, and a hostile instance of A (docs/chaos.md). */
+  tenants?: boolean;
 }
 
-export const SCENARIOS: readonly Scenario[] = NEMESES.flatMap((nemesis) =>
-  MODES.flatMap((mode) =>
-    (nemesis.transports ?? TRANSPORTS).map((transport) => ({
-      id: `${nemesis.name}/${mode}/${transport}`,
+/** The nemeses the tenant scenarios run under (each tenant's instances on both transports). */
+export const TENANT_NEMESES: readonly string[] = ["none", "kill-9-primary", "flushall-restored", "rule-revoked-for-a"];
+
+export const SCENARIOS: readonly Scenario[] = [
+  ...NEMESES.filter((nemesis) => !nemesis.tenantsOnly).flatMap((nemesis) =>
+    MODES.flatMap((mode) =>
+      (nemesis.transports ?? TRANSPORTS).map((transport) => ({
+        id: `${nemesis.name}/${mode}/${transport}`,
+        nemesis,
+        mode,
+        transport,
+      })),
+    ),
+  ),
+  ...NEMESES.filter((nemesis) => TENANT_NEMESES.includes(nemesis.name)).flatMap((nemesis) =>
+    MODES.map((mode) => ({
+      id: `two-tenants/${nemesis.name}/${mode}/mixed`,
       nemesis,
       mode,
-      transport,
+      transport: "mixed" as const,
+      tenants: true,
     })),
   ),
-);
+];
 
 /**
  * The seeded short run in `npm test` (test/integration/chaos/quotas-short-run.test.ts): scenarios the product
@@ -32,6 +49,7 @@ export const SHORT_RUN: readonly string[] = [
   "client-pause-3s/strict/http",
   "cluster-stopped-10s-loaded/strict/redis",
   "proxy-500/strict/http",
+  "two-tenants/flushall-restored/strict/mixed",
 ];
 
 /**

@@ -7,10 +7,17 @@ import { buildApp as buildFauxqs } from "fauxqs";
 import { createAwsClients } from "../../functions/adapters/aws-clients.ts";
 import { createRedisCluster } from "../../functions/adapters/redis-cluster.ts";
 import { publishPolicy } from "../../functions/app/operator-actions.ts";
-import { publishQuotaRules, removeQuotaRule, setQuotaRule } from "../../functions/app/quota-actions.ts";
+import {
+  type PolicyWritten,
+  publishQuotaRules,
+  removeQuotaRule,
+  revokeQuotaRule,
+  setQuotaRule,
+} from "../../functions/app/quota-actions.ts";
 import type { QuotaRuleDocument } from "../../functions/core/shared/quota-rules.ts";
 import { localTenant } from "../local/local-principals.ts";
 import { type FaultProxy, startFaultProxy } from "./fault-proxy.ts";
+import { CHAOS_NAMESPACE, CHAOS_TENANTS, tenantDocument } from "./tenants.ts";
 
 const REGION = "us-east-1";
 const BUCKET = "tollgate-chaos";
@@ -26,8 +33,9 @@ const EMPTY_POLICY = {
   segments: [],
   default: { name: "rest", caps: {} },
   quotas: [] as QuotaRuleDocument[],
-  // every instance acts as the local stack's principal: its tenant syncs the rules setRule grants it
-  tenants: [localTenant([])],
+  // the single-tenant scenarios act as the local stack's principal, the tenant ones as A and B: each tenant
+  // syncs the rules setRule grants it
+  tenants: [localTenant([]), ...CHAOS_TENANTS.map(tenantDocument)],
 };
 
 export class ChaosStack {
@@ -102,16 +110,48 @@ export class ChaosStack {
     await exited;
   }
 
-  /** `tollgate quotas set <rule> --redis`: the rule into the policy in S3, then written to Redis. */
-  async setRule(rule: QuotaRuleDocument): Promise<void> {
-    const { policy, modifiedAt } = await setQuotaRule(this.s3, BUCKET, rule, [CHAOS_TENANT]);
-    await this.withCluster((cluster) => publishQuotaRules(cluster, "tg", policy, modifiedAt));
+  /**
+   * `tollgate quotas set <rule> --tenant ... --redis`: the rule into the policy in S3, granted to `tenants`,
+   * then written to Redis in each one's namespace. Returns the policy version it wrote.
+   */
+  async setRule(rule: QuotaRuleDocument, tenants: readonly string[] = [CHAOS_TENANT]): Promise<string> {
+    return this.published(await setQuotaRule(this.s3, BUCKET, rule, tenants));
   }
 
   /** `tollgate quotas remove <rule> --redis`: the rule out of the policy in S3, then out of Redis. */
   async removeRule(name: string): Promise<void> {
-    const { policy, modifiedAt } = await removeQuotaRule(this.s3, BUCKET, name);
-    await this.withCluster((cluster) => publishQuotaRules(cluster, "tg", policy, modifiedAt));
+    await this.published(await removeQuotaRule(this.s3, BUCKET, name));
+  }
+
+  /** The rule no longer synced by `tenants` (the others keep it), then Redis written as `--redis` does. */
+  async revokeRule(name: string, tenants: readonly string[]): Promise<void> {
+    await this.published(await revokeQuotaRule(this.s3, BUCKET, name, tenants));
+  }
+
+  private async published({ policy, modifiedAt }: PolicyWritten): Promise<string> {
+    await this.withCluster((cluster) => publishQuotaRules(cluster, CHAOS_NAMESPACE, policy, modifiedAt));
+    return policy.version;
+  }
+
+  /**
+   * The QuotaSync function's scheduled restore, now (deployed, it runs every minute): the rules the store
+   * lost written again in every namespace that syncs them. Returns the rules it restored.
+   */
+  async restoreNow(): Promise<string[]> {
+    const child = this.syncServer;
+    if (!child || child.exitCode !== null) throw new Error("the QuotaSync function is not running");
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error("the QuotaSync function did not restore within 10 s")), 10_000);
+      const onMessage = (message: { type?: string; restored?: string[]; error?: string }) => {
+        if (message.type !== "restored") return;
+        clearTimeout(timer);
+        child.off("message", onMessage);
+        if (message.error) reject(new Error(message.error));
+        else resolve(message.restored ?? []);
+      };
+      child.on("message", onMessage);
+      child.send({ type: "restore" });
+    });
   }
 
   private async withCluster<T>(run: (cluster: ReturnType<typeof createRedisCluster>) => Promise<T>): Promise<T> {

@@ -5,6 +5,7 @@
 import { wireCheckApi } from "../../functions/app/wiring.ts";
 import { startFunctionUrlServer } from "../local/function-url-server.ts";
 import { LOCAL_CREDENTIAL } from "../local/local-principals.ts";
+import { CHAOS_TENANTS } from "./tenants.ts";
 
 async function main(): Promise<void> {
   const port = Number(process.argv[2] ?? 0);
@@ -16,13 +17,21 @@ async function main(): Promise<void> {
     environments.map(({ handler }) => handler),
     port,
     "tollgate-quota-sync",
-    // AWS_IAM auth as deployed: the instances sign as the local principal, whose tenant syncs the rules
-    { credentials: [LOCAL_CREDENTIAL] },
+    // AWS_IAM auth as deployed: the instances sign as the local principal, or as tenant A's or B's
+    { credentials: [LOCAL_CREDENTIAL, ...CHAOS_TENANTS.map((tenant) => tenant.credential)] },
   );
   // the deployed schedule (every minute): rules the store lost are restored for the direct clients too
   setInterval(() => {
     environments[0]?.restoreQuotaRules().catch(() => {});
   }, 60_000);
+  // the harness asks for the scheduled restore at once (a data-loss scenario lasts seconds, not a minute)
+  process.on("message", (message: { type?: string }) => {
+    if (message.type !== "restore") return;
+    environments[0]?.restoreQuotaRules().then(
+      ({ restored }) => process.send?.({ type: "restored", restored }),
+      (error: Error) => process.send?.({ type: "restored", error: error.message }),
+    );
+  });
   process.send?.({ type: "listening", url: server.url });
 }
 

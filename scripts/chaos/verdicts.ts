@@ -18,7 +18,8 @@ export interface Expectations {
 
 export interface Verdict {
   /** "run": the scenario itself failed (a nemesis or the harness threw). */
-  rule: "window" | "under-limit" | "utilisation" | "recovery" | "run";
+  /** "isolation", "restore": the tenant scenarios' crossing checks (isolation.ts). */
+  rule: "window" | "under-limit" | "utilisation" | "recovery" | "run" | "isolation" | "restore";
   pass: boolean;
   detail: string;
 }

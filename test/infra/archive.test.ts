@@ -71,9 +71,10 @@ describe("the decision archive's stack resources", () => {
   });
 
   it("tells every function the stream and lets each put records on it, nothing else", () => {
+    // the functions that decide (the policy's readers); the cache rotation decides nothing
     const functions = ofType("AWS::Lambda::Function").filter(
       ([, f]) =>
-        (f.Properties.Environment as { Variables?: Record<string, unknown> } | undefined)?.Variables?.REDIS_NODES,
+        (f.Properties.Environment as { Variables?: Record<string, unknown> } | undefined)?.Variables?.CONFIG_BUCKET,
     );
     expect(functions).toHaveLength(3);
     for (const [, fn] of functions) {

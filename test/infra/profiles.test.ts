@@ -19,10 +19,10 @@ function synth(context: Record<string, unknown>): { template: Template; resource
   return { template, resources: template.toJSON().Resources as Resources };
 }
 const ofType = (resources: Resources, type: string) => Object.values(resources).filter((r) => r.Type === type);
-/** The two Tollgate functions (not CDK's own custom resource handlers). */
+/** The three functions that serve Tollgate (not CDK's own custom resource handlers, nor the cache rotation). */
 const tollgateFunctions = (resources: Resources) =>
   ofType(resources, "AWS::Lambda::Function").filter(
-    (f) => (f.Properties.Environment as { Variables?: Record<string, unknown> } | undefined)?.Variables?.REDIS_NODES,
+    (f) => (f.Properties.Environment as { Variables?: Record<string, unknown> } | undefined)?.Variables?.CONFIG_BUCKET,
   );
 
 describe("dev profile", () => {

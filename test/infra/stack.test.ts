@@ -101,7 +101,7 @@ describe("template", () => {
       ).toBe(true);
   });
 
-  it("runs the Lambdas (consumer, check API, QuotaSync) in the VPC's private subnets, on nodejs24.x, with tracing and log retention", () => {
+  it("runs the Lambdas (consumer, check API, QuotaSync, cache rotation) in the VPC's private subnets, on nodejs24.x, with tracing and log retention", () => {
     const isolated = new Set(
       ofType("AWS::EC2::Subnet")
         .filter(([, r]) => JSON.stringify(r.Properties.Tags).includes("Isolated"))
@@ -109,9 +109,10 @@ describe("template", () => {
     );
     expect(isolated.size).toBeGreaterThanOrEqual(2);
     // ours, not CDK's own custom resource handlers (which run whatever runtime CDK picks)
-    const functions = ofType("AWS::Lambda::Function").filter(([id]) => id.startsWith("Functions"));
-    expect(functions).toHaveLength(3);
-    expect(functions.map(([, r]) => r.Properties.Runtime)).toEqual(["nodejs24.x", "nodejs24.x", "nodejs24.x"]);
+    const functions = ofType("AWS::Lambda::Function").filter(([id]) => !id.includes("CustomResourceProvider"));
+    // the consumer, the check API, QuotaSync and the cache passwords' rotation
+    expect(functions).toHaveLength(4);
+    expect(functions.map(([, r]) => r.Properties.Runtime)).toEqual(functions.map(() => "nodejs24.x"));
     for (const [, fn] of functions) {
       const subnets = (fn.Properties.VpcConfig as { SubnetIds: { Ref: string }[] }).SubnetIds.map((s) => s.Ref);
       expect(subnets.length).toBeGreaterThanOrEqual(2);
@@ -184,7 +185,7 @@ describe("template", () => {
   });
 
   it("scopes every IAM statement to named resources, except the actions AWS offers only on *", () => {
-    const starOnly = new Set(["xray:PutTraceSegments", "xray:PutTelemetryRecords"]);
+    const starOnly = new Set(["xray:PutTraceSegments", "xray:PutTelemetryRecords", "secretsmanager:GetRandomPassword"]);
     for (const [, policy] of ofType("AWS::IAM::Policy")) {
       for (const statement of (
         policy.Properties.PolicyDocument as { Statement: { Action: string | string[]; Resource: unknown }[] }

@@ -128,6 +128,26 @@ export function withoutQuotaRule(name: string): PolicyEdit {
   };
 }
 
+/**
+ * A grant revoked (revokeQuotaRule; the fault harness's rule-revoked-for-a): the rule stays in the policy, and
+ * the tenants named in `tenants` no longer sync it (ValidationError on `--tenant` for a tenant the policy
+ * lacks); publishing removes it from their namespaces.
+ */
+export function withoutQuotaRuleGrant(name: string, tenants: readonly string[]): PolicyEdit {
+  return (current) => {
+    const document = currentDocument(current);
+    for (const tenant of tenants) {
+      if (!document.tenants?.some((t) => t.name === tenant))
+        throw new ValidationError("--tenant", `no tenant "${tenant}" in policy ${document.version}`);
+    }
+    return render({
+      ...document,
+      version: nextVersion(document.version),
+      tenants: (document.tenants ?? []).map((t) => (tenants.includes(t.name) ? withoutRuleGrant(t, name) : t)),
+    });
+  };
+}
+
 /** `tenant` no longer syncing `rule` (and without `quota-sync` when it was the last rule it synced). */
 function withoutRuleGrant(tenant: TenantDocument, rule: string): TenantDocument {
   if (!tenant.quotaRules?.includes(rule)) return tenant;

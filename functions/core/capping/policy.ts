@@ -1,6 +1,7 @@
 // The capping policy (`config/policy.json`): the schema, its cross-field rules, and the compiled form the
 // capper uses (for each segment and channel, the caps that apply, in order).
 import { z } from "zod";
+import { tenantNamespaceProblem } from "../../../sdk/src/protocol/index.ts";
 import { MAX_FUTURE_MS } from "../shared/clock.ts";
 import { MAX_WINDOW_MS, MIN_WINDOW_MS, parseDuration } from "../shared/duration.ts";
 import { InvalidPolicyError } from "../shared/errors.ts";
@@ -170,26 +171,43 @@ export interface Policy {
   tenancy: Tenancy;
 }
 
+export interface PolicyParseOptions {
+  /**
+   * The deployment's KEY_NAMESPACE: each tenant's namespace must fit beside it in a key's namespace (the
+   * functions pass theirs; without it, only the tenant namespace's own rule is checked).
+   */
+  keyNamespace?: string;
+}
+
 /** Validates a parsed JSON document; throws InvalidPolicyError listing every problem by field. */
-export function parsePolicy(document: unknown): Policy {
+export function parsePolicy(document: unknown, options: PolicyParseOptions = {}): Policy {
   const result = policySchema.safeParse(document);
   if (!result.success) {
     throw new InvalidPolicyError(
       describeIssues(result.error).map(({ path, message }) => (path ? `${path}: ${message}` : message)),
     );
   }
+  const { keyNamespace } = options;
+  if (keyNamespace !== undefined) {
+    // refused here, by field, rather than a 500 from the key builder at the tenant's first request
+    const issues = (result.data.tenants ?? []).flatMap((tenant, i) => {
+      const problem = tenantNamespaceProblem(keyNamespace, tenant.namespace);
+      return problem ? [`tenants[${i}].namespace: ${problem}`] : [];
+    });
+    if (issues.length > 0) throw new InvalidPolicyError(issues);
+  }
   return compilePolicy(result.data);
 }
 
 /** Parses the text of a policy file; a JSON syntax error is an InvalidPolicyError too. */
-export function parsePolicyText(text: string): Policy {
+export function parsePolicyText(text: string, options: PolicyParseOptions = {}): Policy {
   let document: unknown;
   try {
     document = JSON.parse(text);
   } catch (error) {
     throw new InvalidPolicyError([`not valid JSON: ${(error as Error).message}`]);
   }
-  return parsePolicy(document);
+  return parsePolicy(document, options);
 }
 
 function compilePolicy(document: PolicyDocument): Policy {

@@ -29,6 +29,8 @@ export interface RulesSourceOptions {
   onRejected?: (error: Error) => void;
   /** Told when the copy of a newly accepted bitmap could not be written (the bitmap is served anyway). */
   onCopyFailed?: (error: Error) => void;
+  /** The deployment's KEY_NAMESPACE: a policy whose tenant namespaces do not fit beside it is refused. */
+  keyNamespace?: string;
   /** Told when new rules are in service. */
   onActivated?: (rules: Rules, tags: Record<string, string>) => void;
 }
@@ -99,7 +101,9 @@ interface Refused {
 const UNKNOWN_NAME_REFRESH_MS = 1_000;
 
 export class RulesSource {
-  private readonly options: Required<Omit<RulesSourceOptions, "onRejected" | "onActivated" | "onCopyFailed">> &
+  private readonly options: Required<
+    Omit<RulesSourceOptions, "onRejected" | "onActivated" | "onCopyFailed" | "keyNamespace">
+  > &
     RulesSourceOptions;
   private active?: { rules: Rules; tags: Map<string, string>; bitmaps: Map<string, Bitmap>; checkedAt: number };
   private pending?: Promise<void>;
@@ -179,7 +183,7 @@ export class RulesSource {
       } else {
         const text = Buffer.from(await store.get(policyKey)).toString("utf8");
         try {
-          policy = parsePolicyText(text);
+          policy = parsePolicyText(text, this.parseOptions());
           fresh = text;
           this.refusedPolicy = undefined;
         } catch (error) {
@@ -301,6 +305,10 @@ export class RulesSource {
     return served;
   }
 
+  private parseOptions() {
+    return this.options.keyNamespace === undefined ? {} : { keyNamespace: this.options.keyNamespace };
+  }
+
   /** The last accepted policy (its stored copy, validated again), to serve in place of the refused `refusal`. */
   private async acceptedPolicy(refusal: Error): Promise<Policy> {
     const { store } = this.options;
@@ -308,7 +316,7 @@ export class RulesSource {
     const bytes = store.put ? await store.get(acceptedPolicyKey).catch(missing) : undefined;
     if (!bytes) throw refusal;
     try {
-      return parsePolicyText(Buffer.from(bytes).toString("utf8"));
+      return parsePolicyText(Buffer.from(bytes).toString("utf8"), this.parseOptions());
     } catch (error) {
       const why = `${acceptedPolicyKey}: ${(error as Error).message}`;
       throw new Error(`${refusal.message}; the last accepted policy cannot be served (${why})`, { cause: error });

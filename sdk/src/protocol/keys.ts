@@ -19,6 +19,8 @@
 //                                     that instance's demand and grant } (lua/quota-sync/key-rings.lua)
 //   <ns>:q:rules                      hash rule name -> stamp of the policy that wrote it: the rules in
 //                                     Redis, so any process can remove those a policy no longer has
+//   <ns>:q:tenants                    hash tenant namespace -> stamp: the tenant namespaces holding rules,
+//                                     so a tenant taken out of the policy has its rules removed too
 // Rule names and instance ids match NAME_PATTERN (no braces), and the key text comes after the tag, so no
 // quota key can leave its slot or collide with another rule's.
 //
@@ -53,6 +55,22 @@ export const NAME_RULE = "expected 1-64 characters of A-Z, a-z, 0-9, _ . : -";
 
 /** A tenant namespace: 1-32 characters of a-z, 0-9, "-" (no ":", no braces). */
 export const TENANT_NAMESPACE_PATTERN = /^[a-z0-9][a-z0-9-]{0,31}$/;
+/** The longest namespace a key may have (NAME_PATTERN's), a tenant's `<namespace>:t:<tenant>` included. */
+export const MAX_NAMESPACE_LENGTH = 64;
+/** The longest KEY_NAMESPACE that leaves room for a tenant namespace of one character. */
+export const MAX_KEY_NAMESPACE_LENGTH = MAX_NAMESPACE_LENGTH - ":t:".length - 1;
+
+/**
+ * Why `<namespace>:t:<tenant>` cannot be a key namespace, if it cannot (a tenant namespace the policy admits
+ * may still be too long beside a long KEY_NAMESPACE): the policy's validation and tenantNamespace say the same.
+ */
+export function tenantNamespaceProblem(namespace: string, tenant: string): string | undefined {
+  if (!TENANT_NAMESPACE_PATTERN.test(tenant)) return 'expected 1-32 characters of a-z, 0-9, "-"';
+  const length = namespace.length + ":t:".length + tenant.length;
+  if (length <= MAX_NAMESPACE_LENGTH) return undefined;
+  const room = MAX_NAMESPACE_LENGTH - namespace.length - ":t:".length;
+  return `with KEY_NAMESPACE "${namespace}" the tenant's keys would start with ${length} characters (at most ${MAX_NAMESPACE_LENGTH}): a tenant namespace of at most ${Math.max(0, room)} characters here`;
+}
 
 /**
  * The namespace of every rate-limit and quota key of one tenant: `<namespace>:t:<tenant>`. The server puts
@@ -60,8 +78,8 @@ export const TENANT_NAMESPACE_PATTERN = /^[a-z0-9][a-z0-9-]{0,31}$/;
  */
 export function tenantNamespace(namespace: string, tenant: string): string {
   checkName("namespace", namespace);
-  if (!TENANT_NAMESPACE_PATTERN.test(tenant))
-    throw new WireError("tenant", 'expected 1-32 characters of a-z, 0-9, "-"');
+  const problem = tenantNamespaceProblem(namespace, tenant);
+  if (problem) throw new WireError("tenant", problem);
   const scoped = `${namespace}:t:${tenant}`;
   checkName("namespace", scoped);
   return scoped;
@@ -221,6 +239,16 @@ export function slotGroupKeys(namespace: string, rule: string, group: number): S
 export function quotaRuleIndexKey(namespace: string): string {
   checkName("namespace", namespace);
   return `${namespace}:q:rules`;
+}
+
+/**
+ * The index of the tenant namespaces quota rules were written in (tenant namespace -> the stamp of the policy
+ * that wrote them), under the deployment's namespace: a tenant taken out of the policy still has its
+ * namespace's rules removed when the next policy is published (docs/tenants.md).
+ */
+export function quotaTenantIndexKey(namespace: string): string {
+  checkName("namespace", namespace);
+  return `${namespace}:q:tenants`;
 }
 
 /** A quota key's state; `prefix` from slotGroupPrefix. The key text follows the tag, so it cannot escape it. */

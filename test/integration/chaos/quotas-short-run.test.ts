@@ -30,6 +30,22 @@ describe("chaos short run: the Quotas contract under the faults the product hold
     }
   });
 
+  it("judges the tenant scenario for crossing: each tenant's own limit, the hostile spellings, B's namespace, the restore", () => {
+    const tenants = results.filter((r) => r.scenario.tenants);
+    expect(tenants.length).toBeGreaterThan(0);
+    for (const r of tenants) {
+      const rules = r.check.verdicts.map((v) => v.rule);
+      expect(
+        rules.filter((rule) => rule === "window"),
+        r.scenario.id,
+      ).toHaveLength(2);
+      expect(rules.filter((rule) => rule === "isolation").length, r.scenario.id).toBe(4);
+      if (r.scenario.nemesis.dataLoss) expect(rules, r.scenario.id).toContain("restore");
+      // every spelling that must be refused was refused at least once (not merely never answered)
+      for (const h of r.hostile ?? []) if (h.mustRefuse) expect(h.refused, h.attempt).toBeGreaterThan(0);
+    }
+  });
+
   it.each(SHORT_RUN)("%s holds every verdict the checker judges", (id) => {
     const result = results.find((r) => r.scenario.id === id);
     expect(result, id).toBeDefined();

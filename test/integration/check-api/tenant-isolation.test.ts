@@ -76,7 +76,7 @@ const call = (as: LocalCredential, path: string, body: unknown) =>
 
 /**
  * Every key of the test's namespace on the cluster, with its dumped value; not the quota rules' `:cfg`
- * keys nor the index of their names (`:q:rules`), which every container of the service writes for each tenant
+ * keys nor the indexes of their names and tenants (`:q:rules`, `:q:tenants`), which every container of the service writes for each tenant
  * when it loads the policy (REFRESH_SECONDS 0 here: on every request), whoever calls.
  */
 async function snapshot(prefix = `${namespace}:`): Promise<Map<string, string>> {
@@ -86,7 +86,8 @@ async function snapshot(prefix = `${namespace}:`): Promise<Map<string, string>> 
     do {
       const [next, keys] = await node.scan(cursor, "MATCH", `${prefix}*`, "COUNT", 1000);
       cursor = next;
-      for (const name of keys.filter((name) => !name.endsWith(":cfg") && !name.endsWith(":q:rules")))
+      const written = (name: string) => [":cfg", ":q:rules", ":q:tenants"].some((end) => name.endsWith(end));
+      for (const name of keys.filter((name) => !written(name)))
         found.set(name, ((await node.dumpBuffer(name)) ?? Buffer.alloc(0)).toString("hex"));
     } while (cursor !== "0");
   }

@@ -58,6 +58,8 @@ describe("consumer environment", () => {
       ["REFRESH_SECONDS", "-1"],
       ["CAMPAIGN_REDELIVERY_SECONDS", "1209601"],
       ["KEY_NAMESPACE", "{tg}"],
+      // 61 characters: no room left for `:t:` and a tenant namespace in a key's 64
+      ["KEY_NAMESPACE", "n".repeat(61)],
       ["TIME_BUDGET_MARGIN_MS", "1.5"],
       ["RECORDS_IN_FLIGHT", "0"],
       ["RECORDS_IN_FLIGHT", "101"],
@@ -65,6 +67,13 @@ describe("consumer environment", () => {
       ["CONFIG_BUCKET", ""],
     ];
     for (const [name, value] of bad) expect(errorFor({ ...minimal, [name]: value }).path).toBe(name);
+  });
+
+  it("takes a KEY_NAMESPACE with room for a tenant's `:t:<tenant>` (60 characters) and says why 61 is refused", () => {
+    expect(parseConsumerEnvironment({ ...minimal, KEY_NAMESPACE: "n".repeat(60) }).KEY_NAMESPACE).toHaveLength(60);
+    expect(errorFor({ ...minimal, KEY_NAMESPACE: "n".repeat(61) }).message).toMatch(
+      /^KEY_NAMESPACE: at most 60 characters: a tenant's keys start with <KEY_NAMESPACE>:t:<tenant>/,
+    );
   });
 
   it("reads several nodes, TLS and the local endpoint", () => {

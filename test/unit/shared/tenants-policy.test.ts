@@ -87,3 +87,29 @@ describe("tenants in the policy", () => {
     });
   }
 });
+
+describe("a tenant namespace beside the deployment's KEY_NAMESPACE", () => {
+  // 40 characters: room for a tenant namespace of 64 - 40 - ":t:".length = 21 characters
+  const keyNamespace = "tollgate-production-eu-west-1-shared-ns0";
+  const refusal = (namespace: string) => {
+    try {
+      parsePolicy(policy([tenant({ namespace })]), { keyNamespace });
+    } catch (error) {
+      if (error instanceof InvalidPolicyError) return error.issues;
+      throw error;
+    }
+    return [];
+  };
+
+  it("takes the longest tenant namespace that fits and refuses one character more, naming the field", () => {
+    expect(refusal("a".repeat(21))).toEqual([]);
+    expect(refusal("a".repeat(22))).toEqual([
+      expect.stringMatching(/^tenants\[0\]\.namespace: with KEY_NAMESPACE ".+" .*65 characters.*at most 21/),
+    ]);
+  });
+
+  it("is not checked without a key namespace (the default's room holds every namespace the schema admits)", () => {
+    expect(() => parsePolicy(policy([tenant({ namespace: "a".repeat(32) })]))).not.toThrow();
+    expect(() => parsePolicy(policy([tenant({ namespace: "a".repeat(32) })]), { keyNamespace: "tg" })).not.toThrow();
+  });
+});
