@@ -100,5 +100,5 @@ end
 local function reportWindows(profile, block, class, record, n, times, onChannel, code, recorded)
   local capped = code >= REPLY_FIRST_CAP
   if capped and record then n, times, onChannel = liveSends(profile, block, class, record, true) end
-  windowLines[#windowLines + 1] = windowsLine(profile, n, times, onChannel, recorded, capped)
+  call.windowLines[#call.windowLines + 1] = windowsLine(profile, n, times, onChannel, recorded, capped)
 end
