@@ -35,6 +35,6 @@ local function beginCall(keys, args)
   call.reply, call.replyParts, call.windowLines = {}, {}, {}
   call.scratchTimes, call.scratchOnChannel, call.scratchIsMine = {}, {}, {}
   records, call.blobOfUser, call.inHash, call.identityTableTtl, call.recordOutcomes = {}, {}, {}, 0, {}
-  call.markedPagesToWrite = {}
+  call.markedPagesToWrite, call.chunkEdits = {}, {}
   return readProfiles(args[7], args[8])
 end

@@ -102,6 +102,7 @@ local WIDTH_LIMIT = { 255, 65535, 16777215 }
 --- @include "identity-table"
 
 --- @include "user-record"
+--- @include "hot-record"
 
 --- @include "class-numbers"
 
@@ -307,12 +308,13 @@ local function capSends(keys, args)
         if outcome == nil then
           local profile = call.profiles[profileNumber]
           if profile == nil then return redis.error_reply('ERR cap-sends: unknown profile ' .. profileNumber) end
-          outcome = recordOutcome(profileNumber, profile, value)
+          outcome = recordOutcome(profileNumber, profile, value, userId)
         end
         call.reply[#call.reply + 1] = outcome[1]
         local written = outcome[2]
         if written then
-          if blob and #written <= BIG_RECORD_BYTES and not call.inHash[userId] and userId > blob.lastEdit then
+          if blob and #written <= BIG_RECORD_BYTES and byte(written, 1) < CHUNKED_HEADER and not call.inHash[userId]
+            and userId > blob.lastEdit then
             if outcome[3] > range.retention then range.retention = outcome[3] end
             local k = #blob.editIds + 1
             blob.editIds[k], blob.editRecords[k], blob.lastEdit, blob.edited = userId, written, userId, true

@@ -98,6 +98,9 @@ local function liveSends(profile, block, class, record, onward)
   -- search finds them, the rest is never decoded
   local reach = math.max(profile.cutoff, at - profile.longest)
   local before = onward and math.huge or at + profile.longest
+  -- a chunked record: its window part and the chunks in reach (its spilled identities answer a duplicate)
+  local head = record
+  if record and record.chunked then record = chunkedSends(record, reach, before, false) end
   if record and not (block and class > 0) and not (record.tail and record.tail.newest > reach) then
     local lo = firstAfter(record, reach)
     local hi = math.max(onward and record.count or firstAfter(record, before - 1) - 1, lo - 1)
@@ -134,7 +137,9 @@ local function liveSends(profile, block, class, record, onward)
   -- no cap's window around `at` reaches it (a channel the segment does not cap has no window at all)
   if record and not call.anonymous then
     local mine = myIdentityNumber(false)
-    if mine and (windowHas(record, mine, profile.cutoff) or tailHas(record.tail, mine, profile.cutoff)) then
+    local spilled = head.chunked and head.chunked.spilled[mine]
+    if mine and (windowHas(head, mine, profile.cutoff) or tailHas(head.tail, mine, profile.cutoff) or
+      (spilled and spilled > profile.cutoff)) then
       return n, times, onChannel, isMine, true
     end
   end

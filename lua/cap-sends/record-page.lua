@@ -7,7 +7,7 @@ local function isRecorded(code) return not call.peek and (code == 0 or code == R
 -- sparse campaign's users mostly hold the same record bytes (the same sends of the same campaigns), so a
 -- call decides each distinct history once, as the block path does per class.
 local NO_RECORD = false
-local function recordOutcome(profileNumber, profile, value)
+local function recordOutcome(profileNumber, profile, value, userId)
   local byValue = call.recordOutcomes[profileNumber]
   if byValue == nil then
     byValue = {}
@@ -18,9 +18,10 @@ local function recordOutcome(profileNumber, profile, value)
     local record = value and readRecord(value) or nil
     local n, times, onChannel, isMine, duplicate = liveSends(profile, nil, 0, record)
     local code = duplicate and REPLY_DUPLICATE or decide(profile, n, times, onChannel, isMine)
-    outcome = { code, isRecorded(code) and recordWith(record, profile, at, myIdentityNumber(true)) or false,
+    outcome = { code, isRecorded(code) and recordWith(record, profile, at, myIdentityNumber(true), userId) or false,
       profile.retention }
-    byValue[value] = outcome
+    -- a chunked record is the user's own (its ID is in it): not an outcome other users can share
+    if not (outcome[2] and byte(outcome[2], 1) >= CHUNKED_HEADER) then byValue[value] = outcome end
   end
   return outcome
 end
@@ -45,12 +46,12 @@ local function runRecordPage(spec, blockKey, hashIndex, pageBase, records, pageN
       local class = classOfUser and classOfUser[offset] or 0
       local n, times, onChannel, isMine, duplicate = liveSends(profile, block, class, record)
       code = duplicate and REPLY_DUPLICATE or decide(profile, n, times, onChannel, isMine)
-      written = isRecorded(code) and recordWith(record, profile, at, myIdentityNumber(true))
+      written = isRecorded(code) and recordWith(record, profile, at, myIdentityNumber(true), userId)
       if call.withWindows then
         reportWindows(profile, block, class, record, n, times, onChannel, code, written and true or false)
       end
     else
-      local outcome = recordOutcome(profileNumber, profile, value or NO_RECORD)
+      local outcome = recordOutcome(profileNumber, profile, value or NO_RECORD, userId)
       code, written = outcome[1], outcome[2]
     end
     call.reply[#call.reply + 1] = code

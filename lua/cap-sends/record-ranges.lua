@@ -156,7 +156,14 @@ local function storeRecord(hashIndex, id, record, retention)
   if retention > range.retention then range.retention = retention end
   local blob = range.bounds and call.blobOfUser[id] or range.parts[0]
   local inBlob = blob.positions[id] > 0
-  if record and (#record > BIG_RECORD_BYTES or (call.withWindows and not inBlob)) then
+  -- a chunked record's chunk fields, written and deleted beside it in the range's hash
+  local edits = call.chunkEdits[id]
+  if edits then
+    for _, field in ipairs(edits.writes) do range.hashWrites[#range.hashWrites + 1] = field end
+    for _, field in ipairs(edits.deletes) do range.hashDeletes[#range.hashDeletes + 1] = field end
+    call.chunkEdits[id] = nil
+  end
+  if record and (#record > BIG_RECORD_BYTES or byte(record, 1) >= CHUNKED_HEADER or (call.withWindows and not inBlob)) then
     range.hashWrites[#range.hashWrites + 1] = format('%d', id)
     range.hashWrites[#range.hashWrites + 1] = record
     if inBlob then record = false else return end
