@@ -100,7 +100,7 @@ local function liveSends(profile, block, class, record, onward)
   local before = onward and math.huge or at + profile.longest
   -- a chunked record: its window part and the chunks in reach (its spilled identities answer a duplicate)
   local head = record
-  if record and record.chunked then record = chunkedSends(record, reach, before, false) end
+  if record and record.chunked then record = hot.sends(record, reach, before, false) end
   if record and not (block and class > 0) and not (record.tail and record.tail.newest > reach) then
     local lo = firstAfter(record, reach)
     local hi = math.max(onward and record.count or firstAfter(record, before - 1) - 1, lo - 1)
@@ -170,6 +170,18 @@ local function fullestAround(list, count, x, window)
     local inside = countUpTo(list, count, y) - first + 1
     if inside > fullest then fullest, oldest = inside, first end
     if following > count or list[following] >= x + window then return fullest, oldest end
+    y = list[following]
+    following = following + 1
+  end
+end
+
+-- The latest right end y (x <= y < x + window) of a window (y - window, y] of the ascending times list[1..count]
+-- holding `max` or more, nil when none does: every x' in (x, y] is in that window too, so none of them has room.
+local function lastFullEnd(list, count, x, window, max)
+  local found, y, following = nil, x, countUpTo(list, count, x) + 1
+  while true do
+    if countUpTo(list, count, y) - countUpTo(list, count, y - window) >= max then found = y end
+    if following > count or list[following] >= x + window then return found end
     y = list[following]
     following = following + 1
   end

@@ -10,9 +10,10 @@
 -- A value whose first byte is under 128 is the format before (6-byte time + varint number each, in write
 -- order; a time before the year 6000 starts under 128): read into the same shape.
 -- A hot user's record (format 3, hot-record.lua: a header byte from CHUNKED_HEADER) is read and written by the
--- functions declared here; a record of another format reaching HEAD_SENDS sends becomes one when written.
+-- functions of `hot` (read, sends, recordWith); a record of another format reaching HEAD_SENDS sends becomes one
+-- when written.
 local CHUNKED_HEADER, HEAD_SENDS = 192, 1024
-local readChunked, chunkedSends, recordWithChunks
+local hot = {}
 local function readVarint(value, position)
   local number, scale = 0, 1
   while true do
@@ -77,7 +78,7 @@ end
 -- window part is read in place (send i at start + (i - 1) * stride).
 local function readRecord(value)
   local header = byte(value, 1)
-  if header >= CHUNKED_HEADER then return readChunked(value) end
+  if header >= CHUNKED_HEADER then return hot.read(value) end
   if header < 128 then
     local sends, position, width = {}, 1, 1
     while position <= #value do
@@ -161,7 +162,7 @@ end
 -- Every send of a record, window part and tail, as { time, identity number } (a block absorbing it).
 local function allSends(record)
   -- a chunked record's every chunk, deleted with it (a block absorbs the user)
-  if record.chunked then record = chunkedSends(record, 0, 0, true) end
+  if record.chunked then record = hot.sends(record, 0, 0, true) end
   local sends = {}
   for i = 1, record.count do sends[i] = { sendTime(record, i), sendNumber(record, i) } end
   local tail = record.tail
@@ -227,7 +228,7 @@ end
 -- is inserted in time order. A record of user `userId` holding HEAD_SENDS sends is written as a chunked one.
 local function recordWith(record, profile, t, number, userId)
   if record and (record.chunked or record.count + (record.tail and record.tail.count or 0) >= HEAD_SENDS) then
-    return recordWithChunks(record, profile, t, number, userId)
+    return hot.recordWith(record, profile, t, number, userId)
   end
   local width, keptBytes, keptCount, moved = widthOf(number), '', 0, {}
   local tail

@@ -137,15 +137,17 @@ describe("a hot user's record", () => {
       version: "hot",
       channels: ["a", "b"],
       segments: [],
-      default: { name: "rest", caps: { a: [{ window: "1s", max: 3 }], "*": [{ window: "3s", max: 9 }] } },
+      default: { name: "rest", caps: { a: [{ window: "1s", max: 60 }], "*": [{ window: "3s", max: 240 }] } },
     });
     const identities = ["a:", "b:", "a:c1", "a:c2", "b:c3"];
+    // a campaign whose sends are only among the oldest: in a chunk once the record spills
+    const oldIdentity = "a:c4";
     const callArbitrary = fc.record({
       elapsed: fc.integer({ min: 0, max: 1_500 }),
       // from the backfill bound (the longest window) to a minute ahead
       offset: fc.integer({ min: -3_000, max: 60_000 }),
       channel: fc.constantFrom("a", "b"),
-      campaignId: fc.constantFrom("", "", "c1", "c2", "c3"),
+      campaignId: fc.constantFrom("", "", "c1", "c2", "c3", "c4"),
       mode: fc.constantFrom("count", "count", "count", "peek"),
       withWindows: fc.boolean(),
     });
@@ -154,24 +156,31 @@ describe("a hot user's record", () => {
     await fc.assert(
       fc.asyncProperty(
         // a record of the earlier format under the threshold, just past it, or where its head spills soon
-        fc.oneof(fc.integer({ min: 1_000, max: 1_100 }), fc.integer({ min: 1_530, max: 1_536 })),
+        fc.oneof(
+          fc.integer({ min: 1_000, max: 1_100 }),
+          fc.integer({ min: 1_530, max: 1_536 }),
+          fc.integer({ min: 2_100, max: 2_600 }),
+        ),
         fc.array(callArbitrary, { minLength: 10, maxLength: 40 }),
         fc.integer({ min: 0, max: 2 ** 31 }),
-        async (count, calls, seed) => {
+        fc.constantFrom(20, 860, 1_060),
+        async (count, calls, seed, spanSeconds) => {
           const namespace = uniqueNamespace();
           const userId = 7 * 256 + 11;
           const model = new CappingModel(policy, () => 0, 10 * 60_000);
-          // sends spread from 1,000 s before T0 (some past the retention, dropped as the record turns chunked) or
-          // 800 s (a head of 1,018-1,024 sends, which spills within a few writes) to a minute ahead, by seed
-          const span = count < 1_500 ? 1_060 * SECOND : 860 * SECOND;
+          // sends over the span before T0 + 1 minute: 20 s (a dense history: windows around `at` reach the
+          // chunks), 860 s (all kept) or 1,060 s (some past the retention, dropped as the record turns chunked)
+          const span = spanSeconds * SECOND;
           let state = seed;
           const next = () => {
             state = (state * 1_103_515_245 + 12_345) % 2 ** 31;
             return state;
           };
           const sends = Array.from({ length: count }, () => {
-            const identity = identities[next() % identities.length] as string;
-            return { at: T0 + 60 * SECOND - span + (next() % span), identity };
+            const at = T0 + 60 * SECOND - span + (next() % span);
+            const identity =
+              at < T0 + 60 * SECOND - 0.9 * span && next() % 4 === 0 ? oldIdentity : identities[next() % 5];
+            return { at, identity: identity as string };
           });
           const recordKey = await seedRecord(namespace, userId, sends, T0);
           for (const send of sends) {
@@ -207,7 +216,7 @@ describe("a hot user's record", () => {
           if ((await cluster.hlen(recordKey)) > 2) spilledRuns += 1;
         },
       ),
-      { numRuns: 20 },
+      { numRuns: 20, endOnFailure: true },
     );
     // the runs went through the layout change and past a spill (a head of more than 1,024 sends)
     expect(chunkedRuns).toBeGreaterThan(0);
