@@ -6,12 +6,15 @@
 --   bytes 6-8   the next chunk's sequence number
 --   varint K, then K × 17 bytes: per chunk its oldest and newest time (6 bytes each), send count (2), sequence (3)
 --   varint I, then I × 10 bytes: each identity number in the chunks (4 bytes) and its newest send there (6)
+--   byte T: the tail's number width (0: none), then a varint length and the tail of the format-2 record it was
+--             made from (parseTail()), only ever shortened: its expired sends dropped as the user is written
 --   the window part: the sends not spilled, ascending, a 6-byte time and a width-byte number each
 -- Chunk q of user U is field "<U>:<q>" of U's range hash: a byte of number width, then sends as a window part.
--- A record of format 2 becomes one when it reaches HEAD_SENDS sends (written by the call that finds it so).
+-- A record of format 2 becomes one when it reaches HEAD_SENDS sends, by slices of its bytes (nothing decoded);
+-- a call spills at most SPILLS_PER_CALL chunks, so a big record drains into chunks over its next writes.
 -- (its helpers are locals of this block: the chunk's top level keeps its locals for the rest)
 do
-  local SPILL_SENDS, CHUNK_ENTRY = 512, 17
+  local SPILL_SENDS, CHUNK_ENTRY, SPILLS_PER_CALL = 512, 17, 2
 
   local function chunkField(userId, seq) return format('%d:%d', userId, seq) end
   local function rangeHashOf(userId) return format('%sr:%d', call.keyPrefix, floor(userId / 536870912)) end
@@ -42,8 +45,17 @@ do
       spilled[readFixed(value, position, 4)] = readTime(value, position + 4)
       position = position + 10
     end
+    local tail, tailWidth = nil, byte(value, position)
+    position = position + 1
+    if tailWidth > 0 then
+      local length
+      length, position = readVarint(value, position)
+      tail = parseTail(sub(value, position, position + length - 1), 1, tailWidth)
+      position = position + length
+    end
     local stride = 6 + width
     return { value = value, width = width, stride = stride, start = position, count = (#value - position + 1) / stride,
+      tail = tail,
       chunked = { userId = userId, nextSeq = nextSeq, chunks = chunks, directory = directory, spilled = spilled } }
   end
 
@@ -108,22 +120,32 @@ do
       if value then sources[#sources + 1] = chunkRecord(value) end
     end
     if #sources == 0 then return head end
-    return joinedSends(sources)
+    local joined = joinedSends(sources)
+    joined.tail = head.tail
+    return joined
   end
 
   -- The record value of a chunked record whose window part is `window` (`count` sends of `width`-byte numbers):
   -- the oldest SPILL_SENDS at a time go to new chunks while it holds more than HEAD_SENDS.
-  local function encodeChunked(info, chunks, directory, spilled, width, window, count)
+  local function encodeChunked(info, chunks, directory, spilled, width, window, count, tail)
     local stride, nextSeq = 6 + width, info.nextSeq
     local writes = chunkEditsOf(info.userId).writes
-    while count > HEAD_SENDS do
+    local spills = 0
+    while count > HEAD_SENDS and spills < SPILLS_PER_CALL do
+      spills = spills + 1
+      -- the window part is ascending: a chunk's oldest and newest are its ends
       local bytes = sub(window, 1, SPILL_SENDS * stride)
-      local entry = { min = readTime(bytes, 1), max = readTime(bytes, 1), count = SPILL_SENDS, seq = nextSeq }
-      for position = 1, #bytes, stride do
-        local t, number = readTime(bytes, position), readFixed(bytes, position + 6, width)
-        if t < entry.min then entry.min = t end
-        if t > entry.max then entry.max = t end
-        if (spilled[number] or -1) < t then spilled[number] = t end
+      local entry = { min = readTime(bytes, 1), max = readTime(bytes, #bytes - stride + 1), count = SPILL_SENDS,
+        seq = nextSeq }
+      -- each identity's newest send in the chunk: the first met from its end (a time read once per identity)
+      local met = {}
+      for position = #bytes - stride + 1, 1, -stride do
+        local number = readFixed(bytes, position + 6, width)
+        if not met[number] then
+          met[number] = true
+          local t = readTime(bytes, position)
+          if (spilled[number] or -1) < t then spilled[number] = t end
+        end
       end
       writes[#writes + 1] = chunkField(info.userId, nextSeq)
       writes[#writes + 1] = char(width) .. bytes
@@ -140,8 +162,14 @@ do
     end
     -- pairs() has no order: sorted, the same sends give the same bytes
     table.sort(ids)
+    local tailPart = char(0)
+    if tail then
+      local bytes = varint(tail.count) .. timeBytes(tail.first) .. timeBytes(tail.last) .. timeBytes(tail.newest) ..
+        tail.ids .. tail.deltas
+      tailPart = char(tail.width) .. varint(#bytes) .. bytes
+    end
     return char(CHUNKED_HEADER + width - 1) .. fixedNumber(info.userId, 4) .. fixedNumber(nextSeq, 3) .. varint(#chunks) ..
-      directory .. varint(idCount) .. concat(ids) .. window
+      directory .. varint(idCount) .. concat(ids) .. tailPart .. window
   end
 
   -- The chunked record after a send (t, number) is counted for a user of `profile`: chunks whose every send is at
@@ -188,27 +216,17 @@ do
       if readTime(kept, (middle - 1) * stride + 1) <= t then low = middle else high = middle - 1 end
     end
     local window = sub(kept, 1, low * stride) .. timeBytes(t) .. fixedNumber(number, width) .. sub(kept, low * stride + 1)
-    return encodeChunked(info, chunks, directory, spilled, width, window, keptCount + 1)
+    local tail = head.tail and tailAfter(head.tail, cutoff, {})
+    return encodeChunked(info, chunks, directory, spilled, width, window, keptCount + 1, tail)
   end
 
-  -- A record of format 2 with `sends` ({ time, number } each, every one after the cutoff) as a chunked record of
-  -- user `userId`, read back (its first chunks written with it).
-  local function chunkedFrom(userId, sends)
-    table.sort(sends, function(a, b) return a[1] < b[1] end)
-    local width = 1
-    for _, send in ipairs(sends) do width = math.max(width, widthOf(send[2])) end
-    local info = { userId = userId, nextSeq = 1 }
-    return readChunked(encodeChunked(info, {}, '', {}, width, windowBytes(sends, width), #sends))
-  end
-
-  -- The record after a send, for a hot user: a chunked record written on, or a big record of format 2 made one.
+  -- The record after a send, for a hot user: a chunked record written on, or a big record of an earlier format
+  -- made one: its window part and tail taken as they are (slices, nothing decoded), its oldest sends spilled.
   local function recordWithChunks(record, profile, t, number, userId)
     if not record.chunked then
-      local sends, cutoff = {}, profile.cutoff
-      for _, send in ipairs(allSends(record)) do
-        if send[1] > cutoff then sends[#sends + 1] = send end
-      end
-      record = chunkedFrom(userId, sends)
+      record = { value = record.value, width = record.width, stride = record.stride, start = record.start,
+        count = record.count, tail = record.tail,
+        chunked = { userId = userId, nextSeq = 1, chunks = {}, directory = '', spilled = {} } }
     end
     return chunkedWith(record, profile, t, number)
   end
