@@ -31,7 +31,8 @@ migrates, Redis redirects the call by KEYS[1] alone, so every undeclared key the
 before anything is written, and the call answers TRYAGAIN when one is not on this node.
 ARGV[1]  now: the caller's clock (ms); retention and TTLs are measured from it, never from `at`
 ARGV[2]  at: the send time (ms) being decided; may be ahead of now (skew) or behind it (backfill)
-ARGV[3]  mode: "count" records allowed sends, "peek" writes nothing; "+windows" appends each user's windows
+ARGV[3]  mode: "count" records allowed sends, "peek" writes nothing; "+windows" (last) appends each user's
+         windows; "+hot" lets a record reaching HEAD_SENDS sends become a hot user's (hot-record.lua)
 ARGV[4]  identity: "<channel>:<campaign ID>"; an empty campaign ID is anonymous (no idempotency)
 ARGV[5]  "1": exempt but counted (no cap is checked), "0": capped
 ARGV[6]  horizon ms: the longest retention of any profile of the policy; a block compaction drops sends

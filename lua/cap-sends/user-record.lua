@@ -225,9 +225,11 @@ end
 
 -- The record after a send (t, number) is counted for a user of `profile`: window sends at or before the
 -- profile's window cutoff leave the window part for the tail (while the retention keeps them), and the send
--- is inserted in time order. A record of user `userId` holding HEAD_SENDS sends is written as a chunked one.
+-- is inserted in time order. A record of user `userId` holding HEAD_SENDS sends is written as a chunked one
+-- when the call allows it ("+hot"); a chunked one stays chunked.
 local function recordWith(record, profile, t, number, userId)
-  if record and (record.chunked or record.count + (record.tail and record.tail.count or 0) >= HEAD_SENDS) then
+  local held = record and record.count + (record.tail and record.tail.count or 0)
+  if record and (record.chunked or (call.hotRecords and held >= HEAD_SENDS)) then
     return hot.recordWith(record, profile, t, number, userId)
   end
   local width, keptBytes, keptCount, moved = widthOf(number), '', 0, {}

@@ -63,7 +63,11 @@ function scriptStore(cluster: TollgateCluster, name: string, chunk: string): Cap
 }
 
 /** Every script call of `scenario`, run twice (namespaces `<name>-1`, `<name>-2`), as work and raw figures. */
-async function twice(primaries: Redis[], name: string, scenario: (namespace: string) => Promise<void>): Promise<Figures> {
+async function twice(
+  primaries: Redis[],
+  name: string,
+  scenario: (namespace: string) => Promise<void>,
+): Promise<Figures> {
   const runs: Map<string, number>[] = [];
   for (const run of [1, 2]) {
     const namespace = `${name}-${run}`;
@@ -135,7 +139,8 @@ export async function runMaxima(cluster: TollgateCluster): Promise<string[]> {
   });
   const capperOf = (store: CapStore, rules: ReturnType<typeof policyOf>, namespace: string) => {
     const clock = fixedClock(T0);
-    return { clock, capper: new Capper({ store, rules: () => rules, clock, namespace }) };
+    // (the baseline's script ignores "+hot")
+    return { clock, capper: new Capper({ store, rules: () => rules, clock, namespace, hotRecords: true }) };
   };
   const byLayout = async (name: string, scenario: (store: CapStore, namespace: string) => Promise<void>) => {
     const figures: Record<string, Figures> = {};
@@ -149,14 +154,16 @@ export async function runMaxima(cluster: TollgateCluster): Promise<string[]> {
   const tightest = policyOf({ push: [{ window: "1s", max: 10_000 }] });
   const user = 4_096 * 256 + 5;
   // (`step` ms apart: 0 keeps a capped user capped, every check at the same moment)
-  const hotUser = (kept: readonly number[], checks: number, step = 1) => async (store: CapStore, namespace: string) => {
-    await seedRecord(cluster, namespace, user, kept, "push:");
-    const { capper, clock } = capperOf(store, tightest, namespace);
-    for (let i = 0; i < checks; i++) {
-      clock.set(T0 + i * step);
-      await capper.checkUser({ userId: user, channel: "push" });
-    }
-  };
+  const hotUser =
+    (kept: readonly number[], checks: number, step = 1) =>
+    async (store: CapStore, namespace: string) => {
+      await seedRecord(cluster, namespace, user, kept, "push:");
+      const { capper, clock } = capperOf(store, tightest, namespace);
+      for (let i = 0; i < checks; i++) {
+        clock.set(T0 + i * step);
+        await capper.checkUser({ userId: user, channel: "push" });
+      }
+    };
   row(
     "sends per user",
     "hot user, 1s max 10,000, 10 kept sends: 200 checks",
@@ -215,7 +222,11 @@ export async function runMaxima(cluster: TollgateCluster): Promise<string[]> {
     policy: parsePolicy({
       version: "bench-maxima-segments",
       channels: ["push"],
-      segments: Array.from({ length: 64 }, (_, s) => ({ name: `s${s}`, bitmap: `segments/s${s}.roaring`, caps: segmentCaps(s) })),
+      segments: Array.from({ length: 64 }, (_, s) => ({
+        name: `s${s}`,
+        bitmap: `segments/s${s}.roaring`,
+        caps: segmentCaps(s),
+      })),
       default: { name: "rest", caps: segmentCaps(64) },
     }),
     segments: new SegmentIndex(
@@ -238,7 +249,11 @@ export async function runMaxima(cluster: TollgateCluster): Promise<string[]> {
   // The sliding log at its most entries (one per ms over a 100 s window), then denials by the largest cost
   const spec = { algorithm: "sliding-log", max: 100_000, windowMs: 100_000 } as const;
   const logFigures = await twice(primaries, "bench-max-log", async (namespace) => {
-    const limiter = new Limiter({ store: new RedisLimitStore(cluster, { deadlineMs: 30_000 }), clock: fixedClock(T0), namespace });
+    const limiter = new Limiter({
+      store: new RedisLimitStore(cluster, { deadlineMs: 30_000 }),
+      clock: fixedClock(T0),
+      namespace,
+    });
     for (let from = 0; from < 99_000; from += 2_000) {
       await Promise.all(
         Array.from({ length: 2_000 }, (_, i) => limiter.check({ ...spec, key: "full", at: T0 + from + i })),

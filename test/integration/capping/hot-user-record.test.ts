@@ -101,7 +101,7 @@ describe("a hot user's record", () => {
     const namespace = uniqueNamespace();
     const clock = fixedClock(T0);
     const rules = rulesOf({ version: "v", channels: ["a"], segments: [], default: { name: "rest", caps: TIGHTEST } });
-    const capper = new Capper({ store, rules: () => rules, clock, namespace });
+    const capper = new Capper({ store, rules: () => rules, clock, namespace, hotRecords: true });
     // two users of one tag (one primary): 10 and 10,000 sends spread over the 5 minutes before T0
     const users = { few: 4_096 * 256 + 3, many: 4_096 * 256 + 5 };
     const spread = (count: number) =>
@@ -131,6 +131,26 @@ describe("a hot user's record", () => {
     expect(work.many?.[0]?.replicated).toBeGreaterThan(70_000);
     // its sends are all kept: 10,003 after the checks, the oldest 18 × 512 in chunk fields beside the two records
     expect(await cluster.hlen(recordKey)).toBe(2 + 18);
+  });
+
+  it("stays in the earlier record format without hotRecords, which a function of the release before reads", async () => {
+    // repro: v0.2.0's script reads a format-3 header (192) as format 2 of width 9; the layout waits for CAP_HOT_RECORDS=on
+    const namespace = uniqueNamespace();
+    const clock = fixedClock(T0);
+    const rules = rulesOf({ version: "v", channels: ["a"], segments: [], default: { name: "rest", caps: TIGHTEST } });
+    const capper = new Capper({ store, rules: () => rules, clock, namespace });
+    const userId = 4_096 * 256 + 9;
+    const sends = Array.from({ length: 2_000 }, (_, i) => ({ at: T0 - 200 * SECOND + i * 100, identity: "a:" }));
+    const recordKey = await seedRecord(namespace, userId, sends, T0);
+    // 9 seeded sends in the last second, then each check's own
+    for (let i = 0; i < 3; i++) {
+      clock.advance(10);
+      expect((await capper.checkUser({ userId, channel: "a" })).windows[0]?.used).toBe(10 + i);
+    }
+    const header = (await cluster.hgetBuffer(recordKey, String(userId)))?.[0] as number;
+    expect(header).toBeGreaterThanOrEqual(128);
+    expect(header).toBeLessThan(192);
+    expect(await cluster.hlen(recordKey)).toBe(1);
   });
 
   it("decides as the model does while its record turns chunked and spills, backfills and resends included", async () => {
@@ -206,7 +226,7 @@ describe("a hot user's record", () => {
               namespace,
               policy,
               () => 0,
-              { ...call, withWindows: step.withWindows },
+              { ...call, withWindows: step.withWindows, hotRecords: true },
               undefined,
             );
             expect(decided).toEqual(model.apply(call));
