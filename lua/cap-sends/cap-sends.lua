@@ -22,7 +22,8 @@ Every other key is built here from the prefix ARGV[9] (the call's hash tag, so t
   "<prefix>u:<range>"  the record blob of a range of ARGV[10] (or its directory, then parts
                        "<prefix>u:<range>:<lowest ID>"): the users' records ("Record blobs" below states the format)
   "<prefix>r:<range>"  the range's hash of user records (field: decimal user ID): busy users' records, and
-                       the layout before the blobs (read for users not in a blob, emptied as they are written)
+                       the layout before the blobs (read for users not in a blob, emptied as they are written);
+                       a hot user's older sends in chunk fields "<user ID>:<seq>" (hot-record.lua)
   "<prefix>p:<page>"   a page block (page: decimal), read or written only for a page of the call, and only where
                        the identity table marks it ("p:<page>" -> 1: the page has a block) or it takes the block path
 Redis lets a script touch undeclared keys of its slot; declaring only KEYS[1] keeps a call's fixed cost

@@ -28,6 +28,7 @@ import {
 } from "../../sdk/src/protocol/index.ts";
 import { DAY, T0 } from "./campaign.ts";
 import { loggedScriptCalls, resetSlowlog } from "./redis-stats.ts";
+import { today } from "./tables.ts";
 
 /** The commit whose cap-sends keeps a hot user's every send in one record (format 2): the baseline. */
 const BASELINE_COMMIT = "2134ee5";
@@ -289,7 +290,7 @@ export async function runMaxima(cluster: TollgateCluster): Promise<string[]> {
     current: logFigures,
   });
   return [
-    `Measured ${new Date().toISOString().slice(0, 10)}: each row run twice; figures are work / raw (work: the slowest call's fastest of its 2 runs; raw: the slowest call of either run), Redis' own time (SLOWLOG, every call logged).`,
+    `Measured ${today()}: each row run twice; figures are work / raw (work: the slowest call's fastest of its 2 runs; raw: the slowest call of either run), Redis' own time (SLOWLOG, every call logged).`,
     "",
     "| Documented maximum | Scenario | Script calls | Format 3: work / raw | Before: work / raw | Target |",
     "| --- | --- | --- | --- | --- | --- |",
