@@ -6,6 +6,7 @@
 //
 //   capping     capping.ts            the dense campaign: engine, Grab per-user, rate-limiter-flexible
 //   workloads   capping-workloads.ts  the engine issue's hostile-but-valid workloads
+//   maxima      maxima.ts             every documented maximum's slowest script, beside the layout before
 //   pipeline    pipeline.ts           one campaign through the local stack
 //   archive     archive-cost.ts       the same campaign with the decision archive off and on
 //   check-api   check-api.ts          the check API in process and over HTTP
@@ -24,13 +25,14 @@ import { runCapping } from "./bench/capping.ts";
 import { runCappingWorkloads } from "./bench/capping-workloads.ts";
 import { runCheckApi } from "./bench/check-api.ts";
 import { runLimitsBench } from "./bench/limits-bench.ts";
+import { runMaxima } from "./bench/maxima.ts";
 import { runPipeline } from "./bench/pipeline.ts";
 import { publishQuotas, runQuotasBench } from "./bench/quotas.ts";
 import { BASE_PORT, seedNodes, startBenchCluster } from "./bench/stack.ts";
 import { replaceBetween } from "./bench/tables.ts";
 import { stopCluster } from "./redis-cluster.ts";
 
-const SECTIONS = ["capping", "workloads", "pipeline", "archive", "check-api", "limits", "quotas"] as const;
+const SECTIONS = ["capping", "workloads", "maxima", "pipeline", "archive", "check-api", "limits", "quotas"] as const;
 type Section = (typeof SECTIONS)[number];
 
 /** The section asked for (BENCH_ONLY before the command line), or undefined for all of them. */
@@ -65,6 +67,7 @@ async function main(only: Section | undefined): Promise<void> {
       publish("capping", lines);
     }
     if (runs("workloads")) publish("workloads", await runCappingWorkloads(connect()));
+    if (runs("maxima")) publish("maxima", await runMaxima(connect()));
     if (runs("pipeline")) publish("pipeline", await runPipeline(engineRate));
     if (runs("archive")) publish("archive", await runArchiveCost());
     if (runs("check-api")) publish("check-api", await runCheckApi());

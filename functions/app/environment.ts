@@ -84,6 +84,11 @@ const commonEnvironment = {
    */
   CAMPAIGN_REDELIVERY_SECONDS: integer(0, 14 * 86_400, DEFAULT_REDELIVERY_MS / 1000),
   /**
+   * "on": a user's record reaching 1,024 sends is written in chunks (format 3), so its checks stop rewriting
+   * every send it keeps. Functions of a release before it misread such records: turn it on once none runs.
+   */
+  CAP_HOT_RECORDS: z.enum(["on", "off"], 'expected "on" or "off"').default("off"),
+  /**
    * Where every decision is archived: `firehose:<delivery stream>` (AWS), `s3://<bucket>/<prefix>/` (the
    * same objects written directly: the local stack), or "" (no archive).
    */

@@ -137,6 +137,7 @@ export function wireCampaignConsumer(
     rules: (request) => rules.current(request),
     namespace: config.KEY_NAMESPACE,
     redeliveryMs: config.CAMPAIGN_REDELIVERY_SECONDS * 1000,
+    hotRecords: config.CAP_HOT_RECORDS === "on",
     clock,
   });
   const consumer = new CampaignConsumer({
@@ -204,6 +205,7 @@ export function wireCheckApi(env: NodeJS.ProcessEnv, options: WiringOptions = {}
     rules: (request) => rules.current(request),
     namespace: config.KEY_NAMESPACE,
     redeliveryMs: config.CAMPAIGN_REDELIVERY_SECONDS * 1000,
+    hotRecords: config.CAP_HOT_RECORDS === "on",
     clock,
   });
   const health = async (): Promise<HealthReport> => {

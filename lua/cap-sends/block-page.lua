@@ -14,7 +14,7 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageName)
     local ownIdentity, mineIdentity = {}, {}
     for i = 1, #identities do
       ownIdentity[i] = isOnCallChannel(identities[i])
-      mineIdentity[i] = identities[i] == identity
+      mineIdentity[i] = identities[i] == call.identity
       if mineIdentity[i] then anyMine = true end
     end
     for e = 1, #times do
@@ -38,7 +38,7 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageName)
       -- anyMine stays as the block had it: an event added now is only in classes made by this call, which
       -- are never decided in it (each user is decided once, on the class it had), so the duplicate check
       -- that anyMine turns on (a decode of every class decided) has nothing more to find
-      eventOwn[#times], eventMine[#times] = isOnCallChannel(eventIdentity), eventIdentity == identity
+      eventOwn[#times], eventMine[#times] = isOnCallChannel(eventIdentity), eventIdentity == call.identity
       if t < oldest then oldest = t end
     end
     return #times
@@ -46,7 +46,7 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageName)
   -- the call's send as a block event, added on first use
   local newEvent
   local function callEvent()
-    if newEvent == nil then newEvent = addEvent(at, identity) end
+    if newEvent == nil then newEvent = addEvent(at, call.identity) end
     return newEvent
   end
 
@@ -104,8 +104,8 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageName)
     if eventOwn == nil then learnEvents() end
     local decided = (classesDecided[profileNumber] or 0) + 1
     classesDecided[profileNumber] = decided
-    if decided >= SETS_AFTER and class > 0 and block.width == 1 and not exemptCounted
-      and not (anyMine and not anonymous) then
+    if decided >= SETS_AFTER and class > 0 and block.width == 1 and not call.exemptCounted
+      and not (anyMine and not call.anonymous) then
       local history = block.classes[class]
       local n = #history
       if n < profile.least then return 0 end
@@ -143,7 +143,7 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageName)
     if allowed == nil then
       if eventOwn == nil then learnEvents() end
       allowed = false
-      if not exemptCounted and not (anyMine and not anonymous) then
+      if not call.exemptCounted and not (anyMine and not call.anonymous) then
         local plan = countPlans[profileNumber]
         if plan == nil then
           plan = countPlanOf(profile)
@@ -229,7 +229,7 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageName)
 
   -- per (profile, class), for users without a record: the reply code when nothing is recorded, else minus one
   -- minus the class after the append (a recorded send's code is the same for the whole call)
-  local recordedCode = exemptCounted and REPLY_EXEMPT or 0
+  local recordedCode = call.exemptCounted and REPLY_EXEMPT or 0
   local absorbed, written, longestRetention = {}, false, 0
 
   -- The block's value with the users' class bytes (a string, or a table of bytes), written once per page;
@@ -244,8 +244,8 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageName)
     local ttl = ttlFor(longestRetention)
     if existed then ttl = math.max(ttl, redis.call('PTTL', blockKey)) end
     -- the marker that tells record-path calls to read this block lives at least as long as the block
-    if not existed then markedPagesToWrite[#markedPagesToWrite + 1] = pageName end
-    identityTableTtl = math.max(identityTableTtl, ttl)
+    if not existed then call.markedPagesToWrite[#call.markedPagesToWrite + 1] = pageName end
+    call.identityTableTtl = math.max(call.identityTableTtl, ttl)
     redis.call('SET', blockKey, cmsgpack.pack(FORMAT, block.width, block.compactAt, block.classLimit,
       block.identities, block.times, block.eventIdentities, block.classes, uniform or userClasses), 'PX', ttl)
     for _, userId in ipairs(absorbed) do storeRecord(hashIndex, userId, false, 0) end
@@ -262,17 +262,17 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageName)
   -- interned, so once the call made that string, the comparison is one pointer's; the last user is looked at
   -- first, so a page whose histories diverged rarely makes it)
   local userClasses, classBytes = block.userClasses, sub(block.userClasses, 1, 2)
-  if not withWindows and sub(userClasses, -2) == classBytes and userClasses == repeated(classBytes, PAGE_USERS)
+  if not call.withWindows and sub(userClasses, -2) == classBytes and userClasses == repeated(classBytes, PAGE_USERS)
     and not anyRecord(records) then
     local class = byte(classBytes, 1) * 256 + byte(classBytes, 2)
     local userCount = (#spec - 5) / 2
     local codeOf, outcomeOf, firstCode, alike, anyRecorded = {}, {}, nil, true, false
-    for profileNumber = 0, profileCount - 1 do
+    for profileNumber = 0, call.profileCount - 1 do
       if isProfileOf(spec, profileNumber) then
         local key = char(profileNumber)
-        local outcome = decideClass(profileNumber, profiles[profileNumber], class)
+        local outcome = decideClass(profileNumber, call.profiles[profileNumber], class)
         local code = outcome
-        if not peek and (outcome == 0 or outcome == REPLY_EXEMPT) then
+        if not call.peek and (outcome == 0 or outcome == REPLY_EXEMPT) then
           anyRecorded = true
           code = recordedCode
         end
@@ -296,7 +296,7 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageName)
       for key, outcome in pairs(outcomeOf) do
         local bytes = classBytes
         if outcome == 0 or outcome == REPLY_EXEMPT then
-          local profile = profiles[byte(key)]
+          local profile = call.profiles[byte(key)]
           local nextClass = successorOf(profile, class, nil)
           bytes = char(floor(nextClass / 256), nextClass % 256)
           if profile.retention > longestRetention then longestRetention = profile.retention end
@@ -313,14 +313,14 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageName)
   local users = { byte(block.userClasses, 1, 2 * PAGE_USERS) }
   local specBytes = { byte(spec, 6, #spec) }
   local outcomes = {}
-  local r = #reply
+  local r = #call.reply
   for u = 1, #specBytes, 2 do
     local profileNumber = specBytes[u + 1]
     local o = specBytes[u] * 2 + 1
     local class = users[o] * 256 + users[o + 1]
     local byClass = outcomes[profileNumber]
     if byClass == nil then
-      if profiles[profileNumber] == nil then
+      if call.profiles[profileNumber] == nil then
         return redis.error_reply('ERR cap-sends: unknown profile ' .. profileNumber)
       end
       -- keyed by the class each user had before the call (a user is decided once, on that class)
@@ -329,14 +329,14 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageName)
     end
     r = r + 1
     local value = records and records[(u + 1) / 2]
-    if value or withWindows then
+    if value or call.withWindows then
       -- a user with a record (or a call reporting windows): decided over the block's class and the record
-      local profile = profiles[profileNumber]
+      local profile = call.profiles[profileNumber]
       local record = value and readRecord(value) or nil
       local n, liveTimes, onChannel, isMine, duplicate = liveSends(profile, block, class, record)
       local code = duplicate and REPLY_DUPLICATE or decide(profile, n, liveTimes, onChannel, isMine)
-      reply[r] = code
-      local recorded = not peek and (code == 0 or code == REPLY_EXEMPT)
+      call.reply[r] = code
+      local recorded = not call.peek and (code == 0 or code == REPLY_EXEMPT)
       if recorded then
         local extra = {}
         if record then
@@ -353,17 +353,17 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageName)
         written = true
         if profile.retention > longestRetention then longestRetention = profile.retention end
       end
-      if withWindows then
+      if call.withWindows then
         reportWindows(profile, block, class, record, n, liveTimes, onChannel, code, recorded)
       end
     else
       local outcome = byClass[class]
       if not outcome then
-        local profile = profiles[profileNumber]
+        local profile = call.profiles[profileNumber]
         local allowed = allAllowed[profileNumber]
         if allowed == nil then allowed = allowsEvery(profileNumber, profile) end
         outcome = allowed and 0 or decideClass(profileNumber, profile, class)
-        if not peek and (outcome == 0 or outcome == REPLY_EXEMPT) then
+        if not call.peek and (outcome == 0 or outcome == REPLY_EXEMPT) then
           -- successorOf()'s plain path without the call, once its first use has set it up
           local successor
           if plainSuccessors and class > 0 and oldest > profile.cutoff then
@@ -384,12 +384,12 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageName)
         byClass[class] = outcome
       end
       if outcome < 0 then
-        reply[r] = recordedCode
+        call.reply[r] = recordedCode
         local nextClass = -1 - outcome
         local low = nextClass % 256
         users[o], users[o + 1] = (nextClass - low) / 256, low
       else
-        reply[r] = outcome
+        call.reply[r] = outcome
       end
     end
   end

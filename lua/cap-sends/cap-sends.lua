@@ -22,7 +22,8 @@ Every other key is built here from the prefix ARGV[9] (the call's hash tag, so t
   "<prefix>u:<range>"  the record blob of a range of ARGV[10] (or its directory, then parts
                        "<prefix>u:<range>:<lowest ID>"): the users' records ("Record blobs" below states the format)
   "<prefix>r:<range>"  the range's hash of user records (field: decimal user ID): busy users' records, and
-                       the layout before the blobs (read for users not in a blob, emptied as they are written)
+                       the layout before the blobs (read for users not in a blob, emptied as they are written);
+                       a hot user's older sends in chunk fields "<user ID>:<seq>" (hot-record.lua)
   "<prefix>p:<page>"   a page block (page: decimal), read or written only for a page of the call, and only where
                        the identity table marks it ("p:<page>" -> 1: the page has a block) or it takes the block path
 Redis lets a script touch undeclared keys of its slot; declaring only KEYS[1] keeps a call's fixed cost
@@ -31,7 +32,8 @@ migrates, Redis redirects the call by KEYS[1] alone, so every undeclared key the
 before anything is written, and the call answers TRYAGAIN when one is not on this node.
 ARGV[1]  now: the caller's clock (ms); retention and TTLs are measured from it, never from `at`
 ARGV[2]  at: the send time (ms) being decided; may be ahead of now (skew) or behind it (backfill)
-ARGV[3]  mode: "count" records allowed sends, "peek" writes nothing; "+windows" appends each user's windows
+ARGV[3]  mode: "count" records allowed sends, "peek" writes nothing; "+windows" (last) appends each user's
+         windows; "+hot" lets a record reaching HEAD_SENDS sends become a hot user's (hot-record.lua)
 ARGV[4]  identity: "<channel>:<campaign ID>"; an empty campaign ID is anonymous (no idempotency)
 ARGV[5]  "1": exempt but counted (no cap is checked), "0": capped
 ARGV[6]  horizon ms: the longest retention of any profile of the policy; a block compaction drops sends
@@ -77,13 +79,14 @@ stable between compactions, which happen when the event count reaches compactAt 
 local byte, sub, char, floor, concat, unpackList, format, find -- per call (the same functions every call)
 
 -- The library is loaded once per primary (FUNCTION LOAD) and every function below is defined then, not per
--- call. What a call is about lives in the locals declared bare below ("per call"): capSends() at the end
--- sets every one of them from the call's keys and arguments (beginCall()) before anything reads them, so
--- nothing of one call reaches the next. A per-call table declared bare fails loudly if a call forgets it.
-local now, at, peek, withWindows, identity, channel, anonymous, exemptCounted, horizon -- per call
-local identityTableKey, keyPrefix, callTag -- per call
--- the record ranges by index (a page argument's byte 1)
-local rangeNames -- per call
+-- call. What a call is about lives in one table, `call`, that beginCall() makes afresh from the call's keys
+-- and arguments before anything reads it, so nothing of one call reaches the next and a chunk's 200 locals
+-- go to functions and constants. Its fields: the arguments (now, peek, withWindows, identity, channel,
+-- anonymous, exemptCounted, horizon, identityTableKey, keyPrefix, callTag, rangeNames, blobSplitBytes), the
+-- profiles (profiles, profileCount), and what the parts gather as the call runs (each part names its own).
+local call -- per call
+-- the call's send time, read in most decisions (a local: parts name positions `at` too, .luacheckrc)
+local at -- per call
 local FIRST_PAGE_ARG = 11
 -- byte 2 of an argument holding a range's users (a sparse call's format; a page argument's is its path, 0 or 1)
 local RANGE_USERS = 2
@@ -101,6 +104,7 @@ local WIDTH_LIMIT = { 255, 65535, 16777215 }
 --- @include "identity-table"
 
 --- @include "user-record"
+--- @include "hot-record"
 
 --- @include "class-numbers"
 
@@ -124,7 +128,6 @@ local WIDTH_LIMIT = { 255, 65535, 16777215 }
 -- Users of a page written through its block (created when missing); their user records are absorbed.
 -- Per user only table lookups: decisions per (profile, class) and the class after an append are worked out
 -- once per call, because users of a page mostly share a history.
-local markedPagesToWrite -- per call
 --- @include "block-page"
 
 --- @include "begin-call"
@@ -137,26 +140,26 @@ local markedPagesToWrite -- per call
 -- The writes gathered (blobs, hashes, markers, the identity table's TTL), then the reply.
 local function finishCall()
   local identityRetention = 0
-  for _, range in ipairs(ranges) do
+  for _, range in ipairs(call.ranges) do
     writeRange(range, ttlFor(range.retention))
     identityRetention = math.max(identityRetention, range.retention)
   end
-  if identityRetention > 0 then identityTableTtl = math.max(identityTableTtl, ttlFor(identityRetention)) end
+  if identityRetention > 0 then call.identityTableTtl = math.max(call.identityTableTtl, ttlFor(identityRetention)) end
   local markers = {}
-  for _, pageName in ipairs(markedPagesToWrite) do
+  for _, pageName in ipairs(call.markedPagesToWrite) do
     markers[#markers + 1] = pageName
     markers[#markers + 1] = 1
   end
-  if myNumberWritten and myNumber and not myNumberStamped then
-    markers[#markers + 1] = 't:' .. myNumber
-    markers[#markers + 1] = now
+  if call.myNumberWritten and call.myNumber and not call.myNumberStamped then
+    markers[#markers + 1] = 't:' .. call.myNumber
+    markers[#markers + 1] = call.now
   end
-  if #markers > 0 then redis.call('HSET', identityTableKey, unpackList(markers)) end
-  if identityTableTtl > 0 then extendTableTtl(identityTableKey, identityTableTtl) end
+  if #markers > 0 then redis.call('HSET', call.identityTableKey, unpackList(markers)) end
+  if call.identityTableTtl > 0 then extendTableTtl(call.identityTableKey, call.identityTableTtl) end
 
   -- one byte per user
   flushReply()
-  return concat(replyParts) .. concat(windowLines)
+  return concat(call.replyParts) .. concat(call.windowLines)
 end
 
 -- One call (FCALL): the pages of ARGV[12..], then the writes gathered, then the reply.
@@ -166,15 +169,15 @@ local function capSends(keys, args)
   local pageCount = #args - FIRST_PAGE_ARG
   local refused = readRangeRoots()
   if refused then
-    return redis.error_reply('TRYAGAIN cap-sends: a key of ' .. keyPrefix .. ' is not on this node: ' .. refused.err)
+    return redis.error_reply('TRYAGAIN cap-sends: a key of ' .. call.keyPrefix .. ' is not on this node: ' .. refused.err)
   end
 
   -- a call of ranges' users (byte 2 of its first argument: RANGE_USERS) takes the sparse path, or is made page
   -- arguments for the general path
   local fetchedMarked
   if pageCount > 0 and byte(args[FIRST_PAGE_ARG + 1], 2) == RANGE_USERS then
-    if pageCount ~= #ranges then
-      return redis.error_reply(format('ERR cap-sends: %d arguments of users for %d ranges', pageCount, #ranges))
+    if pageCount ~= #call.ranges then
+      return redis.error_reply(format('ERR cap-sends: %d arguments of users for %d ranges', pageCount, #call.ranges))
     end
     for r = 1, pageCount do
       local arg = args[FIRST_PAGE_ARG + r]
@@ -206,17 +209,17 @@ local function capSends(keys, args)
     for page = 1, pageCount do
       local spec = args[FIRST_PAGE_ARG + page]
       local hashIndex, path, a, b, c, firstOffset = byte(spec, 1, 6)
-      local pageNumber, range = (a * 256 + b) * 256 + c, ranges[hashIndex]
+      local pageNumber, range = (a * 256 + b) * 256 + c, call.ranges[hashIndex]
       -- the tag: (page number / 4) mod 256, from its two low bytes
-      if (b % 4) * 64 + (c - c % 4) / 4 ~= callTag or range == nil then
+      if (b % 4) * 64 + (c - c % 4) / 4 ~= call.callTag or range == nil then
         return redis.error_reply(format('ERR cap-sends: page %d (record hash %d) is not of the tag of %s', pageNumber,
-          hashIndex, identityTableKey))
+          hashIndex, call.identityTableKey))
       end
       -- its path (0 or 1: a range's users, RANGE_USERS, only come as every argument of a call), its users (an
       -- offset and a profile byte each, at least one) and its range (the page's high 3 bits)
-      if (path ~= 0 and path ~= 1) or #spec < 7 or #spec % 2 == 0 or floor(a / 32) ~= tonumber(rangeNames[hashIndex]) then
+      if (path ~= 0 and path ~= 1) or #spec < 7 or #spec % 2 == 0 or floor(a / 32) ~= tonumber(call.rangeNames[hashIndex]) then
         return redis.error_reply(format('ERR cap-sends: argument %d is not a page of users of range %s',
-          FIRST_PAGE_ARG + page, rangeNames[hashIndex]))
+          FIRST_PAGE_ARG + page, call.rangeNames[hashIndex]))
       end
       local pageBase, ids = pageNumber * PAGE_USERS, range.ids
       pageHashes[page], pagePaths[page], pageBases[page] = hashIndex, path, pageBase
@@ -256,25 +259,25 @@ local function capSends(keys, args)
     -- (the blobs and hashes of every range too: an EXISTS of several keys is what the importing node refuses
     -- while one of them is missing; a single key missing there would read as empty)
     local touched = {}
-    for _, range in ipairs(ranges) do
+    for _, range in ipairs(call.ranges) do
       touched[#touched + 1] = range.root
       touched[#touched + 1] = range.hashKey
     end
     for page = 1, pageCount do
       if pagePaths[page] == 1 or marked[pageBases[page] / PAGE_USERS] then
-        touched[#touched + 1] = keyPrefix .. pageNameOf(pageBases[page] / PAGE_USERS)
+        touched[#touched + 1] = call.keyPrefix .. pageNameOf(pageBases[page] / PAGE_USERS)
       end
     end
     if #touched > 0 then
       local probe = redis.pcall('EXISTS', unpackList(touched))
       if type(probe) == 'table' and probe.err then
-        return redis.error_reply('TRYAGAIN cap-sends: a key of ' .. keyPrefix .. ' is not on this node: ' .. probe.err)
+        return redis.error_reply('TRYAGAIN cap-sends: a key of ' .. call.keyPrefix .. ' is not on this node: ' .. probe.err)
       end
     end
-    for hashIndex, range in ipairs(ranges) do
+    for hashIndex, range in ipairs(call.ranges) do
       local refused = readRange(hashIndex, range.ids)
       if refused then
-        return redis.error_reply('TRYAGAIN cap-sends: a key of ' .. keyPrefix .. ' is not on this node: ' .. refused.err)
+        return redis.error_reply('TRYAGAIN cap-sends: a key of ' .. call.keyPrefix .. ' is not on this node: ' .. refused.err)
       end
     end
   end
@@ -285,34 +288,35 @@ local function capSends(keys, args)
     local failure
     if pagePaths[page] == 1 then
       local pageName = pageNameOf(pageBase / PAGE_USERS)
-      failure = runBlockPage(spec, keyPrefix .. pageName, hashIndex, pageBase, pageName)
-    elseif marked[pageBase / PAGE_USERS] or withWindows then
+      failure = runBlockPage(spec, call.keyPrefix .. pageName, hashIndex, pageBase, pageName)
+    elseif marked[pageBase / PAGE_USERS] or call.withWindows then
       -- the block's name only for a page that has one (a sparse call's pages mostly have none)
       local isMarked = marked[pageBase / PAGE_USERS] or false
       local pageName = isMarked and pageNameOf(pageBase / PAGE_USERS)
-      failure = runRecordPage(spec, isMarked and keyPrefix .. pageName, hashIndex, pageBase, records, pageName,
+      failure = runRecordPage(spec, isMarked and call.keyPrefix .. pageName, hashIndex, pageBase, records, pageName,
         isMarked)
     else
       -- a record-path page without a block, and no windows to report (every page of a sparse campaign): each
       -- user's outcome is that of its (profile, record) pair, as runRecordPage() finds it, inline here (a
       -- function call per user costs what the rest of its decision does); a user in a range of one blob whose
       -- new record goes to the blob (storeRecord()'s rule) joins the blob's edits here too
-      local range = ranges[hashIndex]
+      local range = call.ranges[hashIndex]
       local blob = range.single
       for u = 6, #spec, 2 do
         local offset, profileNumber = byte(spec, u, u + 1)
         local userId = pageBase + offset
-        local value, byValue = records[userId] or NO_RECORD, recordOutcomes[profileNumber]
+        local value, byValue = records[userId] or NO_RECORD, call.recordOutcomes[profileNumber]
         local outcome = byValue and byValue[value]
         if outcome == nil then
-          local profile = profiles[profileNumber]
+          local profile = call.profiles[profileNumber]
           if profile == nil then return redis.error_reply('ERR cap-sends: unknown profile ' .. profileNumber) end
-          outcome = recordOutcome(profileNumber, profile, value)
+          outcome = recordOutcome(profileNumber, profile, value, userId)
         end
-        reply[#reply + 1] = outcome[1]
+        call.reply[#call.reply + 1] = outcome[1]
         local written = outcome[2]
         if written then
-          if blob and #written <= BIG_RECORD_BYTES and not inHash[userId] and userId > blob.lastEdit then
+          if blob and #written <= BIG_RECORD_BYTES and byte(written, 1) < CHUNKED_HEADER and not call.inHash[userId]
+            and userId > blob.lastEdit then
             if outcome[3] > range.retention then range.retention = outcome[3] end
             local k = #blob.editIds + 1
             blob.editIds[k], blob.editRecords[k], blob.lastEdit, blob.edited = userId, written, userId, true

@@ -1,10 +1,9 @@
 -- Identity numbers of user records, read once per call.
-local identityByNumber, myNumber -- per call
 local function identityOfNumber(number)
-  local known = identityByNumber[number]
+  local known = call.identityByNumber[number]
   if known == nil then
-    known = redis.call('HGET', identityTableKey, 'n:' .. number) or false
-    identityByNumber[number] = known
+    known = redis.call('HGET', call.identityTableKey, 'n:' .. number) or false
+    call.identityByNumber[number] = known
   end
   return known
 end
@@ -28,16 +27,16 @@ local function sweepIdentities(newest, sweepAt, floorAt, writes)
     fields[#fields + 1] = 'n:' .. number
     fields[#fields + 1] = 't:' .. number
   end
-  local found = redis.call('HMGET', identityTableKey, unpackList(fields))
+  local found = redis.call('HMGET', call.identityTableKey, unpackList(fields))
   local stale = {}
   for i = 1, IDENTITY_SWEEP do
     local number, name, used = from + i - 1, found[2 * i - 1], tonumber(found[2 * i] or nil)
-    if number == newest then name, used = identity, now end
+    if number == newest then name, used = call.identity, call.now end
     local gone = not name and number < newest
     if name and used == nil then
       writes[#writes + 1] = 't:' .. number
-      writes[#writes + 1] = now
-    elseif name and used + horizon + IDENTITY_MARGIN_MS < now then
+      writes[#writes + 1] = call.now
+    elseif name and used + call.horizon + IDENTITY_MARGIN_MS < call.now then
       stale[#stale + 1] = 'i:' .. name
       stale[#stale + 1] = 'n:' .. number
       stale[#stale + 1] = 't:' .. number
@@ -45,7 +44,7 @@ local function sweepIdentities(newest, sweepAt, floorAt, writes)
     end
     if gone and number == floor then floor = number + 1 end
   end
-  if #stale > 0 then redis.call('HDEL', identityTableKey, unpackList(stale)) end
+  if #stale > 0 then redis.call('HDEL', call.identityTableKey, unpackList(stale)) end
   writes[#writes + 1] = 'sweep'
   writes[#writes + 1] = from + IDENTITY_SWEEP
   writes[#writes + 1] = 'floor'
@@ -56,33 +55,32 @@ end
 -- here): what giving a number needs ("next", "sweep", "floor"), so a call that gives one reads the table once
 -- more (the sweep's numbers) and writes it once.
 local IDENTITY_STATE_FIELDS = { 'next', 'sweep', 'floor' }
-local stateRead, nextNumber, sweepAt, floorAt -- per call
 -- Sets myNumber (false: the identity has none) and the numbering state from an HMGET reply of "i:<identity>"
 -- then IDENTITY_STATE_FIELDS.
-local function takeIdentity(reply)
-  myNumber, nextNumber, sweepAt, floorAt = tonumber(reply[1] or nil) or false, reply[2], reply[3], reply[4]
-  stateRead = true
+local function takeIdentity(found)
+  call.myNumber, call.nextNumber, call.sweepAt, call.floorAt = tonumber(found[1] or nil) or false, found[2], found[3], found[4]
+  call.stateRead = true
 end
 -- whether this call wrote a send of its identity into a user record (its "t:" is then set once, at the end,
 -- or when the number is given: myNumberStamped)
-local myNumberWritten, myNumberStamped -- per call
 local function myIdentityNumber(create)
-  if myNumber == nil then
-    takeIdentity(redis.call('HMGET', identityTableKey, 'i:' .. identity, unpackList(IDENTITY_STATE_FIELDS)))
+  if call.myNumber == nil then
+    takeIdentity(redis.call('HMGET', call.identityTableKey, 'i:' .. call.identity, unpackList(IDENTITY_STATE_FIELDS)))
   end
-  if not myNumber and create then
-    if not stateRead then
-      local state = redis.call('HMGET', identityTableKey, unpackList(IDENTITY_STATE_FIELDS))
-      nextNumber, sweepAt, floorAt, stateRead = state[1], state[2], state[3], true
+  if not call.myNumber and create then
+    if not call.stateRead then
+      local state = redis.call('HMGET', call.identityTableKey, unpackList(IDENTITY_STATE_FIELDS))
+      call.nextNumber, call.sweepAt, call.floorAt, call.stateRead = state[1], state[2], state[3], true
     end
     -- the number after "next" (as HINCRBY gives it), its fields, its last use and the sweep's writes: one HSET
-    myNumber = (tonumber(nextNumber or nil) or 0) + 1
-    identityByNumber[myNumber] = identity
-    local writes = { 'next', myNumber, 'i:' .. identity, myNumber, 'n:' .. myNumber, identity, 't:' .. myNumber, now }
-    sweepIdentities(myNumber, sweepAt, floorAt, writes)
-    redis.call('HSET', identityTableKey, unpackList(writes))
-    myNumberStamped = true
+    call.myNumber = (tonumber(call.nextNumber or nil) or 0) + 1
+    call.identityByNumber[call.myNumber] = call.identity
+    local number = call.myNumber
+    local writes = { 'next', number, 'i:' .. call.identity, number, 'n:' .. number, call.identity, 't:' .. number, call.now }
+    sweepIdentities(call.myNumber, call.sweepAt, call.floorAt, writes)
+    redis.call('HSET', call.identityTableKey, unpackList(writes))
+    call.myNumberStamped = true
   end
-  if create then myNumberWritten = true end
-  return myNumber
+  if create then call.myNumberWritten = true end
+  return call.myNumber
 end

@@ -1,7 +1,7 @@
 -- The TTL a key needs for sends kept `retention` after now, the send at `at` included.
 
 local function ttlFor(retention)
-  return retention + math.min(FUTURE_BOUND_MS, math.max(0, at - now))
+  return retention + math.min(FUTURE_BOUND_MS, math.max(0, at - call.now))
 end
 local function extendTtl(key, ttl)
   if redis.call('PTTL', key) < ttl then redis.call('PEXPIRE', key, ttl) end

@@ -13,7 +13,7 @@ local function appendWindowSends(record, from, to, n, times, onChannel, isMine)
     local number = 0
     for k = q + 7, q + stride do number = number * 256 + bytes[k] end
     numbers[i] = number
-    if identityByNumber[number] == nil and not unknown[number] then
+    if call.identityByNumber[number] == nil and not unknown[number] then
       unknown[number] = true
       fields[#fields + 1] = number
     end
@@ -22,12 +22,12 @@ local function appendWindowSends(record, from, to, n, times, onChannel, isMine)
   if #fields > 0 then
     local names = {}
     for i, number in ipairs(fields) do names[i] = string.format('n:%d', number) end
-    local found = redis.call('HMGET', identityTableKey, unpackList(names))
-    for i, number in ipairs(fields) do identityByNumber[number] = found[i] or false end
+    local found = redis.call('HMGET', call.identityTableKey, unpackList(names))
+    for i, number in ipairs(fields) do call.identityByNumber[number] = found[i] or false end
   end
   for i = 1, n - first do
-    local sendIdentity = identityByNumber[numbers[i]] or ''
-    onChannel[first + i], isMine[first + i] = isOnCallChannel(sendIdentity), sendIdentity == identity
+    local sendIdentity = call.identityByNumber[numbers[i]] or ''
+    onChannel[first + i], isMine[first + i] = isOnCallChannel(sendIdentity), sendIdentity == call.identity
   end
   return n
 end
@@ -78,7 +78,7 @@ local function countableInPlace(profile, record, lo, hi)
   if every or hi < lo then return true end
   local number = sendNumber(record, lo)
   -- the call's own identity (its number is read with the records) is on its channel: no lookup
-  local onChannel = number == myNumber or isOnCallChannel(identityOfNumber(number) or '')
+  local onChannel = number == call.myNumber or isOnCallChannel(identityOfNumber(number) or '')
   return onChannel and allOfNumber(record, lo, hi, number)
 end
 
@@ -92,13 +92,15 @@ end
 -- reach are countable without their identities (countableInPlace()), `times` is an inPlaceList() of them
 -- instead (onChannel and isMine are then empty): decide() and windowsLine() count them by binary searches, so
 -- a check's work does not grow with the sends in its windows.
-local scratchTimes, scratchOnChannel, scratchIsMine -- per call
 local function liveSends(profile, block, class, record, onward)
-  local times, onChannel, isMine, n = scratchTimes, scratchOnChannel, scratchIsMine, 0
+  local times, onChannel, isMine, n = call.scratchTimes, call.scratchOnChannel, call.scratchIsMine, 0
   -- only the window sends some cap's window around `at` can hold (or every later one, `onward`): a binary
   -- search finds them, the rest is never decoded
   local reach = math.max(profile.cutoff, at - profile.longest)
   local before = onward and math.huge or at + profile.longest
+  -- a chunked record: its window part and the chunks in reach (its spilled identities answer a duplicate)
+  local head = record
+  if record and record.chunked then record = hot.sends(record, reach, before, false) end
   if record and not (block and class > 0) and not (record.tail and record.tail.newest > reach) then
     local lo = firstAfter(record, reach)
     local hi = math.max(onward and record.count or firstAfter(record, before - 1) - 1, lo - 1)
@@ -110,7 +112,7 @@ local function liveSends(profile, block, class, record, onward)
       if t > profile.cutoff then
         local eventIdentity = block.identities[block.eventIdentities[e]]
         n = n + 1
-        times[n], onChannel[n], isMine[n] = t, isOnCallChannel(eventIdentity), eventIdentity == identity
+        times[n], onChannel[n], isMine[n] = t, isOnCallChannel(eventIdentity), eventIdentity == call.identity
       end
     end
   end
@@ -126,16 +128,18 @@ local function liveSends(profile, block, class, record, onward)
         if t > reach and t < before then
           local sendIdentity = identityOfNumber(readFixed(tail.ids, (i - 1) * tail.width + 1, tail.width)) or ''
           n = n + 1
-          times[n], onChannel[n], isMine[n] = t, isOnCallChannel(sendIdentity), sendIdentity == identity
+          times[n], onChannel[n], isMine[n] = t, isOnCallChannel(sendIdentity), sendIdentity == call.identity
         end
       end
     end
   end
   -- a send of this identity anywhere in the record (window part or tail) makes it a duplicate, even where
   -- no cap's window around `at` reaches it (a channel the segment does not cap has no window at all)
-  if record and not anonymous then
+  if record and not call.anonymous then
     local mine = myIdentityNumber(false)
-    if mine and (windowHas(record, mine, profile.cutoff) or tailHas(record.tail, mine, profile.cutoff)) then
+    local spilled = head.chunked and head.chunked.spilled[mine]
+    if mine and (windowHas(head, mine, profile.cutoff) or tailHas(head.tail, mine, profile.cutoff) or
+      (spilled and spilled > profile.cutoff)) then
       return n, times, onChannel, isMine, true
     end
   end
@@ -171,11 +175,23 @@ local function fullestAround(list, count, x, window)
   end
 end
 
+-- The latest right end y (x <= y < x + window) of a window (y - window, y] of the ascending times list[1..count]
+-- holding `max` or more, nil when none does: every x' in (x, y] is in that window too, so none of them has room.
+local function lastFullEnd(list, count, x, window, max)
+  local found, y, following = nil, x, countUpTo(list, count, x) + 1
+  while true do
+    if countUpTo(list, count, y) - countUpTo(list, count, y - window) >= max then found = y end
+    if following > count or list[following] >= x + window then return found end
+    y = list[following]
+    following = following + 1
+  end
+end
+
 -- The reply code for a user of `profile` whose n live sends are the inPlaceList() `list` (liveSends()), by the
 -- rule of decideSends(): a cap is full when its fullest window around `at` holds its max (fullWindow()'s rule),
 -- found by binary searches.
 decideInPlace = function(profile, n, list)
-  if exemptCounted then return REPLY_EXEMPT end
+  if call.exemptCounted then return REPLY_EXEMPT end
   if n < profile.least then return 0 end
   local windows, maxima = profile.windows, profile.maxima
   for cap = 1, #windows do

@@ -42,7 +42,7 @@ local function compact(block, users)
   end
   local eventMap, identityMap, kept = {}, {}, { [0] = false }
   local identities, times, eventIdentities, classes, classIndex = {}, {}, {}, {}, {}
-  local cutoff = now - horizon
+  local cutoff = call.now - call.horizon
   local oldTimes, oldEventIdentities, oldIdentities = block.times, block.eventIdentities, block.identities
   for o = 1, 2 * PAGE_USERS - 1, 2 do
     local class = users[o] * 256 + users[o + 1]

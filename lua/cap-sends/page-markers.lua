@@ -24,7 +24,7 @@ end
 -- (in C, its whole set of markers); another is asked by one HMGET of the call's pages' markers (the set holds
 -- only those; pagesOfSections() states `sections`).
 local function readMarkers(args, pageCount, sections)
-  local marked, fields = {}, pageCount >= MARKER_SCAN_MIN_PAGES and redis.call('HLEN', identityTableKey)
+  local marked, fields = {}, pageCount >= MARKER_SCAN_MIN_PAGES and redis.call('HLEN', call.identityTableKey)
   if not fields or fields > MARKER_SCAN_FIELDS_PER_PAGE * pageCount then
     local numbers, names = sections and pagesOfSections(sections), {}
     if numbers then
@@ -37,17 +37,17 @@ local function readMarkers(args, pageCount, sections)
         names[p] = pageNameOf(numbers[p])
       end
     end
-    local markers = redis.call('HMGET', identityTableKey, 'i:' .. identity, unpackList(names))
+    local markers = redis.call('HMGET', call.identityTableKey, 'i:' .. call.identity, unpackList(names))
     for p = 1, #numbers do
       if markers[p + 1] then marked[numbers[p]] = true end
     end
-    myNumber = tonumber(markers[1] or nil) or false
+    call.myNumber = tonumber(markers[1] or nil) or false
     return marked
   end
-  takeIdentity(redis.call('HMGET', identityTableKey, 'i:' .. identity, unpackList(IDENTITY_STATE_FIELDS)))
+  takeIdentity(redis.call('HMGET', call.identityTableKey, 'i:' .. call.identity, unpackList(IDENTITY_STATE_FIELDS)))
   local cursor = '0'
   while fields > 0 do
-    local scan = redis.call('HSCAN', identityTableKey, cursor, 'MATCH', 'p:*', 'COUNT', fields)
+    local scan = redis.call('HSCAN', call.identityTableKey, cursor, 'MATCH', 'p:*', 'COUNT', fields)
     local found = scan[2]
     for i = 1, #found, 2 do
       local number = tonumber(sub(found[i], 3))

@@ -1,17 +1,16 @@
 -- Profiles present in this call: caps, retention cutoff and retention (per call, by readProfiles()).
-local profiles, profileCount -- per call
 
 -- The caps come packed by cmsgpack (in C): parsing 64 profiles × 32 caps from text cost 2 ms of Lua string
 -- matching, unpacking them costs a seventh. Returns an error reply, or nothing.
 local function readProfiles(packedCaps, packedRetentions)
-  profiles, profileCount = {}, 0
+  call.profiles, call.profileCount = {}, 0
   local retentions, windowRetentions = {}, {}
   for retention, windowRetention in string.gmatch(packedRetentions, '(%d+):?(%d*)') do
     retentions[#retentions + 1] = tonumber(retention)
     windowRetentions[#retentions] = tonumber(windowRetention) or tonumber(retention)
   end
   local specs = cmsgpack.unpack(packedCaps)
-  profileCount = #specs
+  call.profileCount = #specs
   for index = 0, #specs - 1 do
     local spec = specs[index + 1]
     local windows, maxima, scopes = spec[1], spec[2], spec[3]
@@ -24,20 +23,19 @@ local function readProfiles(packedCaps, packedRetentions)
     end
     local retention, windowRetention = retentions[index + 1], windowRetentions[index + 1]
     if retention == nil then return redis.error_reply('ERR cap-sends: no retention for profile ' .. index) end
-    profiles[index] = {
+    call.profiles[index] = {
       windows = windows, maxima = maxima, everyChannel = everyChannel, least = least, longest = longest,
-      retention = retention, cutoff = now - retention, windowCutoff = now - math.min(windowRetention, retention),
+      retention = retention, cutoff = call.now - retention, windowCutoff = call.now - math.min(windowRetention, retention),
     }
   end
 end
 
 -- whether an identity's send is on the call's channel, worked out once per identity per call
-local onCallChannel -- per call
 local function isOnCallChannel(someIdentity)
-  local known = onCallChannel[someIdentity]
+  local known = call.onCallChannel[someIdentity]
   if known == nil then
-    known = string.match(someIdentity, '^[^:]*') == channel
-    onCallChannel[someIdentity] = known
+    known = string.match(someIdentity, '^[^:]*') == call.channel
+    call.onCallChannel[someIdentity] = known
   end
   return known
 end

@@ -40,7 +40,7 @@ local function isRangeSection(ids, m, rangeName)
 end
 local function notRangeSection(r)
   return redis.error_reply(format('ERR cap-sends: argument %d: the users of range %d are not ascending, unique and ' ..
-    'of range %s', FIRST_PAGE_ARG + r, r, rangeNames[r]))
+    'of range %s', FIRST_PAGE_ARG + r, r, call.rangeNames[r]))
 end
 -- A call's users as its ranges send them (ARGV[11 + r]: range r's users, packed; the header states it), as the
 -- page arguments a call of the general path takes (the same users, pages and order): a Lua loop per user,
@@ -52,7 +52,7 @@ local function pageArgsOf(args, rangeCount)
     local arg = args[FIRST_PAGE_ARG + r]
     local m = (#arg - 2) / 5
     local ids = sub(arg, 3, 2 + 4 * m)
-    if not isRangeSection(ids, m, rangeNames[r]) then return nil, notRangeSection(r) end
+    if not isRangeSection(ids, m, call.rangeNames[r]) then return nil, notRangeSection(r) end
     local idBytes, profileOf = bytesOf(ids), bytesOf(sub(arg, 3 + 4 * m))
     local parts, last = nil, -1
     for i = 1, m do

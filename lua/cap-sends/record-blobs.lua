@@ -20,7 +20,6 @@
 -- not its range's blob. A user is in one of the two; a write moves it where its new record belongs and
 -- deletes it from the other (a campaign call moves a checked user into the blob).
 local BLOB_RECORDS, BLOB_DIRECTORY, BLOB_HEADER, BIG_RECORD_BYTES = 1, 2, 10, 512
-local blobSplitBytes -- per call
 
 local function readBlobValue(key, low, value)
   local blob = { key = key, low = low, existed = value ~= false, value = value or '', n = 0, classes = 0,

@@ -1,28 +1,27 @@
-local function isRecorded(code) return not peek and (code == 0 or code == REPLY_EXEMPT) end
+local function isRecorded(code) return not call.peek and (code == 0 or code == REPLY_EXEMPT) end
 
 -- The TTL the identity table needs at least: its identities and page markers outlive what uses them.
-local identityTableTtl -- per call
 
 -- The outcome for a user of profile `profileNumber` with record value `value` (false: none) and no block:
 -- { reply code, the record after the call or false, the profile's retention }. Worked out once per (profile, value) per call: a
 -- sparse campaign's users mostly hold the same record bytes (the same sends of the same campaigns), so a
 -- call decides each distinct history once, as the block path does per class.
 local NO_RECORD = false
-local recordOutcomes -- per call
-local function recordOutcome(profileNumber, profile, value)
-  local byValue = recordOutcomes[profileNumber]
+local function recordOutcome(profileNumber, profile, value, userId)
+  local byValue = call.recordOutcomes[profileNumber]
   if byValue == nil then
     byValue = {}
-    recordOutcomes[profileNumber] = byValue
+    call.recordOutcomes[profileNumber] = byValue
   end
   local outcome = byValue[value]
   if outcome == nil then
     local record = value and readRecord(value) or nil
     local n, times, onChannel, isMine, duplicate = liveSends(profile, nil, 0, record)
     local code = duplicate and REPLY_DUPLICATE or decide(profile, n, times, onChannel, isMine)
-    outcome = { code, isRecorded(code) and recordWith(record, profile, at, myIdentityNumber(true)) or false,
+    outcome = { code, isRecorded(code) and recordWith(record, profile, at, myIdentityNumber(true), userId) or false,
       profile.retention }
-    byValue[value] = outcome
+    -- a chunked record is the user's own (its ID is in it): not an outcome other users can share
+    if not (outcome[2] and byte(outcome[2], 1) >= CHUNKED_HEADER) then byValue[value] = outcome end
   end
   return outcome
 end
@@ -33,29 +32,29 @@ local function runRecordPage(spec, blockKey, hashIndex, pageBase, records, pageN
   -- only a page marked in the identity table can have a block: an unmarked one costs no read
   local block = marked and readBlock(blockKey) or nil
   if type(block) == 'table' and block.err then return block end
-  if marked and block == nil and not peek then redis.call('HDEL', identityTableKey, pageName) end
+  if marked and block == nil and not call.peek then redis.call('HDEL', call.identityTableKey, pageName) end
   local classOfUser = block and classesOfUsers(block.userClasses)
   for index = 1, (#spec - 5) / 2 do
     local offset, profileNumber = byte(spec, 4 + 2 * index, 5 + 2 * index)
-    local profile = profiles[profileNumber]
+    local profile = call.profiles[profileNumber]
     if profile == nil then return redis.error_reply('ERR cap-sends: unknown profile ' .. profileNumber) end
     local userId = pageBase + offset
     local value = records[userId]
     local code, written
-    if block or withWindows then
+    if block or call.withWindows then
       local record = value and readRecord(value) or nil
       local class = classOfUser and classOfUser[offset] or 0
       local n, times, onChannel, isMine, duplicate = liveSends(profile, block, class, record)
       code = duplicate and REPLY_DUPLICATE or decide(profile, n, times, onChannel, isMine)
-      written = isRecorded(code) and recordWith(record, profile, at, myIdentityNumber(true))
-      if withWindows then
+      written = isRecorded(code) and recordWith(record, profile, at, myIdentityNumber(true), userId)
+      if call.withWindows then
         reportWindows(profile, block, class, record, n, times, onChannel, code, written and true or false)
       end
     else
-      local outcome = recordOutcome(profileNumber, profile, value or NO_RECORD)
+      local outcome = recordOutcome(profileNumber, profile, value or NO_RECORD, userId)
       code, written = outcome[1], outcome[2]
     end
-    reply[#reply + 1] = code
+    call.reply[#call.reply + 1] = code
     if written then storeRecord(hashIndex, userId, written, profile.retention) end
   end
 end

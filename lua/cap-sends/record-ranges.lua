@@ -1,8 +1,7 @@
 -- Per range of the call (a page argument's byte 1): its blob or directory and parts, its old-layout hash.
-local ranges -- per call
 -- The record of each user of the call (nil: none) and, in a range split into parts, the part it is in or
 -- goes to; users whose record is a field of the old-layout hash.
-local records, blobOfUser, inHash -- per call
+local records -- per call
 
 -- The lowest ID of the part that holds `id` (bounds: the directory's, ascending from 0).
 local function partOf(bounds, id)
@@ -35,10 +34,10 @@ end
 -- (range.single) then looks its record-path users up as they are parsed (lookUpUser()), the others wait for
 -- readRange(). Refused keys (a slot migrating) return the error; nothing is written before every read is done.
 local function readRangeRoots()
-  if #ranges == 0 then return end
-  if #ranges == 1 then
+  if #call.ranges == 0 then return end
+  if #call.ranges == 1 then
     -- (a single-user check's call: no tables of keys and values)
-    local range = ranges[1]
+    local range = call.ranges[1]
     local value = redis.pcall('GET', range.root)
     if type(value) == 'table' then return value end
     local exists = redis.pcall('EXISTS', range.hashKey)
@@ -47,12 +46,12 @@ local function readRangeRoots()
     return
   end
   local roots, hashKeys = {}, {}
-  for r, range in ipairs(ranges) do roots[r], hashKeys[r] = range.root, range.hashKey end
+  for r, range in ipairs(call.ranges) do roots[r], hashKeys[r] = range.root, range.hashKey end
   local values = redis.pcall('MGET', unpackList(roots))
   if values.err then return values end
   local hashes = redis.pcall('EXISTS', unpackList(hashKeys))
   if type(hashes) == 'table' then return hashes end
-  for r, range in ipairs(ranges) do
+  for r, range in ipairs(call.ranges) do
     local exists = hashes
     if hashes > 0 then
       exists = redis.pcall('EXISTS', range.hashKey)
@@ -94,7 +93,7 @@ end
 -- bytes in ids.packed) and the users of its block-path pages (only where the range holds records) fall in,
 -- looks those users up, and reads the records of the range's users that may be fields of its hash.
 local function readRange(hashIndex, ids)
-  local range = ranges[hashIndex]
+  local range = call.ranges[hashIndex]
   local root, value = range.root, range.rootValue
   local packs = ids.packed
   if range.hasRecords then
@@ -135,7 +134,7 @@ local function readRange(hashIndex, ids)
     if not single then
       -- blobOfUser names the part only where there are parts
       blob = parts[partOf(bounds, id)]
-      blobOfUser[id] = blob
+      call.blobOfUser[id] = blob
     end
     lookUpUser(range, blob, id, packs[i])
   end
@@ -145,7 +144,7 @@ local function readRange(hashIndex, ids)
     for i = 1, #missing do names[i] = format('%d', missing[i]) end
     local values = redis.call('HMGET', range.hashKey, unpackList(names))
     for i = 1, #missing do
-      if values[i] then records[missing[i]], inHash[missing[i]] = values[i], true end
+      if values[i] then records[missing[i]], call.inHash[missing[i]] = values[i], true end
     end
   end
 end
@@ -153,15 +152,22 @@ end
 -- The user's record after the call (false: the user leaves, its sends absorbed by a page block), kept for
 -- the writes at the end; `retention`: how long the record must live.
 local function storeRecord(hashIndex, id, record, retention)
-  local range = ranges[hashIndex]
+  local range = call.ranges[hashIndex]
   if retention > range.retention then range.retention = retention end
-  local blob = range.bounds and blobOfUser[id] or range.parts[0]
+  local blob = range.bounds and call.blobOfUser[id] or range.parts[0]
   local inBlob = blob.positions[id] > 0
-  if record and (#record > BIG_RECORD_BYTES or (withWindows and not inBlob)) then
+  -- a chunked record's chunk fields, written and deleted beside it in the range's hash
+  local edits = call.chunkEdits[id]
+  if edits then
+    for _, field in ipairs(edits.writes) do range.hashWrites[#range.hashWrites + 1] = field end
+    for _, field in ipairs(edits.deletes) do range.hashDeletes[#range.hashDeletes + 1] = field end
+    call.chunkEdits[id] = nil
+  end
+  if record and (#record > BIG_RECORD_BYTES or byte(record, 1) >= CHUNKED_HEADER or (call.withWindows and not inBlob)) then
     range.hashWrites[#range.hashWrites + 1] = format('%d', id)
     range.hashWrites[#range.hashWrites + 1] = record
     if inBlob then record = false else return end
-  elseif inHash[id] then
+  elseif call.inHash[id] then
     range.hashDeletes[#range.hashDeletes + 1] = format('%d', id)
   end
   if record or inBlob then
@@ -183,7 +189,7 @@ local function writeBlob(blob, ttl)
     value, count, classes = blobAfterEdits(blob)
   end
   local upper, upperValue
-  if #value > blobSplitBytes and count >= 2 then
+  if #value > call.blobSplitBytes and count >= 2 then
     local ids, values = blobUsers(value)
     local half = floor(count / 2)
     local lowIds, lowValues, highIds, highValues = {}, {}, {}, {}
@@ -243,7 +249,7 @@ end
 -- The user records of a block-path page's users (its page argument: offset, profile per user), by position, or nil
 -- when none of them has one (read with the call's other records beforehand).
 local function readPageRecords(hashIndex, pageBase, spec)
-  if not ranges[hashIndex].hasRecords then return nil end
+  if not call.ranges[hashIndex].hasRecords then return nil end
   local found, any = {}, false
   for u = 6, #spec, 2 do
     local record = records[pageBase + byte(spec, u)] or false

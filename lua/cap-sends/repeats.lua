@@ -3,12 +3,11 @@
 -- instructions a byte; each doubling makes a Lua string, ~1.5k: 20 users' 3 class bytes cost 1.5k by
 -- string.rep and 8k by doubling, a page's 512 class bytes 17k and 28k)
 local REP_BYTES = 1024
-local repeatedOf -- per call
 local function repeated(text, count)
-  local byText = repeatedOf[count]
+  local byText = call.repeatedOf[count]
   if byText == nil then
     byText = {}
-    repeatedOf[count] = byText
+    call.repeatedOf[count] = byText
   end
   local result = byText[text]
   if result then return result end

@@ -9,9 +9,9 @@
 -- identity number, with the set of marked pages once read (readMarkers()).
 -- Returns true when done (the replies and each edited blob's new value set).
 local function runSparseCall(args)
-  if withWindows then return nil end
+  if call.withWindows then return nil end
   local plans, sections, userCount = {}, {}, 0
-  for r, range in ipairs(ranges) do
+  for r, range in ipairs(call.ranges) do
     local arg = args[FIRST_PAGE_ARG + r]
     local m = (#arg - 2) / 5
     local blob = range.single
@@ -41,7 +41,7 @@ local function runSparseCall(args)
         -- every ID of the call's tag (the general path refuses a page of another)
         if not allOfCallTag(packed) then return nil end
         -- and the IDs a blob keeps: ascending, unique, of this range (a run above is compared with such IDs)
-        if not isRangeSection(packed, m, rangeNames[r]) then return notRangeSection(r) end
+        if not isRangeSection(packed, m, call.rangeNames[r]) then return notRangeSection(r) end
       end
       plans[#plans + 1] = { range, blob, packed, profileBytes, at, m }
       sections[#sections + 1] = packed
@@ -57,13 +57,13 @@ local function runSparseCall(args)
     end
   end
   local touched = {}
-  for _, range in ipairs(ranges) do
+  for _, range in ipairs(call.ranges) do
     touched[#touched + 1] = range.root
     touched[#touched + 1] = range.hashKey
   end
   local probe = redis.pcall('EXISTS', unpackList(touched))
   if type(probe) == 'table' and probe.err then
-    return redis.error_reply('TRYAGAIN cap-sends: a key of ' .. keyPrefix .. ' is not on this node: ' .. probe.err)
+    return redis.error_reply('TRYAGAIN cap-sends: a key of ' .. call.keyPrefix .. ' is not on this node: ' .. probe.err)
   end
   local codes, values = {}, {}
   for k, plan in ipairs(plans) do

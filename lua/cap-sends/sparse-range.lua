@@ -7,14 +7,14 @@
 local SET_SPECIAL_ITEMS = { [37] = '%%', [93] = '%]', [94] = '%^', [45] = '%-', [0] = '%z' }
 local tagPatternOf, tagByteTwoOf = {}, {}
 local function allOfCallTag(ids)
-  local pattern = tagPatternOf[callTag]
+  local pattern = tagPatternOf[call.callTag]
   if pattern == nil then
     local highs = {}
-    for c = 4 * (callTag % 64), 4 * (callTag % 64) + 3 do highs[#highs + 1] = SET_SPECIAL_ITEMS[c] or char(c) end
+    for c = 4 * (call.callTag % 64), 4 * (call.callTag % 64) + 3 do highs[#highs + 1] = SET_SPECIAL_ITEMS[c] or char(c) end
     pattern = '.(.)[' .. concat(highs) .. '].'
-    tagPatternOf[callTag] = pattern
+    tagPatternOf[call.callTag] = pattern
   end
-  local high = floor(callTag / 64)
+  local high = floor(call.callTag / 64)
   local byteTwo = tagByteTwoOf[high]
   if byteTwo == nil then
     byteTwo = {}
@@ -34,7 +34,7 @@ local function sparseRange(range, blob, packed, profileBytes, at, m)
   -- (a blob of one class, as a campaign to a whole new range leaves it, has one record: no comparison)
   if uniform and (at == 0 or blob.classes == 1 or oldClasses == repeated(sub(oldClasses, 1, 3), m)) then
     -- one profile and one record: one outcome
-    local profile = profiles[profileNumber]
+    local profile = call.profiles[profileNumber]
     if profile == nil then return false end
     local record = NO_RECORD
     if at > 0 then
@@ -68,7 +68,7 @@ local function sparseRange(range, blob, packed, profileBytes, at, m)
   local classOf, newEnds, newValues = {}, {}, {}
   for i = 1, m do
     local p = profileOf[i]
-    local profile = profiles[p]
+    local profile = call.profiles[p]
     if profile == nil then return false end
     local record = NO_RECORD
     if at > 0 then

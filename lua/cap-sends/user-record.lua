@@ -9,6 +9,11 @@
 --   for the expired prefix a write drops, and when some window around `at` reaches the newest.
 -- A value whose first byte is under 128 is the format before (6-byte time + varint number each, in write
 -- order; a time before the year 6000 starts under 128): read into the same shape.
+-- A hot user's record (format 3, hot-record.lua: a header byte from CHUNKED_HEADER) is read and written by the
+-- functions of `hot` (read, sends, recordWith); a record of another format reaching HEAD_SENDS sends becomes one
+-- when written.
+local CHUNKED_HEADER, HEAD_SENDS = 192, 1024
+local hot = {}
 local function readVarint(value, position)
   local number, scale = 0, 1
   while true do
@@ -73,6 +78,7 @@ end
 -- window part is read in place (send i at start + (i - 1) * stride).
 local function readRecord(value)
   local header = byte(value, 1)
+  if header >= CHUNKED_HEADER then return hot.read(value) end
   if header < 128 then
     local sends, position, width = {}, 1, 1
     while position <= #value do
@@ -155,6 +161,8 @@ end
 
 -- Every send of a record, window part and tail, as { time, identity number } (a block absorbing it).
 local function allSends(record)
+  -- a chunked record's every chunk, deleted with it (a block absorbs the user)
+  if record.chunked then record = hot.sends(record, 0, 0, true) end
   local sends = {}
   for i = 1, record.count do sends[i] = { sendTime(record, i), sendNumber(record, i) } end
   local tail = record.tail
@@ -217,8 +225,13 @@ end
 
 -- The record after a send (t, number) is counted for a user of `profile`: window sends at or before the
 -- profile's window cutoff leave the window part for the tail (while the retention keeps them), and the send
--- is inserted in time order.
-local function recordWith(record, profile, t, number)
+-- is inserted in time order. A record of user `userId` holding HEAD_SENDS sends is written as a chunked one
+-- when the call allows it ("+hot"); a chunked one stays chunked.
+local function recordWith(record, profile, t, number, userId)
+  local held = record and record.count + (record.tail and record.tail.count or 0)
+  if record and (record.chunked or (call.hotRecords and held >= HEAD_SENDS)) then
+    return hot.recordWith(record, profile, t, number, userId)
+  end
   local width, keptBytes, keptCount, moved = widthOf(number), '', 0, {}
   local tail
   if record then

@@ -22,13 +22,13 @@ end
 -- only for a cap they could fill; a user with fewer sends than the profile's smallest max needs no pass.
 local function decideSends(profile, n, events, times, onChannel, isMine, anyMine)
   local cutoff = profile.cutoff
-  if anyMine and not anonymous then
+  if anyMine and not call.anonymous then
     for i = 1, n do
       local e = events and events[i] or i
       if isMine[e] and times[e] > cutoff then return REPLY_DUPLICATE end
     end
   end
-  if exemptCounted then return REPLY_EXEMPT end
+  if call.exemptCounted then return REPLY_EXEMPT end
   if n < profile.least then return 0 end
   local windows, maxima, everyChannel = profile.windows, profile.maxima, profile.everyChannel
   for cap = 1, #windows do

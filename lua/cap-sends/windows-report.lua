@@ -75,17 +75,21 @@ local function windowsLine(profile, n, times, onChannel, appended, capped)
         nextOf[from] = nextOf[from] + 1
         if x ~= tried then
           tried = x
-          local allowed = true
+          -- a full window (y - W, y] around x holds every candidate up to y too: the search goes on after the
+          -- latest such y of any cap, so a long capped stretch costs a search per window length, not per send
+          local past
           for cap = 1, #windows do
             local list, count = listFor(everyChannel[cap])
-            if fullestAround(list, count, x, windows[cap]) >= maxima[cap] then
-              allowed = false
-              break
-            end
+            local y = lastFullEnd(list, count, x, windows[cap], maxima[cap])
+            if y and (past == nil or y > past) then past = y end
           end
-          if allowed then
+          if past == nil then
             retryAt = x
             break
+          end
+          for cap = 1, #windows do
+            local list, count = listFor(everyChannel[cap])
+            nextOf[cap] = math.max(nextOf[cap], countUpTo(list, count, past - windows[cap]) + 1)
           end
         end
       end
@@ -100,5 +104,5 @@ end
 local function reportWindows(profile, block, class, record, n, times, onChannel, code, recorded)
   local capped = code >= REPLY_FIRST_CAP
   if capped and record then n, times, onChannel = liveSends(profile, block, class, record, true) end
-  windowLines[#windowLines + 1] = windowsLine(profile, n, times, onChannel, recorded, capped)
+  call.windowLines[#call.windowLines + 1] = windowsLine(profile, n, times, onChannel, recorded, capped)
 end

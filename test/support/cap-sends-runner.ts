@@ -89,6 +89,8 @@ export interface Step extends ModelCall {
   withWindows: boolean;
   /** Run by the script before the change (a rollout: both versions on the same keys). */
   byPrevious?: boolean;
+  /** Let a record reaching 1,024 sends become a hot user's (format 3; Capper's hotRecords). */
+  hotRecords?: boolean;
 }
 
 /** One call (or a check) through the protocol module and the real script; decisions in the call's user order. */
@@ -109,6 +111,7 @@ export async function runScript(
     at: call.at,
     mode: call.mode,
     ...(call.withWindows ? { withWindows: true } : {}),
+    ...(call.hotRecords ? { hotRecords: true } : {}),
     channel: call.channel,
     campaignId: call.campaignId,
     forced: call.exemptCounted,

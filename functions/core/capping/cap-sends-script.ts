@@ -141,6 +141,11 @@ export interface CapSendsRequest {
   mode: "count" | "peek";
   /** Also return each user's windows (for one-user reports). */
   withWindows?: boolean;
+  /**
+   * A record reaching 1,024 sends may be written as a hot user's record (format 3, docs/decisions/0095): only
+   * once no function of a release before it runs, since those misread it.
+   */
+  hotRecords?: boolean;
   channel: string;
   /** Empty: anonymous, every send counts. */
   campaignId: string;
@@ -529,7 +534,7 @@ function buildCall(request: CapSendsRequest, tag: number, runs: PageRun[], users
   const args: (string | Buffer)[] = [
     String(request.now),
     String(request.at),
-    request.withWindows ? `${request.mode}+windows` : request.mode,
+    `${request.mode}${request.hotRecords ? "+hot" : ""}${request.withWindows ? "+windows" : ""}`,
     `${request.channel}:${request.campaignId}`,
     request.forced ? "1" : "0",
     String(request.horizonMs),

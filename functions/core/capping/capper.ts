@@ -35,6 +35,8 @@ export interface CapperOptions {
    * maxReceiveCount): named sends are kept that long for idempotency even under short caps.
    */
   redeliveryMs?: number;
+  /** Write hot users' records in chunks (format 3, docs/decisions/0095; CAP_HOT_RECORDS). Default false. */
+  hotRecords?: boolean;
 }
 
 /**
@@ -70,6 +72,7 @@ export class Capper {
   private readonly clock: Clock;
   private readonly namespace: string;
   private readonly redeliveryMs: number;
+  private readonly hotRecords: boolean;
   private readonly profileCache = new WeakMap<Policy, Map<string, ScriptProfile[]>>();
 
   constructor(options: CapperOptions) {
@@ -78,6 +81,7 @@ export class Capper {
     this.clock = options.clock ?? systemClock;
     this.namespace = checkNamespace(options.namespace ?? DEFAULT_NAMESPACE);
     this.redeliveryMs = options.redeliveryMs ?? DEFAULT_REDELIVERY_MS;
+    this.hotRecords = options.hotRecords ?? false;
   }
 
   /** Decides every send of the batch and counts the allowed ones. */
@@ -154,6 +158,7 @@ export class Capper {
             at,
             mode,
             withWindows,
+            hotRecords: this.hotRecords,
             horizonMs: keptHorizonMs(policy, this.redeliveryMs),
             channel: batch.channel,
             campaignId: batch.campaignId,

@@ -7,7 +7,8 @@
 //   <namespace>:cap:{<tag>}:ids          the tag's identity table
 //   <namespace>:cap:{<tag>}:u:<range>    the record blob of the IDs in range (user ID >> RECORD_RANGE_BITS),
 //                                        or its directory and parts u:<range>:<lowest ID> once it split
-//   <namespace>:cap:{<tag>}:r:<range>    busy users' records in range, and the records before the blobs
+//   <namespace>:cap:{<tag>}:r:<range>    busy users' records in range, and the records before the blobs; a hot
+//                                        user's chunks are its fields "<user ID>:<seq>" (the script names them)
 //   <namespace>:cap:{<tag>}:p:<page>     the block of page (user ID / USERS_PER_PAGE), e.g. tg:cap:{208}:p:3906
 //
 // Quota keys (see lua/quota-sync/ and wire.ts) share one hash tag per slot group of a rule:

@@ -1,0 +1,246 @@
+// A hot user (thousands of kept sends under the tightest valid policy) against docs/decisions/0095: a check
+// rewrites the record's newest sends and directory, never every send the user keeps, and decides as the
+// reference model does through the layout change (a record of the earlier format written on), spills to
+// chunks, backfills landing among spilled sends, and duplicates whose send is in a chunk.
+
+import calculateSlot from "cluster-key-slot";
+import fc from "fast-check";
+import type { Redis } from "ioredis";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { RedisCapStore, type TollgateCluster } from "../../../functions/adapters/redis-cluster.ts";
+import { Capper } from "../../../functions/core/capping/capper.ts";
+import { type Policy, parsePolicy } from "../../../functions/core/capping/policy.ts";
+import { fixedClock } from "../../../functions/core/shared/clock.ts";
+import { capIdentityKey, capRecordKey, capTagOf, recordRangeOf } from "../../../sdk/src/protocol/index.ts";
+import { runScript } from "../../support/cap-sends-runner.ts";
+import { CappingModel, type ModelCall } from "../../support/capping-model.ts";
+import { connectCluster, uniqueNamespace } from "../../support/cluster.ts";
+import { rulesOf, T0 } from "../../support/rules.ts";
+
+let cluster: TollgateCluster;
+let store: RedisCapStore;
+beforeAll(() => {
+  cluster = connectCluster();
+  store = new RedisCapStore(cluster);
+});
+afterAll(async () => {
+  await cluster.quit();
+});
+
+interface SeededSend {
+  at: number;
+  identity: string;
+}
+
+/**
+ * `sends` of one user written as the earlier record format (2: a window part of 6-byte times and 1-byte
+ * identity numbers, no tail) with the identity table naming the numbers, as a deployed store holds them.
+ */
+async function seedRecord(namespace: string, userId: number, sends: readonly SeededSend[], now: number) {
+  const tag = capTagOf(userId);
+  const identities = [...new Set(sends.map((send) => send.identity))];
+  const numberOf = new Map(identities.map((identity, i) => [identity, i + 1]));
+  const table: (string | number)[] = ["next", identities.length];
+  for (const [identity, number] of numberOf)
+    table.push(`i:${identity}`, number, `n:${number}`, identity, `t:${number}`, now);
+  const sorted = [...sends].sort((a, b) => a.at - b.at);
+  const record = Buffer.alloc(1 + 7 * sorted.length);
+  record[0] = 128;
+  sorted.forEach((send, i) => {
+    record.writeUIntBE(send.at, 1 + 7 * i, 6);
+    record[7 + 7 * i] = numberOf.get(send.identity) as number;
+  });
+  const identityKey = capIdentityKey(namespace, tag);
+  const recordKey = capRecordKey(namespace, tag, recordRangeOf(userId));
+  await cluster.hset(identityKey, ...table.map(String));
+  await cluster.hset(recordKey, String(userId), record);
+  await cluster.pexpire(identityKey, 3_600_000);
+  await cluster.pexpire(recordKey, 3_600_000);
+  return recordKey;
+}
+
+/** The primary serving `key`, by a connection of its own. */
+function ownerOf(key: string): Redis {
+  const node = cluster.nodes("master").find((each) => {
+    const slots = cluster.slots[calculateSlot(key)] ?? [];
+    return slots[0] === `${each.options.host}:${each.options.port}`;
+  });
+  if (!node) throw new Error(`no primary serves ${key}`);
+  return node;
+}
+
+/** Calls per command (scripts' own commands included) and bytes replicated, on one primary. */
+async function workOn(node: Redis): Promise<{ calls: Map<string, number>; replicated: number }> {
+  const [stats, replication] = [await node.info("commandstats"), await node.info("replication")];
+  const calls = new Map<string, number>();
+  for (const [, name, count] of stats.matchAll(/^cmdstat_([^:]+):calls=(\d+),/gm))
+    calls.set(name as string, Number(count));
+  return { calls, replicated: Number(/master_repl_offset:(\d+)/.exec(replication)?.[1]) };
+}
+
+/** What one call did on `node`: each command's calls (the monitoring ones left out) and the bytes replicated. */
+async function workOf(node: Redis, call: () => Promise<unknown>) {
+  const before = await workOn(node);
+  await call();
+  const after = await workOn(node);
+  const calls: Record<string, number> = {};
+  for (const [name, count] of after.calls) {
+    const done = count - (before.calls.get(name) ?? 0);
+    if (done > 0 && !["info", "replconf", "ping", "cluster"].includes(name)) calls[name] = done;
+  }
+  return { calls, replicated: after.replicated - before.replicated };
+}
+
+const SECOND = 1_000;
+/** The tightest policy the schema takes: 10,000 sends a second (MAX_CAP, the shortest window). */
+const TIGHTEST = { a: [{ window: "1s", max: 10_000 }] };
+
+describe("a hot user's record", () => {
+  it("a hot user's check does the same work with 10 or 10,000 kept sends", async () => {
+    // repro: 1s max 10000; a user with 10 and one with 10,000 anonymous sends over 5 minutes; a check rewrote the whole record
+    const namespace = uniqueNamespace();
+    const clock = fixedClock(T0);
+    const rules = rulesOf({ version: "v", channels: ["a"], segments: [], default: { name: "rest", caps: TIGHTEST } });
+    const capper = new Capper({ store, rules: () => rules, clock, namespace, hotRecords: true });
+    // two users of one tag (one primary): 10 and 10,000 sends spread over the 5 minutes before T0
+    const users = { few: 4_096 * 256 + 3, many: 4_096 * 256 + 5 };
+    const spread = (count: number) =>
+      Array.from({ length: count }, (_, i) => ({
+        at: T0 - 300 * SECOND + Math.floor((i * 300 * SECOND) / count),
+        identity: "a:",
+      }));
+    const recordKey = await seedRecord(namespace, users.few, spread(10), T0);
+    await seedRecord(namespace, users.many, spread(10_000), T0);
+    const node = ownerOf(recordKey);
+    const work: Record<string, Awaited<ReturnType<typeof workOf>>[]> = { few: [], many: [] };
+    for (let i = 0; i < 15; i++) {
+      clock.advance(10);
+      for (const [name, userId] of Object.entries(users)) {
+        const check = () => capper.checkUser({ userId, channel: "a" });
+        work[name]?.push(await workOf(node, async () => expect((await check()).decision).toBe("allowed")));
+      }
+    }
+    // the first write of the 10,000 makes its record chunked (its bytes sliced, written once whole), the next
+    // ones drain it, 1,024 sends into chunks a write; from then on its checks do the same commands as the user
+    // with 10 sends, and write a record of at most 1,024 sends, a tenth of its 70 kB of sends
+    for (const [i, check] of (work.many ?? []).entries()) {
+      if (i < 12) continue;
+      expect(check.calls).toEqual(work.few?.[i]?.calls);
+      expect(check.replicated).toBeLessThan(1_024 * 8 + 1_000);
+    }
+    expect(work.many?.[0]?.replicated).toBeGreaterThan(70_000);
+    // its sends are all kept: 10,003 after the checks, the oldest 18 × 512 in chunk fields beside the two records
+    expect(await cluster.hlen(recordKey)).toBe(2 + 18);
+  });
+
+  it("stays in the earlier record format without hotRecords, which a function of the release before reads", async () => {
+    // repro: v0.2.0's script reads a format-3 header (192) as format 2 of width 9; the layout waits for CAP_HOT_RECORDS=on
+    const namespace = uniqueNamespace();
+    const clock = fixedClock(T0);
+    const rules = rulesOf({ version: "v", channels: ["a"], segments: [], default: { name: "rest", caps: TIGHTEST } });
+    const capper = new Capper({ store, rules: () => rules, clock, namespace });
+    const userId = 4_096 * 256 + 9;
+    const sends = Array.from({ length: 2_000 }, (_, i) => ({ at: T0 - 200 * SECOND + i * 100, identity: "a:" }));
+    const recordKey = await seedRecord(namespace, userId, sends, T0);
+    // 9 seeded sends in the last second, then each check's own
+    for (let i = 0; i < 3; i++) {
+      clock.advance(10);
+      expect((await capper.checkUser({ userId, channel: "a" })).windows[0]?.used).toBe(10 + i);
+    }
+    const header = (await cluster.hgetBuffer(recordKey, String(userId)))?.[0] as number;
+    expect(header).toBeGreaterThanOrEqual(128);
+    expect(header).toBeLessThan(192);
+    expect(await cluster.hlen(recordKey)).toBe(1);
+  });
+
+  it("decides as the model does while its record turns chunked and spills, backfills and resends included", async () => {
+    const policy: Policy = parsePolicy({
+      version: "hot",
+      channels: ["a", "b"],
+      segments: [],
+      default: { name: "rest", caps: { a: [{ window: "1s", max: 60 }], "*": [{ window: "3s", max: 240 }] } },
+    });
+    const identities = ["a:", "b:", "a:c1", "a:c2", "b:c3"];
+    // a campaign whose sends are only among the oldest: in a chunk once the record spills
+    const oldIdentity = "a:c4";
+    const callArbitrary = fc.record({
+      elapsed: fc.integer({ min: 0, max: 1_500 }),
+      // from the backfill bound (the longest window) to a minute ahead
+      offset: fc.integer({ min: -3_000, max: 60_000 }),
+      channel: fc.constantFrom("a", "b"),
+      campaignId: fc.constantFrom("", "", "c1", "c2", "c3", "c4"),
+      mode: fc.constantFrom("count", "count", "count", "peek"),
+      withWindows: fc.boolean(),
+    });
+    let chunkedRuns = 0;
+    let spilledRuns = 0;
+    await fc.assert(
+      fc.asyncProperty(
+        // a record of the earlier format under the threshold, just past it, or where its head spills soon
+        fc.oneof(
+          fc.integer({ min: 1_000, max: 1_100 }),
+          fc.integer({ min: 1_530, max: 1_536 }),
+          fc.integer({ min: 2_100, max: 2_600 }),
+        ),
+        fc.array(callArbitrary, { minLength: 10, maxLength: 40 }),
+        fc.integer({ min: 0, max: 2 ** 31 }),
+        fc.constantFrom(20, 860, 1_060),
+        async (count, calls, seed, spanSeconds) => {
+          const namespace = uniqueNamespace();
+          const userId = 7 * 256 + 11;
+          const model = new CappingModel(policy, () => 0, 10 * 60_000);
+          // sends over the span before T0 + 1 minute: 20 s (a dense history: windows around `at` reach the
+          // chunks), 860 s (all kept) or 1,060 s (some past the retention, dropped as the record turns chunked)
+          const span = spanSeconds * SECOND;
+          let state = seed;
+          const next = () => {
+            state = (state * 1_103_515_245 + 12_345) % 2 ** 31;
+            return state;
+          };
+          const sends = Array.from({ length: count }, () => {
+            const at = T0 + 60 * SECOND - span + (next() % span);
+            const identity =
+              at < T0 + 60 * SECOND - 0.9 * span && next() % 4 === 0 ? oldIdentity : identities[next() % 5];
+            return { at, identity: identity as string };
+          });
+          const recordKey = await seedRecord(namespace, userId, sends, T0);
+          for (const send of sends) {
+            const [channel, campaignId] = send.identity.split(":") as [string, string];
+            model.sendsOf(userId).push({ at: send.at, channel, campaignId });
+          }
+          let now = T0;
+          for (const step of calls) {
+            now += step.elapsed;
+            const call: ModelCall = {
+              mode: step.mode as "count" | "peek",
+              now,
+              at: now + step.offset,
+              channel: step.channel,
+              campaignId: step.campaignId,
+              exemptCounted: false,
+              users: [userId],
+            };
+            const scripts = { store, previous: () => Promise.reject(new Error("no earlier script in this test")) };
+            const decided = await runScript(
+              scripts,
+              namespace,
+              policy,
+              () => 0,
+              { ...call, withWindows: step.withWindows, hotRecords: true },
+              undefined,
+            );
+            expect(decided).toEqual(model.apply(call));
+          }
+          const header = (await cluster.hgetBuffer(recordKey, String(userId)))?.[0] ?? 0;
+          if (header >= 192) chunkedRuns += 1;
+          // the record and its chunks: a second chunk is a spill after the layout change
+          if ((await cluster.hlen(recordKey)) > 2) spilledRuns += 1;
+        },
+      ),
+      { numRuns: 20, endOnFailure: true },
+    );
+    // the runs went through the layout change and past a spill (a head of more than 1,024 sends)
+    expect(chunkedRuns).toBeGreaterThan(0);
+    expect(spilledRuns).toBeGreaterThan(0);
+  });
+});
