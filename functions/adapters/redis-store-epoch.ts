@@ -27,6 +27,17 @@ export class RedisStoreEpochSlots implements StoreEpochSlots {
     await this.setIfMissing(namespace, slot, epoch);
   }
 
+  async missing(namespace: string, slots: readonly number[]): Promise<number[]> {
+    const found = await Promise.all(
+      slots.map((slot) =>
+        this.cluster.exists(storeEpochKey(namespace, slot)).catch((error: unknown) => {
+          throw classifyRedisError(error, `store epoch of slot ${slot}`);
+        }),
+      ),
+    );
+    return slots.filter((_, i) => found[i] === 0);
+  }
+
   private async setIfMissing(namespace: string, slot: number, epoch: number): Promise<boolean> {
     const key = storeEpochKey(namespace, slot);
     try {

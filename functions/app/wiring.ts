@@ -252,6 +252,11 @@ export function wireCheckApi(env: NodeJS.ProcessEnv, options: WiringOptions = {}
         ),
       new Promise<"unavailable">((resolve) => setTimeout(() => resolve("unavailable"), config.CHECK_TIMEOUT_MS * 4)),
     ]);
+    // the probed slots (a FLUSHALL or a primary replaced empty shows there), then what this environment knows
+    await Promise.race([
+      epoch.probe(),
+      new Promise((resolve) => setTimeout(resolve, config.CHECK_TIMEOUT_MS * 4).unref()),
+    ]).catch(() => {});
     const store = epoch.status();
     // under `pause`, a lost slot refuses its calls until acknowledged: not healthy
     const storeOk = store.lostSlots.length === 0 || store.onStoreLoss === "continue";

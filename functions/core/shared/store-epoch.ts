@@ -3,7 +3,7 @@
 // (Redis) and then a marker object beside the policy (S3): a marker means every slot was written, so a slot
 // without its key lost its state since. Scripts check their slot's key in the call that counts; a loss comes
 // back as StoreLostError, and the policy's `onStoreLoss` says what follows.
-import { hashSlotOf, storeEpochKeyFor } from "../../../sdk/src/protocol/index.ts";
+import { hashSlotOf, storeEpochKey, storeEpochKeyFor } from "../../../sdk/src/protocol/index.ts";
 import type { Clock } from "./clock.ts";
 import { StoreLostError, WriteConflictError } from "./errors.ts";
 import type { ConditionalObjectStore } from "./object-store.ts";
@@ -34,7 +34,12 @@ export interface StoreEpochSlots {
   initialise(namespace: string, epoch: number): Promise<number[]>;
   /** Writes the epoch key of one slot if it has none. */
   initialiseSlot(namespace: string, slot: number, epoch: number): Promise<void>;
+  /** Which of `slots` have no epoch key. */
+  missing(namespace: string, slots: readonly number[]): Promise<number[]>;
 }
+
+/** The slots GET /v1/health looks at: every 256th (64, about 21 on each of three primaries). */
+export const PROBED_SLOTS: readonly number[] = Array.from({ length: 64 }, (_, i) => i * 256);
 
 export interface StoreInitialisation {
   marker: StoreEpochMarker;
@@ -170,6 +175,27 @@ export class StoreEpochGuard {
     return this.lost.size === 0 ? result : result.then((value) => this.answered(epochKey, value));
   }
 
+  /**
+   * Looks at PROBED_SLOTS (GET /v1/health): a FLUSHALL or a primary replaced empty shows there even in an
+   * environment that has not called on a lost slot yet, and the slots found lost before. Lost ones are
+   * recorded as a call would record them; those that hold their key again (acknowledged) are cleared. Resolves with the probed slots found lost.
+   */
+  async probe(): Promise<number[]> {
+    const marker = await this.open();
+    const { slots, namespace } = this.options;
+    // the sample, and every slot found lost before (cleared here once it holds its key again)
+    const probed = [...new Set([...PROBED_SLOTS, ...this.lost.keys()])];
+    const missing = await slots.missing(namespace, probed);
+    const lost = new Set(missing);
+    for (const slot of probed) if (!lost.has(slot)) this.lost.delete(slot);
+    if (missing.length > 0) {
+      const onStoreLoss = await this.options.onStoreLoss().catch(() => DEFAULT_ON_STORE_LOSS);
+      this.lastPolicy = onStoreLoss;
+      for (const slot of missing) this.record(slot, storeEpochKey(namespace, slot), marker.epoch, onStoreLoss);
+    }
+    return missing;
+  }
+
   status(): StoreEpochStatus {
     return {
       ...(this.marker ? { epoch: this.marker.epoch, initialisedAt: this.marker.initialisedAt } : {}),
@@ -185,21 +211,27 @@ export class StoreEpochGuard {
     return value;
   }
 
+  /** A slot found lost: noted (when and how often), and told once until it answers again. */
+  private record(slot: number, epochKey: string, epoch: number, onStoreLoss: OnStoreLoss): void {
+    const now = this.options.clock.now();
+    const known = this.lost.get(slot);
+    if (known) {
+      known.lastSeenAt = now;
+      return;
+    }
+    this.lost.set(slot, { slot, firstSeenAt: now, lastSeenAt: now });
+    this.seen += 1;
+    this.firstLossAt ??= now;
+    this.options.onLoss?.({ slot, epochKey, epoch, onStoreLoss });
+  }
+
   private async onError<T>(error: unknown, epochKey: string, call: (epochKey: string) => Promise<T>): Promise<T> {
     if (!(error instanceof StoreLostError)) throw error;
     const { clock, slots, namespace } = this.options;
     const now = clock.now();
     const onStoreLoss = await this.options.onStoreLoss().catch(() => DEFAULT_ON_STORE_LOSS);
     this.lastPolicy = onStoreLoss;
-    const known = this.lost.get(error.slot);
-    if (known) {
-      known.lastSeenAt = now;
-    } else {
-      this.lost.set(error.slot, { slot: error.slot, firstSeenAt: now, lastSeenAt: now });
-      this.seen += 1;
-      this.firstLossAt ??= now;
-      this.options.onLoss?.({ slot: error.slot, epochKey, epoch: this.marker?.epoch ?? 0, onStoreLoss });
-    }
+    this.record(error.slot, epochKey, this.marker?.epoch ?? now, onStoreLoss);
     if (onStoreLoss === "pause") throw error;
     await slots.initialiseSlot(namespace, error.slot, this.marker?.epoch ?? now);
     this.lost.delete(error.slot);
