@@ -3,13 +3,20 @@
 import type { Cluster } from "ioredis";
 import { HASH_SLOTS, storeEpochKey } from "../../sdk/src/protocol/index.ts";
 import type { StoreEpochSlots } from "../core/shared/store-epoch.ts";
-import { classifyRedisError } from "./redis-errors.ts";
+import { redisCallsOf } from "./redis-cluster.ts";
 
 /** SET NX commands in flight at once: 16,384 keys take a few round trips per primary. */
 const IN_FLIGHT = 1_024;
 
+/**
+ * Through the cluster's guarded calls (deadline, retries, circuit): SET NX and EXISTS are safe to send
+ * again, so every failure without an answer is retried until the deadline.
+ */
 export class RedisStoreEpochSlots implements StoreEpochSlots {
-  constructor(private readonly cluster: Cluster) {}
+  constructor(
+    private readonly cluster: Cluster,
+    private readonly deadlineMs = 2_000,
+  ) {}
 
   async initialise(namespace: string, epoch: number): Promise<number[]> {
     const written: number[] = [];
@@ -29,21 +36,23 @@ export class RedisStoreEpochSlots implements StoreEpochSlots {
 
   async missing(namespace: string, slots: readonly number[]): Promise<number[]> {
     const found = await Promise.all(
-      slots.map((slot) =>
-        this.cluster.exists(storeEpochKey(namespace, slot)).catch((error: unknown) => {
-          throw classifyRedisError(error, `store epoch of slot ${slot}`);
-        }),
-      ),
+      slots.map((slot) => {
+        const key = storeEpochKey(namespace, slot);
+        return this.guarded(`store epoch of slot ${slot}`, key, () => this.cluster.exists(key));
+      }),
     );
     return slots.filter((_, i) => found[i] === 0);
   }
 
   private async setIfMissing(namespace: string, slot: number, epoch: number): Promise<boolean> {
     const key = storeEpochKey(namespace, slot);
-    try {
-      return (await this.cluster.set(key, String(epoch), "NX")) === "OK";
-    } catch (error) {
-      throw classifyRedisError(error, `store epoch of slot ${slot}`);
-    }
+    const reply = await this.guarded(`store epoch of slot ${slot}`, key, () =>
+      this.cluster.set(key, String(epoch), "NX"),
+    );
+    return reply === "OK";
+  }
+
+  private guarded<T>(what: string, key: string, send: () => Promise<T>): Promise<T> {
+    return redisCallsOf(this.cluster).call(what, [key], send, { deadlineMs: this.deadlineMs, retryOn: "no-answer" });
   }
 }

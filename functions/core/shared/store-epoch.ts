@@ -5,7 +5,7 @@
 // back as StoreLostError, and the policy's `onStoreLoss` says what follows.
 import { hashSlotOf, storeEpochKey, storeEpochKeyFor } from "../../../sdk/src/protocol/index.ts";
 import type { Clock } from "./clock.ts";
-import { StoreLostError, WriteConflictError } from "./errors.ts";
+import { StoreLostError, StoreUnavailableError, WriteConflictError } from "./errors.ts";
 import type { ConditionalObjectStore } from "./object-store.ts";
 
 /** What a caller does on a lost slot: `pause` (refuse, count nothing, until acknowledged) or `continue`. */
@@ -168,7 +168,18 @@ export class StoreEpochGuard {
 
   /** `call` with the epoch key of `key`'s slot (declared beside `key` in the same script call). */
   run<T>(key: string, call: (epochKey: string) => Promise<T>): Promise<T> {
-    if (!this.marker) return this.open().then(() => this.run(key, call));
+    if (!this.marker) {
+      // nothing was sent: the call waits for the marker, and fails as "not run" without it
+      return this.open().then(
+        () => this.run(key, call),
+        (error: unknown) => {
+          throw new StoreUnavailableError(`the store epoch is not known yet: ${(error as Error).message}`, {
+            cause: error,
+            mayHaveRun: false,
+          });
+        },
+      );
+    }
     const epochKey = storeEpochKeyFor(this.options.namespace, key);
     const result = call(epochKey).catch((error: unknown) => this.onError(error, epochKey, call));
     // a slot found lost is reported until a call on it is answered again (after acknowledge)
