@@ -86,7 +86,10 @@ async function snapshot(prefix = `${namespace}:`): Promise<Map<string, string>> 
     do {
       const [next, keys] = await node.scan(cursor, "MATCH", `${prefix}*`, "COUNT", 1000);
       cursor = next;
-      for (const name of keys.filter((name) => !name.endsWith(":cfg") && !name.endsWith(":q:rules")))
+      // the store epoch's keys are the deployment's, one per hash slot, written once (no tenant's state)
+      const state = (name: string) =>
+        !name.endsWith(":cfg") && !name.endsWith(":q:rules") && !name.startsWith(`${namespace}:se:{`);
+      for (const name of keys.filter(state))
         found.set(name, ((await node.dumpBuffer(name)) ?? Buffer.alloc(0)).toString("hex"));
     } while (cursor !== "0");
   }
