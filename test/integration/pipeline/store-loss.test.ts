@@ -112,10 +112,17 @@ describe("onStoreLoss pause (the default)", () => {
     expect(((await frequency.json()) as { error: { code: string } }).error.code).toBe("store_lost");
     const limit = await post(stack, "/v1/limit", { key: "k", algorithm: "fixed-window", max: 5, windowMs: 60_000 });
     expect(limit.status).toBe(503);
+    const limits = await post(stack, "/v1/limits", {
+      scope: "s",
+      limits: [{ key: "a", algorithm: "gcra", burst: 2, count: 1, periodMs: 1_000 }],
+    });
+    expect(limits.status).toBe(503);
+    expect(((await limits.json()) as { error: { code: string } }).error.code).toBe("store_lost");
+    // no tenant key was written (/v1/limit and /v1/limits keep theirs in the tenant namespace)
     expect(
       await keysOf(
         primaries.map((p) => p.node),
-        `${namespace}:rl:*`,
+        `${namespace}:t:*`,
       ),
     ).toEqual([]);
     const report = await health(stack);
