@@ -73,9 +73,13 @@ function rulesAccess(storage: Storage): iam.PolicyStatement[] {
         storage.bucket.arnForObjects("config/*"),
         storage.bucket.arnForObjects("segments/*"),
         storage.bucket.arnForObjects("accepted/*"),
+        storage.bucket.arnForObjects("store/*"),
       ],
     }),
-    new iam.PolicyStatement({ actions: ["s3:PutObject"], resources: [storage.bucket.arnForObjects("accepted/*")] }),
+    new iam.PolicyStatement({
+      actions: ["s3:PutObject"],
+      resources: [storage.bucket.arnForObjects("accepted/*"), storage.bucket.arnForObjects("store/*")],
+    }),
   ];
 }
 

@@ -22,6 +22,8 @@ export function acknowledgeFindings(stack: TollgateStack): void {
         "s3:GetObject on the policy prefix only; object names are not known when deploying",
       [`AwsSolutions::AwsSolutions-IAM5[Resource::${bucketArn}/segments/*]`]:
         "s3:GetObject on the segment bitmaps prefix only; bitmaps are added by operators after deploying",
+      [`AwsSolutions::AwsSolutions-IAM5[Resource::${bucketArn}/store/*]`]:
+        "s3:GetObject and s3:PutObject on the store epoch's marker prefix only (written once by the first function that initialises the counter store, read at cold start)",
       [`AwsSolutions::AwsSolutions-IAM5[Resource::${bucketArn}/accepted/*]`]:
         "s3:GetObject and s3:PutObject on the prefix of accepted bitmaps' copies only (written when a container accepts a bitmap, read by the shrink check of containers started later)",
       "AwsSolutions::AwsSolutions-L1":

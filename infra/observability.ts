@@ -188,6 +188,12 @@ export class Observability extends Construct {
       "Quota rules were gone from Redis (FLUSHALL, a node back empty): restored from the policy, their slot groups grant nothing new for one window plus the lease (docs/quotas.md)",
     );
     alarm(
+      "StoreLost",
+      new cloudwatch.Metric({ namespace: "Tollgate", metricName: "StoreLost", statistic: "Sum", period }),
+      1,
+      "Caps or limits found hash slots of the counter store without their epoch key (FLUSHALL, a node replaced empty): under onStoreLoss pause nothing counts there until `tollgate store acknowledge` (docs/OPERATIONS.md)",
+    );
+    alarm(
       "CampaignQueueOld",
       storage.campaignQueue.metricApproximateAgeOfOldestMessage({ period, statistic: "Maximum" }),
       900,

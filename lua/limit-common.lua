@@ -84,6 +84,16 @@ local function rewrite(key, value)
   redis.call('SET', key, value, 'KEEPTTL')
 end
 
+-- The store epoch (sdk/src/protocol/keys-store-epoch.ts): `epochKey`, when the caller declares it, is the
+-- epoch key of the call's slot, written when the store was initialised. Missing, the slot's state was lost
+-- since: the error reply to answer (the call counts nothing), else nil.
+local function storeLost(epochKey)
+  if epochKey ~= nil and redis.call('EXISTS', epochKey) == 0 then
+    return redis.error_reply('STORELOST ' .. epochKey)
+  end
+  return nil
+end
+
 local function reply(n)
   if n > MAX_REPLY then return MAX_REPLY end
   return n

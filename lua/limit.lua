@@ -1,6 +1,8 @@
 --[[ limit.lua: one rate limit (POST /v1/limit). Loaded after limit-common.lua and exactly one algorithm
 file, so a call defines only the algorithm it runs.
 KEYS[1]    the limit's state
+KEYS[2]    optional: the epoch key of its slot (storeLost() in limit-common.lua): missing, the call answers
+           "STORELOST <KEYS[2]>" and counts nothing
 ARGV[1]    struct "<ddddddd": now (ms since the epoch: the request's `at`, or the clock), cost (0 peeks:
            decides, changes nothing), p1..p4 of the algorithm (see its file; unused ones 0), then clock (the
            function's clock, ms: what key lifetimes are counted by, see limit-common.lua). Numbers travel packed: parsing decimal text
@@ -15,6 +17,8 @@ return function(KEYS, ARGV)
   local _, algorithm = next(ALGORITHMS)
   local now, cost, p1, p2, p3, p4, clock = struct.unpack('<ddddddd', ARGV[1])
   beginCall(now, clock)
+  local lost = storeLost(KEYS[2])
+  if lost then return lost end
   -- the algorithm writes its verdict itself (not deferred): a denial charges nothing
   local allowed, limit, remaining, remainingNow, resetAt, retry = algorithm(KEYS[1], now, cost, p1, p2, p3, p4)
   if allowed then return struct.pack('<ddddd', 1, limit, reply(remaining), reply(resetAt), 0) end

@@ -10,6 +10,7 @@
 //   pipeline    pipeline.ts           one campaign through the local stack
 //   archive     archive-cost.ts       the same campaign with the decision archive off and on
 //   check-api   check-api.ts          the check API in process and over HTTP
+//   flood       frequency-flood.ts    32 clients flooding one block: answers by status, slowest script
 //   limits      limits-bench.ts       Limiter.check against rate-limiter-flexible
 //   quotas      quotas.ts             the Quotas SDK (its own cluster, started after the one above stops)
 //
@@ -24,6 +25,7 @@ import { runArchiveCost } from "./bench/archive-cost.ts";
 import { runCapping } from "./bench/capping.ts";
 import { runCappingWorkloads } from "./bench/capping-workloads.ts";
 import { runCheckApi } from "./bench/check-api.ts";
+import { runFrequencyFlood } from "./bench/frequency-flood.ts";
 import { runLimitsBench } from "./bench/limits-bench.ts";
 import { runMaxima } from "./bench/maxima.ts";
 import { runPipeline } from "./bench/pipeline.ts";
@@ -32,7 +34,17 @@ import { BASE_PORT, seedNodes, startBenchCluster } from "./bench/stack.ts";
 import { replaceBetween } from "./bench/tables.ts";
 import { stopCluster } from "./redis-cluster.ts";
 
-const SECTIONS = ["capping", "workloads", "maxima", "pipeline", "archive", "check-api", "limits", "quotas"] as const;
+const SECTIONS = [
+  "capping",
+  "workloads",
+  "maxima",
+  "pipeline",
+  "archive",
+  "check-api",
+  "flood",
+  "limits",
+  "quotas",
+] as const;
 type Section = (typeof SECTIONS)[number];
 
 /** The section asked for (BENCH_ONLY before the command line), or undefined for all of them. */
@@ -71,6 +83,7 @@ async function main(only: Section | undefined): Promise<void> {
     if (runs("pipeline")) publish("pipeline", await runPipeline(engineRate));
     if (runs("archive")) publish("archive", await runArchiveCost());
     if (runs("check-api")) publish("check-api", await runCheckApi());
+    if (runs("flood")) publish("flood", await runFrequencyFlood());
     if (runs("limits")) publish("limits", await runLimitsBench({ cluster: connect(), primaries: nodes }));
   } finally {
     await Promise.all(clients.map((client) => client.quit().catch(() => {})));

@@ -27,6 +27,7 @@ import { addPolicyCommands } from "./cli/policy-commands.ts";
 import { addQuotasCommands } from "./cli/quotas-commands.ts";
 import { addRedisCommands } from "./cli/redis-commands.ts";
 import { addSegmentsCommands } from "./cli/segments-commands.ts";
+import { addStoreCommands } from "./cli/store-commands.ts";
 import { isMain } from "./is-main.ts";
 
 const { version } = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as {
@@ -50,6 +51,7 @@ export function makeProgram(): Command {
   addCheckCommand(program);
   addQuotasCommands(program);
   addRedisCommands(program);
+  addStoreCommands(program);
   return program;
 }
 

@@ -7,6 +7,7 @@ import type { CapStore } from "../core/capping/cap-sends-script.ts";
 import { type LimitStore, peeks } from "../core/limits/limit-script.ts";
 import type { Algorithm } from "../core/limits/limit-specs.ts";
 import { peeksAll } from "../core/limits/limits-script.ts";
+import type { StoreEpochGuard } from "../core/shared/store-epoch.ts";
 import { LIMIT_FUNCTIONS, limitLibrary, readerOf, tollgateLibrary } from "./lua-scripts.ts";
 import { type CallOptions, RedisCalls, type RedisCircuitOptions } from "./redis-calls.ts";
 import { PasswordRenewal } from "./redis-reauth.ts";
@@ -99,6 +100,8 @@ export interface RedisCapStoreOptions {
    * ID, which would count twice if a lost attempt had run.
    */
   retryOn?: CallOptions["retryOn"];
+  /** The store epoch: each call declares its slot's epoch key and counts nothing when it is gone (StoreLostError). */
+  epoch?: StoreEpochGuard;
 }
 
 /**
@@ -108,6 +111,7 @@ export interface RedisCapStoreOptions {
  */
 export class RedisCapStore implements CapStore {
   private readonly options: CallOptions;
+  private readonly epoch: StoreEpochGuard | undefined;
 
   constructor(
     private readonly cluster: TollgateCluster,
@@ -118,18 +122,23 @@ export class RedisCapStore implements CapStore {
       retryOn: options.retryOn ?? "no-answer",
       ...(options.onRetry ? { onRetry: options.onRetry } : {}),
     };
+    this.epoch = options.epoch;
   }
 
   /** A peek (ARGV[3], the mode, "peek..."): the reader, which a node past maxmemory still runs. */
   capSends(keys: readonly string[], args: readonly (string | Buffer)[]): Promise<Buffer> {
-    if (keys.length !== 1) throw new Error(`cap-sends declares 1 key, not ${keys.length}`);
+    if (keys.length !== 1) throw new Error(`cap-sends is given 1 key, not ${keys.length}`);
     const name = String(args[2]).startsWith("peek") ? "capSendsRead" : "capSends";
-    return redisCallsOf(this.cluster).call(
-      `cap-sends on ${keys[0]}`,
-      keys,
-      () => fcallBuffer(this.cluster, tollgateLibrary, name, keys, args),
-      this.options,
-    );
+    const run = (declared: readonly string[]) =>
+      redisCallsOf(this.cluster).call(
+        `cap-sends on ${keys[0]}`,
+        // the state's keys share a tag; the epoch key shares only their slot
+        keys,
+        () => fcallBuffer(this.cluster, tollgateLibrary, name, declared, args),
+        this.options,
+      );
+    const key = keys[0] as string;
+    return this.epoch ? this.epoch.run(key, (epochKey) => run([key, epochKey])) : run(keys);
   }
 }
 
@@ -149,12 +158,14 @@ export class RedisLimitStore implements LimitStore {
   private readonly callOptions: CallOptions;
   /** Looked up once: the client's RedisCalls never changes. */
   private readonly calls: RedisCalls;
+  private readonly epoch: StoreEpochGuard | undefined;
 
   constructor(
     private readonly cluster: Cluster,
-    options: { deadlineMs: number; onRetry?: (error: Error) => void },
+    options: { deadlineMs: number; onRetry?: (error: Error) => void; epoch?: StoreEpochGuard },
   ) {
     this.calls = redisCallsOf(cluster);
+    this.epoch = options.epoch;
     this.callOptions = {
       deadlineMs: options.deadlineMs,
       retryOn: "not-run",
@@ -167,22 +178,27 @@ export class RedisLimitStore implements LimitStore {
     const writer = LIMIT_FUNCTIONS[algorithm];
     if (!writer) throw new Error(`no limit function for ${algorithm}`);
     const name = peeks(args) ? readerOf(writer) : writer;
-    return this.calls.call(
-      `limit on ${key}`,
-      [key],
-      () => fcallBuffer(this.cluster, limitLibrary, name, [key], [args]),
-      this.callOptions,
-    );
+    const run = (declared: readonly string[]) =>
+      this.calls.call(
+        `limit on ${key}`,
+        [key],
+        () => fcallBuffer(this.cluster, limitLibrary, name, declared, [args]),
+        this.callOptions,
+      );
+    return this.epoch ? this.epoch.run(key, (epochKey) => run([key, epochKey])) : run([key]);
   }
 
   /** Every cost 0 (limitsArgs): the reader. */
   runLimits(keys: readonly string[], args: readonly (string | Buffer)[]): Promise<number[]> {
     const name = peeksAll(args) ? readerOf("limits") : "limits";
-    return this.calls.call(
-      `limits on ${keys[0]}`,
-      keys,
-      () => fcall<number[], keyof typeof limitLibrary.functions>(this.cluster, limitLibrary, name, keys, args),
-      this.callOptions,
-    );
+    const run = (declared: readonly string[]) =>
+      this.calls.call(
+        `limits on ${keys[0]}`,
+        keys,
+        () => fcall<number[], keyof typeof limitLibrary.functions>(this.cluster, limitLibrary, name, declared, args),
+        this.callOptions,
+      );
+    const first = keys[0] as string;
+    return this.epoch ? this.epoch.run(first, (epochKey) => run([...keys, epochKey])) : run(keys);
   }
 }

@@ -15,6 +15,7 @@ import {
   redisCallsOf,
 } from "../adapters/redis-cluster.ts";
 import { RedisQuotaStore } from "../adapters/redis-quota-store.ts";
+import { RedisStoreEpochSlots } from "../adapters/redis-store-epoch.ts";
 import { RedisTenantIndex } from "../adapters/redis-tenant-index.ts";
 import { type WarmUpReport, warmUp } from "../adapters/redis-warm-up.ts";
 import { S3ObjectStore } from "../adapters/s3-object-store.ts";
@@ -28,6 +29,7 @@ import { QUOTA_STATE_LOST_METRIC, QuotaSyncService, rulesStamp } from "../core/q
 import { publishTenantRules } from "../core/quotas/tenant-rules-publication.ts";
 import { type Clock, systemClock } from "../core/shared/clock.ts";
 import { DecisionArchive } from "../core/shared/decision-archive.ts";
+import { DEFAULT_ON_STORE_LOSS, STORE_LOST_METRIC, StoreEpochGuard } from "../core/shared/store-epoch.ts";
 import type { Tenant } from "../core/shared/tenants.ts";
 import {
   type CampaignConsumerHandlerDeps,
@@ -86,6 +88,38 @@ function commonParts(
 }
 
 /**
+ * The store epoch of caps and limits (docs/decisions/0091-store-epoch-per-hash-slot.md): the marker in the
+ * rules bucket, the epoch keys in Redis, the policy's `onStoreLoss`; each slot found lost is logged as an
+ * error carrying the EMF count `StoreLost` (counted whether or not per-request metrics are published).
+ */
+function storeEpoch(
+  config: CommonEnvironment,
+  { s3, cluster, rules }: Pick<ReturnType<typeof commonParts>, "s3" | "cluster" | "rules">,
+  logger: Logger,
+  clock: Clock,
+): StoreEpochGuard {
+  return new StoreEpochGuard({
+    objects: new S3ObjectStore(s3, config.CONFIG_BUCKET),
+    slots: new RedisStoreEpochSlots(cluster),
+    namespace: config.KEY_NAMESPACE,
+    clock,
+    // without rules in service, the safe choice
+    onStoreLoss: () =>
+      rules.current().then(
+        (active) => active.policy.onStoreLoss,
+        () => DEFAULT_ON_STORE_LOSS,
+      ),
+    onLoss: (loss) =>
+      logger.error(
+        loss.onStoreLoss === "pause"
+          ? "store lost the state of a hash slot: nothing counted there until `tollgate store acknowledge`"
+          : "store lost the state of a hash slot: counting on against the empty state (onStoreLoss continue)",
+        { ...loss, ...emfCount("Tollgate", STORE_LOST_METRIC, 1, clock.now()) },
+      ),
+  });
+}
+
+/**
  * The decision archive of DECISION_ARCHIVE (undefined when off), its losses logged and counted as the
  * `archiveLost` metric.
  */
@@ -127,12 +161,15 @@ export function wireCampaignConsumer(
   const config = parseConsumerEnvironment(env);
   const logger = new Logger({ serviceName: "tollgate-campaign-consumer" });
   const metrics = new Metrics({ namespace: "Tollgate", serviceName: "campaign-consumer" });
-  const { s3, sqs, cluster, rules } = commonParts(config, logger, metrics);
+  const parts = commonParts(config, logger, metrics);
+  const { s3, sqs, cluster, rules } = parts;
   const archive = decisionArchive(config, s3, logger, metrics, clock);
+  const epoch = storeEpoch(config, parts, logger, clock);
   const capper = new Capper({
     store: new RedisCapStore(cluster, {
       deadlineMs: config.REDIS_DEADLINE_MS,
       onRetry: (error) => logger.warn("redis call retried", { error: error.message }),
+      epoch,
     }),
     rules: (request) => rules.current(request),
     namespace: config.KEY_NAMESPACE,
@@ -161,7 +198,7 @@ export function wireCampaignConsumer(
     ...(archive ? { archive } : {}),
     ...(observe.onOutcome ? { onOutcome: observe.onOutcome } : {}),
   });
-  return { handler, consumer, cluster, s3, sqs, config, archive };
+  return { handler, consumer, cluster, s3, sqs, config, archive, epoch };
 }
 
 /** The check API from its environment: Limiter over Redis (per-request budget), rules for health. */
@@ -192,16 +229,18 @@ export function wireCheckApi(env: NodeJS.ProcessEnv, options: WiringOptions = {}
       ),
       tenantQuotaRulesOf(active, removedTenant("")).stamp,
     );
-  const { s3, cluster, rules } = commonParts(config, logger, metrics, { autoPipelining: false }, publishQuotaRules);
+  const parts = commonParts(config, logger, metrics, { autoPipelining: false }, publishQuotaRules);
+  const { s3, cluster, rules } = parts;
   const archive = decisionArchive(config, s3, logger, metrics, clock);
+  const epoch = storeEpoch(config, parts, logger, clock);
   const limiter = new Limiter({
-    store: new RedisLimitStore(cluster, { deadlineMs: config.CHECK_TIMEOUT_MS }),
+    store: new RedisLimitStore(cluster, { deadlineMs: config.CHECK_TIMEOUT_MS, epoch }),
     namespace: config.KEY_NAMESPACE,
     clock,
   });
   const capper = new Capper({
     // a frequency check without a campaign ID is not idempotent: retry only what surely did not run
-    store: new RedisCapStore(cluster, { deadlineMs: config.CHECK_TIMEOUT_MS, retryOn: "not-run" }),
+    store: new RedisCapStore(cluster, { deadlineMs: config.CHECK_TIMEOUT_MS, retryOn: "not-run", epoch }),
     rules: (request) => rules.current(request),
     namespace: config.KEY_NAMESPACE,
     redeliveryMs: config.CAMPAIGN_REDELIVERY_SECONDS * 1000,
@@ -222,12 +261,21 @@ export function wireCheckApi(env: NodeJS.ProcessEnv, options: WiringOptions = {}
         ),
       new Promise<"unavailable">((resolve) => setTimeout(() => resolve("unavailable"), config.CHECK_TIMEOUT_MS * 4)),
     ]);
+    // the probed slots (a FLUSHALL or a primary replaced empty shows there), then what this environment knows
+    await Promise.race([
+      epoch.probe(),
+      new Promise((resolve) => setTimeout(resolve, config.CHECK_TIMEOUT_MS * 4).unref()),
+    ]).catch(() => {});
+    const store = epoch.status();
+    // under `pause`, a lost slot refuses its calls until acknowledged: not healthy
+    const storeOk = store.lostSlots.length === 0 || store.onStoreLoss === "continue";
     try {
       const { policy, segments } = await rules.current();
       const sizes = segments.sizes();
       const report: HealthReport = {
-        ok: redis === "ok",
+        ok: redis === "ok" && storeOk,
         redis,
+        store,
         policyVersion: policy.version,
         segments: Object.fromEntries(policy.segments.slice(0, -1).map((segment, i) => [segment.name, sizes[i] ?? 0])),
       };
@@ -235,7 +283,7 @@ export function wireCheckApi(env: NodeJS.ProcessEnv, options: WiringOptions = {}
       if (refused.length > 0) report.refused = refused;
       return report;
     } catch {
-      return { ok: false, redis, refused: rules.status().refused };
+      return { ok: false, redis, store, refused: rules.status().refused };
     }
   };
   // one sync service per tenant namespace: its own keys, and only the rules the tenant syncs
@@ -299,6 +347,10 @@ export function wireCheckApi(env: NodeJS.ProcessEnv, options: WiringOptions = {}
   const warm = async (): Promise<WarmUpReport> => {
     const [redis] = await Promise.all([
       warmUp(cluster, { timeoutMs: WARM_UP_MS }),
+      // the store epoch's marker (the store initialised on its first start); a failure is tried again by the first call
+      Promise.race([epoch.open(), new Promise((resolve) => setTimeout(resolve, WARM_UP_MS).unref())]).catch((error) =>
+        logger.warn("store epoch not read at init: the first call reads it", { error }),
+      ),
       // a missing or refused policy is reported by the first request that needs it
       Promise.race([rules.current(), new Promise((resolve) => setTimeout(resolve, WARM_UP_MS).unref())]).catch(
         () => {},
@@ -307,7 +359,7 @@ export function wireCheckApi(env: NodeJS.ProcessEnv, options: WiringOptions = {}
     if (!redis.warm) logger.warn("Redis not warm at init: the first requests connect", { error: redis.error });
     return redis;
   };
-  return { handler, cluster, config, warm, archive, restoreQuotaRules };
+  return { handler, cluster, config, warm, archive, restoreQuotaRules, epoch };
 }
 
 /** A tenant namespace the policy no longer has: it syncs nothing (its rules are removed). */

@@ -12,6 +12,7 @@ import type { CampaignConsumer, ConsumeOutcome } from "../core/capping/campaign-
 import { type Clock, systemClock } from "../core/shared/clock.ts";
 import {
   RulesUnavailableError,
+  StoreLostError,
   StoreReplyError,
   StoreUnavailableError,
   TimeBudgetError,
@@ -187,5 +188,6 @@ function failureMetric(error: unknown): string {
   if (error instanceof StoreUnavailableError) return "storeErrors";
   if (error instanceof StoreReplyError) return "storeReplyErrors";
   if (error instanceof RulesUnavailableError) return "rulesUnavailable";
+  if (error instanceof StoreLostError) return "storeLost";
   return "recordFailures";
 }

@@ -18,9 +18,11 @@ import type { DecisionLog } from "../core/shared/decision-archive.ts";
 import {
   type RulesRefusal,
   RulesUnavailableError,
+  StoreLostError,
   StoreReplyError,
   StoreUnavailableError,
 } from "../core/shared/errors.ts";
+import type { StoreEpochStatus } from "../core/shared/store-epoch.ts";
 import type { Tenancy, Tenant } from "../core/shared/tenants.ts";
 import type { CheckApiRoutes } from "./function-urls.ts";
 import { actionFor, HttpError, type HttpResponse, json, parseJsonObject, type Routes, refusal } from "./http.ts";
@@ -34,6 +36,8 @@ export interface HealthReport {
   segments?: Record<string, number>;
   /** The policy or bitmap objects the last refresh refused, and why (the last good rules stay in service). */
   refused?: readonly RulesRefusal[];
+  /** The store epoch: when the store was initialised, and the hash slots this function found lost. */
+  store?: StoreEpochStatus;
 }
 
 export interface CheckApiDeps {
@@ -271,6 +275,21 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
           },
         },
         { "retry-after": "1" },
+      );
+    }
+    if (error instanceof StoreLostError) {
+      // onStoreLoss pause: nothing counted, whatever onStoreError says (Redis answered), until acknowledged
+      add("storeLost");
+      return json(
+        503,
+        {
+          error: {
+            code: "store_lost",
+            message: `the counter store lost this key's state (hash slot ${error.slot}); nothing was counted until an operator acknowledges the loss`,
+            slot: error.slot,
+          },
+        },
+        { "retry-after": "60" },
       );
     }
     if (error instanceof RulesUnavailableError) {

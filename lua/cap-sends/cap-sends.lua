@@ -11,7 +11,7 @@ A user's sends live in one of two places, both under the call's hash tag (one sl
 A user's sends are the union of both. A page written through its block absorbs (and deletes) the user
 records of the users it writes.
 
-KEYS[1]          the tag's identity table (hash), "<prefix>ids": the call's only declared key (ioredis and
+KEYS[1]          the tag's identity table (hash), "<prefix>ids", declared first (KEYS[2]: store-epoch.lua) (ioredis and
                  Redis Cluster route the call by it). "i:<identity>" -> number, "n:<number>" -> identity,
                  "t:<number>" -> when a call last wrote a send of it (now), "next" -> last number given,
                  "sweep"/"floor" -> where the pruning looks next / below which every number is dropped; user
@@ -166,6 +166,7 @@ end
 local function capSends(keys, args)
   local failure = beginCall(keys, args)
   if failure then return failure end
+--- @include "store-epoch"
   local pageCount = #args - FIRST_PAGE_ARG
   local refused = readRangeRoots()
   if refused then

@@ -59,3 +59,20 @@ async function setNormal(host: string, port: number): Promise<void> {
     // left as it is: the line returned reports that raising failed
   }
 }
+
+/**
+ * Every primary among `ports` at `scheduling` (fifo: SCHED_FIFO, as schedulePrimaries; normal: SCHED_OTHER),
+ * for a section that compares the two in one run; what the row should say of it. Where raising fails, the
+ * primaries stay at normal priority and the text says so.
+ */
+export async function schedulePrimariesAs(host: string, ports: number[], scheduling: Scheduling): Promise<string> {
+  if (scheduling === "fifo") {
+    const said = await schedulePrimaries(host, ports);
+    return said.includes("real-time") ? `real-time (SCHED_FIFO ${FIFO_PRIORITY})` : "normal (raising failed)";
+  }
+  for (const port of ports) {
+    const { role } = await serverOf(host, port);
+    if (role === "master") await setNormal(host, port);
+  }
+  return "normal (SCHED_OTHER, beside the load)";
+}

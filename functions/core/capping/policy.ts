@@ -6,6 +6,7 @@ import { MAX_FUTURE_MS } from "../shared/clock.ts";
 import { MAX_WINDOW_MS, MIN_WINDOW_MS, parseDuration } from "../shared/duration.ts";
 import { InvalidPolicyError } from "../shared/errors.ts";
 import { compileQuotaRules, type PublishedQuotaRule, quotaRulesSchema } from "../shared/quota-rules.ts";
+import { DEFAULT_ON_STORE_LOSS, type OnStoreLoss, STORE_LOSS_POLICIES } from "../shared/store-epoch.ts";
 import { Tenancy, tenantsSchema } from "../shared/tenants.ts";
 import { describeIssues } from "../shared/validation.ts";
 
@@ -65,6 +66,14 @@ export const policySchema = z
     quotas: quotaRulesSchema.optional(),
     /** Who may call the check API and the quota sync route, and for what (docs/tenants.md); none: nobody. */
     tenants: tenantsSchema.optional(),
+    /**
+     * What a lost store (FLUSHALL, a node replaced empty) stops: `pause` (the default) counts nothing and
+     * retries campaign records, answering 503 `store_lost`, until `tollgate store acknowledge`; `continue`
+     * counts on against the empty state (docs/OPERATIONS.md).
+     */
+    onStoreLoss: z
+      .enum(STORE_LOSS_POLICIES, { error: 'expected "pause" or "continue"' })
+      .default(DEFAULT_ON_STORE_LOSS),
   })
   .superRefine((policy, ctx) => {
     const seenChannels = new Set<string>();
@@ -169,6 +178,8 @@ export interface Policy {
   quotas: ReadonlyMap<string, PublishedQuotaRule>;
   /** The tenants, by principal (none without a `tenants` section: every request is refused). */
   tenancy: Tenancy;
+  /** What follows a lost store's slot (docs/OPERATIONS.md); `pause` unless the policy says `continue`. */
+  onStoreLoss: OnStoreLoss;
 }
 
 export interface PolicyParseOptions {
@@ -240,6 +251,7 @@ function compilePolicy(document: PolicyDocument): Policy {
     },
     quotas: compileQuotaRules(document.version, document.quotas ?? []),
     tenancy: new Tenancy(document.tenants ?? []),
+    onStoreLoss: document.onStoreLoss,
   };
 }
 

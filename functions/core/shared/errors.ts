@@ -113,6 +113,22 @@ export class StoreReplyError extends TollgateError {
   }
 }
 
+/**
+ * The store lost the state of a hash slot since it was initialised (its epoch key is gone: FLUSHALL, a node
+ * replaced empty): the script that found it counted nothing. Redis answered, so this is neither "did not
+ * answer" nor a defect; what follows is the policy's `onStoreLoss` (docs/OPERATIONS.md).
+ */
+export class StoreLostError extends TollgateError {
+  /** The epoch key found missing, and its hash slot. */
+  readonly epochKey: string;
+  readonly slot: number;
+  constructor(epochKey: string, slot: number, options?: { cause?: unknown }) {
+    super(`the store lost the state of hash slot ${slot} (${epochKey} is gone); nothing was counted`, options);
+    this.epochKey = epochKey;
+    this.slot = slot;
+  }
+}
+
 /** A policy or bitmap object that was refused, and why (health reports these). */
 export interface RulesRefusal {
   /** The object key (`config/policy.json`, `segments/new.roaring`). */

@@ -5,6 +5,7 @@
 // entry; it imports neither of them.
 export { WireError } from "./errors.ts";
 export * from "./keys.ts";
+export * from "./keys-store-epoch.ts";
 export * from "./lua-chunks.ts";
 export * from "./redis-auth.ts";
 export * from "./redis-functions.ts";

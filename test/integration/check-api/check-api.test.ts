@@ -188,10 +188,16 @@ describe("POST /v1/limits", () => {
 });
 
 describe("GET /v1/health", () => {
-  it("reports Redis, the policy in service and the segment sizes", async () => {
+  it("reports Redis, the policy in service, the segment sizes and the store epoch", async () => {
     const response = await signedFetch(`${url}/v1/health`);
     expect(response.status).toBe(200);
-    expect(await response.json()).toEqual({ ok: true, redis: "ok", policyVersion: "check.1", segments: { new: 3 } });
+    expect(await response.json()).toEqual({
+      ok: true,
+      redis: "ok",
+      policyVersion: "check.1",
+      segments: { new: 3 },
+      store: { epoch: expect.any(Number), initialisedAt: expect.any(String), lostSlots: [], slotsLostSinceStart: 0 },
+    });
   });
 });
 

@@ -86,7 +86,9 @@ async function snapshot(prefix = `${namespace}:`): Promise<Map<string, string>> 
     do {
       const [next, keys] = await node.scan(cursor, "MATCH", `${prefix}*`, "COUNT", 1000);
       cursor = next;
-      const written = (name: string) => [":cfg", ":q:rules", ":q:tenants"].some((end) => name.endsWith(end));
+      // the store epoch's keys are the deployment's, one per hash slot, written once (no tenant's state)
+      const written = (name: string) =>
+        [":cfg", ":q:rules", ":q:tenants"].some((end) => name.endsWith(end)) || name.startsWith(`${namespace}:se:{`);
       for (const name of keys.filter((name) => !written(name)))
         found.set(name, ((await node.dumpBuffer(name)) ?? Buffer.alloc(0)).toString("hex"));
     } while (cursor !== "0");

@@ -1,7 +1,8 @@
 // Redis stopped under the pipeline: the batch fails as a whole and is retried, nothing is forwarded
-// without a decision, and the retry succeeds once Redis is back. The stack has its own cluster, so
+// without a decision, and the retry succeeds once Redis is back (empty: a store loss, acknowledged). The stack has its own cluster, so
 // stopping it does not disturb the other tests.
 import { afterAll, beforeAll, expect, it } from "vitest";
+import { acknowledgeStoreLoss } from "../../../functions/app/store-actions.ts";
 import type { LocalStack } from "../../../scripts/local-stack.ts";
 import { startCluster, stopCluster } from "../../../scripts/redis-cluster.ts";
 import { basePort } from "../../support/cluster.ts";
@@ -51,6 +52,14 @@ it("fails the whole batch while Redis is down and succeeds on the retry once it 
   const retried = await receive(stack, 2);
   expect(new Set(retried.map((m) => m.MessageId))).toEqual(new Set(ids));
   expect(retried.every((m) => m.Attributes?.ApproximateReceiveCount === "2")).toBe(true);
-  expect((await invoke(stack, retried)).batchItemFailures).toEqual([]);
+  // back empty, the store lost its state: under onStoreLoss pause nothing is counted until acknowledged
+  await expect(invoke(stack, retried)).rejects.toThrow();
+  expect(await drainDelivery(stack)).toEqual([]);
+  expect(stack.consumer.epoch.status().lostSlots.length).toBeGreaterThan(0);
+  const { consumer } = stack;
+  await acknowledgeStoreLoss(consumer.s3, stack.endpoints.bucket, consumer.cluster, consumer.config.KEY_NAMESPACE);
+  const acknowledged = await receive(stack, 2);
+  expect(acknowledged.every((m) => m.Attributes?.ApproximateReceiveCount === "3")).toBe(true);
+  expect((await invoke(stack, acknowledged)).batchItemFailures).toEqual([]);
   expect((await drainDelivery(stack)).flatMap((m) => m.sends.map((s) => s.userId)).sort()).toEqual([1, 2, 3, 4]);
 });

@@ -31,6 +31,13 @@ function issuesOf(document: unknown): readonly string[] {
 }
 
 describe("policy", () => {
+  it("takes onStoreLoss pause (the default) or continue, and names the field of any other value", () => {
+    expect(parsePolicy(valid()).onStoreLoss).toBe("pause");
+    expect(parsePolicy({ ...valid(), onStoreLoss: "continue" }).onStoreLoss).toBe("continue");
+    expect(issuesOf({ ...valid(), onStoreLoss: "stop" })).toEqual(['onStoreLoss: expected "pause" or "continue"']);
+    expect(issuesOf({ ...valid(), onStoreLoss: null })).toEqual(['onStoreLoss: expected "pause" or "continue"']);
+  });
+
   it("compiles the DESIGN example: a channel's own caps, then the '*' caps", () => {
     const policy = parsePolicy(valid());
     expect(policy.segments.map((s) => s.name)).toEqual(["new", "active", "unsegmented"]);

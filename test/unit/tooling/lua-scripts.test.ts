@@ -15,7 +15,7 @@ const root = fileURLToPath(new URL("../../..", import.meta.url));
 const LUA = new URL("../../../lua/", import.meta.url);
 
 /**
- * sha256 of each split script's chunk: cap-sends since its per-call state is one table, quota-sync since its
+ * sha256 of each split script's chunk: cap-sends since its per-call state is one table and it checks the store epoch (store-epoch.lua), quota-sync since its
  * time comes from the store's clock (store-time.lua).
  * A change to a script changes its chunk and its library's name on purpose: update these with it.
  */
