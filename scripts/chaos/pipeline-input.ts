@@ -17,7 +17,7 @@ export const PIPELINE_POLICY = {
         { window: "5s", max: 2 },
       ],
       email: [{ window: "3s", max: 1 }],
-      "*": [{ window: "1m", max: 6 }],
+      "*": [{ window: "1m", max: 8 }],
     },
   },
 };
@@ -27,7 +27,7 @@ export const PIPELINE_CAPS: readonly CapRule[] = [
   { channel: "push", windowMs: 2_000, max: 1 },
   { channel: "push", windowMs: 5_000, max: 2 },
   { channel: "email", windowMs: 3_000, max: 1 },
-  { channel: "*", windowMs: 60_000, max: 6 },
+  { channel: "*", windowMs: 60_000, max: 8 },
 ];
 
 /** The users: one per cap hash tag (1,024 users apart), so their keys spread over every primary. */

@@ -65,7 +65,8 @@ export const STORE_NEMESES: readonly ProductNemesis[] = [
   },
   {
     name: "slot-migration",
-    summary: "every slot holding the scenario's keys moved to the next primary (SETSLOT IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE)",
+    summary:
+      "every slot holding the scenario's keys moved to the next primary (SETSLOT IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE)",
     durationMs: 0,
     inject: async (c) => {
       await c.cluster.migrateSlotsOf(c.pattern, 150);
