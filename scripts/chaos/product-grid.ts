@@ -63,7 +63,6 @@ export const PRODUCT_SHORT_RUN: readonly string[] = [
   "pipeline/redelivery-storm",
   "pipeline/consumer-killed-mid-batch",
   "check-api/kill-9-primary",
-  "check-api/client-pause-3s",
 ];
 
 /**
