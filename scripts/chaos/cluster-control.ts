@@ -71,9 +71,12 @@ export class ClusterControl {
     throw new Error(`no primary serves ${key}`);
   }
 
+  /** kill -9 of a node; returns once the process is gone, so a restart finds its port free. */
   kill9(port: number): void {
     const pid = this.pidOf(port);
-    if (pid !== undefined) process.kill(pid, "SIGKILL");
+    if (pid === undefined || !signal(pid, "SIGKILL")) return;
+    const pause = new Int32Array(new SharedArrayBuffer(4));
+    for (let i = 0; i < 200 && signal(pid, 0); i++) Atomics.wait(pause, 0, 0, 10);
   }
 
   /** Starts a killed node again from its config (no persistence: it comes back empty). */
@@ -145,10 +148,21 @@ export class ClusterControl {
   }
 
   /** SIGSTOP (or SIGCONT) to every node: the whole cluster stops answering, its data kept. */
-  signalAll(signal: "SIGSTOP" | "SIGCONT"): void {
+  signalAll(sig: "SIGSTOP" | "SIGCONT"): void {
     for (const port of this.ports) {
       const pid = this.pidOf(port);
-      if (pid !== undefined) process.kill(pid, signal);
+      if (pid !== undefined) signal(pid, sig);
     }
+  }
+}
+
+/** Sends `sig` to `pid`; false when no such process is left (a node killed and not restarted). */
+function signal(pid: number, sig: NodeJS.Signals | 0): boolean {
+  try {
+    process.kill(pid, sig);
+    return true;
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ESRCH") return false;
+    throw error;
   }
 }

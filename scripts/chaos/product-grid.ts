@@ -9,6 +9,7 @@ import { PIPELINE_POLICY } from "./pipeline-input.ts";
 import { PipelineStack } from "./pipeline-stack.ts";
 import { CHECK_API_NEMESES, type CheckApiResult, runCheckApiScenario } from "./run-check-api.ts";
 import { PIPELINE_NEMESES, type PipelineResult, runPipelineScenario } from "./run-pipeline.ts";
+import { KNOWN_FAILING } from "./scenarios.ts";
 import { ChaosStack } from "./stack.ts";
 
 /** A scenario that threw (a nemesis or the harness): nothing to judge. */
@@ -65,16 +66,6 @@ export const PRODUCT_SHORT_RUN: readonly string[] = [
   "check-api/kill-9-primary",
 ];
 
-/**
- * The pipeline's and the check API's scenarios that fail at this commit, with what fails (seed 1). Nothing
- * detects a store that lost its data yet: the store epoch and `onStoreLoss` are the fix.
- */
-export const PRODUCT_KNOWN_FAILING: Readonly<Record<string, string>> = {
-  "pipeline/flushall": "users sent again after FLUSHALL: rolling windows over max (no store epoch checked yet)",
-  "pipeline/node-restarted-empty":
-    "users sent again after the node came back empty: windows over max (no store epoch checked yet)",
-};
-
 export function selectProductScenarios(filters: readonly string[]): ProductScenario[] {
   if (filters.length === 0) return [...PRODUCT_SCENARIOS];
   return PRODUCT_SCENARIOS.filter((s) => filters.some((f) => s.id === f || s.id.includes(f)));
@@ -103,7 +94,7 @@ export async function runProductGrid(options: ProductGridOptions): Promise<Produ
     await pipeline?.start(PIPELINE_POLICY);
     await checkApi?.start();
     for (const [index, scenario] of options.scenarios.entries()) {
-      const known = PRODUCT_KNOWN_FAILING[scenario.id];
+      const known = KNOWN_FAILING[scenario.id];
       const parts = { cluster, runId, index, seed: options.seed, pipeline, checkApi };
       const result = await runOne(scenario, parts, known).catch(async (error: unknown): Promise<ProductResult> => {
         // the grid goes on: the nodes resumed, the cluster healthy again, the failure in the table

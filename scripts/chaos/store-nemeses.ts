@@ -69,7 +69,8 @@ export const STORE_NEMESES: readonly ProductNemesis[] = [
       "every slot holding the scenario's keys moved to the next primary (SETSLOT IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE)",
     durationMs: 0,
     inject: async (c) => {
-      await c.cluster.migrateSlotsOf(c.pattern, 150);
+      const moved = await c.cluster.migrateSlotsOf(c.pattern, 150);
+      process.stderr.write(`[chaos] slot-migration: ${moved} slots moved\n`);
     },
     heal: nothing,
   },
