@@ -5,6 +5,7 @@
 import { execFile, execFileSync } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
 import { promisify } from "node:util";
 import { binariesOf, type Engine, startCluster, stopCluster, waitForCluster } from "../redis-cluster.ts";
 
@@ -101,9 +102,12 @@ export class ClusterControl {
     return found.sort();
   }
 
+  /** kill -9 of a node; returns once the process is gone, so a restart finds its port free. */
   kill9(port: number): void {
     const pid = this.pidOf(port);
-    if (pid !== undefined) process.kill(pid, "SIGKILL");
+    if (pid === undefined || !signal(pid, "SIGKILL")) return;
+    const pause = new Int32Array(new SharedArrayBuffer(4));
+    for (let i = 0; i < 200 && signal(pid, 0); i++) Atomics.wait(pause, 0, 0, 10);
   }
 
   /** Starts a killed node again from its config (no persistence: it comes back empty). */
@@ -132,11 +136,77 @@ export class ClusterControl {
     for (const port of await this.primaries()) await this.cli(port, "flushall");
   }
 
+  /** Keys matching `pattern` on `port` (SCAN, a small harness data set). */
+  async keysOn(port: number, pattern: string): Promise<string[]> {
+    const out = await this.cli(port, "--scan", "--pattern", pattern);
+    return out.split("\n").filter((line) => line !== "");
+  }
+
+  /** The primary holding the most keys matching `pattern`: the one a product's load lands on most. */
+  async busiestPrimary(pattern: string): Promise<number> {
+    let best: { port: number; keys: number } | undefined;
+    for (const port of await this.primaries()) {
+      const keys = (await this.keysOn(port, pattern)).length;
+      if (!best || keys > best.keys) best = { port, keys };
+    }
+    if (!best) throw new Error("no primary answers");
+    return best.port;
+  }
+
+  /**
+   * Moves every slot holding keys matching `pattern` to the next primary, as `redis-cli --cluster reshard`
+   * does it: the slot IMPORTING on the target and MIGRATING on the source, its keys MIGRATEd in batches (the
+   * slot answers ASK meanwhile), then SETSLOT NODE on every primary. `pauseMs` between the steps keeps each
+   * slot in its migrating state long enough for the load to meet it. Returns the slots moved.
+   */
+  async migrateSlotsOf(pattern: string, pauseMs: number): Promise<number> {
+    const primaries = await this.primaries();
+    const ids = new Map<number, string>();
+    for (const port of primaries) ids.set(port, (await this.cli(port, "cluster", "myid")).trim());
+    // every slot in use and its primary, found before anything moves (a slot moves once)
+    const plan: { slot: number; source: number; target: number }[] = [];
+    for (const [i, source] of primaries.entries()) {
+      const target = primaries[(i + 1) % primaries.length] as number;
+      const slots = new Set<number>();
+      for (const key of await this.keysOn(source, pattern))
+        slots.add(Number((await this.cli(source, "cluster", "keyslot", key)).trim()));
+      for (const slot of slots) plan.push({ slot, source, target });
+    }
+    let moved = 0;
+    for (const { slot, source, target } of plan) {
+      await this.cli(target, "cluster", "setslot", String(slot), "importing", ids.get(source) as string);
+      await this.cli(source, "cluster", "setslot", String(slot), "migrating", ids.get(target) as string);
+      await sleep(pauseMs);
+      for (;;) {
+        const keys = (await this.cli(source, "cluster", "getkeysinslot", String(slot), "100"))
+          .split("\n")
+          .filter((line) => line !== "");
+        if (keys.length === 0) break;
+        await this.cli(source, "migrate", HOST, String(target), "", "0", "5000", "keys", ...keys);
+      }
+      for (const port of [target, source, ...primaries.filter((p) => p !== target && p !== source)])
+        await this.cli(port, "cluster", "setslot", String(slot), "node", ids.get(target) as string);
+      moved++;
+    }
+    return moved;
+  }
+
   /** SIGSTOP (or SIGCONT) to every node: the whole cluster stops answering, its data kept. */
-  signalAll(signal: "SIGSTOP" | "SIGCONT"): void {
+  signalAll(sig: "SIGSTOP" | "SIGCONT"): void {
     for (const port of this.ports) {
       const pid = this.pidOf(port);
-      if (pid !== undefined) process.kill(pid, signal);
+      if (pid !== undefined) signal(pid, sig);
     }
+  }
+}
+
+/** Sends `sig` to `pid`; false when no such process is left (a node killed and not restarted). */
+function signal(pid: number, sig: NodeJS.Signals | 0): boolean {
+  try {
+    process.kill(pid, sig);
+    return true;
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ESRCH") return false;
+    throw error;
   }
 }

@@ -1,5 +1,6 @@
-// A fault proxy on loopback in front of the QuotaSync route: passes requests through, or answers a 5xx,
-// adds latency, or drops the connection, as the nemesis sets it.
+// A fault proxy on loopback in front of an HTTP service (the QuotaSync route, the S3 emulator): passes requests
+// through, or answers a 5xx, adds latency, or drops the connection, as the nemesis sets it; with `faults`, only
+// the requests it picks (the bucket's, not the queues' of the same emulator).
 import { createServer, request as httpRequest, type Server } from "node:http";
 
 export type ProxyFault =
@@ -14,10 +15,13 @@ export interface FaultProxy {
   stop(): Promise<void>;
 }
 
-export async function startFaultProxy(target: () => string): Promise<FaultProxy> {
+export async function startFaultProxy(
+  target: () => string,
+  faults: (path: string) => boolean = () => true,
+): Promise<FaultProxy> {
   const proxy: FaultProxy = { url: "", fault: { kind: "pass" }, stop: async () => {} };
   const server: Server = createServer((incoming, outgoing) => {
-    const fault = proxy.fault;
+    const fault: ProxyFault = faults(incoming.url ?? "/") ? proxy.fault : { kind: "pass" };
     if (fault.kind === "drop") {
       incoming.socket.destroy();
       return;

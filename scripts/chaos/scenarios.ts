@@ -54,7 +54,7 @@ export const SHORT_RUN: readonly string[] = [
 
 /**
  * Scenarios that fail at this commit, with what failed in the grid run of seed 1 (the grid prints "FAIL
- * (known)"). Remove an entry once its fault is fixed; a listed scenario that passes prints as such.
+ * (known)"), the campaign pipeline's and the check API's (`pipeline/...`, `check-api/...`) included. Remove an entry once its fault is fixed; a listed scenario that passes prints as such.
  */
 export const KNOWN_FAILING: Readonly<Record<string, string>> = {
   "none/strict/redis": "utilisation 94 %",
@@ -69,6 +69,12 @@ export const KNOWN_FAILING: Readonly<Record<string, string>> = {
   "fresh-process/strict/http": "111 of 324 denied under the limit",
   "fresh-process/approximate/redis": "24 of 338 denied under the limit",
   "fresh-process/approximate/http": "58 of 315 denied under the limit",
+  // the campaign pipeline and the check API (scripts/chaos/product-grid.ts): nothing detects a store that lost
+  // its data yet, so users are sent again and limits start over (the store epoch, checked by both, is the fix)
+  "pipeline/flushall": "rolling windows over max: users sent again after FLUSHALL",
+  "pipeline/node-restarted-empty": "rolling windows over max: users sent again after their node came back empty",
+  "check-api/flushall": "requests allowed that the contract denies: every limit starts over after FLUSHALL",
+  "check-api/node-restarted-empty": "requests allowed that the contract denies: the node's limits start over",
 };
 
 /** The scenarios whose id contains one of `filters` (all when none), in grid order. */

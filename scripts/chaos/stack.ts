@@ -1,6 +1,6 @@
 // The parts a chaos run needs beside the Redis Cluster: the S3 emulator holding the policy (the source of
-// truth), the QuotaSync function in a process of its own behind a fault proxy, and the operator's actions
-// on rules, through the same code the CLI runs (`tollgate quotas set --redis`, `tollgate policy upload`).
+// truth), the QuotaSync function (or, for the check API scenarios, the whole check API) in a process of its
+// own behind a fault proxy, and the operator's actions on rules, through the same code the CLI runs (`tollgate quotas set --redis`, `tollgate policy upload`).
 import { type ChildProcess, fork } from "node:child_process";
 import { CreateBucketCommand, type S3Client } from "@aws-sdk/client-s3";
 import { buildApp as buildFauxqs } from "fauxqs";
@@ -23,7 +23,7 @@ const REGION = "us-east-1";
 const BUCKET = "tollgate-chaos";
 /** The tenant the instances act for: the local stack's principal's (they sign as it, or connect under its namespace). */
 export const CHAOS_TENANT = "local";
-const SYNC_SERVER = new URL("./sync-server-main.ts", import.meta.url).pathname;
+const SYNC_SERVER = new URL("./check-api-main.ts", import.meta.url).pathname;
 /** How often the QuotaSync function re-reads the policy (a removal reaches HTTP clients within it). */
 const REFRESH_SECONDS = "1";
 
@@ -50,6 +50,8 @@ export class ChaosStack {
   constructor(
     readonly redisNodes: string[],
     private readonly logFile?: number,
+    /** The function's routes: the QuotaSync function's, or the whole check API's (the check API scenarios). */
+    private readonly routes: "quota-sync" | "all" = "quota-sync",
   ) {}
 
   async start(): Promise<void> {
@@ -76,6 +78,11 @@ export class ChaosStack {
     return this.proxy.url;
   }
 
+  /** The check API's URL (routes "all"): the fault proxy in front of it. */
+  get functionUrl(): string {
+    return this.proxy.url;
+  }
+
   /** Starts the QuotaSync function (on the port it had before, when restarted). */
   async startSyncServer(): Promise<void> {
     const child = fork(SYNC_SERVER, [String(this.syncPort)], {
@@ -84,6 +91,7 @@ export class ChaosStack {
         ...process.env,
         REDIS_NODES: this.redisNodes.join(","),
         CONFIG_BUCKET: BUCKET,
+        CHECK_API_ROUTES: this.routes,
         CAMPAIGN_REDELIVERY_SECONDS: "150",
         AWS_REGION: REGION,
         AWS_ENDPOINT_URL: this.awsEndpoint,

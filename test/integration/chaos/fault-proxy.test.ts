@@ -1,4 +1,5 @@
-// The chaos harness's fault proxy on loopback: passes a request through, answers a 5xx, delays, or drops it.
+// The chaos harness's fault proxy on loopback: passes a request through, answers a 5xx, delays, or drops it,
+// for every request or only those it picks.
 import { createServer, type Server } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type FaultProxy, startFaultProxy } from "../../../scripts/chaos/fault-proxy.ts";
@@ -51,5 +52,22 @@ describe("chaos fault proxy", () => {
     proxy.fault = { kind: "drop" };
     await expect(post()).rejects.toThrow();
     proxy.fault = { kind: "pass" };
+  });
+
+  it("faults only the requests it picks: the bucket's fail, the queues' of the same emulator pass", async () => {
+    const address = upstream.address();
+    const port = typeof address === "object" && address ? address.port : 0;
+    const picky = await startFaultProxy(
+      () => `http://127.0.0.1:${port}`,
+      (path) => path.startsWith("/bucket"),
+    );
+    try {
+      picky.fault = { kind: "status", status: 503 };
+      expect((await fetch(`${picky.url}/bucket/config/policy.json`)).status).toBe(503);
+      const queue = await fetch(`${picky.url}/`, { method: "POST", body: "receive" });
+      expect([queue.status, await queue.text()]).toEqual([200, "echo receive"]);
+    } finally {
+      await picky.stop();
+    }
   });
 });

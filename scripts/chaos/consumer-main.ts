@@ -1,0 +1,55 @@
+// One campaign consumer of a chaos run, a process of its own so a nemesis can kill -9 it mid-batch: the
+// consumer's wiring (functions/app/wiring.ts, as the Lambda entry builds it) driven by the local stack's SQS
+// poller, as Lambda's event source mapping drives it. The environment (REDIS_NODES, CONFIG_BUCKET, the queue
+// URLs, AWS_ENDPOINT_URL, ...) comes from the harness; CHAOS_CAMPAIGN_QUEUE_URL and _ARN name the queue it
+// polls. It tells the harness over IPC of each capped decision (the delivery queue shows only what went out).
+import { wireCampaignConsumer } from "../../functions/app/wiring.ts";
+import { SqsPoller } from "../local/sqs-poller.ts";
+
+export interface ConsumerMessage {
+  type: "ready" | "capped";
+  capped?: { seq: number; userId: number; cap: { channel: string; windowMs: number; max: number } }[];
+}
+
+function seqOf(body: string): number {
+  const seq = (JSON.parse(body) as { payload?: { seq?: unknown } }).payload?.seq;
+  return typeof seq === "number" ? seq : -1;
+}
+
+async function main(): Promise<void> {
+  const wired = wireCampaignConsumer(process.env, {
+    onOutcome: (outcome, record) => {
+      if (outcome.kind !== "forwarded") return;
+      const seq = seqOf(record.body);
+      const capped = outcome.result.decisions.flatMap((d) =>
+        d.decision === "capped" && d.cap
+          ? [{ seq, userId: d.userId, cap: { channel: d.cap.channel, windowMs: d.cap.windowMs, max: d.cap.max } }]
+          : [],
+      );
+      if (capped.length > 0) process.send?.({ type: "capped", capped } satisfies ConsumerMessage);
+    },
+  });
+  const poller = new SqsPoller({
+    sqs: wired.sqs,
+    queueUrl: process.env.CHAOS_CAMPAIGN_QUEUE_URL as string,
+    queueArn: process.env.CHAOS_CAMPAIGN_QUEUE_ARN as string,
+    region: wired.config.AWS_REGION,
+    handler: wired.handler,
+    batchSize: 5,
+    concurrency: 2,
+    functionTimeoutMs: 60_000,
+  });
+  poller.start();
+  process.send?.({ type: "ready" } satisfies ConsumerMessage);
+  process.on("message", async (message: { type?: string }) => {
+    if (message.type !== "stop") return;
+    await poller.stop();
+    wired.cluster.disconnect();
+    process.exit(0);
+  });
+}
+
+main().catch((error: unknown) => {
+  console.error(error);
+  process.exit(1);
+});

@@ -1,0 +1,62 @@
+// One check API scenario: the check API in a process of its own (two execution environments behind a local
+// Function URL), its clients (every algorithm, lagging, true and leading clocks, hot keys) sending from t₀,
+// the nemesis injected 3 s in and healed after its duration, 4 s more of load; then every answer replayed
+// against the contract's models.
+import { setTimeout as sleep } from "node:timers/promises";
+import { type Answer, type CheckApiCheck, checkAnswers } from "./check-api-checker.ts";
+import { checkApiClients, runClient } from "./check-api-clients.ts";
+import type { ClusterControl } from "./cluster-control.ts";
+import { seedOf } from "./seeded.ts";
+import type { ChaosStack } from "./stack.ts";
+import { type ProductNemesis, STORE_NEMESES, type StoreContext } from "./store-nemeses.ts";
+
+export interface CheckApiResult {
+  id: string;
+  nemesis: ProductNemesis;
+  check: CheckApiCheck;
+  /** Every answer, for a closer look than the figures give. */
+  answers: Answer[];
+  known: string | undefined;
+  wallMs: number;
+}
+
+const INJECT_AFTER_MS = 3000;
+const OBSERVE_AFTER_HEAL_MS = 4000;
+/** Requests per second of each client (one at a time, so fewer while the API is slow). */
+const PER_SECOND = 10;
+
+export const CHECK_API_NEMESES: readonly ProductNemesis[] = STORE_NEMESES;
+
+export async function runCheckApiScenario(
+  nemesis: ProductNemesis,
+  parts: { cluster: ClusterControl; stack: ChaosStack; runId: string; index: number; seed: number },
+  known: string | undefined,
+): Promise<CheckApiResult> {
+  const id = `check-api/${nemesis.name}`;
+  const began = Date.now();
+  const prefix = `a${parts.runId}-${parts.index}`;
+  const clients = checkApiClients(prefix);
+  const context: StoreContext = { cluster: parts.cluster, pattern: `*${prefix}-*`, state: {} };
+  const answers: Answer[] = [];
+  const t0 = Date.now() + 200;
+  const injectAt = t0 + INJECT_AFTER_MS;
+  const end = injectAt + nemesis.durationMs + OBSERVE_AFTER_HEAL_MS;
+  const running = clients.map((spec) =>
+    runClient(
+      parts.stack.functionUrl,
+      spec,
+      { from: t0, to: end, perSecond: PER_SECOND, seed: seedOf(parts.seed, id, spec.client) },
+      answers,
+    ),
+  );
+  await sleep(Math.max(0, injectAt - Date.now()));
+  try {
+    await nemesis.inject(context);
+    await sleep(Math.max(0, injectAt + nemesis.durationMs - Date.now()));
+  } finally {
+    await nemesis.heal(context);
+  }
+  await Promise.all(running);
+  await parts.cluster.waitReady();
+  return { id, nemesis, check: checkAnswers(clients, answers), answers, known, wallMs: Date.now() - began };
+}

@@ -1,0 +1,84 @@
+// The faults on the store that the campaign pipeline's and the check API's scenarios share: each acts on the
+// primary a product's keys live on most (its keys match the scenario's pattern), or on every node.
+import type { ClusterControl } from "./cluster-control.ts";
+
+export interface StoreContext {
+  cluster: ClusterControl;
+  /** A SCAN pattern matching the scenario's keys (its own namespace or key prefix). */
+  pattern: string;
+  /** What inject left for heal (the node it killed). */
+  state: { port?: number };
+}
+
+export interface ProductNemesis<C extends StoreContext = StoreContext> {
+  name: string;
+  /** One line for docs/chaos.md and `--list`. */
+  summary: string;
+  /** From injected to healed, ms (0: a single act). */
+  durationMs: number;
+  /** The store's data is lost: nothing in the product detects it yet (KNOWN_FAILING says so). */
+  dataLoss?: boolean;
+  inject(context: C): Promise<void>;
+  heal(context: C): Promise<void>;
+}
+
+const nothing = async () => {};
+
+export const STORE_NEMESES: readonly ProductNemesis[] = [
+  { name: "none", summary: "no fault", durationMs: 0, inject: nothing, heal: nothing },
+  {
+    name: "kill-9-primary",
+    summary: "kill -9 of the primary holding most of the scenario's keys; its replica takes over; restarted after 5 s",
+    durationMs: 5000,
+    inject: async (c) => {
+      c.state.port = await c.cluster.busiestPrimary(c.pattern);
+      c.cluster.kill9(c.state.port);
+    },
+    heal: async (c) => c.cluster.restart(c.state.port as number),
+  },
+  {
+    name: "client-pause-3s",
+    summary: "CLIENT PAUSE 3000 ALL on the primary holding most of the scenario's keys",
+    durationMs: 3000,
+    inject: async (c) => c.cluster.pause(await c.cluster.busiestPrimary(c.pattern), 3000),
+    heal: nothing,
+  },
+  {
+    name: "flushall",
+    summary: "FLUSHALL on every primary",
+    durationMs: 0,
+    dataLoss: true,
+    inject: (c) => c.cluster.flushAll(),
+    heal: nothing,
+  },
+  {
+    name: "node-restarted-empty",
+    summary: "the primary holding most of the scenario's keys killed and restarted at once, empty, before any failover",
+    durationMs: 0,
+    dataLoss: true,
+    inject: async (c) => {
+      const port = await c.cluster.busiestPrimary(c.pattern);
+      c.cluster.kill9(port);
+      c.cluster.restart(port);
+    },
+    heal: nothing,
+  },
+  {
+    name: "slot-migration",
+    summary:
+      "every slot holding the scenario's keys moved to the next primary (SETSLOT IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE)",
+    durationMs: 0,
+    inject: async (c) => {
+      const moved = await c.cluster.migrateSlotsOf(c.pattern, 150);
+      process.stderr.write(`[chaos] slot-migration: ${moved} slots moved\n`);
+    },
+    heal: nothing,
+  },
+  {
+    name: "cluster-stopped-10s",
+    summary: "every node SIGSTOPped for 10 s under load (data kept), then SIGCONT",
+    durationMs: 10_000,
+    inject: async (c) => c.cluster.signalAll("SIGSTOP"),
+    heal: async (c) => c.cluster.signalAll("SIGCONT"),
+  },
+];
