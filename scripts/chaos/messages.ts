@@ -12,6 +12,11 @@ export interface InstanceConfig {
   /** The reference clock's origin: `process.hrtime.bigint()` of the harness at the run's start, as a string. */
   origin: string;
   syncIntervalMs: number;
+  /**
+   * How requests reach the SDK: `direct` (default), the instance's own open-loop schedule calling `decide`; or
+   * `express`, an Express server with `expressQuotas` on loopback, its load from autocannon in a process of its own.
+   */
+  front?: "direct" | "express";
 }
 
 /** Harness → instance: offer load from `from` to `to` (reference ms) at `perSecond`, idle in `gaps`. */

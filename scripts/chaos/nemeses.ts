@@ -35,6 +35,8 @@ export interface Nemesis {
   clockOffsetMs?: number;
   /** The operator changes the rule at injection (undefined: removes it); the checker's contract follows. */
   change?: (rule: QuotaRuleDocument) => QuotaRuleDocument | undefined;
+  /** The instances serve Express (`expressQuotas`) on loopback, their load from autocannon (default: direct). */
+  front?: "direct" | "express";
   /** A fresh instance process joins at injection. */
   joins?: boolean;
   /** The store's data is lost (recovery may take one window plus the lease). */
@@ -107,6 +109,16 @@ export const NEMESES: readonly Nemesis[] = [
     summary: "no fault: 2× the limit",
     durationMs: 0,
     steady: true,
+    judge: { utilisation: 0.95 },
+    inject: nothing,
+    heal: nothing,
+  },
+  {
+    name: "none-express",
+    summary: "no fault: 2× the limit through real HTTP (Express + expressQuotas, autocannon in its own process)",
+    durationMs: 0,
+    steady: true,
+    front: "express",
     judge: { utilisation: 0.95 },
     inject: nothing,
     heal: nothing,

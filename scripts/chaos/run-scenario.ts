@@ -91,6 +91,7 @@ export async function runScenario(
         key: KEY,
         origin: parts.origin.toString(),
         syncIntervalMs: settings.syncIntervalMs,
+        ...(nemesis.front ? { front: nemesis.front } : {}),
       },
       ...(i === 0 && clockFile ? { clockFile } : {}),
       ...(settings.logFile === undefined ? {} : { logFile: settings.logFile }),

@@ -266,9 +266,15 @@ export class QuotaEngine {
       if (entries.length === MAX_KEYS_PER_SYNC) break;
       // a demand estimate: at most what the wire carries
       const offered = Math.min(handle.used + handle.denied + handle.waiting, Number.MAX_SAFE_INTEGER);
+      if (handle.waiting > 0) handle.onDemand = true;
       const rate = handle.rate;
       if (elapsedMs > 0) handle.rate = 0.5 * rate + (0.5 * offered) / elapsedMs;
-      const want = strict && now >= handle.denyUntil ? this.tokensWanted(handle, offered, leaseMs, elapsedMs) : 0;
+      // approximate: the requests waiting for this reply (`decide`), which the store grants before any share
+      const want = strict
+        ? now >= handle.denyUntil
+          ? this.tokensWanted(handle, offered, leaseMs, elapsedMs)
+          : 0
+        : handle.waiting;
       const quiet =
         offered === 0 &&
         handle.epochs.length === 0 &&
@@ -352,9 +358,14 @@ export class QuotaEngine {
     const intervals = handle.rate * interval >= FEW_PER_INTERVAL ? WANT_INTERVALS : FEW_WANT_INTERVALS;
     const horizon = Math.min(intervals * interval, leaseMs + this.syncIntervalMs);
     const target = Math.ceil(handle.rate * horizon);
-    const want = target - Math.max(0, handle.left);
     // requests awaiting this sync (`decide`) need at least their cost, whatever the rate says so far
     const need = handle.waiting - Math.max(0, handle.left);
+    // a key decided by `decide` asks no stock ahead near the limit (the store had less left after its last
+    // grant than the fleet would hold in stock): tokens one instance holds idle count in every window while
+    // another instance's request is denied under the limit, and `decide` asks for what a request needs when
+    // it needs it. A key decided by `check` alone keeps its stock: it has no other way to get tokens
+    if (handle.onDemand && handle.headroom < target * Math.max(1, handle.group.instances)) return Math.max(need, 0);
+    const want = target - Math.max(0, handle.left);
     if (need > want && need > 0) return need;
     return want > 0 ? want : offered > 0 && handle.left < 1 ? 1 : 0;
   }
@@ -414,6 +425,7 @@ export class QuotaEngine {
       handle.ackedTotal = handle.admittedTotal - this.unreported(handle);
       handle.denyUntil = assignment.denyUntil > reply.serverTime ? toLocal(assignment.denyUntil) : 0;
       handle.tightest = tightestLimit(rule.maxes, assignment.used);
+      handle.headroom = headroomOf(rule.maxes, assignment.used);
       handle.resetSeconds = Math.max(0, Math.ceil((assignment.resetAt - reply.serverTime) / 1_000));
       if (assignment.mode === "approximate") {
         // the allowance counts from the moment the request was sent: what was admitted since is spent
@@ -708,4 +720,11 @@ function tightestLimit(maxes: Float64Array, used: readonly number[]): number {
     }
   }
   return best;
+}
+
+/** What the tightest limit had left in the store after a reply's grant. */
+function headroomOf(maxes: Float64Array, used: readonly number[]): number {
+  let left = Number.POSITIVE_INFINITY;
+  for (let i = 0; i < maxes.length; i++) left = Math.min(left, (maxes[i] as number) - (used[i] ?? 0));
+  return left;
 }

@@ -209,6 +209,10 @@ export class QuotaHandle {
   shortGrant = false;
   /** Recent offered cost per ms (EWMA), for how many tokens to ask. */
   rate = 0;
+  /** strict: what the tightest limit had left in the store after the last reply's grant (∞: no reply yet). */
+  headroom = Number.POSITIVE_INFINITY;
+  /** A request of this key waited for a sync (`decide`): it can ask for tokens when it needs them. */
+  onDemand = false;
 
   // ---- degraded mode ----
   /** `admittedTotal` as the store knew it at the last reply (what came after is unacknowledged). */
