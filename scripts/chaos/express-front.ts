@@ -1,6 +1,7 @@
 // The `express` front of a chaos instance: the SDK behind real HTTP, as a service runs it. An Express server
 // on a loopback port the OS picks, `expressQuotas` on every request, and autocannon in a process of its own
-// offering the instance's rate; each answer is recorded when it is sent (200: admitted, 429: denied).
+// offering the instance's rate (autocannon's own pacing: each connection sends its share of a second's
+// requests, then waits for the next second); every request is recorded when the middleware decides it.
 import { execFile } from "node:child_process";
 import type { AddressInfo } from "node:net";
 import { promisify } from "node:util";
@@ -26,14 +27,20 @@ export interface ExpressLoad {
 /** Serves `quotas` over HTTP and offers it `perSecond` from `from` to `to`; resolves when the load ended. */
 export async function expressFront(quotas: Quotas, load: ExpressLoad): Promise<void> {
   const app = express();
+  // recorded when decided, not when the response is sent (a later time, by however long the event loop took,
+  // would move admissions into windows they were not decided in): a denial when the middleware sets its 429,
+  // an admission when the handler after it runs
   app.use((_request, response, next) => {
-    response.on("finish", () => {
-      if (response.statusCode === 200 || response.statusCode === 429) load.record(response.statusCode === 200);
-    });
+    const status = response.status.bind(response);
+    response.status = (code: number) => {
+      if (code === 429) load.record(false);
+      return status(code);
+    };
     next();
   });
   app.use(expressQuotas(quotas, { rule: load.rule, key: () => load.key }));
   app.get("/", (_request, response) => {
+    load.record(true);
     response.send("ok");
   });
   const server = app.listen(0, "127.0.0.1");
