@@ -2,18 +2,29 @@
 // on a loopback port the OS picks, `expressQuotas` on every request, and autocannon in a process of its own
 // offering the instance's rate (autocannon's own pacing: each connection sends its share of a second's
 // requests, then waits for the next second); every request is recorded when the middleware decides it.
-import { execFile } from "node:child_process";
+import { execFile, fork } from "node:child_process";
 import type { AddressInfo } from "node:net";
 import { promisify } from "node:util";
 import express from "express";
 import type { Quotas } from "../../sdk/src/index.ts";
 import { expressQuotas } from "../../sdk/src/middleware/express.ts";
+import type { HttpLoadConfig } from "./http-load-main.ts";
 
 const execFileAsync = promisify(execFile);
+const LOAD_ENTRY = new URL("./http-load-main.ts", import.meta.url).pathname;
 /** Connections autocannon keeps open: enough that a request waiting for a sync never holds the rate back. */
 const CONNECTIONS = 16;
 
 export interface ExpressLoad {
+  /**
+   * `autocannon`: its own pacing (each connection sends its share of a second's requests at once, then waits
+   * for the next second); `poisson`: the seeded open-loop arrivals of the direct front, sent by a process of
+   * our own (http-load-main.ts).
+   */
+  pacing: "autocannon" | "poisson";
+  /** The reference clock's origin and the arrivals' seed (poisson). */
+  origin: string;
+  seed: number;
   rule: string;
   key: string;
   /** Reference ms: start and end of the load. */
@@ -46,25 +57,35 @@ export async function expressFront(quotas: Quotas, load: ExpressLoad): Promise<v
   const server = app.listen(0, "127.0.0.1");
   await new Promise<void>((resolve) => server.once("listening", () => resolve()));
   const { port } = server.address() as AddressInfo;
-  await new Promise((resolve) => setTimeout(resolve, Math.max(0, load.from - load.now())));
-  const seconds = Math.max(1, Math.round((load.to - load.now()) / 1000));
   try {
-    await execFileAsync(
-      "node_modules/.bin/autocannon",
-      [
-        "-j",
-        "-c",
-        String(CONNECTIONS),
-        "-R",
-        String(Math.round(load.perSecond)),
-        "-d",
-        String(seconds),
-        `http://127.0.0.1:${port}/`,
-      ],
-      { timeout: (seconds + 30) * 1000, maxBuffer: 16 * 1024 * 1024 },
-    ).catch(() => undefined);
+    if (load.pacing === "poisson") await poissonLoad(port, load);
+    else await autocannonLoad(port, load);
   } finally {
     server.closeAllConnections();
     await new Promise<void>((resolve) => server.close(() => resolve()));
   }
+}
+
+async function autocannonLoad(port: number, load: ExpressLoad): Promise<void> {
+  await new Promise((resolve) => setTimeout(resolve, Math.max(0, load.from - load.now())));
+  const seconds = Math.max(1, Math.round((load.to - load.now()) / 1000));
+  const rate = String(Math.round(load.perSecond));
+  await execFileAsync(
+    "node_modules/.bin/autocannon",
+    ["-j", "-c", String(CONNECTIONS), "-R", rate, "-d", String(seconds), `http://127.0.0.1:${port}/`],
+    { timeout: (seconds + 30) * 1000, maxBuffer: 16 * 1024 * 1024 },
+  ).catch(() => undefined);
+}
+
+async function poissonLoad(port: number, load: ExpressLoad): Promise<void> {
+  const config: HttpLoadConfig = {
+    port,
+    origin: load.origin,
+    from: load.from,
+    to: load.to,
+    perSecond: load.perSecond,
+    seed: load.seed,
+  };
+  const child = fork(LOAD_ENTRY, [JSON.stringify(config)], { execArgv: ["--import", "tsx"], stdio: "ignore" });
+  await new Promise<void>((resolve) => child.once("exit", () => resolve()));
 }

@@ -56,7 +56,15 @@ async function run(start: StartMessage, quotas: Quotas): Promise<void> {
       at.push(now());
       allowed.push(isAllowed ? 1 : 0);
     };
-    await expressFront(quotas, { rule: config.rule, key: config.key, ...start, now, record });
+    await expressFront(quotas, {
+      rule: config.rule,
+      key: config.key,
+      ...start,
+      pacing: config.pacing ?? "autocannon",
+      origin: config.origin,
+      now,
+      record,
+    });
     clearInterval(flusher);
     if (at.length > 0) send({ type: "decisions", at, allowed });
     return;

@@ -17,6 +17,8 @@ export interface InstanceConfig {
    * `express`, an Express server with `expressQuotas` on loopback, its load from autocannon in a process of its own.
    */
   front?: "direct" | "express";
+  /** express: how the load is paced (express-front.ts; default autocannon's). */
+  pacing?: "autocannon" | "poisson";
 }
 
 /** Harness → instance: offer load from `from` to `to` (reference ms) at `perSecond`, idle in `gaps`. */

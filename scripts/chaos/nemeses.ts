@@ -37,6 +37,8 @@ export interface Nemesis {
   change?: (rule: QuotaRuleDocument) => QuotaRuleDocument | undefined;
   /** The instances serve Express (`expressQuotas`) on loopback, their load from autocannon (default: direct). */
   front?: "direct" | "express";
+  /** express: autocannon's pacing (default) or the seeded Poisson arrivals from a process of our own. */
+  pacing?: "autocannon" | "poisson";
   /** A fresh instance process joins at injection. */
   joins?: boolean;
   /** The store's data is lost (recovery may take one window plus the lease). */
@@ -119,6 +121,18 @@ export const NEMESES: readonly Nemesis[] = [
     durationMs: 0,
     steady: true,
     front: "express",
+    judge: { utilisation: 0.95 },
+    inject: nothing,
+    heal: nothing,
+  },
+  {
+    name: "none-express-poisson",
+    summary:
+      "no fault: 2× the limit through real HTTP (Express), the seeded Poisson arrivals sent from a process of their own",
+    durationMs: 0,
+    steady: true,
+    front: "express",
+    pacing: "poisson",
     judge: { utilisation: 0.95 },
     inject: nothing,
     heal: nothing,

@@ -92,6 +92,7 @@ export async function runScenario(
         origin: parts.origin.toString(),
         syncIntervalMs: settings.syncIntervalMs,
         ...(nemesis.front ? { front: nemesis.front } : {}),
+        ...(nemesis.pacing ? { pacing: nemesis.pacing } : {}),
       },
       ...(i === 0 && clockFile ? { clockFile } : {}),
       ...(settings.logFile === undefined ? {} : { logFile: settings.logFile }),
