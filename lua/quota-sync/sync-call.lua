@@ -302,6 +302,8 @@ return function(KEYS, ARGV)
         -- reservation it would not spend is capacity the other instances cannot have until its next sync
         if amount > 2 * offered + 1 then amount = 2 * offered + 1 end
         if amount == 0 and remaining >= instances then amount = 1 end
+        -- requests waiting for this reply (`decide`: want) are granted before any share, from what is left
+        if amount < want then amount = min(want, remaining) end
         reserve(amount) -- `remaining` stays as it was: denyUntil means nothing could be granted
       end
       grantSeq, grantAt, credit = seq, grantTime(), amount

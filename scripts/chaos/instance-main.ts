@@ -7,6 +7,7 @@ import { createQuotas, type Quotas, type QuotaTransport } from "../../sdk/src/in
 import { httpTransport } from "../../sdk/src/transports/http.ts";
 import { redisTransport } from "../../sdk/src/transports/redis.ts";
 import { LOCAL_REGION, LOCAL_SIGNING, localTenant } from "../local/local-principals.ts";
+import { expressFront } from "./express-front.ts";
 import { type InstanceConfig, type InstanceMessage, referenceClock, type StartMessage } from "./messages.ts";
 import { arrivals, seededRandom } from "./seeded.ts";
 
@@ -47,6 +48,32 @@ async function ready(quotas: Quotas): Promise<void> {
 }
 
 async function run(start: StartMessage, quotas: Quotas): Promise<void> {
+  if (config.front === "express") {
+    let at: number[] = [];
+    let allowed: number[] = [];
+    const flusher = setInterval(() => {
+      if (at.length === 0) return;
+      send({ type: "decisions", at, allowed });
+      at = [];
+      allowed = [];
+    }, 100);
+    const record = (isAllowed: boolean) => {
+      at.push(now());
+      allowed.push(isAllowed ? 1 : 0);
+    };
+    await expressFront(quotas, {
+      rule: config.rule,
+      key: config.key,
+      ...start,
+      pacing: config.pacing ?? "autocannon",
+      origin: config.origin,
+      now,
+      record,
+    });
+    clearInterval(flusher);
+    if (at.length > 0) send({ type: "decisions", at, allowed });
+    return;
+  }
   const schedule = arrivals(seededRandom(start.seed), start.perSecond, start.from, start.to, start.gaps);
   let at: number[] = [];
   let allowed: number[] = [];
@@ -58,13 +85,26 @@ async function run(start: StartMessage, quotas: Quotas): Promise<void> {
   };
   const flusher = setInterval(flush, 100);
   let next = 0;
+  const waiting = new Set<Promise<void>>();
+  const record = (isAllowed: boolean) => {
+    at.push(now());
+    allowed.push(isAllowed ? 1 : 0);
+  };
   await new Promise<void>((done) => {
     const tick = () => {
       const t = now();
-      // every arrival due is decided now, however late the timer: the schedule never waits for answers
+      // every arrival due is decided now, however late the timer: the schedule never waits for answers. It is
+      // decided as the middleware decides (`decide`: a key with no allowance here waits for one sync of its
+      // group), and recorded when decided
       while (next < schedule.length && (schedule[next] as number) <= t) {
-        at.push(now());
-        allowed.push(quotas.check(config.rule, config.key, 1).allowed ? 1 : 0);
+        const decision = quotas.decide(config.rule, config.key, 1);
+        if (decision instanceof Promise) {
+          const settled: Promise<void> = decision.then((d) => {
+            record(d.allowed);
+            waiting.delete(settled);
+          });
+          waiting.add(settled);
+        } else record(decision.allowed);
         next++;
       }
       if (t >= start.to) done();
@@ -72,6 +112,7 @@ async function run(start: StartMessage, quotas: Quotas): Promise<void> {
     };
     tick();
   });
+  await Promise.all(waiting);
   clearInterval(flusher);
   flush();
 }

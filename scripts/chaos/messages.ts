@@ -13,6 +13,13 @@ export interface InstanceConfig {
   /** The reference clock's origin: `process.hrtime.bigint()` of the harness at the run's start, as a string. */
   origin: string;
   syncIntervalMs: number;
+  /**
+   * How requests reach the SDK: `direct` (default), the instance's own open-loop schedule calling `decide`; or
+   * `express`, an Express server with `expressQuotas` on loopback, its load from autocannon in a process of its own.
+   */
+  front?: "direct" | "express";
+  /** express: how the load is paced (express-front.ts; default autocannon's). */
+  pacing?: "autocannon" | "poisson";
   /** The tenant it acts as (tenant scenarios); absent: the local tenant, as the local stack's principal. */
   tenant?: InstanceTenant;
 }

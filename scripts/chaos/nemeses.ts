@@ -39,6 +39,10 @@ export interface Nemesis {
   revokes?: boolean;
   /** Only in the tenant scenarios (scenarios.ts). */
   tenantsOnly?: boolean;
+  /** The instances serve Express (`expressQuotas`) on loopback, their load from autocannon (default: direct). */
+  front?: "direct" | "express";
+  /** express: autocannon's pacing (default) or the seeded Poisson arrivals from a process of our own. */
+  pacing?: "autocannon" | "poisson";
   /** A fresh instance process joins at injection. */
   joins?: boolean;
   /** The store's data is lost (recovery may take one window plus the lease). */
@@ -111,6 +115,28 @@ export const NEMESES: readonly Nemesis[] = [
     summary: "no fault: 2× the limit",
     durationMs: 0,
     steady: true,
+    judge: { utilisation: 0.95 },
+    inject: nothing,
+    heal: nothing,
+  },
+  {
+    name: "none-express",
+    summary: "no fault: 2× the limit through real HTTP (Express + expressQuotas, autocannon in its own process)",
+    durationMs: 0,
+    steady: true,
+    front: "express",
+    judge: { utilisation: 0.95 },
+    inject: nothing,
+    heal: nothing,
+  },
+  {
+    name: "none-express-poisson",
+    summary:
+      "no fault: 2× the limit through real HTTP (Express), the seeded Poisson arrivals sent from a process of their own",
+    durationMs: 0,
+    steady: true,
+    front: "express",
+    pacing: "poisson",
     judge: { utilisation: 0.95 },
     inject: nothing,
     heal: nothing,

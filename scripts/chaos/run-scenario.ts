@@ -113,6 +113,8 @@ export async function runScenario(
         origin: parts.origin.toString(),
         syncIntervalMs: settings.syncIntervalMs,
         ...(tenant ? { tenant } : {}),
+        ...(nemesis.front ? { front: nemesis.front } : {}),
+        ...(nemesis.pacing ? { pacing: nemesis.pacing } : {}),
       },
       ...(i === 0 && clockFile ? { clockFile } : {}),
       ...(settings.logFile === undefined ? {} : { logFile: settings.logFile }),

@@ -57,18 +57,28 @@ export const SHORT_RUN: readonly string[] = [
  * (known)"), the campaign pipeline's and the check API's (`pipeline/...`, `check-api/...`) included. Remove an entry once its fault is fixed; a listed scenario that passes prints as such.
  */
 export const KNOWN_FAILING: Readonly<Record<string, string>> = {
-  "none/strict/redis": "utilisation 94 %",
-  "none/strict/http": "utilisation 94 %",
-  "none/approximate/redis": "utilisation 94 %",
-  "none/approximate/http": "utilisation 90 %",
-  "steady-97pct/strict/redis": "72 of 530 denied under the limit",
-  "steady-97pct/strict/http": "309 of 570 denied under the limit",
-  "steady-97pct/approximate/redis": "62 of 589 denied under the limit",
-  "steady-97pct/approximate/http": "107 of 549 denied under the limit",
-  "fresh-process/strict/redis": "55 of 356 denied under the limit",
-  "fresh-process/strict/http": "111 of 324 denied under the limit",
-  "fresh-process/approximate/redis": "24 of 338 denied under the limit",
-  "fresh-process/approximate/http": "58 of 315 denied under the limit",
+  "none/strict/http": "utilisation 91 % (the sync route on a loaded host)",
+  "none/approximate/http": "utilisation 91 %",
+  "none-express/strict/redis": "utilisation 71 % (autocannon's per-second bursts meet the window's margin)",
+  "none-express/strict/http": "utilisation 69 %",
+  "none-express/approximate/redis": "utilisation 82 %",
+  "none-express/approximate/http": "utilisation 82 %",
+  "none-express-poisson/strict/redis": "utilisation 83 %",
+  "none-express-poisson/strict/http": "utilisation 91 %",
+  "none-express-poisson/approximate/redis": "utilisation 83 %",
+  "none-express-poisson/approximate/http": "utilisation 92 %",
+  "steady-97pct/strict/redis": "14 of 530 denied under the limit (the store's 10 ms stamp margin and buckets)",
+  "steady-97pct/strict/http": "24 of 571 denied under the limit",
+  "steady-97pct/approximate/redis": "34 of 589 denied under the limit (50 ms buckets and reservations)",
+  "steady-97pct/approximate/http": "24 of 545 denied under the limit",
+  "fresh-process/strict/redis": "0-4 of ~365 denied under the limit over four runs",
+  "fresh-process/strict/http": "37 of 383 denied under the limit",
+  "fresh-process/approximate/redis": "0-12 of ~355 denied under the limit over four runs",
+  "fresh-process/approximate/http": "22 of 370 denied under the limit",
+  // instance 0, 2 s behind, makes the first call of the new group: the group's time starts 2 s back, the next
+  // caller moves the rings on 2 s and the lagging grants leave every window (a constant offset beyond the
+  // 10 ms margin is not corrected: docs/quotas.md, "Time from one place")
+  "clock-skew-2s/strict/redis": "110-111 of 100 with decide (seed 1; seeds 2 and 3 pass)",
   // the campaign pipeline and the check API (scripts/chaos/product-grid.ts): nothing detects a store that lost
   // its data yet, so users are sent again and limits start over (the store epoch, checked by both, is the fix)
   "pipeline/flushall": "rolling windows over max: users sent again after FLUSHALL",

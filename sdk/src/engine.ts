@@ -1,21 +1,14 @@
 // The local decision engine. `check` decides from this instance's allowances with no I/O, no clock read
-// and no allocation. The sync loop (sync-loop.ts) calls the rest, with the time: `advance` (leases end,
-// degraded mode begins), `takeRequest` (usage out, per slot group) and `applyReply` (allowances in).
+// and no allocation. The sync loop (quotas.ts) calls the rest, with the time: `advance` (leases end,
+// degraded mode begins), `takeRequest` (usage out, per slot group: sync-request.ts) and `applyReply`
+// (allowances in); strict tokens are asked for and charged in strict-grants.ts, degraded mode in safe-share.ts.
 import type { Decision } from "./decision.ts";
 import { QuotasArgumentError } from "./errors.ts";
-import {
-  MAX_EPOCHS_PER_KEY,
-  MAX_KEYS_PER_SYNC,
-  MAX_SYNC_BODY_BYTES,
-  type QuotaRule,
-  quotaKeyProblem,
-  type SyncEntry,
-  type SyncReply,
-  type SyncRequest,
-  WireError,
-} from "./protocol/index.ts";
-import { recordAdmissions, safeShareLeft } from "./safe-share.ts";
-import { type GroupState, type PendingRequest, QuotaHandle, RuleState, Source } from "./state.ts";
+import { type QuotaRule, quotaKeyProblem, type SyncReply, type SyncRequest, WireError } from "./protocol/index.ts";
+import { advanceDegraded } from "./safe-share.ts";
+import { dropIdle, type GroupState, QuotaHandle, RuleState, Source, tightestLimit } from "./state.ts";
+import { chargeGrants, headroomOf, observeSpending } from "./strict-grants.ts";
+import { restore, takeRequest, unreported } from "./sync-request.ts";
 
 export interface EngineOptions {
   /** Random per process, never reused (the store's idempotency is per instance and sequence). */
@@ -42,26 +35,10 @@ export interface EngineOptions {
 }
 
 /**
- * Strict: how many sync intervals of its recent rate an instance asks tokens for. Held tokens count in
- * the store from their grant, so each interval asked ahead costs the fleet about F / W of the limit
- * (two intervals held about 7 % of L idle). Less than the 1.2 F a reply may take: a key that runs dry
- * before its tick asks again early (`observe`, at most every `earlyGapMs`), so stock covers about half an
- * interval beyond that gap rather than the longest interval (1.25 intervals held 85-88 % at 1.2x; 0.75 with
- * early requests 89-92 %, 0.5 ran dry at N = 16: 69-71 %).
- */
-const WANT_INTERVALS = 0.75;
-/** Below this many requests an interval a key asks for FEW_WANT_INTERVALS (N = 64 at 1.2x: about 1). */
-const FEW_PER_INTERVAL = 4;
-const FEW_WANT_INTERVALS = 1.25;
-
-/**
  * How long a rule the store does not know is left alone before asking again: a rule an operator adds
  * reaches a client within this and a tick (the target is 1 s).
  */
 const NORULE_RETRY_MS = 500;
-
-/** Observations kept per key between two ticks (the oldest goes first: its spends take the next stamp). */
-const MAX_STAMPS = 16;
 
 export class QuotaEngine {
   private readonly rules = new Map<string, RuleState>();
@@ -87,6 +64,7 @@ export class QuotaEngine {
   private spending: QuotaHandle[] = [];
   /** The time `advance` last saw: a later call with an earlier time means the wall clock stepped back. */
   private lastAdvanceAt = Number.NEGATIVE_INFINITY;
+  private readonly degradedOptions: { tickMs: number; keepAllowanceMs: number; unknownRule: "allow" | "deny" };
   /** Admissions and denials since the metrics hook last read them. */
   admittedCount = 0;
   deniedCount = 0;
@@ -100,6 +78,11 @@ export class QuotaEngine {
     this.tickMs = Math.max(options.tickMs ?? options.syncIntervalMs, options.syncIntervalMs);
     this.maxKeys = options.maxKeys ?? 100_000;
     this.earlyGapMs = options.earlyGapMs ?? this.syncIntervalMs / 2;
+    this.degradedOptions = {
+      tickMs: this.syncIntervalMs,
+      keepAllowanceMs: this.keepAllowanceMs,
+      unknownRule: this.unknownRule,
+    };
     for (const [name, rule] of Object.entries(options.rules ?? {})) this.ruleState(name).define(rule, "");
   }
 
@@ -239,124 +222,11 @@ export class QuotaEngine {
 
   /**
    * The request for one slot group: the unacknowledged one again if there is one (same seq, same
-   * entries), else a new one with every key that has something to say. Undefined: nothing to send.
+   * entries), else a new one with every key that has something to say (sync-request.ts). Undefined: nothing
+   * to send.
    */
   takeRequest(group: GroupState, now: number, mono = now): SyncRequest | undefined {
-    if (group.pending) return group.pending.request;
-    const rule = group.rule;
-    if (now < rule.missingUntil) return undefined;
-    const entries: SyncEntry[] = [];
-    const handles: QuotaHandle[] = [];
-    const strict = rule.definition?.mode === "strict";
-    const leaseMs = rule.definition?.leaseMs ?? 0;
-    const elapsedMs = group.lastSentAt < 0 ? 0 : now - group.lastSentAt;
-    const seq = group.seq + 1;
-    // the body's size as the HTTP transport sends it (JSON, UTF-8): the envelope, then each entry and a comma
-    let bytes = Buffer.byteLength(
-      JSON.stringify({
-        instanceId: this.instanceId,
-        rule: rule.name,
-        group: group.index,
-        seq,
-        configVersion: rule.configVersion,
-        entries: [],
-      }),
-    );
-    for (const handle of group.handles) {
-      if (entries.length === MAX_KEYS_PER_SYNC) break;
-      // a demand estimate: at most what the wire carries
-      const offered = Math.min(handle.used + handle.denied + handle.waiting, Number.MAX_SAFE_INTEGER);
-      const rate = handle.rate;
-      if (elapsedMs > 0) handle.rate = 0.5 * rate + (0.5 * offered) / elapsedMs;
-      const want = strict && now >= handle.denyUntil ? this.tokensWanted(handle, offered, leaseMs, elapsedMs) : 0;
-      const quiet =
-        offered === 0 &&
-        handle.epochs.length === 0 &&
-        handle.refunds.length === 0 &&
-        handle.spent.length === 0 &&
-        want === 0;
-      // a key never assigned asks for its first allowance even before it has traffic (resolve + sync warms it)
-      if (quiet && !(handle.source === Source.None && handle.assignedAt < 0)) continue;
-      const entry: SyncEntry = { key: handle.key, usage: [], refunds: [], offered, want };
-      if (!strict) {
-        // the epochs kept while the store was away and this interval's usage, within what one entry carries
-        const used = Math.min(handle.used, Number.MAX_SAFE_INTEGER);
-        const epochs = used > 0 ? [...handle.epochs, now, used] : handle.epochs;
-        capEpochs(epochs, MAX_EPOCHS_PER_KEY);
-        for (let i = 0; i < epochs.length; i += 2) entry.usage.push([epochs[i] as number, epochs[i + 1] as number]);
-      } else {
-        // strict: tokens spent since the last report, per grant and stamp: the store counts them over W from
-        // its now less their age (floored: a later stamp, never an earlier one)
-        mergeSpent(handle.spent, MAX_EPOCHS_PER_KEY);
-        let stamped = false;
-        const ages: number[] = [];
-        for (let i = 0; i < handle.spent.length; i += 3) {
-          entry.usage.push([handle.spent[i] as number, handle.spent[i + 1] as number]);
-          const age = Math.max(0, Math.floor(mono - (handle.spent[i + 2] as number)));
-          ages.push(age);
-          if (age > 0) stamped = true;
-        }
-        if (stamped) entry.spentAgo = ages;
-      }
-      for (let i = 0; i < handle.refunds.length; i += 2)
-        entry.refunds.push([handle.refunds[i] as number, handle.refunds[i + 1] as number]);
-      // a key that would take the body past the route's limit waits for the next request (the keys sent
-      // go to the back of the group, so every key gets its turn)
-      const size = Buffer.byteLength(JSON.stringify(entry)) + 1;
-      if (entries.length > 0 && bytes + size > MAX_SYNC_BODY_BYTES) {
-        handle.rate = rate; // its offered count keeps growing until it is sent: measured then
-        break;
-      }
-      bytes += size;
-      handle.epochs = [];
-      handle.refunds = [];
-      handle.spent = [];
-      handle.used = 0;
-      handle.denied = 0;
-      handle.waiting = 0;
-      entries.push(entry);
-      handles.push(handle);
-    }
-    // a rule `ready()` waits for asks for its definition even before it has a key (group 0, no entries)
-    if (entries.length === 0 && !(rule.awaited && !rule.known && group.index === 0)) return undefined;
-    for (const handle of handles) {
-      group.handles.delete(handle);
-      group.handles.add(handle);
-    }
-    group.seq = seq;
-    const request: SyncRequest = {
-      instanceId: this.instanceId,
-      rule: rule.name,
-      group: group.index,
-      seq,
-      configVersion: rule.configVersion,
-      entries,
-    };
-    group.lastSentAt = now;
-    group.pending = { request, handles, strict, mono };
-    return request;
-  }
-
-  /**
-   * Strict: enough tokens for the key's recent rate for WANT_INTERVALS intervals (one lease and an
-   * interval when the lease is shorter; a key that runs dry sooner asks again early), less
-   * what it holds; 1 when it has demand. Tokens held unspent count in the store's windows from their
-   * grant, so an instance holds little more than it will spend before the next sync reports it. The
-   * interval is the one the loop last took when that was longer (`elapsedMs`): a loop whose timers run
-   * late would otherwise run dry between replies while the store has capacity left to grant.
-   */
-  private tokensWanted(handle: QuotaHandle, offered: number, leaseMs: number, elapsedMs: number): number {
-    const interval = Math.max(this.syncIntervalMs, elapsedMs);
-    // a key with a few requests an interval (many instances sharing a limit) runs dry on chance alone with
-    // short stock, and its early requests are often refused as short grants: it keeps 1.25 intervals
-    const intervals = handle.rate * interval >= FEW_PER_INTERVAL ? WANT_INTERVALS : FEW_WANT_INTERVALS;
-    const horizon = Math.min(intervals * interval, leaseMs + this.syncIntervalMs);
-    const target = Math.ceil(handle.rate * horizon);
-    const want = target - Math.max(0, handle.left);
-    // requests awaiting this sync (`decide`) need at least their cost, whatever the rate says so far
-    const need = handle.waiting - Math.max(0, handle.left);
-    if (need > want && need > 0) return need;
-    return want > 0 ? want : offered > 0 && handle.left < 1 ? 1 : 0;
+    return takeRequest(this, group, now, mono);
   }
 
   /**
@@ -373,7 +243,7 @@ export class QuotaEngine {
       // keys, which the new groups report (it may have been counted: as after an error reply)
       for (const dropped of rule.groups.slice(Math.max(1, reply.rule.slotGroups))) {
         if (dropped === group || !dropped.pending) continue;
-        this.restore(dropped.pending, true);
+        restore(dropped.pending, true);
         dropped.pending = undefined;
       }
       rule.define(reply.rule, reply.configVersion);
@@ -398,7 +268,7 @@ export class QuotaEngine {
       // remembers (it cannot tell whether it applied it): the usage goes out again under a new one as after
       // an error reply (strict spends and refunds dropped: taken off their grant twice they could remove
       // other grants' tokens and over-admit; dropped, the grant counts until its lease ends)
-      this.restore(pending, true);
+      restore(pending, true);
       return;
     }
     const toLocal = (at: number) => sentAt + (at - reply.serverTime);
@@ -411,13 +281,14 @@ export class QuotaEngine {
       handle.ring = undefined;
       handle.source = Source.Assigned;
       handle.assignedAt = now;
-      handle.ackedTotal = handle.admittedTotal - this.unreported(handle);
+      handle.ackedTotal = handle.admittedTotal - unreported(handle);
       handle.denyUntil = assignment.denyUntil > reply.serverTime ? toLocal(assignment.denyUntil) : 0;
       handle.tightest = tightestLimit(rule.maxes, assignment.used);
+      handle.headroom = headroomOf(rule.maxes, assignment.used);
       handle.resetSeconds = Math.max(0, Math.ceil((assignment.resetAt - reply.serverTime) / 1_000));
       if (assignment.mode === "approximate") {
         // the allowance counts from the moment the request was sent: what was admitted since is spent
-        handle.left = handle.denyUntil > 0 ? 0 : assignment.allowance - this.unreported(handle);
+        handle.left = handle.denyUntil > 0 ? 0 : assignment.allowance - unreported(handle);
         handle.validUntil = stepped ? now : toLocal(assignment.validUntil);
       } else {
         handle.shortGrant = assignment.tokens < (pending.request.entries[i]?.want ?? 0);
@@ -425,40 +296,8 @@ export class QuotaEngine {
           handle.grants.push(reply.serverTime, toLocal(assignment.leaseExpiresAt), assignment.tokens);
           if (handle.grants.length === 3) this.spending.push(handle);
         }
-        this.chargeGrants(handle, now, stepped, mono);
+        chargeGrants(handle, now, stepped, mono, this.tickMs);
       }
-    });
-  }
-
-  /** Usage admitted and not yet in any request the store acknowledged. */
-  private unreported(handle: QuotaHandle): number {
-    let sum = handle.used;
-    for (let i = 1; i < handle.epochs.length; i += 2) sum += handle.epochs[i] as number;
-    return sum;
-  }
-
-  /**
-   * Gives a request's usage back to its keys, to go out again under a new sequence number. `counted`: the
-   * store may have applied it (an error reply, an unanswered request given up): approximate usage goes out
-   * again (counting it twice only over-counts), strict spent tokens and refunds are dropped (taken off their
-   * grant twice they could over-admit; dropped, the store counts the grant until its lease ends).
-   */
-  private restore(pending: PendingRequest, counted: boolean): void {
-    const { request, handles, strict, mono } = pending;
-    request.entries.forEach((entry, i) => {
-      const handle = handles[i];
-      if (!handle) return;
-      if (!strict) handle.epochs = capEpochs([...entry.usage.flat(), ...handle.epochs], MAX_EPOCHS_PER_KEY);
-      else if (!counted) {
-        // each pair's stamp again from its age (floored when sent: the same stamp or a later one)
-        const back = entry.usage.flatMap(([grantedAt, count], j) => [
-          grantedAt,
-          count,
-          mono - (entry.spentAgo?.[j] ?? 0),
-        ]);
-        handle.spent = [...back, ...handle.spent];
-      }
-      if (!counted) handle.refunds = [...entry.refunds.flat(), ...handle.refunds];
     });
   }
 
@@ -480,7 +319,7 @@ export class QuotaEngine {
     const pending = group.pending;
     group.pending = undefined;
     group.refused = true;
-    if (pending) this.restore(pending, true);
+    if (pending) restore(pending, true);
   }
 
   /** Something not yet acknowledged by the store: a request unanswered, or usage, demand, refunds or spends not sent. */
@@ -524,10 +363,10 @@ export class QuotaEngine {
           // first sync) is never dropped before it is sent
           if (handle.used !== 0 || handle.denied !== 0 || handle.lastActive < 0) handle.lastActive = now;
           if (strict) {
-            this.chargeGrants(handle, now, stepped, mono);
+            chargeGrants(handle, now, stepped, mono, this.tickMs);
             if (handle.grants.length > 0 || handle.rate > 0) this.spending.push(handle);
           }
-          if (degradedFor >= 0) this.advanceDegraded(handle, now, degradedFor, strict);
+          if (degradedFor >= 0) advanceDegraded(handle, now, degradedFor, strict, this.degradedOptions);
           else if (!strict && handle.source === Source.Assigned && (stepped || now >= handle.validUntil))
             this.expire(handle);
         }
@@ -537,175 +376,15 @@ export class QuotaEngine {
   }
 
   /**
-   * Between ticks (strict): notes, for each key that held tokens at the last tick, how many it had admitted
-   * by `mono` (monotonic ms, read before the counts): those were spent before it. The next request reports
-   * its spends with their age, so the store counts them from about when they were spent, not from the
-   * report (up to an interval later). Never called on Lambda (no timers): every spend is then dated at
-   * the tick that reports it.
+   * Between ticks (strict): notes what each key holding tokens has admitted by `mono` (strict-grants.ts); the
+   * groups whose key ran dry while the store has tokens to grant, for a request before the tick.
    */
   observe(now: number, mono: number): GroupState[] | undefined {
-    let early: GroupState[] | undefined;
-    const gap = this.earlyGapMs;
-    for (const handle of this.spending) {
-      // out of tokens and denying, while the store last said it had some to grant: a request of its group
-      // before the tick brings them (at most one request per group every `earlyGapMs`)
-      if (
-        !early?.includes(handle.group) &&
-        handle.denied > 0 &&
-        handle.left < 1 &&
-        // the store granted all it was asked last time: scarce capacity (a short grant) waits for the tick,
-        // or overloaded keys would ask twice an interval for crumbs
-        !handle.shortGrant &&
-        now >= handle.denyUntil &&
-        !handle.group.busy &&
-        // a request left unanswered (the store away) goes again at the tick, not sooner
-        handle.group.pending === undefined &&
-        // a store that answered with an error hears again at the tick, not every `earlyGapMs`
-        !handle.group.refused &&
-        handle.group.lastSentAt >= 0 &&
-        now - handle.group.lastSentAt >= gap
-      ) {
-        early ??= [];
-        early.push(handle.group);
-      }
-      if (handle.admittedTotal === handle.observed) continue;
-      handle.observed = handle.admittedTotal;
-      const stamps = handle.stamps;
-      // the oldest observation goes: its spends take the next one's later stamp
-      if (stamps.length >= 2 * MAX_STAMPS) stamps.splice(0, 2);
-      stamps.push(mono, handle.admittedTotal);
-    }
-    return early;
-  }
-
-  /**
-   * Strict: charges what was admitted since the last call to the oldest grants, turns grants ending before
-   * the next tick into refunds, and sets `left` to the tokens still held.
-   */
-  private chargeGrants(handle: QuotaHandle, now: number, endAll: boolean, mono: number): void {
-    const grants = handle.grants;
-    // what was admitted up to each observation was spent before its stamp; the rest before `mono`. Tokens
-    // admitted under the fallback (no grant) were never reserved: there is nothing to charge them to.
-    const stamps = handle.stamps;
-    let g = 2;
-    for (let s = 0; s <= stamps.length; s += 2) {
-      const upTo = s < stamps.length ? (stamps[s + 1] as number) : handle.admittedTotal;
-      const stamp = s < stamps.length ? (stamps[s] as number) : mono;
-      let spend = upTo - handle.charged;
-      if (spend <= 0) continue;
-      handle.charged = upTo;
-      for (; g < grants.length && spend > 0; g += 3) {
-        const take = Math.min(spend, grants[g] as number);
-        if (take > 0) recordSpent(handle.spent, grants[g - 2] as number, take, stamp);
-        grants[g] = (grants[g] as number) - take;
-        spend -= take;
-        if ((grants[g] as number) > 0) break;
-      }
-    }
-    stamps.length = 0;
-    handle.observed = handle.admittedTotal;
-    const horizon = endAll ? Number.POSITIVE_INFINITY : now + this.tickMs;
-    let kept = 0;
-    for (let i = 0; i < grants.length; i += 3) {
-      const [grantedAt, expiresAt, tokens] = [grants[i] as number, grants[i + 1] as number, grants[i + 2] as number];
-      if (expiresAt <= horizon) {
-        if (tokens > 0) handle.refunds.push(grantedAt, tokens);
-      } else if (tokens > 0) {
-        grants[kept++] = grantedAt;
-        grants[kept++] = expiresAt;
-        grants[kept++] = tokens;
-      }
-    }
-    grants.length = kept;
-    if (handle.source === Source.Assigned || handle.source === Source.Kept) handle.left = handle.held();
-  }
-
-  private advanceDegraded(handle: QuotaHandle, now: number, degradedFor: number, strict: boolean): void {
-    recordAdmissions(handle, now, this.syncIntervalMs);
-    // approximate usage of this interval becomes an epoch, reported with its time when the store returns
-    if (!strict && handle.used > 0) {
-      handle.epochs.push(now, handle.used);
-      handle.used = 0;
-      capEpochs(handle.epochs, MAX_EPOCHS_PER_KEY);
-    }
-    // strict tokens cannot be kept past their lease: when none are left, the fallback applies at once
-    const keep = strict ? handle.grants.length > 0 : degradedFor < this.keepAllowanceMs;
-    if (handle.source === Source.Kept && keep) return;
-    const behaviour = handle.rule.definition?.fallback ?? this.unknownRule;
-    handle.source = Source.SafeShare;
-    handle.left = behaviour === "allow" ? Number.POSITIVE_INFINITY : behaviour === "deny" ? 0 : safeShareLeft(handle);
+    return observeSpending(this.spending, now, mono, this.earlyGapMs);
   }
 
   private evictIdle(now: number): void {
     const idleMs = Math.max(10 * this.syncIntervalMs, this.keepAllowanceMs);
-    for (const rule of this.rules.values()) {
-      for (const handle of rule.handles.values()) {
-        if (this.keyCount <= this.maxKeys) return;
-        if (handle.pinned || handle.used !== 0 || handle.denied !== 0 || handle.epochs.length !== 0) continue;
-        if (handle.refunds.length !== 0 || handle.spent.length !== 0 || handle.grants.length !== 0) continue;
-        if (handle.group.pending) continue;
-        if (now - handle.lastActive < idleMs || handle.group.unreachableSince >= 0) continue;
-        handle.group.handles.delete(handle);
-        rule.handles.delete(handle.key);
-        this.keyCount--;
-      }
-    }
+    this.keyCount -= dropIdle(this.rules.values(), now, idleMs, this.keyCount - this.maxKeys);
   }
-}
-
-/**
- * Keeps at most `most` [at, count] pairs in `epochs` (oldest first): the two oldest merge at the later
- * time, counted later, so never early out of a window, and nothing is dropped. Returns `epochs`.
- */
-function capEpochs(epochs: number[], most: number): number[] {
-  while (epochs.length > 2 * most) {
-    // at most what the wire carries (past 2^53 units, an admission of `allow` would freeze the group)
-    const count = Math.min((epochs[1] as number) + (epochs[3] as number), Number.MAX_SAFE_INTEGER);
-    epochs.splice(0, 4, epochs[2] as number, count);
-  }
-  return epochs;
-}
-
-/**
- * Adds `count` spent from the grant made at `grantedAt` before `stamp` to a [grantedAt, count, stamp, ...]
- * list (one triple per grant and stamp).
- */
-function recordSpent(spent: number[], grantedAt: number, count: number, stamp: number): void {
-  for (let i = 0; i < spent.length; i += 3) {
-    if (spent[i] === grantedAt && spent[i + 2] === stamp) {
-      spent[i + 1] = (spent[i + 1] as number) + count;
-      return;
-    }
-  }
-  spent.push(grantedAt, count, stamp);
-}
-
-/**
- * Keeps at most `most` triples in a spent list: two of the same grant merge at the later stamp (counted
- * later, never early out of a window). Grants are never merged: each leaves its own grant's bucket.
- */
-function mergeSpent(spent: number[], most: number): void {
-  for (let i = 0; spent.length > 3 * most && i < spent.length; i += 3) {
-    for (let j = i + 3; j < spent.length; j += 3) {
-      if (spent[j] !== spent[i]) continue;
-      spent[i + 1] = (spent[i + 1] as number) + (spent[j + 1] as number);
-      spent[i + 2] = Math.max(spent[i + 2] as number, spent[j + 2] as number);
-      spent.splice(j, 3);
-      j -= 3;
-    }
-  }
-}
-
-/** The limit with the least left in its window (ties: the first), for the headers. */
-function tightestLimit(maxes: Float64Array, used: readonly number[]): number {
-  let best = 0;
-  let bestLeft = Number.POSITIVE_INFINITY;
-  for (let i = 0; i < maxes.length; i++) {
-    const left = (maxes[i] as number) - (used[i] ?? 0);
-    if (left < bestLeft) {
-      best = i;
-      bestLeft = left;
-    }
-  }
-  return best;
 }

@@ -2,7 +2,9 @@
 // admits at most each limit over the last known instance count in any window of that limit: admissions
 // are recorded per slot in a ring spanning the window plus one slot (the extra slot makes the bound hold
 // for every window position, not only slot-aligned ones), and what is left is the share minus the ring.
-import type { QuotaHandle } from "./state.ts";
+import { MAX_EPOCHS_PER_KEY } from "./protocol/index.ts";
+import { type QuotaHandle, Source } from "./state.ts";
+import { capEpochs } from "./sync-request.ts";
 
 /** Slots per window at most: 5 s windows get 250 ms slots, 1 s windows the sync interval's. */
 const MAX_SLOTS = 20;
@@ -58,4 +60,30 @@ export function safeShareLeft(handle: QuotaHandle): number {
     left = Math.min(left, Math.floor((maxes[i] as number) / instances) - sum);
   }
   return left;
+}
+
+/**
+ * A tick of a key whose slot group the store does not answer: its admissions recorded in the local windows, the
+ * allowance kept for `keepAllowanceMs` (strict: while its grants last), then the safe share (or the fallback).
+ */
+export function advanceDegraded(
+  handle: QuotaHandle,
+  now: number,
+  degradedFor: number,
+  strict: boolean,
+  options: { tickMs: number; keepAllowanceMs: number; unknownRule: "allow" | "deny" },
+): void {
+  recordAdmissions(handle, now, options.tickMs);
+  // approximate usage of this interval becomes an epoch, reported with its time when the store returns
+  if (!strict && handle.used > 0) {
+    handle.epochs.push(now, handle.used);
+    handle.used = 0;
+    capEpochs(handle.epochs, MAX_EPOCHS_PER_KEY);
+  }
+  // strict tokens cannot be kept past their lease: when none are left, the fallback applies at once
+  const keep = strict ? handle.grants.length > 0 : degradedFor < options.keepAllowanceMs;
+  if (handle.source === Source.Kept && keep) return;
+  const behaviour = handle.rule.definition?.fallback ?? options.unknownRule;
+  handle.source = Source.SafeShare;
+  handle.left = behaviour === "allow" ? Number.POSITIVE_INFINITY : behaviour === "deny" ? 0 : safeShareLeft(handle);
 }

@@ -209,6 +209,10 @@ export class QuotaHandle {
   shortGrant = false;
   /** Recent offered cost per ms (EWMA), for how many tokens to ask. */
   rate = 0;
+  /** strict: what the tightest limit had left in the store after the last reply's grant (∞: no reply yet). */
+  headroom = Number.POSITIVE_INFINITY;
+  /** A request of this key waited for a sync (`decide`): it can ask for tokens when it needs them. */
+  onDemand = false;
 
   // ---- degraded mode ----
   /** `admittedTotal` as the store knew it at the last reply (what came after is unacknowledged). */
@@ -230,4 +234,39 @@ export class QuotaHandle {
     for (let i = 2; i < this.grants.length; i += 3) sum += this.grants[i] as number;
     return sum;
   }
+}
+
+/**
+ * Drops up to `most` keys idle for `idleMs` (never a pinned one, one with anything unreported, held or pending,
+ * nor one of an unreachable group); returns how many it dropped.
+ */
+export function dropIdle(rules: Iterable<RuleState>, now: number, idleMs: number, most: number): number {
+  let dropped = 0;
+  for (const rule of rules) {
+    for (const handle of rule.handles.values()) {
+      if (dropped >= most) return dropped;
+      if (handle.pinned || handle.used !== 0 || handle.denied !== 0 || handle.epochs.length !== 0) continue;
+      if (handle.refunds.length !== 0 || handle.spent.length !== 0 || handle.grants.length !== 0) continue;
+      if (handle.group.pending) continue;
+      if (now - handle.lastActive < idleMs || handle.group.unreachableSince >= 0) continue;
+      handle.group.handles.delete(handle);
+      rule.handles.delete(handle.key);
+      dropped++;
+    }
+  }
+  return dropped;
+}
+
+/** The limit with the least left in its window (ties: the first), for the headers. */
+export function tightestLimit(maxes: Float64Array, used: readonly number[]): number {
+  let best = 0;
+  let bestLeft = Number.POSITIVE_INFINITY;
+  for (let i = 0; i < maxes.length; i++) {
+    const left = (maxes[i] as number) - (used[i] ?? 0);
+    if (left < bestLeft) {
+      best = i;
+      bestLeft = left;
+    }
+  }
+  return best;
 }

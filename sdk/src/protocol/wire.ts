@@ -40,7 +40,8 @@
 //   in the windows) until the instance's next applied sync for the key, whose usage is what it covered:
 //   then the reservation goes back and the usage counts, from the grant (or, reported more than 100 ms
 //   after it, from 100 ms before the report). A duplicate answers the same allowance. Past
-//   `validUntil` an instance keeps at most the fallback of what is left, never a fresh share.
+//   `validUntil` an instance keeps at most the fallback of what is left, never a fresh share. `want` = the
+//   cost of requests waiting for this reply: the allowance is at least min(want, what is left).
 // strict: `tokens` are reserved for the instance until `leaseExpiresAt` (added to what it holds).
 //   Tokens left at expiry go back as `refunds` = [grantedAt, count] (grantedAt = that reply's
 //   serverTime). `want` = tokens asked for. Windows count grants over W + lease and tokens reported spent
@@ -107,7 +108,10 @@ export interface SyncEntry {
   /** [grantedAt ms, count] of expired, unused tokens; strict mode only. */
   refunds: Array<[number, number]>;
   offered: number;
-  /** strict: tokens asked for; approximate: ignored (send 0). */
+  /**
+   * strict: tokens asked for; approximate: the cost of requests waiting for this reply (`decide`), granted
+   * from what is left whatever the instance's share (0: none waiting).
+   */
   want: number;
   /**
    * strict, optional: per usage pair, ms before this request was sent by which those tokens were all spent

@@ -270,6 +270,8 @@ describe("quota-sync as a Redis Function", () => {
             limits: generated.limits.map((limit, i) => ({ ...limit, max: rule.limits[i]?.max ?? limit.max })),
           });
           const first = unchanged ? legacy(generated) : generated;
+          // and no request waiting for its reply (approximate `want`, which the previous script ignored)
+          const noneWaiting = (entries: Entry[]) => entries.map((e) => ({ ...e, want: 0 }));
           // and time that never goes back: a caller behind the slot group's time counts as that time now
           const steps = generatedSteps.map((step) =>
             !unchanged
@@ -277,8 +279,10 @@ describe("quota-sync as a Redis Function", () => {
               : step.kind === "rule"
                 ? { ...step, rule: legacy(step.rule) }
                 : step.kind === "sync"
-                  ? { ...step, gapMs: Math.max(0, step.gapMs) }
-                  : step,
+                  ? { ...step, gapMs: Math.max(0, step.gapMs), entries: noneWaiting(step.entries) }
+                  : "entries" in step
+                    ? { ...step, entries: noneWaiting(step.entries) }
+                    : step,
           );
           // function, fresh EVAL, previous script, and one where each step runs the function or the previous
           const spaces = [uniqueNamespace(), uniqueNamespace(), uniqueNamespace(), uniqueNamespace()];

@@ -375,6 +375,22 @@ describe("quota-sync.lua", () => {
     expect(allowance / left).toBeLessThan(0.6);
   });
 
+  it("approximate: a request waiting for the reply (want) is granted from what is left when the instance's share of it rounds to 0", async () => {
+    const answer = async (want: number) => {
+      const store = await storeWith(approximate([{ windowMs: 1000, max: 20 }]));
+      // two instances reserve 9 each (two intervals of what they were offered, and one); the quiet one's share
+      // of the 2 left is below one request
+      await store.sync(call("busy-1", 1, [entry("k", { offered: 4 })]), T0);
+      await store.sync(call("busy-2", 1, [entry("k", { offered: 4 })]), T0 + 1);
+      const reply = await store.sync(call("quiet", 1, [entry("k", { offered: 1, want })]), T0 + 2);
+      return reply.entries[0] as { allowance: number; used: number[] };
+    };
+    const without = await answer(0);
+    const waiting = await answer(1);
+    expect(without).toMatchObject({ allowance: 0, used: [18] }); // 2 left, none granted
+    expect(waiting).toMatchObject({ allowance: 1, used: [19] }); // granted from what was left
+  });
+
   it("approximate: allowances handed out at different instants see each other until the next sync settles them", async () => {
     const store = await storeWith(approximate([{ windowMs: 1000, max: 100 }]));
     const a1 = (await store.sync(call("a", 1, [entry("k", { offered: 10 })]), T0)).entries[0] as { allowance: number };

@@ -16,7 +16,7 @@ const LUA = new URL("../../../lua/", import.meta.url);
 
 /**
  * sha256 of each split script's chunk: cap-sends since its per-call state is one table and it checks the store epoch (store-epoch.lua), quota-sync since its
- * time comes from the store's clock (store-time.lua).
+ * time comes from the store's clock (store-time.lua) and a waiting approximate request is granted from what is left (want).
  * A change to a script changes its chunk and its library's name on purpose: update these with it.
  */
 const CHUNK_SHA256 = {
