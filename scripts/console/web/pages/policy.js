@@ -97,14 +97,14 @@ export async function render(root, api) {
   }
 
   // the whole document
-  const editor = h("textarea", { rows: 18, spellcheck: "false", "aria-label": "policy document" });
+  const editor = h("textarea", { rows: 18, spellcheck: "false", "aria-label": "policy JSON" });
   editor.value = state.text ?? "";
   let openedText = state.text;
   const documentStatus = h("p", { class: "status", role: "status" });
   const documentProblems = h("ul", { class: "problems", "aria-label": "policy problems" });
   const documentForm = h(
     "form",
-    { "aria-label": "policy document", class: "document", onsubmit: (event) => saveDocument(event) },
+    { class: "document", onsubmit: (event) => saveDocument(event) },
     h("div", { class: "actions" }, h("button", { type: "submit" }, "Save policy"), documentStatus),
   );
   async function saveDocument(event) {
