@@ -2,6 +2,7 @@
 // with console-sample.ts: every page of the registry loads; the rule form names the field of a bad value
 // beside it; a save lands in the policy and in Redis; a second editor's save is refused, never lost; a
 // redrive moves the dead letter to the campaign queue; why answers the engine's decision.
+import { spawn } from "node:child_process";
 import { get as httpGet } from "node:http";
 import { ReceiveMessageCommand } from "@aws-sdk/client-sqs";
 import type { Browser, Page } from "playwright-core";
@@ -118,9 +119,7 @@ describe("the console in Chromium", () => {
     await page.getByLabel("limits").fill("60s=0");
     await page.getByLabel("lease ms").fill("1e2");
     await page.getByRole("button", { name: "Save rule" }).click();
-    await expect(page.locator("#error-leaseMs").textContent()).resolves.toContain(
-      'leaseMs: expected a decimal integer, got "1e2"',
-    );
+    await page.locator("#error-leaseMs", { hasText: 'leaseMs: expected a decimal integer, got "1e2"' }).waitFor();
     await page.getByLabel("lease ms").fill("1000");
     await page.getByRole("button", { name: "Save rule" }).click();
     // the schema's problem, the CLI's `quotas[0].limits[0].max`, beside the limits field
@@ -254,6 +253,42 @@ describe("the console's guard", () => {
     // with its own Origin the same POST reaches the route (no such dead letter)
     const own = await post({ ...token, origin: server.origin });
     expect(await own.json()).toMatchObject({ redriven: [], missing: ["x"] });
+  });
+
+  it("tollgate console serves on the address it prints, with its own token, and stops on Ctrl-C (exit 0)", async () => {
+    const { awsEndpoint, bucket } = stack.endpoints;
+    const child = spawn(
+      process.execPath,
+      ["bin/tollgate.mjs", "console", "--endpoint", awsEndpoint, "--bucket", bucket],
+      {
+        env: { ...process.env, AWS_ACCESS_KEY_ID: "local", AWS_SECRET_ACCESS_KEY: "local" },
+        stdio: ["ignore", "pipe", "pipe"],
+      },
+    );
+    const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+    const url = await new Promise<URL>((resolve, reject) => {
+      let out = "";
+      child.stdout.on("data", (chunk) => {
+        out += chunk;
+        const printed = /tollgate console at (\S+)/.exec(out)?.[1];
+        if (printed) resolve(new URL(printed));
+      });
+      exited.then((code) => reject(new Error(`tollgate console exited ${code} before printing its address`)));
+    });
+    expect(url.hostname).toBe("127.0.0.1");
+    const token = url.searchParams.get("token") ?? "";
+    expect(token).not.toBe(server.token);
+    const policy = await fetch(`${url.origin}/api/policy`, { headers: { "x-tollgate-console-token": token } });
+    expect(policy.status).toBe(200);
+    expect(((await policy.json()) as { rules: { name: string }[] }).rules.map((r) => r.name)).toEqual([
+      SAMPLE_QUOTA.rule,
+    ]);
+    // this launch's token only: the other console's is refused here
+    expect(
+      (await fetch(`${url.origin}/api/pages`, { headers: { "x-tollgate-console-token": server.token } })).status,
+    ).toBe(403);
+    child.kill("SIGINT");
+    expect(await exited).toBe(0);
   });
 
   it("a page of another origin in the browser cannot call the API even knowing the token", async () => {
