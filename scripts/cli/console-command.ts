@@ -24,6 +24,7 @@ export function addConsoleCommand(program: Command): void {
         .option("--policy-key <key>", "the policy's object key", DEFAULT_POLICY_KEY)
         .option("--archive-bucket <name>", "the archive's bucket (the stack output ArchiveBucket; default: --bucket)")
         .option("--archive-prefix <prefix>", "the archive's prefix in the bucket", DEFAULT_ARCHIVE_PREFIX)
+        .option("--days <n>", "read only the last N days of the archive (default: all)", integerIn(1, 3_660))
         .option("--queue-url <url>", "the campaign queue's DLQ")
         .option("--to <url>", "the campaign queue (where a redrive sends dead letters)"),
     ),

@@ -7,7 +7,7 @@ import { DEFAULT_POLICY_KEY } from "../../functions/core/capping/policy.ts";
 import { DEFAULT_ARCHIVE_PREFIX } from "../../functions/core/shared/decision-archive.ts";
 import { ValidationError } from "../../functions/core/shared/errors.ts";
 import { DEFAULT_NAMESPACE } from "../../sdk/src/protocol/index.ts";
-import type { ArchiveLocation } from "../archive-query.ts";
+import { type ArchiveLocation, type OpenArchive, openArchive } from "../archive-query.ts";
 import { type AwsOptions, aws, required } from "../cli/aws-options.ts";
 import type { RedisOptions } from "../cli/redis-options.ts";
 
@@ -17,6 +17,8 @@ export interface ConsoleContext {
   bucket: string;
   policyKey: string;
   archive: ArchiveLocation;
+  /** Read only the last N days' partitions of the archive (--days); undefined: all. */
+  archiveDays: number | undefined;
   /** The campaign queue (where a redrive sends dead letters back) and its DLQ; undefined when not given. */
   campaignQueueUrl: string | undefined;
   deadLetterQueueUrl: string | undefined;
@@ -29,6 +31,7 @@ export interface ConsoleOptions extends AwsOptions, Partial<RedisOptions> {
   policyKey?: string;
   archiveBucket?: string;
   archivePrefix?: string;
+  days?: number;
   queueUrl?: string;
   to?: string;
 }
@@ -44,6 +47,7 @@ export function consoleContext(options: ConsoleOptions): ConsoleContext {
     bucket,
     policyKey: options.policyKey ?? DEFAULT_POLICY_KEY,
     archive: { s3, bucket: options.archiveBucket ?? bucket, prefix: prefix.endsWith("/") ? prefix : `${prefix}/` },
+    archiveDays: options.days,
     campaignQueueUrl: options.to ?? local?.campaignQueueUrl,
     deadLetterQueueUrl: options.queueUrl ?? local?.deadLetterQueueUrl,
     redis: { ...options, namespace: options.namespace ?? DEFAULT_NAMESPACE, nodes: options.redis ?? local?.redis },
@@ -54,4 +58,10 @@ export function consoleContext(options: ConsoleOptions): ConsoleContext {
 export function needed<T>(value: T | undefined, option: string): T {
   if (value === undefined) throw new ValidationError(option, "not given when the console was started (or --local)");
   return value;
+}
+
+/** The archive opened for one request's queries, as `tollgate why --days` opens it; the caller closes it. */
+export function openConsoleArchive(context: ConsoleContext): Promise<OpenArchive> {
+  const days = context.archiveDays;
+  return openArchive(context.archive, days === undefined ? {} : { sinceMs: Date.now() - days * 86_400_000 });
 }

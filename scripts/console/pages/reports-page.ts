@@ -2,15 +2,12 @@
 // (sent, capped and repeats by segment and cap), which the browser draws as a bar chart.
 import { z } from "zod";
 import { archivedCampaigns, campaignReport } from "../../archive-answers.ts";
-import { openArchive } from "../../archive-query.ts";
-import type { ConsoleContext } from "../console-context.ts";
+import type { OpenArchive } from "../../archive-query.ts";
+import { type ConsoleContext, openConsoleArchive } from "../console-context.ts";
 import { type ConsolePage, route } from "../console-page.ts";
 
-async function withArchive<T>(
-  context: ConsoleContext,
-  read: (archive: Awaited<ReturnType<typeof openArchive>>) => Promise<T>,
-) {
-  const archive = await openArchive(context.archive);
+async function withArchive<T>(context: ConsoleContext, read: (archive: OpenArchive) => Promise<T>) {
+  const archive = await openConsoleArchive(context);
   try {
     return await read(archive);
   } finally {

@@ -3,7 +3,7 @@
 import { z } from "zod";
 import { policyInService } from "../../../functions/app/operator-actions.ts";
 import { why, whyText } from "../../archive-answers.ts";
-import { openArchive } from "../../archive-query.ts";
+import { openConsoleArchive } from "../console-context.ts";
 import { type ConsolePage, integerText, route } from "../console-page.ts";
 
 export const whyPage: ConsolePage = {
@@ -19,7 +19,7 @@ export const whyPage: ConsolePage = {
         channel: z.string().optional(),
       }),
       handle: async (context, { user, campaign, channel }) => {
-        const archive = await openArchive(context.archive);
+        const archive = await openConsoleArchive(context);
         try {
           const policy = await policyInService(context.s3, context.bucket, context.policyKey).catch(() => undefined);
           const question = {
