@@ -15,6 +15,12 @@ const OUT = "docs/console";
 
 /** What an operator does on a page before it is worth a picture. */
 const ACTIONS: Record<string, (page: Page) => Promise<void>> = {
+  policy: async (page) => {
+    await page.getByRole("button", { name: `Edit ${SAMPLE_QUOTA.rule}` }).click();
+    await page.getByLabel("lease ms").fill("1e2");
+    await page.getByRole("button", { name: "Save rule" }).click();
+    await page.locator("#error-leaseMs", { hasText: "expected a decimal integer" }).waitFor();
+  },
   usage: async (page) => {
     await page.getByLabel("rule").selectOption(SAMPLE_QUOTA.rule);
     await page.getByLabel("key").fill(SAMPLE_QUOTA.key);

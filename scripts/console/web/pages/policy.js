@@ -81,8 +81,13 @@ export async function render(root, api) {
       status(ruleStatus, `saved as policy ${saved.version}; ${saved.note}`, true);
       await reload();
     } catch (error) {
-      showProblems(ruleForm, error.problems ?? [], ruleRest);
-      status(ruleStatus, error.error ?? String(error), false);
+      const problems = error.problems ?? [];
+      showProblems(ruleForm, problems, ruleRest);
+      status(
+        ruleStatus,
+        problems.length > 0 ? "nothing saved: see the fields marked" : (error.error ?? String(error)),
+        false,
+      );
     }
   }
 
