@@ -15,10 +15,17 @@ export function chromiumPath(): string {
   return chosen;
 }
 
+/** The environment without libfaketime's preload (`npm run test:shifted`): the browser keeps the real clock, as Redis does. */
+function realClockEnvironment(): Record<string, string> {
+  const { LD_PRELOAD: _preload, FAKETIME: _faketime, DONT_FAKE_MONOTONIC: _monotonic, ...rest } = process.env;
+  return Object.fromEntries(Object.entries(rest).filter((entry): entry is [string, string] => entry[1] !== undefined));
+}
+
 export function launchChromium(): Promise<Browser> {
   return chromium.launch({
     executablePath: chromiumPath(),
     headless: true,
+    env: realClockEnvironment(),
     // as root (CI, containers) Chromium refuses its sandbox; /dev/shm is small in containers
     args: ["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"],
   });
