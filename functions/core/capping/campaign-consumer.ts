@@ -42,7 +42,7 @@ export interface CampaignConsumerOptions {
   deadLetters: DeadLetterSink;
   /** Sends per delivery message (DELIVERY_BATCH_SIZE). */
   sendsPerMessage: number;
-  /** The decision archive: every decision of a forwarded batch, one line each (none when absent). */
+  /** The decision archive: every decision of a forwarded batch, one line a batch (none when absent). */
   archive?: DecisionLog;
 }
 
@@ -86,7 +86,7 @@ export class CampaignConsumer {
     await this.options.delivery.send(messages);
     // archived once forwarded: a batch retried after a failed send is archived by the attempt that took effect
     const { archive } = this.options;
-    if (archive) campaignDecisionLines(batch, result, now ?? result.at, (line) => archive.add(line));
+    if (archive) campaignDecisionLines(batch, result, now ?? result.at, (line, records) => archive.add(line, records));
     const timings = { decideMs: decided - started, forwardMs: performance.now() - decided };
     return {
       kind: "forwarded",
