@@ -27,6 +27,7 @@ import { addPolicyCommands } from "./cli/policy-commands.ts";
 import { addQuotasCommands } from "./cli/quotas-commands.ts";
 import { addRedisCommands } from "./cli/redis-commands.ts";
 import { addSegmentsCommands } from "./cli/segments-commands.ts";
+import { addWhatIfCommand } from "./cli/what-if-command.ts";
 import { isMain } from "./is-main.ts";
 
 const { version } = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as {
@@ -44,6 +45,7 @@ export function makeProgram(): Command {
   addSegmentsCommands(program);
   addPolicyCommands(program);
   addCampaignCommands(program);
+  addWhatIfCommand(program);
   addArchiveCommands(program);
   addDeliveryCommands(program);
   addDlqCommands(program);
