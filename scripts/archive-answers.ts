@@ -161,6 +161,17 @@ export interface CampaignReport {
   total: { sent: number; capped: number; duplicate: number; exempt: number };
 }
 
+/** The campaigns the archive holds decisions of, the latest decided first. */
+export async function archivedCampaigns(
+  archive: OpenArchive,
+): Promise<{ campaignId: string; lastDecidedAt: number }[]> {
+  const rows = await archive.query<{ campaignId: string; last: string }>(
+    `SELECT campaignId, CAST(max(decidedAt) AS DOUBLE) AS last FROM decisions
+     WHERE kind = 'campaign' AND campaignId IS NOT NULL GROUP BY campaignId ORDER BY last DESC, campaignId`,
+  );
+  return rows.map((row) => ({ campaignId: row.campaignId, lastDecidedAt: Number(row.last) }));
+}
+
 /** A campaign's decisions, one per send identity, by segment and cap. */
 export async function campaignReport(archive: OpenArchive, campaignId: string): Promise<CampaignReport> {
   const rows = await archive.query<{ segment: string; decision: string; cap: string | null; n: string }>(

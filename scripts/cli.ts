@@ -13,6 +13,7 @@
 //   npm run tollgate -- dlq list --local
 //   npm run tollgate -- why --local --user 17 --campaign spring
 //   npm run tollgate -- campaign report --local spring
+//   npm run tollgate -- console --local
 //   npm run tollgate -- check --local /v1/limit '{"key":"login:1.2.3.4","algorithm":"gcra","burst":4,"count":1,"periodMs":1000}'
 import { readFileSync } from "node:fs";
 import { Command, CommanderError } from "commander";
@@ -20,6 +21,7 @@ import { InvalidPolicyError, ValidationError } from "../functions/core/shared/er
 import { addArchiveCommands } from "./cli/archive-commands.ts";
 import { addCampaignCommands } from "./cli/campaign-commands.ts";
 import { addCheckCommand, CheckFailed } from "./cli/check-command.ts";
+import { addConsoleCommand } from "./cli/console-command.ts";
 import { addDeliveryCommands } from "./cli/delivery-commands.ts";
 import { addDlqCommands } from "./cli/dlq-commands.ts";
 import { UsageError } from "./cli/option-values.ts";
@@ -37,7 +39,7 @@ const { version } = JSON.parse(readFileSync(new URL("../package.json", import.me
 export function makeProgram(): Command {
   const program = new Command("tollgate")
     .description(
-      "Operate Tollgate: segments, policies, campaigns, the delivery queue, the DLQ, quota rules, the Redis libraries",
+      "Operate Tollgate: segments, policies, campaigns, the delivery queue, the DLQ, quota rules, the Redis libraries, the console",
     )
     .version(version)
     .exitOverride()
@@ -52,6 +54,7 @@ export function makeProgram(): Command {
   addCheckCommand(program);
   addQuotasCommands(program);
   addRedisCommands(program);
+  addConsoleCommand(program);
   return program;
 }
 

@@ -1,6 +1,7 @@
 // Installs what `npm test`, `npm run demo` and `npm run bench` need on a fresh Debian machine that has
 // only Node and npm: the npm packages (npm ci), and by apt-get, as root, Debian's redis-server, lua-check
-// (luacheck, the Lua linter the unit tier runs), faketime (libfaketime) and, from bookworm-backports, valkey-server.
+// (luacheck, the Lua linter the unit tier runs), faketime (libfaketime), chromium (the console's browser tests
+// drive it with playwright-core) and, from bookworm-backports, valkey-server.
 // Plain Node on purpose: it runs before node_modules exists.
 import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
@@ -33,6 +34,8 @@ const DEBIAN_COMMANDS = [
   ["luacheck", "lua-check", "bookworm"],
   // libfaketime: the chaos harness steps and skews one SDK instance's clock (and test:shifted uses it)
   ["faketime", "faketime", "bookworm"],
+  // the browser the console's tests drive (playwright-core launches it; it downloads no browser of its own)
+  ["chromium", "chromium", "bookworm"],
   // Valkey 8.0, the engine the stack deploys, is in bookworm-backports
   ["valkey-server", "valkey-server", "bookworm-backports"],
 ];

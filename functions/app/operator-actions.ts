@@ -8,7 +8,7 @@ import { SqsCampaignQueue } from "../adapters/sqs-sinks.ts";
 import { type CampaignPush, type PolicyInService, pushCampaign as push } from "../core/capping/campaign-push.ts";
 import { Capper } from "../core/capping/capper.ts";
 import { DEFAULT_POLICY_KEY, type Policy, parsePolicyText } from "../core/capping/policy.ts";
-import { type EditedPolicy, editPolicy, uploadedPolicy } from "../core/capping/policy-edits.ts";
+import { type EditedPolicy, editPolicy, ifPolicyUnchanged, uploadedPolicy } from "../core/capping/policy-edits.ts";
 import {
   publishPolicy as publishPolicyTo,
   publishRules,
@@ -27,19 +27,21 @@ export function uploadObject(s3: S3Client, bucket: string, key: string, body: Ui
 /**
  * `policy upload`: the file's policy written over the one in the bucket with compare-and-set, keeping the
  * bucket's quota rules and tenants when the file has none and refusing a file whose rules differ from them
- * unless `replaceQuotas` (policy-edits.ts), with an audit line. Resolves with the policy written and the one it
- * replaced.
+ * unless `replaceQuotas` (policy-edits.ts), with an audit line. With `opened` (an editor's save: the text it
+ * opened, undefined when there was no policy) it is written only while the object is still that text, else
+ * refused with ChangedSinceOpenedError. Resolves with the policy written and the one it replaced.
  */
 export async function uploadPolicy(
   s3: S3Client,
   bucket: string,
   text: string,
-  options: { key?: string; replaceQuotas?: boolean } = {},
+  options: { key?: string; replaceQuotas?: boolean; opened?: { text: string | undefined } } = {},
 ): Promise<EditedPolicy> {
-  const { key, ...upload } = options;
+  const { key, opened, ...upload } = options;
+  const edit = uploadedPolicy(text, upload);
   const edited = await editPolicy(
     new S3ObjectStore(s3, bucket),
-    uploadedPolicy(text, upload),
+    opened === undefined ? edit : ifPolicyUnchanged(opened.text, edit, key),
     key === undefined ? {} : { key },
   );
   auditUpload(bucket, edited.policy, edited.previous?.version);

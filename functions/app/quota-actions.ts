@@ -7,7 +7,13 @@ import { slotGroupOf, tenantNamespace } from "../../sdk/src/protocol/index.ts";
 import { RedisQuotaStore } from "../adapters/redis-quota-store.ts";
 import { S3ObjectStore } from "../adapters/s3-object-store.ts";
 import { DEFAULT_POLICY_KEY, type Policy, parsePolicyText } from "../core/capping/policy.ts";
-import { editPolicy, type PolicyEdit, withoutQuotaRule, withQuotaRule } from "../core/capping/policy-edits.ts";
+import {
+  editPolicy,
+  ifQuotaRuleUnchanged,
+  type PolicyEdit,
+  withoutQuotaRule,
+  withQuotaRule,
+} from "../core/capping/policy-edits.ts";
 import { QuotaSyncService, rulesStamp } from "../core/quotas/quota-sync-service.ts";
 import { systemClock } from "../core/shared/clock.ts";
 import { ValidationError } from "../core/shared/errors.ts";
@@ -22,16 +28,23 @@ export async function readPolicy(s3: S3Client, bucket: string, key = DEFAULT_POL
 /**
  * Adds or replaces the rule `rule.name` in the policy object with a new version, granted to the tenants named
  * in `grantTo` (their `quota-sync`), with compare-and-set (made again from the newer object when another edit
- * came first; nothing is uploaded when invalid) and an audit line. Returns the policy, the one it replaced, and
- * when S3 wrote it.
+ * came first; nothing is uploaded when invalid) and an audit line. With `opened` (an editor's save: the rule as it
+ * opened it, quotaRuleOpened's JSON, undefined for a new rule) it is refused with ChangedSinceOpenedError when
+ * the rule changed since. Returns the policy, the one it replaced, and when S3 wrote it.
  */
 export async function setQuotaRule(
   s3: S3Client,
   bucket: string,
   rule: QuotaRuleDocument,
   grantTo: readonly string[] = [],
+  opened?: { rule: string | undefined },
 ): Promise<PolicyWritten> {
-  const result = await written(s3, bucket, withQuotaRule(rule, grantTo));
+  const edit = withQuotaRule(rule, grantTo);
+  const result = await written(
+    s3,
+    bucket,
+    opened === undefined ? edit : ifQuotaRuleUnchanged(rule.name, opened.rule, edit),
+  );
   audit({
     action: "quota-rule-set",
     rule: rule.name,
@@ -42,9 +55,18 @@ export async function setQuotaRule(
   return result;
 }
 
-/** Takes the rule `name` out of the policy object (compare-and-set, as setQuotaRule), with an audit line. */
-export async function removeQuotaRule(s3: S3Client, bucket: string, name: string): Promise<PolicyWritten> {
-  const result = await written(s3, bucket, withoutQuotaRule(name));
+/**
+ * Takes the rule `name` out of the policy object (compare-and-set, as setQuotaRule; `opened` as there), with an
+ * audit line.
+ */
+export async function removeQuotaRule(
+  s3: S3Client,
+  bucket: string,
+  name: string,
+  opened?: { rule: string | undefined },
+): Promise<PolicyWritten> {
+  const edit = withoutQuotaRule(name);
+  const result = await written(s3, bucket, opened === undefined ? edit : ifQuotaRuleUnchanged(name, opened.rule, edit));
   audit({
     action: "quota-rule-remove",
     rule: name,

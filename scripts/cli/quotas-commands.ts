@@ -14,6 +14,7 @@ import {
 import type { Policy } from "../../functions/core/capping/policy.ts";
 import { ValidationError } from "../../functions/core/shared/errors.ts";
 import { type AwsOptions, aws, required, withAws } from "./aws-options.ts";
+import { optionProblemsText, quotaRuleFromOptions } from "./quota-rule-options.ts";
 import { type RedisOptions, withCluster, withRedis } from "./redis-options.ts";
 
 function describeRules(policy: Policy): string[] {
@@ -84,31 +85,8 @@ export function addQuotasCommands(program: Command): void {
         },
     ) => {
       const { s3, local } = aws(options);
-      // numbers are decimal integers as written (Number() would take "0x20", "1e2", "2.0" and "" as numbers);
-      // their ranges are the rule schema's, checked with the rest of the rule
-      const problems: string[] = [];
-      const integer = (option: string, text: string) => {
-        if (/^[0-9]{1,16}$/.test(text)) return Number(text);
-        problems.push(`${option}: expected a decimal integer, got "${text}"`);
-        return Number.NaN;
-      };
-      const limits = options.limit.map((pair) => {
-        const [window, max, ...rest] = pair.split("=");
-        if (!window || max === undefined || rest.length > 0) {
-          problems.push(`--limit: expected window=max, got "${pair}"`);
-          return { window: window ?? "", max: Number.NaN };
-        }
-        return { window, max: integer("--limit", max) };
-      });
-      const rule = {
-        name,
-        mode: options.mode,
-        limits,
-        ...(options.leaseMs === undefined ? {} : { leaseMs: integer("--lease-ms", options.leaseMs) }),
-        ...(options.fallback === undefined ? {} : { fallback: options.fallback }),
-        ...(options.slotGroups === undefined ? {} : { slotGroups: integer("--slot-groups", options.slotGroups) }),
-      } as Parameters<typeof setQuotaRule>[2];
-      if (problems.length > 0) throw new ValidationError("", problems.join("; "));
+      const { rule, problems } = quotaRuleFromOptions(name, options);
+      if (problems.length > 0) throw new ValidationError("", optionProblemsText(problems));
       const written = await setQuotaRule(
         s3,
         required(options.bucket, local?.bucket, "--bucket"),

@@ -3,7 +3,7 @@
 // what it read, validates it, and writes it only if the object is still the one it read (compare-and-set).
 // When another edit came first, it starts again from that one, so no edit is lost and none deletes another's
 // rules. A quota rule's slotGroups is refused here while the rule is in service (see slotGroupsChanges).
-import { InvalidPolicyError, ValidationError, WriteConflictError } from "../shared/errors.ts";
+import { ChangedSinceOpenedError, InvalidPolicyError, ValidationError, WriteConflictError } from "../shared/errors.ts";
 import type { ConditionalObjectStore } from "../shared/object-store.ts";
 import type { QuotaRuleDocument } from "../shared/quota-rules.ts";
 import type { TenantDocument } from "../shared/tenants.ts";
@@ -67,6 +67,54 @@ export async function editPolicy(
       }
     }
   }
+}
+
+/**
+ * `edit`, made only while the policy object is still the text an editor opened (undefined: there was none);
+ * otherwise refused with ChangedSinceOpenedError. Under editPolicy's compare-and-set a save that lost the
+ * race is made again, finds the newer text, and is refused: the later of two editors never overwrites the
+ * earlier one's save.
+ */
+export function ifPolicyUnchanged(
+  openedText: string | undefined,
+  edit: PolicyEdit,
+  key = DEFAULT_POLICY_KEY,
+): PolicyEdit {
+  return (current) => {
+    if (current?.text !== openedText) throw new ChangedSinceOpenedError(key, "the policy");
+    return edit(current);
+  };
+}
+
+/**
+ * `edit`, made only while the quota rule `name` is still as an editor opened it (`openedRule`: the rule's
+ * document as quotaRuleOpened gave it, undefined for a rule that did not exist); otherwise refused with
+ * ChangedSinceOpenedError. Edits of other rules in between do not refuse it: they are kept, as `quotas set`
+ * keeps them.
+ */
+export function ifQuotaRuleUnchanged(
+  name: string,
+  openedRule: string | undefined,
+  edit: PolicyEdit,
+  key = DEFAULT_POLICY_KEY,
+): PolicyEdit {
+  return (current) => {
+    if (quotaRuleOpened(current, name) !== openedRule) throw new ChangedSinceOpenedError(key, `quota rule "${name}"`);
+    return edit(current);
+  };
+}
+
+/** The quota rule `name` of the policy as stored (its JSON), what an editor opens; undefined when absent. */
+export function quotaRuleOpened(current: CurrentPolicy | undefined, name: string): string | undefined {
+  if (current === undefined) return undefined;
+  let document: PolicyDocument;
+  try {
+    document = JSON.parse(current.text) as PolicyDocument;
+  } catch {
+    return undefined;
+  }
+  const rule = Array.isArray(document.quotas) ? document.quotas.find((r) => r?.name === name) : undefined;
+  return rule === undefined ? undefined : JSON.stringify(rule);
 }
 
 function readCurrent(text: string): CurrentPolicy {

@@ -74,6 +74,18 @@ export class WriteConflictError extends TollgateError {
   }
 }
 
+/**
+ * An editor's save refused because the object changed since that editor opened it (another editor saved
+ * first): nothing of the save was written; the editor reopens and makes the change again on top.
+ */
+export class ChangedSinceOpenedError extends TollgateError {
+  readonly key: string;
+  constructor(key: string, what: string) {
+    super(`${key}: ${what} changed since you opened it; nothing was saved: reopen it and make your change again`);
+    this.key = key;
+  }
+}
+
 /** An object the store does not hold (a missing bitmap or policy). */
 export class ObjectNotFoundError extends TollgateError {
   readonly key: string;
