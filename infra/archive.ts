@@ -1,7 +1,9 @@
 // The decision archive on AWS: a Firehose delivery stream the functions put NDJSON chunks on, writing
 // gzipped objects to its own bucket under dt=/hour= partitions (the same objects the local stack writes),
 // a Glue table over them (partition projection: no crawler, no MSCK REPAIR), and an Athena workgroup with
-// the operator's two questions as named queries.
+// the operator's two questions as named queries. A campaign batch is one line (archive-lines.ts): the
+// queries expand it to a row per user, as the local DuckDB view does.
+
 import { Duration, RemovalPolicy, Stack } from "aws-cdk-lib";
 import * as athena from "aws-cdk-lib/aws-athena";
 import * as glue from "aws-cdk-lib/aws-glue";
@@ -9,9 +11,12 @@ import * as iam from "aws-cdk-lib/aws-iam";
 import * as firehose from "aws-cdk-lib/aws-kinesisfirehose";
 import * as s3 from "aws-cdk-lib/aws-s3";
 import { Construct } from "constructs";
+import { CLASS_CODES } from "../functions/core/capping/archive-lines.ts";
 import { DEFAULT_ARCHIVE_PREFIX } from "../functions/core/shared/decision-archive.ts";
 
 /** The archive's columns (docs/archive.md), as the Glue table and the local DuckDB view read them. */
+const CLASS_STRUCT =
+  "struct<segment:string,decision:string,reason:string,cap:string,capchannel:string,capwindowms:bigint,capmax:bigint>";
 const COLUMNS: [string, string][] = [
   ["kind", "string"],
   ["decidedat", "bigint"],
@@ -38,7 +43,29 @@ const COLUMNS: [string, string][] = [
   ["limit", "double"],
   ["remaining", "double"],
   ["retryafterms", "double"],
+  // a campaign batch's line: its users as runs [first, last] in order, a code per user, the codes' classes
+  ["records", "bigint"],
+  ["users", "array<array<bigint>>"],
+  ["classes", "string"],
+  ["classtable", `array<${CLASS_STRUCT}>`],
 ];
+
+/**
+ * One row per campaign decision: each batch line's users with the class their code names (as the
+ * DuckDB view of scripts/archive-query.ts expands them), for the named queries to read like single lines.
+ */
+export const campaignRows = (filter: string) => `WITH campaign AS (
+  SELECT b.decidedat, b."at", b.policyversion, b.campaignid, b.channel, b.dt, u.userid,
+    b.classtable[strpos('${CLASS_CODES}', substr(b.classes, CAST(u.i AS integer), 1))] AS class
+  FROM tollgate_archive.decisions b
+  CROSS JOIN UNNEST(flatten(transform(b.users, r -> sequence(r[1], r[2])))) WITH ORDINALITY AS u(userid, i)
+  WHERE b.kind = 'campaign-batch' ${filter}
+), campaign_rows AS (
+  SELECT 'campaign' AS kind, decidedat, "at", campaignid, channel, dt, userid, class.segment AS segment,
+    class.decision AS decision, class.cap AS cap, class.capmax AS capmax, CAST(NULL AS bigint) AS capused,
+    campaignid || ':' || channel || ':' || CAST(userid AS varchar) AS dedupeid
+  FROM campaign
+)`;
 
 export interface ArchiveProps {
   /** Where the archive bucket's server access logs go. */
@@ -184,21 +211,30 @@ export class Archive extends Construct {
       query(
         "Why was user X capped",
         "A user's campaign and frequency decisions of the last 8 days, newest first, with the cap that bit; set the user ID",
-        `SELECT from_unixtime("at" / 1000) AS sent_at, campaignid, channel, segment, decision, cap, capmax, capused, dedupeid
-FROM tollgate_archive.decisions
-WHERE userid = 17 AND kind IN ('campaign', 'frequency')
-  AND dt >= date_format(current_date - INTERVAL '8' DAY, '%Y-%m-%d')
+        `${campaignRows(
+          // only the lines whose runs hold the user are expanded
+          `AND any_match(b.users, r -> 17 BETWEEN r[1] AND r[2])
+    AND b.dt >= date_format(current_date - INTERVAL '8' DAY, '%Y-%m-%d')`,
+        )}
+SELECT from_unixtime("at" / 1000) AS sent_at, campaignid, channel, segment, decision, cap, capmax, capused, dedupeid
+FROM (
+  SELECT "at", campaignid, channel, segment, decision, cap, capmax, capused, dedupeid FROM campaign_rows WHERE userid = 17
+  UNION ALL
+  SELECT "at", campaignid, channel, segment, decision, cap, capmax, capused, dedupeid
+  FROM tollgate_archive.decisions
+  WHERE userid = 17 AND kind = 'frequency' AND dt >= date_format(current_date - INTERVAL '8' DAY, '%Y-%m-%d')
+)
 ORDER BY "at" DESC`,
       ),
       query(
         "Sent and capped by campaign segment and day",
         "Each campaign's sends by segment and day: sent (allowed or exempt), capped, and repeats, one per send identity",
-        `SELECT campaignid, segment, dt AS day,
+        `${campaignRows("")}
+SELECT campaignid, segment, dt AS day,
   count(DISTINCT CASE WHEN decision IN ('allowed', 'exempt') THEN dedupeid END) AS sent,
   count(DISTINCT CASE WHEN decision = 'capped' THEN dedupeid END) AS capped,
   count(DISTINCT CASE WHEN decision = 'duplicate' THEN dedupeid END) AS repeats
-FROM tollgate_archive.decisions
-WHERE kind = 'campaign'
+FROM campaign_rows
 GROUP BY campaignid, segment, dt
 ORDER BY day DESC, campaignid, segment`,
       ),

@@ -1,14 +1,16 @@
 // The decision archive, queried with DuckDB: the archive's objects (gzipped NDJSON under dt=/hour=
 // partitions, as Firehose writes them on AWS and the local stack writes them to the emulator) copied to a
-// temporary folder and read by DuckDB's read_json. `tollgate why`, `tollgate campaign report` and the tests
+// temporary folder and read by DuckDB's read_json. The `decisions` view has one row per decision: a
+// campaign batch's line (archive-lines.ts) is expanded into a `campaign` row per user. `tollgate why`, `tollgate campaign report` and the tests
 // use it; on AWS the same questions are the Athena named queries of infra/archive.ts.
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { GetObjectCommand, ListObjectsV2Command, type S3Client } from "@aws-sdk/client-s3";
 import { type DuckDBConnection, DuckDBInstance, type DuckDBValue } from "@duckdb/node-api";
+import { CLASS_CODES } from "../functions/core/capping/archive-lines.ts";
 
-/** Every field of every kind of line (docs/archive.md); a line lacks the fields of other kinds (null here). */
+/** Every field of a decision (docs/archive.md); a row lacks the fields of other kinds (null here). */
 const COLUMNS: Record<string, string> = {
   kind: "VARCHAR",
   decidedAt: "DOUBLE",
@@ -36,6 +38,43 @@ const COLUMNS: Record<string, string> = {
   remaining: "DOUBLE",
   retryAfterMs: "DOUBLE",
 };
+
+/** A campaign batch line's own fields: its users' runs, their class codes and the classes. */
+const CLASS_FIELDS = ["segment", "decision", "reason", "cap", "capChannel", "capWindowMs", "capMax"];
+const BATCH_COLUMNS: Record<string, string> = {
+  records: "DOUBLE",
+  users: "BIGINT[][]",
+  classes: "VARCHAR",
+  classTable: `STRUCT(${CLASS_FIELDS.map((name) => `"${name}" ${COLUMNS[name]}`).join(", ")})[]`,
+};
+
+/**
+ * One row per decision: the lines of one decision as they are, and each batch line's users (their runs in
+ * order) with the class their code names; `dedupeId` is the send's identity as the delivery queue has it.
+ */
+function decisionsView(files: string): string {
+  const columns = Object.entries({ ...COLUMNS, ...BATCH_COLUMNS })
+    .map(([name, type]) => `"${name}": '${type}'`)
+    .join(", ");
+  const lines = `read_json('${files.replaceAll("'", "''")}', format = 'newline_delimited', hive_partitioning = true, columns = {${columns}})`;
+  const single = Object.keys(COLUMNS).map((name) => `"${name}"`);
+  const fromBatch = ["decidedAt", "at", "policyVersion", "campaignId", "channel", "zone"].map((name) => `"${name}"`);
+  return `SELECT ${single.join(", ")}, dt, hour FROM ${lines} WHERE kind <> 'campaign-batch'
+UNION ALL BY NAME
+SELECT 'campaign' AS kind, ${fromBatch.join(", ")}, CAST(userId AS DOUBLE) AS userId,
+  ${CLASS_FIELDS.map((name) => `class."${name}" AS "${name}"`).join(", ")},
+  campaignId || ':' || channel || ':' || CAST(userId AS VARCHAR) AS dedupeId, dt, hour
+FROM (
+  SELECT ${fromBatch.join(", ")}, dt, hour, userId, classTable[strpos('${CLASS_CODES}', substring(classes, i, 1))] AS class
+  FROM (
+    SELECT ${fromBatch.join(", ")}, dt, hour, classes, classTable, unnest(ids) AS userId, generate_subscripts(ids, 1) AS i
+    FROM (
+      SELECT ${fromBatch.join(", ")}, dt, hour, classes, classTable, flatten(list_transform(users, r -> range(r[1], r[2] + 1))) AS ids
+      FROM ${lines} WHERE kind = 'campaign-batch'
+    )
+  )
+)`;
+}
 
 export interface ArchiveLocation {
   s3: S3Client;
@@ -81,16 +120,13 @@ export async function openArchive(location: ArchiveLocation, options: { sinceMs?
   } while (token);
   const instance = await DuckDBInstance.create(":memory:");
   const connection: DuckDBConnection = await instance.connect();
-  const columns = Object.entries(COLUMNS)
-    .map(([name, type]) => `"${name}": '${type}'`)
-    .join(", ");
   const source =
     objects === 0
       ? // no object yet: the same columns, no rows
         `SELECT ${Object.entries(COLUMNS)
           .map(([name, type]) => `CAST(NULL AS ${type}) AS "${name}"`)
           .join(", ")}, NULL AS dt, NULL AS hour WHERE false`
-      : `SELECT * FROM read_json('${join(dir, "**", "*.ndjson.gz").replaceAll("'", "''")}', format = 'newline_delimited', hive_partitioning = true, columns = {${columns}})`;
+      : decisionsView(join(dir, "**", "*.ndjson.gz"));
   await connection.run(`CREATE VIEW decisions AS ${source}`);
   return {
     objects,

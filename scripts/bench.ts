@@ -9,13 +9,14 @@
 //   maxima      maxima.ts             every documented maximum's slowest script, beside the layout before
 //   pipeline    pipeline.ts           one campaign through the local stack
 //   archive     archive-cost.ts       the same campaign with the decision archive off and on
+//   what-if     what-if.ts            `campaign what-if` on 10,000,000 users, and the real run it predicts
 //   check-api   check-api.ts          the check API in process and over HTTP
 //   flood       frequency-flood.ts    32 clients flooding one block: answers by status, slowest script
 //   limits      limits-bench.ts       Limiter.check against rate-limiter-flexible
 //   quotas      quotas.ts             the Quotas SDK (its own cluster, started after the one above stops)
 //
 //   npm run bench [-- SECTION]  or BENCH_ONLY=SECTION: that section alone (default all)
-//   BENCH_USERS (1000000)  BENCH_CONCURRENCY (4 batches in flight)  BENCH_BASE_PORT (7200)
+//   BENCH_USERS (1000000)  BENCH_WHATIF_USERS (10000000: the what-if section's)  BENCH_CONCURRENCY (4 batches in flight)  BENCH_BASE_PORT (7200)
 //   BENCH_WORKLOADS (sparse,week,checks,busy,big,huge: the workloads section's scenarios; default all)
 //   BENCH_REDIS_SCHEDULING (fifo: the primaries at real-time priority, as on nodes of their own; or normal)
 //   The quotas section's own variables (BENCH_QUOTAS_*) are listed in scripts/bench/quotas.ts.
@@ -32,6 +33,7 @@ import { runPipeline } from "./bench/pipeline.ts";
 import { publishQuotas, runQuotasBench } from "./bench/quotas.ts";
 import { BASE_PORT, seedNodes, startBenchCluster } from "./bench/stack.ts";
 import { replaceBetween } from "./bench/tables.ts";
+import { runWhatIf } from "./bench/what-if.ts";
 import { stopCluster } from "./redis-cluster.ts";
 
 const SECTIONS = [
@@ -40,6 +42,7 @@ const SECTIONS = [
   "maxima",
   "pipeline",
   "archive",
+  "what-if",
   "check-api",
   "flood",
   "limits",
@@ -82,6 +85,7 @@ async function main(only: Section | undefined): Promise<void> {
     if (runs("maxima")) publish("maxima", await runMaxima(connect()));
     if (runs("pipeline")) publish("pipeline", await runPipeline(engineRate));
     if (runs("archive")) publish("archive", await runArchiveCost());
+    if (runs("what-if")) publish("what-if", await runWhatIf(connect()));
     if (runs("check-api")) publish("check-api", await runCheckApi());
     if (runs("flood")) publish("flood", await runFrequencyFlood());
     if (runs("limits")) publish("limits", await runLimitsBench({ cluster: connect(), primaries: nodes }));

@@ -30,6 +30,7 @@ import { addQuotasCommands } from "./cli/quotas-commands.ts";
 import { addRedisCommands } from "./cli/redis-commands.ts";
 import { addSegmentsCommands } from "./cli/segments-commands.ts";
 import { addStoreCommands } from "./cli/store-commands.ts";
+import { addWhatIfCommand } from "./cli/what-if-command.ts";
 import { isMain } from "./is-main.ts";
 
 const { version } = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as {
@@ -47,6 +48,7 @@ export function makeProgram(): Command {
   addSegmentsCommands(program);
   addPolicyCommands(program);
   addCampaignCommands(program);
+  addWhatIfCommand(program);
   addArchiveCommands(program);
   addDeliveryCommands(program);
   addDlqCommands(program);

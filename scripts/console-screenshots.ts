@@ -37,6 +37,13 @@ const ACTIONS: Record<string, (page: Page) => Promise<void>> = {
     await page.getByRole("button", { name: "Why?" }).click();
     await page.locator("[data-decision]").waitFor();
   },
+  "what-if": async (page) => {
+    await page.getByLabel("campaign").fill("summer-sale");
+    await page.getByLabel("channel").fill("push");
+    await page.getByLabel("users").fill("0-99");
+    await page.getByRole("button", { name: "Predict" }).click();
+    await page.locator('[data-eligible="new"]').waitFor();
+  },
 };
 
 async function main(): Promise<void> {

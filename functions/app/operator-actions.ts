@@ -1,10 +1,12 @@
 // The operator actions, wired to real clients: publish the policy and segment bitmaps to the bucket, push
-// a campaign onto the campaign queue. The CLI, the demo, the bench and the tests use these; a Lambda could.
+// a campaign onto the campaign queue, ask what a campaign would do (its what-if). The CLI, the demo, the bench and the tests use these; a Lambda could.
 import type { S3Client } from "@aws-sdk/client-s3";
 import type { SQSClient } from "@aws-sdk/client-sqs";
+import { RedisCapStore, type TollgateCluster } from "../adapters/redis-cluster.ts";
 import { S3ObjectStore } from "../adapters/s3-object-store.ts";
 import { SqsCampaignQueue } from "../adapters/sqs-sinks.ts";
 import { type CampaignPush, type PolicyInService, pushCampaign as push } from "../core/capping/campaign-push.ts";
+import { Capper } from "../core/capping/capper.ts";
 import { DEFAULT_POLICY_KEY, type Policy, parsePolicyText } from "../core/capping/policy.ts";
 import { type EditedPolicy, editPolicy, ifPolicyUnchanged, uploadedPolicy } from "../core/capping/policy-edits.ts";
 import {
@@ -13,7 +15,9 @@ import {
   publishSegments as publishSegmentsTo,
   type SegmentFile,
 } from "../core/capping/rules-publisher.ts";
+import { RulesSource } from "../core/capping/rules-source.ts";
 import { audit } from "./audit.ts";
+import { campaignWhatIf, type WhatIfCampaign, type WhatIfOptions, type WhatIfReport } from "./campaign-what-if.ts";
 
 /** One object, as given (tests use it to put a broken policy or bitmap in place). */
 export function uploadObject(s3: S3Client, bucket: string, key: string, body: Uint8Array | string): Promise<void> {
@@ -99,4 +103,30 @@ export function pushCampaign(
   inService?: PolicyInService,
 ): Promise<number> {
   return push(new SqsCampaignQueue(sqs, queueUrl), campaign, inService);
+}
+
+/**
+ * `campaign what-if`: the campaign decided against the live caps in Redis and the policy and segments in
+ * the bucket, in peek mode. Nothing is written: the engine only peeks, and the rules are read through a
+ * store without a writer (no accepted-bitmap copy is kept).
+ */
+export async function campaignWhatIfOn(
+  parts: { s3: S3Client; bucket: string; cluster: TollgateCluster; namespace: string; policyKey?: string },
+  campaign: WhatIfCampaign,
+  options: WhatIfOptions,
+): Promise<WhatIfReport> {
+  const objects = new S3ObjectStore(parts.s3, parts.bucket);
+  const rules = new RulesSource({
+    store: { get: (key) => objects.get(key), head: (key) => objects.head(key) },
+    ...(parts.policyKey === undefined ? {} : { policyKey: parts.policyKey }),
+    refreshMs: 60_000,
+    clock: options.clock,
+  });
+  const capper = new Capper({
+    store: new RedisCapStore(parts.cluster),
+    rules: (request) => rules.current(request),
+    namespace: parts.namespace,
+    clock: options.clock,
+  });
+  return campaignWhatIf(capper, campaign, options);
 }

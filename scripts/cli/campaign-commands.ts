@@ -14,7 +14,7 @@ import { type AwsOptions, aws, required, withAws } from "./aws-options.ts";
 import { integerIn } from "./option-values.ts";
 
 /** User IDs from `--range A-B` or `--ids-file F`. */
-function userIdsOf(options: { range?: string; idsFile?: string }): number[] {
+export function userIdsOf(options: { range?: string; idsFile?: string }): number[] {
   if (options.range !== undefined) {
     const match = /^([0-9]+)-([0-9]+)$/.exec(options.range);
     const [from, to] = [Number(match?.[1]), Number(match?.[2])];

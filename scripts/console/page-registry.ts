@@ -6,7 +6,8 @@ import { dlqPage } from "./pages/dlq-page.ts";
 import { policyPage } from "./pages/policy-page.ts";
 import { reportsPage } from "./pages/reports-page.ts";
 import { usagePage } from "./pages/usage-page.ts";
+import { whatIfPage } from "./pages/what-if-page.ts";
 import { whyPage } from "./pages/why-page.ts";
 
 /** In the navigation's order; the first is the start page. */
-export const CONSOLE_PAGES: readonly ConsolePage[] = [policyPage, usagePage, reportsPage, whyPage, dlqPage];
+export const CONSOLE_PAGES: readonly ConsolePage[] = [policyPage, usagePage, reportsPage, whyPage, whatIfPage, dlqPage];

@@ -4,6 +4,7 @@
 // stream, and nothing more on it.
 import { Match, Template } from "aws-cdk-lib/assertions";
 import { beforeAll, describe, expect, it } from "vitest";
+import { CLASS_CODES } from "../../functions/core/capping/archive-lines.ts";
 import { DEFAULT_ARCHIVE_PREFIX } from "../../functions/core/shared/decision-archive.ts";
 import { buildApp } from "../../infra/app.ts";
 
@@ -61,6 +62,22 @@ describe("the decision archive's stack resources", () => {
     });
   });
 
+  it("reads a campaign batch's line: its user runs, class codes and class table, typed for the SerDe", () => {
+    const [, table] = ofType("AWS::Glue::Table")[0] as [string, Resources[string]];
+    const columns = (
+      table.Properties.TableInput as { StorageDescriptor: { Columns: { Name: string; Type: string }[] } }
+    ).StorageDescriptor.Columns;
+    const typeOf = (name: string) => columns.find((column) => column.Name === name)?.Type;
+    expect(typeOf("users")).toBe("array<array<bigint>>");
+    expect(typeOf("classes")).toBe("string");
+    expect(typeOf("records")).toBe("bigint");
+    expect(typeOf("classtable")).toBe(
+      "array<struct<segment:string,decision:string,reason:string,cap:string,capchannel:string,capwindowms:bigint,capmax:bigint>>",
+    );
+    // every name a line writes is a column (lower case: the SerDe matches without regard to case)
+    expect(columns.every((column) => column.Name === column.Name.toLowerCase())).toBe(true);
+  });
+
   it("names the two Athena queries: why was a user capped, and sent/capped by campaign, segment and day", () => {
     const queries = ofType("AWS::Athena::NamedQuery").map(([, r]) => r.Properties);
     expect(queries.map((q) => q.Name).sort()).toEqual([
@@ -68,6 +85,28 @@ describe("the decision archive's stack resources", () => {
       "Why was user X capped",
     ]);
     for (const query of queries) expect(query.Database).toBe("tollgate_archive");
+  });
+
+  it("expands batch lines into a row per user in both queries, the why query only the lines holding the user", () => {
+    const queries = Object.fromEntries(
+      ofType("AWS::Athena::NamedQuery").map(([, r]) => [
+        r.Properties.Name as string,
+        r.Properties.QueryString as string,
+      ]),
+    );
+    for (const sql of Object.values(queries)) {
+      expect(sql).toContain("kind = 'campaign-batch'");
+      expect(sql).toContain(
+        "CROSS JOIN UNNEST(flatten(transform(b.users, r -> sequence(r[1], r[2])))) WITH ORDINALITY",
+      );
+      expect(sql).toContain(`strpos('${CLASS_CODES}', substr(b.classes`);
+    }
+    const why = queries["Why was user X capped"] as string;
+    expect(why).toContain("any_match(b.users, r -> 17 BETWEEN r[1] AND r[2])");
+    expect(why).toContain("kind = 'frequency'");
+    expect(queries["Sent and capped by campaign segment and day"]).toContain(
+      "count(DISTINCT CASE WHEN decision = 'capped' THEN dedupeid END)",
+    );
   });
 
   it("tells every function the stream and lets each put records on it, nothing else", () => {

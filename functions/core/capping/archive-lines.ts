@@ -1,58 +1,113 @@
-// The decision archive's lines for capping: one per campaign send decided (and forwarded), one per
-// `/v1/frequency` check. The record schema is docs/archive.md's; the Glue table (infra/archive.ts) and the
-// queries (scripts/archive-query.ts) read these names. A batch's shared fields are encoded once: a line
-// costs a few string joins, not a JSON.stringify per send.
+// The decision archive's lines for capping: one per forwarded campaign batch (every decision of it, in
+// columns), one per `/v1/frequency` check. The record schema is docs/archive.md's; the Glue table
+// (infra/archive.ts) and the queries (scripts/archive-query.ts) read these names and expand a batch line
+// into one row per decision. A batch costs one line of a few bytes a user: its users as runs of consecutive
+// IDs, a character per user naming its decision class (segment, decision, the cap that bit), and the table
+// of those classes, instead of a JSON line per send.
 import type { CampaignBatch } from "./campaign-batch.ts";
-import type { CapBatchResult, CapDecision } from "./decisions.ts";
-import { dedupeId } from "./delivery.ts";
+import type { CapBatchResult, DecisionKind } from "./decisions.ts";
 import type { FrequencyResult } from "./frequency.ts";
 import type { CapRule } from "./policy.ts";
 
+/**
+ * A batch line's class codes: the character at index i names `classTable[i]`. JSON-safe characters only;
+ * a batch with more classes than this is archived as several lines.
+ */
+export const CLASS_CODES = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz-_";
+
 const capLabel = (cap: CapRule) => `${cap.channel}:${cap.window}`;
 
+/** The builder of one batch line: users in input order, their runs, codes and the class table. */
+class BatchLine {
+  readonly runs: string[] = [];
+  readonly classes: string[] = [];
+  private readonly index = new Map<string, Map<DecisionKind | CapRule, number>>();
+  private readonly codes: Uint8Array;
+  users = 0;
+  private runStart = -1;
+  private runEnd = -2;
+
+  constructor(capacity: number) {
+    this.codes = new Uint8Array(capacity);
+  }
+
+  /** The class's code, or -1 when the table is full (the caller starts a new line). */
+  classOf(segment: string, decision: DecisionKind, cap: CapRule | undefined): number {
+    let bySegment = this.index.get(segment);
+    if (bySegment === undefined) {
+      bySegment = new Map();
+      this.index.set(segment, bySegment);
+    }
+    const key = cap ?? decision;
+    let code = bySegment.get(key);
+    if (code === undefined) {
+      if (this.classes.length === CLASS_CODES.length) return -1;
+      code = this.classes.length;
+      this.classes.push(classJson(segment, decision, cap));
+      bySegment.set(key, code);
+    }
+    return code;
+  }
+
+  push(userId: number, code: number): void {
+    this.codes[this.users++] = CLASS_CODES.charCodeAt(code);
+    if (userId === this.runEnd + 1) {
+      this.runEnd = userId;
+      return;
+    }
+    if (this.runStart >= 0) this.runs.push(`[${this.runStart},${this.runEnd}]`);
+    this.runStart = userId;
+    this.runEnd = userId;
+  }
+
+  /** The line's columns: `"users":…,"classes":…,"classTable":…,"records":n}`. */
+  close(): string {
+    if (this.runStart >= 0) this.runs.push(`[${this.runStart},${this.runEnd}]`);
+    const codes = ascii.decode(this.codes.subarray(0, this.users));
+    return `"records":${this.users},"users":[${this.runs.join(",")}],"classes":"${codes}","classTable":[${this.classes.join(",")}]}`;
+  }
+}
+
+/** The codes are ASCII: one byte, one character. */
+const ascii = new TextDecoder();
+
+/** A class of the table: absent fields read as null (DuckDB's columns, the Glue table). */
+function classJson(segment: string, decision: DecisionKind, cap: CapRule | undefined): string {
+  const fields = `{"segment":${JSON.stringify(segment)},"decision":"${decision}"`;
+  if (!cap) return `${fields}}`;
+  return (
+    `${fields},"reason":"cap","cap":${JSON.stringify(capLabel(cap))},"capChannel":${JSON.stringify(cap.channel)},` +
+    `"capWindowMs":${cap.windowMs},"capMax":${cap.max}}`
+  );
+}
+
 /**
- * Every decision of a forwarded batch, one line each, handed to `add`. `decidedAt`: the clock reading the
- * batch was decided by (`at` is the send time the caps were evaluated at).
+ * Every decision of a forwarded batch, handed to `add` as one line (more only past CLASS_CODES' classes)
+ * with how many decisions it holds. `decidedAt`: the clock reading the batch was decided by (`at` is the
+ * send time the caps were evaluated at).
  */
 export function campaignDecisionLines(
   batch: Pick<CampaignBatch, "campaignId" | "channel">,
   result: CapBatchResult,
   decidedAt: number,
-  add: (line: string) => void,
+  add: (line: string, records: number) => void,
 ): void {
-  const prefix =
-    `{"kind":"campaign","decidedAt":${decidedAt},"at":${result.at},` +
+  const head =
+    `{"kind":"campaign-batch","decidedAt":${decidedAt},"at":${result.at},` +
     `"policyVersion":${JSON.stringify(result.policyVersion)},"campaignId":${JSON.stringify(batch.campaignId)},` +
-    `"channel":${JSON.stringify(batch.channel)},"userId":`;
-  const segments = new Map<string, string>();
-  const caps = new Map<CapRule, string>();
-  const dedupePrefix = JSON.stringify(dedupeId(batch.campaignId, batch.channel, 0)).slice(0, -2);
-  for (const decision of result.decisions) {
-    let segment = segments.get(decision.segment);
-    if (segment === undefined) {
-      segment = JSON.stringify(decision.segment);
-      segments.set(decision.segment, segment);
+    `"channel":${JSON.stringify(batch.channel)},`;
+  const { decisions } = result;
+  let line = new BatchLine(decisions.length);
+  for (const decision of decisions) {
+    let code = line.classOf(decision.segment, decision.decision, decision.cap);
+    if (code < 0) {
+      add(head + line.close(), line.users);
+      line = new BatchLine(decisions.length);
+      code = line.classOf(decision.segment, decision.decision, decision.cap);
     }
-    add(
-      `${prefix}${decision.userId},"segment":${segment},"decision":"${decision.decision}",` +
-        `${capFields(decision, caps)}"dedupeId":${dedupePrefix}${decision.userId}"}`,
-    );
+    line.push(decision.userId, code);
   }
-}
-
-/** The cap that bit (label, window, max), or nulls; encoded once per cap. */
-function capFields(decision: CapDecision, caps: Map<CapRule, string>): string {
-  const { cap } = decision;
-  // absent fields read as null (DuckDB's columns, the Glue table): a send no cap denied carries none
-  if (!cap) return "";
-  let fields = caps.get(cap);
-  if (fields === undefined) {
-    fields =
-      `"reason":"cap","cap":${JSON.stringify(capLabel(cap))},"capChannel":${JSON.stringify(cap.channel)},` +
-      `"capWindowMs":${cap.windowMs},"capMax":${cap.max},`;
-    caps.set(cap, fields);
-  }
-  return fields;
+  if (line.users > 0) add(head + line.close(), line.users);
 }
 
 /** One `/v1/frequency` check: the request, the decision, and every window's figures after it. */

@@ -31,8 +31,8 @@ export type ConsumeOutcome =
       channel: string;
       result: CapBatchResult;
       deliveryMessages: number;
-      /** Wall time deciding (segments + Redis) and forwarding (delivery queue), ms. */
-      timings: { decideMs: number; forwardMs: number };
+      /** Wall time deciding (segments + Redis), forwarding (delivery queue) and archiving (the line built), ms. */
+      timings: { decideMs: number; forwardMs: number; archiveMs: number };
     }
   | { kind: "dead-lettered"; reason: string };
 
@@ -42,7 +42,7 @@ export interface CampaignConsumerOptions {
   deadLetters: DeadLetterSink;
   /** Sends per delivery message (DELIVERY_BATCH_SIZE). */
   sendsPerMessage: number;
-  /** The decision archive: every decision of a forwarded batch, one line each (none when absent). */
+  /** The decision archive: every decision of a forwarded batch, one line a batch (none when absent). */
   archive?: DecisionLog;
 }
 
@@ -85,9 +85,14 @@ export class CampaignConsumer {
     });
     await this.options.delivery.send(messages);
     // archived once forwarded: a batch retried after a failed send is archived by the attempt that took effect
+    const forwarded = performance.now();
     const { archive } = this.options;
-    if (archive) campaignDecisionLines(batch, result, now ?? result.at, (line) => archive.add(line));
-    const timings = { decideMs: decided - started, forwardMs: performance.now() - decided };
+    if (archive) campaignDecisionLines(batch, result, now ?? result.at, (line, records) => archive.add(line, records));
+    const timings = {
+      decideMs: decided - started,
+      forwardMs: forwarded - decided,
+      archiveMs: performance.now() - forwarded,
+    };
     return {
       kind: "forwarded",
       campaignId: batch.campaignId,

@@ -95,6 +95,22 @@ export class Capper {
   }
 
   /**
+   * The decisions `capBatch` would make now, changing nothing, and for each capped user when the same send
+   * is first allowed (the script's retry time; absent: not within the windows the store keeps). Every
+   * user's windows are read: dearer than peek(), for the capped users of a what-if.
+   */
+  async peekEligible(input: CampaignBatchInput): Promise<{ result: CapBatchResult; eligibleAt: Map<number, number> }> {
+    const batch = parseOrThrow(campaignBatchSchema, input);
+    const rules = await this.rules({ channel: batch.channel });
+    const { result, windows, sortedIds } = await this.run(batch, "peek", rules, true);
+    const eligibleAt = new Map<number, number>();
+    for (const [j, figures] of windows) {
+      if (figures.retryAt !== undefined) eligibleAt.set(sortedIds[j] as number, figures.retryAt);
+    }
+    return { result, eligibleAt };
+  }
+
+  /**
    * One user on one channel (POST /v1/frequency): the decision, counted unless `consume` is false, and
    * every applicable window with what is used and left. Without a campaign ID every consuming check counts.
    * The single-user path: one script call that writes only the user's record, never a page block, so its
@@ -137,7 +153,7 @@ export class Capper {
     withWindows = false,
     beforeCount?: (sends: PlannedSends) => void,
     now: number = this.clock.now(),
-  ): Promise<{ result: CapBatchResult; windows: Map<number, UserWindows> }> {
+  ): Promise<{ result: CapBatchResult; windows: Map<number, UserWindows>; sortedIds: Uint32Array }> {
     if (!policy.channels.includes(batch.channel)) {
       throw new ValidationError(
         "channel",
@@ -170,6 +186,7 @@ export class Capper {
     return {
       result: this.report({ policy, at, channel: batch.channel, sortedIds, positions, segmentOf, verdicts }),
       windows,
+      sortedIds,
     };
   }
 

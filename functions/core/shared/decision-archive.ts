@@ -1,4 +1,5 @@
-// The decision archive's buffer: every decision as one NDJSON line, kept in a bounded buffer and written in
+// The decision archive's buffer: decisions as NDJSON lines (a line holds one decision, or a whole campaign
+// batch's: archive-lines.ts), kept in a bounded buffer and written in
 // chunks through the ArchiveWriter port (S3 objects locally, Firehose records on AWS). Adding a line never
 // waits and never throws: a line the buffer has no room for, or a chunk every write attempt failed, is lost
 // and counted, never a failed decision.
@@ -7,14 +8,16 @@ import type { Clock } from "./clock.ts";
 /** Where the archive's objects go in the bucket, under `dt=YYYY-MM-DD/hour=HH/` partitions. */
 export const DEFAULT_ARCHIVE_PREFIX = "archive/decisions/";
 
-/** Where a decision's line goes (DecisionArchive): never waits, never throws. */
+/** Where decisions' lines go (DecisionArchive): never waits, never throws. */
 export interface DecisionLog {
-  add(line: string): void;
+  /** One line holding `records` decisions (default 1): kept, lost and counted as that many. */
+  add(line: string, records?: number): void;
 }
 
 /** A sealed chunk: NDJSON lines, each ending in "\n". */
 export interface ArchiveChunk {
   body: string;
+  /** Decisions in it (a line can hold many). */
   records: number;
   /** When the chunk was sealed (the writer's partition time on S3). */
   sealedAt: number;
@@ -28,11 +31,11 @@ export interface ArchiveWriter {
 }
 
 export interface ArchiveStats {
-  /** Lines stored by the writer. */
+  /** Decisions stored by the writer. */
   archived: number;
-  /** Lines dropped: no room in the buffer, or their chunk's writes all failed. */
+  /** Decisions dropped: their line had no room in the buffer, or their chunk's writes all failed. */
   lost: number;
-  /** Lines added and not yet stored (in the buffer or being written). */
+  /** Decisions added and not yet stored (in the buffer or being written). */
   pending: number;
 }
 
@@ -50,8 +53,8 @@ export interface DecisionArchiveOptions {
   /** Chunks written at once. */
   concurrency?: number;
   /**
-   * Told of losses (for the metric and a log line), with how many lines and why: a failed chunk at once,
-   * lines the buffer had no room for once per seal (one call for many, never one per line).
+   * Told of losses (for the metric and a log line), with how many decisions and why: a failed chunk at once,
+   * decisions the buffer had no room for once per seal (one call for many, never one per line).
    */
   onLost?: (records: number, reason: "buffer-full" | "write-failed", error?: unknown) => void;
 }
@@ -65,13 +68,15 @@ export class DecisionArchive implements DecisionLog {
   private readonly attempts: number;
   private readonly concurrency: number;
   private lines: string[] = [];
+  /** Decisions in `lines`. */
+  private lineRecords = 0;
   private lineBytes = 0;
   private openedAt = 0;
   private heldBytes = 0;
   private readonly sealed: { chunk: ArchiveChunk; bytes: number }[] = [];
   private readonly inFlight = new Set<Promise<void>>();
   private readonly counts = { archived: 0, lost: 0 };
-  /** Lines refused for room since the last report. */
+  /** Decisions refused for room since the last report. */
   private unreported = 0;
 
   constructor(private readonly options: DecisionArchiveOptions) {
@@ -84,17 +89,18 @@ export class DecisionArchive implements DecisionLog {
     this.concurrency = options.concurrency ?? 4;
   }
 
-  /** One decision's line (JSON, no newline). Never waits, never throws. */
-  add(line: string): void {
+  /** A line (JSON, no newline) holding `records` decisions. Never waits, never throws. */
+  add(line: string, records = 1): void {
     // UTF-16 length: bytes for the ASCII the lines are, a bound within 3x otherwise
     const size = line.length + 1;
     if (this.heldBytes + size > this.maxBufferBytes) {
-      this.counts.lost++;
-      this.unreported++;
+      this.counts.lost += records;
+      this.unreported += records;
       return;
     }
     if (this.lines.length === 0) this.openedAt = this.clock.now();
     this.lines.push(line);
+    this.lineRecords += records;
     this.lineBytes += size;
     this.heldBytes += size;
     if (this.lineBytes >= this.chunkBytes) {
@@ -125,7 +131,7 @@ export class DecisionArchive implements DecisionLog {
   }
 
   private pendingLines(): number {
-    let records = this.lines.length;
+    let records = this.lineRecords;
     for (const { chunk } of this.sealed) records += chunk.records;
     return records + this.writingRecords;
   }
@@ -140,10 +146,11 @@ export class DecisionArchive implements DecisionLog {
     if (this.lines.length === 0) return;
     const body = `${this.lines.join("\n")}\n`;
     this.sealed.push({
-      chunk: { body, records: this.lines.length, sealedAt: this.clock.now() },
+      chunk: { body, records: this.lineRecords, sealedAt: this.clock.now() },
       bytes: this.lineBytes,
     });
     this.lines = [];
+    this.lineRecords = 0;
     this.lineBytes = 0;
   }
 

@@ -5,10 +5,10 @@ import { z } from "zod";
 /** User IDs are unsigned 32-bit (the segment bitmaps are RoaringBitmap32). */
 export const MAX_USER_ID = 0xffff_ffff;
 
-const userIdMessage = `expected a user ID: an integer from 0 to ${MAX_USER_ID}`;
+export const userIdMessage = `expected a user ID: an integer from 0 to ${MAX_USER_ID}`;
 export const userIdSchema = z.int(userIdMessage).min(0, userIdMessage).max(MAX_USER_ID, userIdMessage);
 
-const isUserId = (value: unknown): value is number =>
+export const isUserId = (value: unknown): value is number =>
   typeof value === "number" && Number.isInteger(value) && value >= 0 && value <= MAX_USER_ID;
 
 /**

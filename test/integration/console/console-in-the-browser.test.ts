@@ -1,7 +1,8 @@
 // The console in a real browser (Debian's chromium, driven by playwright-core) over the local stack seeded
 // with console-sample.ts: every page of the registry loads; the rule form names the field of a bad value
 // beside it; a save lands in the policy and in Redis; a second editor's save is refused, never lost; a
-// redrive moves the dead letter to the campaign queue; why answers the engine's decision.
+// redrive moves the dead letter to the campaign queue; why answers the engine's decision; the what-if
+// predicts against the live caps and writes nothing.
 import { spawn } from "node:child_process";
 import { get as httpGet } from "node:http";
 import { ReceiveMessageCommand } from "@aws-sdk/client-sqs";
@@ -16,6 +17,7 @@ import {
   SAMPLE_DEAD_LETTER,
   SAMPLE_NEW_USERS,
   SAMPLE_QUOTA,
+  SAMPLE_USERS,
   seedConsoleSample,
 } from "../../../scripts/console/console-sample.ts";
 import { type ConsoleServer, startConsoleServer } from "../../../scripts/console/console-server.ts";
@@ -24,6 +26,7 @@ import type { LocalStack } from "../../../scripts/local-stack.ts";
 import { serverClockNow, uniqueNamespace } from "../../support/cluster.ts";
 import { clientsOf, testStack } from "../../support/pipeline.ts";
 import { signedFetch } from "../../support/signed-fetch.ts";
+import { namespaceSnapshot } from "../../support/store-snapshot.ts";
 
 const HOUR = 3_600_000;
 // the second campaign and the sample's quota sync at the cluster's now: the usage it reported is in the
@@ -88,6 +91,7 @@ describe("the console in Chromium", () => {
       usage: SAMPLE_QUOTA.rule,
       reports: "Campaign flash-sale",
       why: "Why?",
+      "what-if": "Predict",
       dlq: 'channel: unknown channel "fax"',
     };
     expect(CONSOLE_PAGES.map((p) => p.id).sort()).toEqual(Object.keys(expected).sort());
@@ -199,6 +203,34 @@ describe("the console in Chromium", () => {
     await page.getByLabel("user").fill("-1");
     await page.getByRole("button", { name: "Why?" }).click();
     await page.locator("#error-user", { hasText: "user: expected a decimal integer" }).waitFor();
+    await page.close();
+  });
+
+  it("predicts a campaign against the live caps, as the engine decided the last one, and writes nothing", async () => {
+    const before = await namespaceSnapshot(stack.consumer.cluster, namespace);
+    const page = await open("what-if");
+    await page.getByLabel("users").fill("9-1");
+    await page.getByLabel("campaign").fill("summer-sale");
+    await page.getByLabel("channel").fill("push");
+    await page.getByRole("button", { name: "Predict" }).click();
+    await page.locator("#error-range", { hasText: "range: expected 0 <= FROM <= TO" }).waitFor();
+    await page.getByLabel("users").fill(`0-${SAMPLE_USERS.length - 1}`);
+    await page.getByRole("button", { name: "Predict" }).click();
+    const row = (segment: string) => page.locator(`[data-segment="${segment}"] td`).allTextContents();
+    await page.locator('[data-segment="new"]').waitFor();
+    // spring-sale's send (T0) still fills every new user's push:1d window, as it did for flash-sale
+    expect(cappedNew.get(SAMPLE_CAMPAIGNS[1])).toEqual({ "push:1d": SAMPLE_NEW_USERS.length });
+    const newUsers = String(SAMPLE_NEW_USERS.length);
+    expect(await row("new")).toEqual(["new", newUsers, "0", newUsers, `push:1d: ${newUsers}`, "0", "0"]);
+    const rest = String(SAMPLE_USERS.length - SAMPLE_NEW_USERS.length);
+    expect(await row("unsegmented")).toEqual(["unsegmented", rest, rest, "0", "", "0", "0"]);
+    // eligible when spring-sale's send (T0) leaves the 1 d window: 23 h from now
+    expect(await page.locator('[data-eligible="new"] td').allTextContents()).toEqual([
+      ...["0", "0", newUsers, "0", "0", "0"],
+      ...["0", "0"],
+    ]);
+    expect(await page.locator("main").textContent()).toContain(`policy ${(await policyNow()).policy.version}`);
+    expect(await namespaceSnapshot(stack.consumer.cluster, namespace)).toEqual(before);
     await page.close();
   });
 

@@ -84,6 +84,30 @@ describe("the decision archive", () => {
     expect(reasons).toEqual(["write-failed"]);
   });
 
+  it("counts a line of many decisions as that many, archived, refused for room or lost to a failed write", async () => {
+    const writer = memoryWriter();
+    const lost: number[] = [];
+    const archive = new DecisionArchive({
+      writer,
+      clock: fixedClock(0),
+      maxBufferBytes: 30,
+      onLost: (records) => lost.push(records),
+    });
+    archive.add("batch-of-10000", 10_000); // 15 bytes
+    archive.add("another-batch-7", 7); // 16 bytes: no room
+    expect(archive.stats()).toEqual({ archived: 0, lost: 7, pending: 10_000 });
+    await archive.flush();
+    expect(archive.stats()).toEqual({ archived: 10_000, lost: 7, pending: 0 });
+    expect(writer.chunks.map((chunk) => chunk.records)).toEqual([10_000]);
+    expect(lost).toEqual([7]);
+
+    const doomed = new DecisionArchive({ writer: memoryWriter({ fail: 99 }), clock: fixedClock(0), attempts: 1 });
+    doomed.add("batch", 1_024);
+    doomed.add("single");
+    await doomed.flush();
+    expect(doomed.stats()).toEqual({ archived: 0, lost: 1_025, pending: 0 });
+  });
+
   it("a flush returns by its deadline while the writer hangs, the lines still pending", async () => {
     const archive = new DecisionArchive({ writer: memoryWriter({ hang: true }), clock: fixedClock(0) });
     archive.add("a");
