@@ -38,6 +38,7 @@ const COLUMNS: [string, string][] = [
   ["limit", "double"],
   ["remaining", "double"],
   ["retryafterms", "double"],
+  ["eligibleat", "bigint"],
 ];
 
 export interface ArchiveProps {

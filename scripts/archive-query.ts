@@ -35,6 +35,7 @@ const COLUMNS: Record<string, string> = {
   limit: "DOUBLE",
   remaining: "DOUBLE",
   retryAfterMs: "DOUBLE",
+  eligibleAt: "DOUBLE",
 };
 
 export interface ArchiveLocation {

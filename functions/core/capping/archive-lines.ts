@@ -35,9 +35,15 @@ export function campaignDecisionLines(
     }
     add(
       `${prefix}${decision.userId},"segment":${segment},"decision":"${decision.decision}",` +
-        `${capFields(decision, caps)}"dedupeId":${dedupePrefix}${decision.userId}"}`,
+        `${capFields(decision, caps)}${heldFields(decision)}"dedupeId":${dedupePrefix}${decision.userId}"}`,
     );
   }
+}
+
+/** A send held by quiet hours: why, the user's zone and when it is eligible; nothing for any other. */
+function heldFields(decision: CapDecision): string {
+  if (decision.eligibleAt === undefined) return "";
+  return `"reason":"quiet_hours","zone":${JSON.stringify(decision.zone)},"eligibleAt":${decision.eligibleAt},`;
 }
 
 /** The cap that bit (label, window, max), or nulls; encoded once per cap. */
