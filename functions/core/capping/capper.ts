@@ -198,7 +198,17 @@ export class Capper {
               forced: batch.exempt === true,
             });
     return {
-      result: this.report({ policy, at, channel: batch.channel, sortedIds, positions, segmentOf, verdicts, holds }),
+      result: this.report({
+        policy,
+        at,
+        judgedAt: Math.max(at, now),
+        channel: batch.channel,
+        sortedIds,
+        positions,
+        segmentOf,
+        verdicts,
+        holds,
+      }),
       windows,
     };
   }
@@ -227,8 +237,9 @@ export class Capper {
     segmentOf: Uint8Array;
     verdicts: Verdicts;
     holds: QuietHolds | undefined;
+    judgedAt: number;
   }): CapBatchResult {
-    const { policy, at, channel, sortedIds, positions, segmentOf, verdicts, holds } = state;
+    const { policy, at, judgedAt, channel, sortedIds, positions, segmentOf, verdicts, holds } = state;
     const zoneTotals: Record<string, ZoneTotals> = {};
     const deferred = new Map<number, number[]>();
     // the script decided only the sends not held: its verdicts are numbered without them
@@ -302,7 +313,7 @@ export class Capper {
       const groups: DeferredSends[] = [...deferred]
         .sort(([a], [b]) => a - b)
         .map(([eligibleAt, userIds]) => ({ eligibleAt, userIds }));
-      result.held = { zones: zoneTotals, deferred: groups };
+      result.held = { judgedAt, zones: zoneTotals, deferred: groups };
     }
     return result;
   }

@@ -58,5 +58,10 @@ export interface CapBatchResult {
   decisions: CapDecision[];
   totals: Record<string, SegmentTotals>;
   /** Present when quiet hours held sends back: by zone, and the deferred ones by their eligibleAt (ascending). */
-  held?: { zones: Record<string, ZoneTotals>; deferred: DeferredSends[] };
+  held?: {
+    /** The instant quiet hours were judged at: the later of `at` and the clock's reading. */
+    judgedAt: number;
+    zones: Record<string, ZoneTotals>;
+    deferred: DeferredSends[];
+  };
 }
