@@ -21,9 +21,23 @@ const clockTime = z
   .regex(/^([01]\d|2[0-3]):[0-5]\d$/, 'expected a local time "HH:MM" from "00:00" to "23:59"')
   .transform((text) => Number(text.slice(0, 2)) * 60 + Number(text.slice(3)));
 
+/**
+ * Whether `zone` names an IANA zone the platform knows: one Intl.supportedValuesOf lists, or an alias of one
+ * (ICU lists canonical names only: "Asia/Calcutta", not "Asia/Kolkata"). Offsets ("+05:30") are refused.
+ */
+export function isSupportedZone(zone: string): boolean {
+  if (SUPPORTED_ZONES.has(zone)) return true;
+  try {
+    return SUPPORTED_ZONES.has(new Intl.DateTimeFormat("en-US", { timeZone: zone }).resolvedOptions().timeZone);
+  } catch {
+    return false;
+  }
+}
+
 export const zoneSchema = z
   .string("expected an IANA time zone name")
-  .refine((zone) => SUPPORTED_ZONES.has(zone), "expected an IANA time zone name (Intl.supportedValuesOf)");
+  .max(64)
+  .refine(isSupportedZone, "expected an IANA time zone name (Intl.supportedValuesOf, or an alias of one)");
 
 export const quietWindowSchema = z
   .strictObject({
