@@ -108,7 +108,7 @@ export const consumerEnvironmentSchema = z
     /** Records of an invocation decided at once (one clock reading each wave, shared script calls). */
     RECORDS_IN_FLIGHT: integer(1, 100, 10),
     /**
-     * Where deferred sends wait (docs/deferral.md): "aws" (the campaign queue's delays up to 15 minutes,
+     * Where deferred sends wait (docs/quiet-hours.md): "aws" (the campaign queue's delays up to 15 minutes,
      * EventBridge Scheduler beyond: the DEFERRAL_* variables below), "s3://<bucket>/<prefix>/" (the local
      * stack's scheduler) or "" (none: a batch that defers fails and is retried, then dead-lettered).
      */
