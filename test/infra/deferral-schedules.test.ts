@@ -79,6 +79,20 @@ describe("deferral schedules in the stack", () => {
     });
   });
 
+  it("shows held sends by zone on the dashboard and alarms on the deferral DLQ", () => {
+    const [dashboard] = Object.values(template.findResources("AWS::CloudWatch::Dashboard"));
+    const body = JSON.stringify(dashboard);
+    for (const metric of ["quietDropped", "sendsDeferred", "droppedAfterDeferral", "deferredMessages"])
+      expect(body).toContain(metric);
+    expect(body).toContain("Quiet hours: held sends by zone and channel");
+    template.hasResourceProperties("AWS::CloudWatch::Alarm", {
+      MetricName: "ApproximateNumberOfMessagesVisible",
+      Dimensions: [
+        { Name: "QueueName", Value: { "Fn::GetAtt": [ref(stack.storage.deferralDeadLetters), "QueueName"] } },
+      ],
+    });
+  });
+
   it("passes cdk-nag with them", () => {
     expect(() => app.synth()).not.toThrow();
   });
