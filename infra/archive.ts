@@ -16,7 +16,7 @@ import { DEFAULT_ARCHIVE_PREFIX } from "../functions/core/shared/decision-archiv
 
 /** The archive's columns (docs/archive.md), as the Glue table and the local DuckDB view read them. */
 const CLASS_STRUCT =
-  "struct<segment:string,decision:string,reason:string,cap:string,capchannel:string,capwindowms:bigint,capmax:bigint>";
+  "struct<segment:string,decision:string,reason:string,cap:string,capchannel:string,capwindowms:bigint,capmax:bigint,zone:string,eligibleat:bigint>";
 const COLUMNS: [string, string][] = [
   ["kind", "string"],
   ["decidedat", "bigint"],
@@ -43,6 +43,7 @@ const COLUMNS: [string, string][] = [
   ["limit", "double"],
   ["remaining", "double"],
   ["retryafterms", "double"],
+  ["eligibleat", "bigint"],
   // a campaign batch's line: its users as runs [first, last] in order, a code per user, the codes' classes
   ["records", "bigint"],
   ["users", "array<array<bigint>>"],

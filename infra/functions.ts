@@ -2,7 +2,7 @@
 // code again as QuotaSync, serving quota sync alone for Quotas clients outside the VPC (Function URL, AWS_IAM).
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { Duration, type RemovalPolicy } from "aws-cdk-lib";
+import { Duration, type RemovalPolicy, Stack } from "aws-cdk-lib";
 import * as ec2 from "aws-cdk-lib/aws-ec2";
 import * as events from "aws-cdk-lib/aws-events";
 import * as targets from "aws-cdk-lib/aws-events-targets";
@@ -11,6 +11,7 @@ import * as lambda from "aws-cdk-lib/aws-lambda";
 import { SqsEventSource } from "aws-cdk-lib/aws-lambda-event-sources";
 import * as nodejs from "aws-cdk-lib/aws-lambda-nodejs";
 import * as logs from "aws-cdk-lib/aws-logs";
+import * as scheduler from "aws-cdk-lib/aws-scheduler";
 import { Construct } from "constructs";
 import type { CheckApiVariables, CommonVariables, ConsumerVariables } from "../functions/app/environment.ts";
 import type { Archive } from "./archive.ts";
@@ -107,6 +108,10 @@ export class Functions extends Construct {
   readonly quotaSyncUrl: lambda.FunctionUrl;
   /** The schedule that invokes QuotaSync every minute to restore quota rules lost from Redis. */
   readonly quotaRestore: events.Rule;
+  /** Where the consumer creates the one-time schedules of sends deferred past 15 minutes. */
+  readonly deferralGroup: scheduler.ScheduleGroup;
+  /** The role those schedules send to the campaign queue with. */
+  readonly deferralRole: iam.Role;
 
   constructor(scope: Construct, id: string, props: FunctionsProps) {
     super(scope, id);
@@ -132,8 +137,28 @@ export class Functions extends Construct {
       CAMPAIGN_REDELIVERY_SECONDS: String(storage.campaignRedeliverySeconds),
       DECISION_ARCHIVE: `firehose:${archive.streamName}`,
     };
+    // deferred sends past SQS's 15-minute delay: one-time schedules in their own group, sent to the campaign
+    // queue by a role that may send there (and to the schedules' DLQ) and do nothing else
+    this.deferralGroup = new scheduler.ScheduleGroup(this, "DeferralSchedules", {
+      scheduleGroupName: `${Stack.of(this).stackName}-deferrals`,
+      removalPolicy: props.removalPolicy,
+    });
+    this.deferralRole = new iam.Role(this, "DeferralTargetRole", {
+      description: "Tollgate: EventBridge Scheduler sends deferred campaign batches to the campaign queue",
+      assumedBy: new iam.ServicePrincipal("scheduler.amazonaws.com", {
+        conditions: { StringEquals: { "aws:SourceAccount": Stack.of(this).account } },
+      }),
+    });
+    storage.campaignQueue.grantSendMessages(this.deferralRole);
+    storage.deferralDeadLetters.grantSendMessages(this.deferralRole);
     const consumerVariables: ConsumerVariables = {
       ...variables,
+      DEFERRALS: "aws",
+      CAMPAIGN_QUEUE_URL: storage.campaignQueue.queueUrl,
+      CAMPAIGN_QUEUE_ARN: storage.campaignQueue.queueArn,
+      DEFERRAL_SCHEDULE_GROUP: this.deferralGroup.scheduleGroupName,
+      DEFERRAL_ROLE_ARN: this.deferralRole.roleArn,
+      DEFERRAL_DLQ_ARN: storage.deferralDeadLetters.queueArn,
       DELIVERY_QUEUE_URL: storage.deliveryQueue.queueUrl,
       DEAD_LETTER_QUEUE_URL: storage.campaignDeadLetters.queueUrl,
       DELIVERY_BATCH_SIZE: String(config.deliveryBatchSize),
@@ -171,6 +196,17 @@ export class Functions extends Construct {
     for (const statement of rulesAccess(storage)) this.consumer.addToRolePolicy(statement);
     storage.deliveryQueue.grantSendMessages(this.consumer);
     storage.campaignDeadLetters.grantSendMessages(this.consumer);
+    // deferrals: delayed messages to its own queue, schedules created in the group (never updated or
+    // deleted: they delete themselves once fired), and the target role passed to the scheduler only
+    storage.campaignQueue.grantSendMessages(this.consumer);
+    this.deferralGroup.grant(this.consumer, "scheduler:CreateSchedule");
+    this.consumer.addToRolePolicy(
+      new iam.PolicyStatement({
+        actions: ["iam:PassRole"],
+        resources: [this.deferralRole.roleArn],
+        conditions: { StringEquals: { "iam:PassedToService": "scheduler.amazonaws.com" } },
+      }),
+    );
     archive.grantPut(this.consumer);
     cache.authToken.grantRead(this.consumer);
 

@@ -107,4 +107,10 @@ export function acknowledgeFindings(stack: TollgateStack): void {
         "A dead-letter queue is the end of the line: messages wait there for inspection and redrive",
     });
   }
+  accept(storage.deferralDeadLetters, {
+    "AwsSolutions::AwsSolutions-SQS3":
+      "It is the dead-letter queue of the deferral schedules (their targets' DeadLetterConfig, set per schedule by the consumer), which cdk-nag cannot see on a queue",
+    "Serverless::Serverless-SQSRedrivePolicy":
+      "A dead-letter queue is the end of the line: messages wait there for inspection and redrive",
+  });
 }

@@ -38,6 +38,12 @@ export class Observability extends Construct {
         label: metric,
         period,
       });
+    const heldByZone = (metric: string) =>
+      new cloudwatch.MathExpression({
+        expression: `SEARCH('{Tollgate,channel,service,zone} MetricName="${metric}"', 'Sum', 300)`,
+        label: metric,
+        period,
+      });
     const redis = (metric: string) =>
       new cloudwatch.Metric({
         namespace: "AWS/ElastiCache",
@@ -111,6 +117,28 @@ export class Observability extends Construct {
             width: 8,
           }),
         ],
+        // Quiet hours: sends held back by zone, the deferred messages, and deferrals the scheduler could not send
+        [
+          new cloudwatch.GraphWidget({
+            title: "Quiet hours: held sends by zone and channel",
+            left: [heldByZone("quietDropped"), heldByZone("sendsDeferred"), heldByZone("droppedAfterDeferral")],
+            width: 12,
+          }),
+          new cloudwatch.GraphWidget({
+            title: "Deferred messages and the deferral DLQ",
+            left: [
+              new cloudwatch.Metric({
+                namespace: "Tollgate",
+                metricName: "deferredMessages",
+                dimensionsMap: { service: "campaign-consumer" },
+                statistic: "Sum",
+                period,
+              }),
+            ],
+            right: [dlqDepth(storage.deferralDeadLetters)],
+            width: 12,
+          }),
+        ],
         // Quotas: what the clients decided, how fresh their allowances are, and the sync route they call
         [
           new cloudwatch.GraphWidget({
@@ -167,6 +195,12 @@ export class Observability extends Construct {
       dlqDepth(storage.deliveryDeadLetters),
       1,
       "Delivery messages in the DLQ: the delivery consumer is failing",
+    );
+    alarm(
+      "DeferralDlqNotEmpty",
+      dlqDepth(storage.deferralDeadLetters),
+      1,
+      "Deferred campaign batches the scheduler could not send to the campaign queue: redrive them to it (docs/quiet-hours.md)",
     );
     alarm(
       "ConsumerErrors",

@@ -17,6 +17,8 @@ export class Storage extends Construct {
   readonly campaignDeadLetters: sqs.Queue;
   readonly deliveryQueue: sqs.Queue;
   readonly deliveryDeadLetters: sqs.Queue;
+  /** Where a deferral schedule's message goes when EventBridge Scheduler could not send it to the campaign queue. */
+  readonly deferralDeadLetters: sqs.Queue;
   /** How long a campaign message can come back by itself: visibility timeout × maxReceiveCount. */
   readonly campaignRedeliverySeconds: number;
 
@@ -65,6 +67,7 @@ export class Storage extends Construct {
       deadLetterQueue: { queue: this.campaignDeadLetters, maxReceiveCount: CAMPAIGN_MAX_RECEIVE_COUNT },
     });
     this.deliveryDeadLetters = queue("DeliveryDeadLetters", { retentionPeriod: Duration.days(14) });
+    this.deferralDeadLetters = queue("DeferralDeadLetters", { retentionPeriod: Duration.days(14) });
     this.deliveryQueue = queue("Delivery", {
       maxMessageSizeBytes: DELIVERY_MAX_MESSAGE_BYTES,
       retentionPeriod: Duration.days(4),

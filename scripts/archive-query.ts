@@ -37,10 +37,21 @@ const COLUMNS: Record<string, string> = {
   limit: "DOUBLE",
   remaining: "DOUBLE",
   retryAfterMs: "DOUBLE",
+  eligibleAt: "DOUBLE",
 };
 
 /** A campaign batch line's own fields: its users' runs, their class codes and the classes. */
-const CLASS_FIELDS = ["segment", "decision", "reason", "cap", "capChannel", "capWindowMs", "capMax"];
+const CLASS_FIELDS = [
+  "segment",
+  "decision",
+  "reason",
+  "cap",
+  "capChannel",
+  "capWindowMs",
+  "capMax",
+  "zone",
+  "eligibleAt",
+];
 const BATCH_COLUMNS: Record<string, string> = {
   records: "DOUBLE",
   users: "BIGINT[][]",
@@ -58,7 +69,7 @@ function decisionsView(files: string): string {
     .join(", ");
   const lines = `read_json('${files.replaceAll("'", "''")}', format = 'newline_delimited', hive_partitioning = true, columns = {${columns}})`;
   const single = Object.keys(COLUMNS).map((name) => `"${name}"`);
-  const fromBatch = ["decidedAt", "at", "policyVersion", "campaignId", "channel", "zone"].map((name) => `"${name}"`);
+  const fromBatch = ["decidedAt", "at", "policyVersion", "campaignId", "channel"].map((name) => `"${name}"`);
   return `SELECT ${single.join(", ")}, dt, hour FROM ${lines} WHERE kind <> 'campaign-batch'
 UNION ALL BY NAME
 SELECT 'campaign' AS kind, ${fromBatch.join(", ")}, CAST(userId AS DOUBLE) AS userId,

@@ -7,24 +7,51 @@
 // - pushes a campaign to every user onto the campaign queue and waits for it to drain;
 // - pushes a second campaign on the same channel.
 // For each campaign it reads the delivery queue and prints, per segment, who was sent and who was capped
-// with the cap that bit. Then it stops everything it started.
+// with the cap that bit. Last, an in-app campaign with deferral to users in a zone where it is night now:
+// their sends wait for 08:00 there, the stack's clock is moved to that instant, and they arrive. Then it
+// stops everything it started.
+
+import type { SQSClient } from "@aws-sdk/client-sqs";
 import { createAwsClients } from "../functions/adapters/aws-clients.ts";
-import { pushCampaign, uploadRules } from "../functions/app/operator-actions.ts";
+import { pushCampaign, uploadObject, uploadRules } from "../functions/app/operator-actions.ts";
 import type { ConsumeOutcome } from "../functions/core/capping/campaign-consumer.ts";
 import type { SegmentTotals } from "../functions/core/capping/decisions.ts";
-import { parsePolicy } from "../functions/core/capping/policy.ts";
+import { parsePolicy, zoneBitmapKey } from "../functions/core/capping/policy.ts";
+import { buildSegments } from "../functions/core/capping/segment-builder.ts";
 import { DEFAULT_ARCHIVE_PREFIX } from "../functions/core/shared/decision-archive.ts";
 import { campaignReport, campaignReportText, why, whyText } from "./archive-answers.ts";
 import { openArchive } from "./archive-query.ts";
 import { readDelivery } from "./delivery-queue.ts";
 import { withLocalTenant } from "./local/local-principals.ts";
-import { startLocalStack } from "./local-stack.ts";
+import { type LocalStack, startLocalStack } from "./local-stack.ts";
 
 const USERS = Number(process.env.DEMO_USERS ?? 1_000_000);
+/** Users 0-999 live where it is night now; everyone else where it is midday. */
+const NIGHT_OWLS = 1_000;
+
+/** A zone (of the platform's list) whose local hour is now one of `hours`. */
+function zoneWhereItIs(hours: readonly number[], now: number): string {
+  for (const hour of hours) {
+    const zone = Intl.supportedValuesOf("timeZone").find((candidate) => localHour(candidate, now) === hour);
+    if (zone) return zone;
+  }
+  throw new Error(`no zone at ${hours.join("/")} h now`);
+}
+const localHour = (zone: string, at: number) =>
+  Number(new Intl.DateTimeFormat("en-US", { timeZone: zone, hour: "numeric", hourCycle: "h23" }).format(at));
+const localTime = (zone: string, at: number) =>
+  new Intl.DateTimeFormat("en-GB", { timeZone: zone, hour: "2-digit", minute: "2-digit" }).format(at);
+
+const startedAt = Date.now();
+const nightZone = zoneWhereItIs([23, 22, 0], startedAt);
+const dayZone = zoneWhereItIs([12, 13, 11], startedAt);
 
 const policyDocument = {
   version: "demo.1",
-  channels: ["email", "push", "sms"],
+  channels: ["email", "push", "sms", "inapp"],
+  defaultZone: dayZone,
+  zones: [nightZone],
+  quietHours: { inapp: [{ from: "21:00", to: "08:00" }] },
   segments: [
     { name: "new", bitmap: "segments/new.roaring", caps: { push: [{ window: "1d", max: 1 }] } },
     {
@@ -59,7 +86,10 @@ async function main(): Promise<void> {
     "starting the local stack: Redis Cluster (3 primaries + 3 replicas), S3 + SQS (fauxqs), campaign consumer ...",
   );
   const decided = new Map<string, Record<string, SegmentTotals>>();
+  // the stack's clock: the system's, moved ahead at the end to the instant the night-owls' night ends
+  let skew = 0;
   const stack = await startLocalStack({
+    clock: { now: () => Date.now() + skew },
     // a namespace per run, so running the demo again starts from empty logs
     environment: { KEY_NAMESPACE: `demo-${Date.now()}` },
     onOutcome: (outcome: ConsumeOutcome) => {
@@ -80,8 +110,12 @@ async function main(): Promise<void> {
   try {
     const { endpoints } = stack;
     const { s3, sqs } = createAwsClients({ region: endpoints.region, endpoint: endpoints.awsEndpoint });
+    const owls = buildSegments([{ name: nightZone, userIds: Array.from({ length: NIGHT_OWLS }, (_, i) => i) }]);
+    await uploadObject(s3, endpoints.bucket, zoneBitmapKey(nightZone), owls.get(nightZone) as Uint8Array);
     await uploadRules(s3, endpoints.bucket, withLocalTenant(policyDocument), sampleMembers());
-    console.log(`uploaded policy ${policyDocument.version} and 3 segment bitmaps to s3://${endpoints.bucket}`);
+    console.log(
+      `uploaded policy ${policyDocument.version}, 3 segment bitmaps and the zone bitmap of ${nightZone} to s3://${endpoints.bucket}`,
+    );
 
     const userIds = Array.from({ length: USERS }, (_, i) => i);
     const rows: string[][] = [];
@@ -125,6 +159,16 @@ async function main(): Promise<void> {
     } finally {
       archive.close();
     }
+    const nightOwlsCapped = () =>
+      Object.values(decided.get("night-owl") ?? {}).reduce((sum, totals) => sum + totals.capped, 0);
+    await nightOwls(
+      stack,
+      sqs,
+      (ms) => {
+        skew = ms;
+      },
+      nightOwlsCapped,
+    );
     const dead = stack.poller.stats.failedRecords;
     console.log(
       `\n${stack.poller.stats.invocations} handler invocations, ${dead} failed records; ${((performance.now() - started) / 1000).toFixed(1)} s in all`,
@@ -133,6 +177,59 @@ async function main(): Promise<void> {
     await stack.stop();
     console.log("stopped the local stack");
   }
+}
+
+/**
+ * An in-app campaign with `defer` to the night-owls and as many others: the others' sends go out now, the
+ * night-owls' wait for 08:00 in their zone. The stack's clock is moved to that instant; the local scheduler
+ * fires the deferred batch, the consumer decides it, and its sends arrive.
+ */
+async function nightOwls(
+  stack: LocalStack,
+  sqs: SQSClient,
+  moveClock: (skewMs: number) => void,
+  capped: () => number,
+): Promise<void> {
+  const { endpoints } = stack;
+  const now = Date.now();
+  console.log(
+    `\nin-app campaign "night-owl" (quiet hours 21:00-08:00, defer up to 12 h) to users 0-${2 * NIGHT_OWLS - 1}: ` +
+      `0-${NIGHT_OWLS - 1} live in ${nightZone} (${localTime(nightZone, now)} there), the rest in ${dayZone} (${localTime(dayZone, now)})`,
+  );
+  await pushCampaign(sqs, endpoints.campaignQueueUrl, {
+    campaignId: "night-owl",
+    channel: "inapp",
+    userIds: Array.from({ length: 2 * NIGHT_OWLS }, (_, i) => i),
+    defer: { maxMs: 12 * 3_600_000 },
+  });
+  await stack.poller.drained();
+  const sentNow = await countSends(sqs, endpoints.deliveryQueueUrl);
+  const cappedNow = capped();
+  const [eligibleAt] = await stack.pendingDeferrals();
+  if (eligibleAt === undefined) throw new Error("night-owl: nothing was deferred");
+  console.log(
+    `  now: ${sentNow} sent, ${cappedNow} capped (their "*" caps); ${NIGHT_OWLS} deferred to ` +
+      `${new Date(eligibleAt).toISOString()} (08:00 in ${nightZone})`,
+  );
+  moveClock(eligibleAt - Date.now());
+  console.log(`  the stack's clock moves ahead to ${new Date(eligibleAt).toISOString()}`);
+  // the local scheduler fires every second; the poller then decides the deferred batch
+  let arrived = 0;
+  for (let tries = 0; arrived === 0 && tries < 30; tries++) {
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    await stack.poller.drained();
+    arrived = await countSends(sqs, endpoints.deliveryQueueUrl);
+  }
+  console.log(
+    `  arrived: ${arrived} sends and ${capped() - cappedNow} capped, decided at ${localTime(nightZone, eligibleAt)} ` +
+      `in ${nightZone}, after quiet hours`,
+  );
+}
+
+async function countSends(sqs: SQSClient, queueUrl: string): Promise<number> {
+  let sends = 0;
+  await readDelivery(sqs, queueUrl, { remove: true, onMessage: (message) => (sends += message.sends.length) });
+  return sends;
 }
 
 function printTable(rows: string[][]): void {

@@ -12,9 +12,11 @@ import { CreateBucketCommand } from "@aws-sdk/client-s3";
 import { CreateQueueCommand, GetQueueAttributesCommand, type SQSClient } from "@aws-sdk/client-sqs";
 import { buildApp as buildFauxqs } from "fauxqs";
 import { createAwsClients } from "../functions/adapters/aws-clients.ts";
+import { S3Schedules } from "../functions/adapters/local-schedules.ts";
+import { SqsCampaignQueue } from "../functions/adapters/sqs-sinks.ts";
 import type { CheckApiVariables, CommonVariables, ConsumerVariables } from "../functions/app/environment.ts";
 import { wireCampaignConsumer, wireCheckApi } from "../functions/app/wiring.ts";
-import type { Clock } from "../functions/core/shared/clock.ts";
+import { type Clock, systemClock } from "../functions/core/shared/clock.ts";
 import { DEFAULT_ARCHIVE_PREFIX } from "../functions/core/shared/decision-archive.ts";
 import type { CampaignConsumerHandlerDeps } from "../functions/handlers/campaign-consumer-handler.ts";
 import { isMain } from "./is-main.ts";
@@ -74,11 +76,21 @@ export interface LocalStackOptions {
   credentials?: readonly LocalCredential[];
 }
 
+/** Where the local stack keeps deferred sends until they are due. */
+const DEFERRAL_PREFIX = "schedules/";
+
 export interface LocalStack {
   endpoints: Endpoints;
   sqs: SQSClient;
   poller: SqsPoller;
   consumer: ReturnType<typeof wireCampaignConsumer>;
+  /**
+   * The local scheduler of deferred sends (objects in the emulator's bucket): fires every one due by the
+   * stack's clock onto the campaign queue, returns how many. With polling on, it also runs every second.
+   */
+  fireDeferrals(): Promise<number>;
+  /** The eligible instants of the deferred messages still waiting, ascending. */
+  pendingDeferrals(): Promise<number[]>;
   /** The check API's execution environments; each runs one invocation at a time. */
   checkApiEnvironments: ReturnType<typeof wireCheckApi>[];
   stop(): Promise<void>;
@@ -200,6 +212,8 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
       ...variables,
       DELIVERY_QUEUE_URL: delivery.url,
       DEAD_LETTER_QUEUE_URL: campaignDlq.url,
+      // deferred sends wait in the bucket, fired by this stack's clock (EventBridge Scheduler's place)
+      DEFERRALS: `s3://${bucket}/${DEFERRAL_PREFIX}`,
       // the consumer's view of the queues, from the queues' own settings (as infra/functions.ts does)
       CAMPAIGN_MAX_RECEIVE_COUNT: String(maxReceiveCount),
       ...(options.deliveryQueueAttributes?.MaximumMessageSize === undefined
@@ -223,7 +237,25 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
       concurrency: options.concurrency ?? 2,
       functionTimeoutMs: options.functionTimeoutMs ?? 60_000,
     });
-    if (options.poll !== false) poller.start();
+    const schedules = new S3Schedules(s3, bucket, DEFERRAL_PREFIX);
+    const campaignQueue = new SqsCampaignQueue(sqs, campaign.url);
+    const stackClock = options.clock ?? systemClock;
+    const fireDeferrals = () => schedules.fireDue(stackClock.now(), campaignQueue);
+    if (options.poll !== false) {
+      poller.start();
+      let firing = false;
+      const firer = setInterval(() => {
+        if (firing) return;
+        firing = true;
+        fireDeferrals()
+          .catch((error: unknown) => console.error(`[local] deferred sends not fired: ${(error as Error).message}`))
+          .finally(() => {
+            firing = false;
+          });
+      }, 1_000);
+      firer.unref();
+      stops.unshift(async () => clearInterval(firer));
+    }
     stops.unshift(() => poller.stop());
     if (options.writeEndpoints !== false) {
       mkdirSync(dirname(ENDPOINTS_FILE), { recursive: true });
@@ -239,6 +271,8 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
       sqs,
       poller,
       consumer,
+      fireDeferrals,
+      pendingDeferrals: () => schedules.pending(),
       checkApiEnvironments,
       stop: async () => {
         if (stopped) return;

@@ -112,20 +112,61 @@ const commonEnvironment = {
   AWS_ENDPOINT_URL: httpUrl("expected an http(s) URL").optional(),
 };
 
-export const consumerEnvironmentSchema = z.object({
-  ...commonEnvironment,
-  REDIS_DEADLINE_MS: integer(100, 60_000, 6_000),
-  DELIVERY_QUEUE_URL: httpUrl("required: the delivery queue URL"),
-  DEAD_LETTER_QUEUE_URL: httpUrl("required: the campaign queue's dead-letter queue URL"),
-  DELIVERY_BATCH_SIZE: integer(1, 1_000, DEFAULT_DELIVERY_BATCH_SIZE),
-  /** The delivery queue's MaximumMessageSize: delivery messages are split to fit it. */
-  DELIVERY_MAX_MESSAGE_BYTES: integer(1_024, SQS_MAX_MESSAGE_BYTES, SQS_MAX_MESSAGE_BYTES),
-  /** The campaign queue's redrive maxReceiveCount: a record failing on that receive is dead-lettered with its reason. */
-  CAMPAIGN_MAX_RECEIVE_COUNT: integer(1, 1_000, 5),
-  TIME_BUDGET_MARGIN_MS: integer(0, 900_000, 15_000),
-  /** Records of an invocation decided at once (one clock reading each wave, shared script calls). */
-  RECORDS_IN_FLIGHT: integer(1, 100, 10),
-});
+export const consumerEnvironmentSchema = z
+  .object({
+    ...commonEnvironment,
+    REDIS_DEADLINE_MS: integer(100, 60_000, 6_000),
+    DELIVERY_QUEUE_URL: httpUrl("required: the delivery queue URL"),
+    DEAD_LETTER_QUEUE_URL: httpUrl("required: the campaign queue's dead-letter queue URL"),
+    DELIVERY_BATCH_SIZE: integer(1, 1_000, DEFAULT_DELIVERY_BATCH_SIZE),
+    /** The delivery queue's MaximumMessageSize: delivery messages are split to fit it. */
+    DELIVERY_MAX_MESSAGE_BYTES: integer(1_024, SQS_MAX_MESSAGE_BYTES, SQS_MAX_MESSAGE_BYTES),
+    /** The campaign queue's redrive maxReceiveCount: a record failing on that receive is dead-lettered with its reason. */
+    CAMPAIGN_MAX_RECEIVE_COUNT: integer(1, 1_000, 5),
+    TIME_BUDGET_MARGIN_MS: integer(0, 900_000, 15_000),
+    /** Records of an invocation decided at once (one clock reading each wave, shared script calls). */
+    RECORDS_IN_FLIGHT: integer(1, 100, 10),
+    /**
+     * Where deferred sends wait (docs/quiet-hours.md): "aws" (the campaign queue's delays up to 15 minutes,
+     * EventBridge Scheduler beyond: the DEFERRAL_* variables below), "s3://<bucket>/<prefix>/" (the local
+     * stack's scheduler) or "" (none: a batch that defers fails and is retried, then dead-lettered).
+     */
+    DEFERRALS: z
+      .string()
+      .default("")
+      .refine(
+        (text) => text === "" || text === "aws" || /^s3:\/\/[a-z0-9.-]{3,63}\/(\S+\/)?$/.test(text),
+        'expected "aws", "s3://<bucket>/<prefix>/" or ""',
+      ),
+    /** With DEFERRALS=aws: the campaign queue (URL for delays, ARN for schedules), the group, role and DLQ. */
+    CAMPAIGN_QUEUE_URL: httpUrl("expected the campaign queue URL").optional(),
+    CAMPAIGN_QUEUE_ARN: z
+      .string()
+      .regex(/^arn:aws[a-z-]*:sqs:/, "expected an SQS queue ARN")
+      .optional(),
+    DEFERRAL_SCHEDULE_GROUP: z.string().min(1).max(64).optional(),
+    DEFERRAL_ROLE_ARN: z
+      .string()
+      .regex(/^arn:aws[a-z-]*:iam::/, "expected an IAM role ARN")
+      .optional(),
+    DEFERRAL_DLQ_ARN: z
+      .string()
+      .regex(/^arn:aws[a-z-]*:sqs:/, "expected an SQS queue ARN")
+      .optional(),
+  })
+  .superRefine((env, ctx) => {
+    if (env.DEFERRALS !== "aws") return;
+    for (const name of [
+      "CAMPAIGN_QUEUE_URL",
+      "CAMPAIGN_QUEUE_ARN",
+      "DEFERRAL_SCHEDULE_GROUP",
+      "DEFERRAL_ROLE_ARN",
+      "DEFERRAL_DLQ_ARN",
+    ] as const) {
+      if (env[name] === undefined)
+        ctx.addIssue({ code: "custom", path: [name], message: "required with DEFERRALS=aws" });
+    }
+  });
 
 export const checkApiEnvironmentSchema = z.object({
   ...commonEnvironment,

@@ -3,10 +3,13 @@
 import { Logger } from "@aws-lambda-powertools/logger";
 import { Metrics, MetricUnit } from "@aws-lambda-powertools/metrics";
 import type { S3Client } from "@aws-sdk/client-s3";
+import { SchedulerClient } from "@aws-sdk/client-scheduler";
 import { tenantNamespace } from "../../sdk/src/protocol/index.ts";
 import { createFirehoseClient, FirehoseArchiveWriter, S3ArchiveWriter } from "../adapters/archive-writers.ts";
 import { createAwsClients } from "../adapters/aws-clients.ts";
+import { EventBridgeDeferrals, RoutedDeferrals, SqsDelayDeferrals } from "../adapters/deferral-schedulers.ts";
 import { emfCount } from "../adapters/emf.ts";
+import { S3Schedules } from "../adapters/local-schedules.ts";
 import {
   createRedisCluster,
   RedisCapStore,
@@ -22,6 +25,7 @@ import { S3ObjectStore } from "../adapters/s3-object-store.ts";
 import { SqsDeadLetterSink, SqsDeliverySink } from "../adapters/sqs-sinks.ts";
 import { CampaignConsumer } from "../core/capping/campaign-consumer.ts";
 import { Capper } from "../core/capping/capper.ts";
+import type { DeferralScheduler } from "../core/capping/deferral.ts";
 import { type Rules, RulesSource } from "../core/capping/rules-source.ts";
 import { Limiter } from "../core/limits/limiter.ts";
 import { NegativeCache } from "../core/limits/negative-cache.ts";
@@ -148,6 +152,34 @@ function decisionArchive(
   });
 }
 
+/** Where deferred sends wait (DEFERRALS): the queue's delays and EventBridge Scheduler, the S3 schedules, or none. */
+function deferralScheduler(
+  config: ReturnType<typeof parseConsumerEnvironment>,
+  s3: S3Client,
+  sqs: SqsDelayDeferralsClient,
+): DeferralScheduler | undefined {
+  if (config.DEFERRALS === "") return undefined;
+  if (config.DEFERRALS.startsWith("s3://")) {
+    const [bucket, ...rest] = config.DEFERRALS.slice("s3://".length).split("/");
+    return new S3Schedules(s3, bucket as string, rest.join("/"));
+  }
+  const scheduler = new SchedulerClient({
+    region: config.AWS_REGION,
+    ...(config.AWS_ENDPOINT_URL ? { endpoint: config.AWS_ENDPOINT_URL } : {}),
+  });
+  return new RoutedDeferrals(
+    new SqsDelayDeferrals(sqs, config.CAMPAIGN_QUEUE_URL as string),
+    new EventBridgeDeferrals(scheduler, {
+      groupName: config.DEFERRAL_SCHEDULE_GROUP as string,
+      targetArn: config.CAMPAIGN_QUEUE_ARN as string,
+      roleArn: config.DEFERRAL_ROLE_ARN as string,
+      deadLetterArn: config.DEFERRAL_DLQ_ARN as string,
+    }),
+  );
+}
+
+type SqsDelayDeferralsClient = ConstructorParameters<typeof SqsDelayDeferrals>[0];
+
 /** What a caller may set besides the environment: the clock decisions are made by (default: the system's). */
 export interface WiringOptions {
   clock?: Clock;
@@ -165,6 +197,7 @@ export function wireCampaignConsumer(
   const { s3, sqs, cluster, rules } = parts;
   const archive = decisionArchive(config, s3, logger, metrics, clock);
   const epoch = storeEpoch(config, parts, logger, clock);
+  const deferrals = deferralScheduler(config, s3, sqs);
   const capper = new Capper({
     store: new RedisCapStore(cluster, {
       deadlineMs: config.REDIS_DEADLINE_MS,
@@ -186,6 +219,7 @@ export function wireCampaignConsumer(
     deadLetters: new SqsDeadLetterSink(sqs, config.DEAD_LETTER_QUEUE_URL),
     sendsPerMessage: config.DELIVERY_BATCH_SIZE,
     ...(archive ? { archive } : {}),
+    ...(deferrals ? { deferrals } : {}),
   });
   const handler = makeCampaignConsumerHandler({
     consumer,

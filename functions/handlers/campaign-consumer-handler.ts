@@ -9,6 +9,7 @@ import { logMetrics } from "@aws-lambda-powertools/metrics/middleware";
 import middy from "@middy/core";
 import type { Context, SQSBatchResponse, SQSEvent, SQSRecord } from "aws-lambda";
 import type { CampaignConsumer, ConsumeOutcome } from "../core/capping/campaign-consumer.ts";
+import type { CapBatchResult } from "../core/capping/decisions.ts";
 import { type Clock, systemClock } from "../core/shared/clock.ts";
 import {
   RulesUnavailableError,
@@ -81,6 +82,7 @@ export function makeCampaignConsumerHandler(deps: CampaignConsumerHandlerDeps) {
           deliveryMessages: outcome.deliveryMessages,
           timings: outcome.timings,
           totals: outcome.result.totals,
+          ...heldReport(outcome.result, outcome.deferredMessages),
         });
         metrics.addMetric("recordsDecided", MetricUnit.Count, 1);
         for (const [segment, totals] of Object.entries(outcome.result.totals)) {
@@ -92,6 +94,15 @@ export function makeCampaignConsumerHandler(deps: CampaignConsumerHandlerDeps) {
           single.addMetric("duplicate", MetricUnit.Count, totals.duplicate);
           single.addMetric("exempt", MetricUnit.Count, totals.exempt);
         }
+        for (const [zone, held] of Object.entries(outcome.result.held?.zones ?? {})) {
+          const single = metrics.singleMetric();
+          single.setDefaultDimensions({ channel: outcome.channel, zone });
+          single.addMetric("quietDropped", MetricUnit.Count, held.quiet);
+          single.addMetric("sendsDeferred", MetricUnit.Count, held.deferred);
+          single.addMetric("droppedAfterDeferral", MetricUnit.Count, held.dropped);
+        }
+        if (outcome.deferredMessages > 0)
+          metrics.addMetric("deferredMessages", MetricUnit.Count, outcome.deferredMessages);
       } catch (error) {
         // Every fault here is the system's, not the message's: the record is retried (and dead-lettered
         // with its reason on its last receive, below). Only "Redis did not answer" stops the rest of the
@@ -190,4 +201,17 @@ function failureMetric(error: unknown): string {
   if (error instanceof RulesUnavailableError) return "rulesUnavailable";
   if (error instanceof StoreLostError) return "storeLost";
   return "recordFailures";
+}
+
+/**
+ * What quiet hours held back, for the batch's log line: by zone, and the deferred sends as a histogram of
+ * their eligibleAt (ISO instant → users); nothing when none was held.
+ */
+function heldReport(result: CapBatchResult, deferredMessages: number): Record<string, unknown> {
+  const held = result.held;
+  if (!held) return {};
+  const eligibleAt = Object.fromEntries(
+    held.deferred.map(({ eligibleAt, userIds }) => [new Date(eligibleAt).toISOString(), userIds.length]),
+  );
+  return { held: { zones: held.zones, eligibleAt, deferredMessages } };
 }

@@ -40,6 +40,9 @@ function resolve(value: unknown): string {
     const [id, attribute] = token["Fn::GetAtt"] as [string, string];
     if (attribute === "ConfigurationEndPoint.Address") return `${id.toLowerCase()}.euw1.cache.amazonaws.com`;
     if (attribute === "ConfigurationEndPoint.Port") return "6379";
+    if (attribute === "Arn" && resources[id]?.Type === "AWS::SQS::Queue")
+      return `arn:aws:sqs:eu-west-1:123456789012:${id}`;
+    if (attribute === "Arn" && resources[id]?.Type === "AWS::IAM::Role") return `arn:aws:iam::123456789012:role/${id}`;
     throw new Error(`no value for ${id}.${attribute}`);
   }
   throw new Error(`no value for ${JSON.stringify(value)}`);

@@ -32,7 +32,7 @@ export const T0 = Date.UTC(2026, 10, 2);
 export function designPolicy() {
   return {
     version: "2026-11-22.1",
-    channels: ["email", "push", "sms"],
+    channels: ["email", "push", "sms", "inapp"],
     segments: [
       {
         name: "new",
@@ -54,5 +54,7 @@ export function designPolicy() {
       name: "unsegmented",
       caps: { "*": [{ window: "7d", max: 2 }] } as Record<string, { window: string; max: number }[]>,
     },
+    defaultZone: "Europe/Berlin",
+    quietHours: { inapp: [{ from: "21:00", to: "08:00" }] },
   };
 }

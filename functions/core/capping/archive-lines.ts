@@ -2,10 +2,10 @@
 // columns), one per `/v1/frequency` check. The record schema is docs/archive.md's; the Glue table
 // (infra/archive.ts) and the queries (scripts/archive-query.ts) read these names and expand a batch line
 // into one row per decision. A batch costs one line of a few bytes a user: its users as runs of consecutive
-// IDs, a character per user naming its decision class (segment, decision, the cap that bit), and the table
-// of those classes, instead of a JSON line per send.
+// IDs, a character per user naming its decision class (segment, decision, the cap that bit or the quiet
+// hours that held it), and the table of those classes, instead of a JSON line per send.
 import type { CampaignBatch } from "./campaign-batch.ts";
-import type { CapBatchResult, DecisionKind } from "./decisions.ts";
+import type { CapBatchResult, CapDecision, DecisionKind } from "./decisions.ts";
 import type { FrequencyResult } from "./frequency.ts";
 import type { CapRule } from "./policy.ts";
 
@@ -21,7 +21,7 @@ const capLabel = (cap: CapRule) => `${cap.channel}:${cap.window}`;
 class BatchLine {
   readonly runs: string[] = [];
   readonly classes: string[] = [];
-  private readonly index = new Map<string, Map<DecisionKind | CapRule, number>>();
+  private readonly index = new Map<string, Map<string | CapRule, number>>();
   private readonly codes: Uint8Array;
   users = 0;
   private runStart = -1;
@@ -32,18 +32,19 @@ class BatchLine {
   }
 
   /** The class's code, or -1 when the table is full (the caller starts a new line). */
-  classOf(segment: string, decision: DecisionKind, cap: CapRule | undefined): number {
+  classOf({ segment, decision, cap, zone, eligibleAt }: CapDecision): number {
     let bySegment = this.index.get(segment);
     if (bySegment === undefined) {
       bySegment = new Map();
       this.index.set(segment, bySegment);
     }
-    const key = cap ?? decision;
+    // a send held by quiet hours: its class is its zone's and instant's (one per segment and zone present)
+    const key = cap ?? (eligibleAt === undefined ? decision : `${decision}|${zone}|${eligibleAt}`);
     let code = bySegment.get(key);
     if (code === undefined) {
       if (this.classes.length === CLASS_CODES.length) return -1;
       code = this.classes.length;
-      this.classes.push(classJson(segment, decision, cap));
+      this.classes.push(classJson(segment, decision, cap, eligibleAt === undefined ? undefined : { zone, eligibleAt }));
       bySegment.set(key, code);
     }
     return code;
@@ -71,9 +72,19 @@ class BatchLine {
 /** The codes are ASCII: one byte, one character. */
 const ascii = new TextDecoder();
 
-/** A class of the table: absent fields read as null (DuckDB's columns, the Glue table). */
-function classJson(segment: string, decision: DecisionKind, cap: CapRule | undefined): string {
+/**
+ * A class of the table: absent fields read as null (DuckDB's columns, the Glue table). A send held by quiet
+ * hours carries why, the user's zone and when it is eligible.
+ */
+function classJson(
+  segment: string,
+  decision: DecisionKind,
+  cap: CapRule | undefined,
+  held: { zone: string | undefined; eligibleAt: number } | undefined,
+): string {
   const fields = `{"segment":${JSON.stringify(segment)},"decision":"${decision}"`;
+  if (held)
+    return `${fields},"reason":"quiet_hours","zone":${JSON.stringify(held.zone ?? null)},"eligibleAt":${held.eligibleAt}}`;
   if (!cap) return `${fields}}`;
   return (
     `${fields},"reason":"cap","cap":${JSON.stringify(capLabel(cap))},"capChannel":${JSON.stringify(cap.channel)},` +
@@ -99,11 +110,11 @@ export function campaignDecisionLines(
   const { decisions } = result;
   let line = new BatchLine(decisions.length);
   for (const decision of decisions) {
-    let code = line.classOf(decision.segment, decision.decision, decision.cap);
+    let code = line.classOf(decision);
     if (code < 0) {
       add(head + line.close(), line.users);
       line = new BatchLine(decisions.length);
-      code = line.classOf(decision.segment, decision.decision, decision.cap);
+      code = line.classOf(decision);
     }
     line.push(decision.userId, code);
   }
@@ -128,7 +139,8 @@ export function frequencyLine(
     segment: result.segment,
     decision: result.decision,
     consume: request.consume !== false,
-    reason: bit ? "cap" : null,
+    reason: bit ? "cap" : (result.reason ?? null),
+    ...(result.eligibleAt === undefined ? {} : { eligibleAt: result.eligibleAt }),
     cap: bit ? `${bit.channel}:${bit.window}` : null,
     capMax: bit ? bit.max : null,
     capUsed: bit ? bit.used : null,

@@ -2,6 +2,18 @@
 import { z } from "zod";
 import { campaignIdSchema, channelSchema, sendTimeSchema, userIdsSchema } from "../shared/send-fields.ts";
 
+/** The longest a campaign may ask a send to wait for the end of quiet hours. */
+export const MAX_DEFER_MS = 7 * 86_400_000;
+
+/**
+ * `defer`: a send inside quiet hours is re-decided at its eligibleAt if that is at most `maxMs` after
+ * `since` (the first decision of the send; the deferred message carries it), otherwise dropped.
+ */
+export const deferSchema = z.strictObject({
+  maxMs: z.int(`expected ms from 1 to ${MAX_DEFER_MS}`).min(1).max(MAX_DEFER_MS),
+  since: z.int("expected ms since the epoch").min(0).optional(),
+});
+
 /** One script call's reply and the sort trick in the capper both bound a batch. */
 export const MAX_BATCH_USERS = 1_000_000;
 
@@ -14,6 +26,7 @@ export const campaignBatchSchema = z.strictObject({
   at: sendTimeSchema.optional(),
   exempt: z.boolean("expected true or false").optional(),
   countExempt: z.boolean("expected true or false").optional(),
+  defer: deferSchema.optional(),
 });
 
 export type CampaignBatch = z.output<typeof campaignBatchSchema>;

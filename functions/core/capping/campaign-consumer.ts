@@ -9,6 +9,7 @@ import { campaignDecisionLines } from "./archive-lines.ts";
 import type { CampaignBatch } from "./campaign-batch.ts";
 import type { Capper } from "./capper.ts";
 import type { CapBatchResult } from "./decisions.ts";
+import { type DeferralScheduler, deferralMessages } from "./deferral.ts";
 import { type DeliverySink, deliveryMessages, refuseUndeliverable } from "./delivery.ts";
 
 /** Why a message was dead-lettered: `error` is the error's class (ValidationError for the message's own fault). */
@@ -31,6 +32,8 @@ export type ConsumeOutcome =
       channel: string;
       result: CapBatchResult;
       deliveryMessages: number;
+      /** Deferred messages handed to the scheduler (one per eligible instant and chunk of users). */
+      deferredMessages: number;
       /** Wall time deciding (segments + Redis), forwarding (delivery queue) and archiving (the line built), ms. */
       timings: { decideMs: number; forwardMs: number; archiveMs: number };
     }
@@ -44,6 +47,8 @@ export interface CampaignConsumerOptions {
   sendsPerMessage: number;
   /** The decision archive: every decision of a forwarded batch, one line a batch (none when absent). */
   archive?: DecisionLog;
+  /** Where deferred sends wait for their eligibleAt (a batch that defers fails without one: it is retried). */
+  deferrals?: DeferralScheduler;
 }
 
 export class CampaignConsumer {
@@ -84,6 +89,13 @@ export class CampaignConsumer {
       maxBodyBytes: this.options.delivery.maxBodyBytes(batch),
     });
     await this.options.delivery.send(messages);
+    // deferred after the delivery: a retry re-defers the same sends under the same names, never counted
+    const decidedAt = now ?? result.at;
+    const deferrals = deferralMessages(batch, result);
+    if (deferrals.length > 0) {
+      if (!this.options.deferrals) throw new Error("sends were deferred and no deferral scheduler is configured");
+      await this.options.deferrals.schedule(deferrals, decidedAt);
+    }
     // archived once forwarded: a batch retried after a failed send is archived by the attempt that took effect
     const forwarded = performance.now();
     const { archive } = this.options;
@@ -99,6 +111,7 @@ export class CampaignConsumer {
       channel: batch.channel,
       result,
       deliveryMessages: messages.length,
+      deferredMessages: deferrals.length,
       timings,
     };
   }

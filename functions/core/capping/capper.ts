@@ -16,9 +16,17 @@ import {
   type UserWindows,
   Verdicts,
 } from "./cap-sends-script.ts";
-import type { CapBatchResult, CapDecision, DecisionKind, SegmentTotals } from "./decisions.ts";
+import type {
+  CapBatchResult,
+  CapDecision,
+  DecisionKind,
+  DeferredSends,
+  SegmentTotals,
+  ZoneTotals,
+} from "./decisions.ts";
 import { type FrequencyResult, frequencyReport, frequencyRequestSchema } from "./frequency.ts";
 import { type CapRule, DEFAULT_REDELIVERY_MS, keptHorizonMs, type Policy } from "./policy.ts";
+import { HELD_DEFERRED, HELD_NAMES, NOT_HELD, type QuietHolds, quietHolds } from "./quiet-holds.ts";
 import type { Rules } from "./rules-source.ts";
 
 export interface CapperOptions {
@@ -119,14 +127,22 @@ export class Capper {
   async checkUser(input: unknown): Promise<FrequencyResult> {
     const request = parseOrThrow(frequencyRequestSchema, input);
     const rules = await this.rules({ channel: request.channel });
+    const send = {
+      campaignId: request.campaignId ?? "",
+      channel: request.channel,
+      userIds: [request.userId],
+      at: request.at,
+    };
+    const now = this.clock.now();
     // one call: the decision and the user's windows as the decision left them (atomic, one round trip)
-    const { result, windows } = await this.run(
-      { campaignId: request.campaignId ?? "", channel: request.channel, userIds: [request.userId], at: request.at },
-      request.consume === false ? "peek" : "count",
-      rules,
-      true,
-    );
+    let { result, windows } = await this.run(send, request.consume === false ? "peek" : "count", rules, true, {
+      now,
+    });
     const decision = result.decisions[0] as CapDecision;
+    if (decision.eligibleAt !== undefined) {
+      // held by quiet hours, nothing counted: the windows are read by a peek past the quiet check
+      ({ windows } = await this.run({ ...send, at: result.at }, "peek", rules, true, { now, quiet: false }));
+    }
     const segment = rules.policy.segments.findIndex((s) => s.name === decision.segment);
     const figures = windows.get(0);
     if (!figures) throw new Error("cap-sends replied no windows for the user");
@@ -141,18 +157,21 @@ export class Capper {
     const batch = parseOrThrow(campaignBatchSchema, input);
     const rules = await this.rules({ channel: batch.channel });
     const before = beforeCount && ((sends: PlannedSends) => beforeCount(batch, sends));
-    return (await this.run(batch, mode, rules, false, before, now)).result;
+    return (await this.run(batch, mode, rules, false, { beforeCount: before, now })).result;
   }
 
   private async run(
-    batch: Pick<CampaignBatchInput, "campaignId" | "channel" | "at" | "exempt" | "countExempt"> & {
+    batch: Pick<CampaignBatchInput, "campaignId" | "channel" | "at" | "exempt" | "countExempt" | "defer"> & {
       userIds: readonly number[];
     },
     mode: "count" | "peek",
-    { policy, segments }: Rules,
+    { policy, segments, zones }: Rules,
     withWindows = false,
-    beforeCount?: (sends: PlannedSends) => void,
-    now: number = this.clock.now(),
+    {
+      beforeCount,
+      now = this.clock.now(),
+      quiet = true,
+    }: { beforeCount?: (sends: PlannedSends) => void; now?: number; quiet?: boolean } = {},
   ): Promise<{ result: CapBatchResult; windows: Map<number, UserWindows>; sortedIds: Uint32Array }> {
     if (!policy.channels.includes(batch.channel)) {
       throw new ValidationError(
@@ -165,26 +184,52 @@ export class Capper {
     const { sortedIds, positions } = sortByUser(batch.userIds);
     const segmentOf = segments.resolveSorted(sortedIds);
     beforeCount?.({ userIds: sortedIds, segmentOf, segmentNames: policy.segments.map((segment) => segment.name) });
-    const { verdicts, windows } =
-      batch.exempt === true && batch.countExempt !== true
-        ? { verdicts: Verdicts.allExempt(sortedIds.length), windows: new Map<number, UserWindows>() }
-        : await this.calls.run({
-            namespace: this.namespace,
-            now,
-            at,
-            mode,
-            withWindows,
-            hotRecords: this.hotRecords,
-            horizonMs: keptHorizonMs(policy, this.redeliveryMs),
+    // quiet hours hold sends back before anything is counted; exempt sends are not held
+    const holds =
+      quiet && batch.exempt !== true && policy.hasQuietHours(batch.channel)
+        ? quietHolds({
+            policy,
+            zones,
             channel: batch.channel,
-            campaignId: batch.campaignId,
-            profiles: this.profiles(policy, batch.channel),
+            defer: batch.defer,
+            instant: Math.max(at, now),
             sortedIds,
             segmentOf,
-            forced: batch.exempt === true,
-          });
+          })
+        : undefined;
+    const decided = holds ? withoutHeld(sortedIds, segmentOf, holds) : { sortedIds, segmentOf };
+    const { verdicts, windows } =
+      decided.sortedIds.length === 0
+        ? { verdicts: Verdicts.allExempt(0), windows: new Map<number, UserWindows>() }
+        : batch.exempt === true && batch.countExempt !== true
+          ? { verdicts: Verdicts.allExempt(sortedIds.length), windows: new Map<number, UserWindows>() }
+          : await this.calls.run({
+              namespace: this.namespace,
+              now,
+              at,
+              mode,
+              withWindows,
+              hotRecords: this.hotRecords,
+              horizonMs: keptHorizonMs(policy, this.redeliveryMs),
+              channel: batch.channel,
+              campaignId: batch.campaignId,
+              profiles: this.profiles(policy, batch.channel),
+              sortedIds: decided.sortedIds,
+              segmentOf: decided.segmentOf,
+              forced: batch.exempt === true,
+            });
     return {
-      result: this.report({ policy, at, channel: batch.channel, sortedIds, positions, segmentOf, verdicts }),
+      result: this.report({
+        policy,
+        at,
+        judgedAt: Math.max(at, now),
+        channel: batch.channel,
+        sortedIds,
+        positions,
+        segmentOf,
+        verdicts,
+        holds,
+      }),
       windows,
       sortedIds,
     };
@@ -213,8 +258,14 @@ export class Capper {
     positions: Uint32Array;
     segmentOf: Uint8Array;
     verdicts: Verdicts;
+    holds: QuietHolds | undefined;
+    judgedAt: number;
   }): CapBatchResult {
-    const { policy, at, channel, sortedIds, positions, segmentOf, verdicts } = state;
+    const { policy, at, judgedAt, channel, sortedIds, positions, segmentOf, verdicts, holds } = state;
+    const zoneTotals: Record<string, ZoneTotals> = {};
+    const deferred = new Map<number, number[]>();
+    // the script decided only the sends not held: its verdicts are numbered without them
+    let decidedIndex = 0;
     const decisions = new Array<CapDecision>(sortedIds.length);
     const totals: Record<string, SegmentTotals> = {};
     const names = policy.segments.map((segment) => segment.name);
@@ -226,8 +277,25 @@ export class Capper {
     let previous: DecisionKind = "allowed";
     let previousCap = 0;
     for (let j = 0; j < sortedIds.length; j++) {
-      let kind = verdicts.decision(j);
-      let capIndex = kind === "capped" ? verdicts.capIndex(j) : 0;
+      const segment = segmentOf[j] as number;
+      const held = holds ? (holds.kinds[j] as number) : NOT_HELD;
+      if (held !== NOT_HELD) {
+        this.held(j, held, { sortedIds, segmentOf, names, segmentTotals, decisions, positions }, holds as QuietHolds);
+        const zone = (holds as QuietHolds).zoneNames[(holds as QuietHolds).zoneOf[j] as number] as string;
+        const kindName = HELD_NAMES[held] as "quiet" | "deferred" | "dropped";
+        zoneTotals[zone] ??= { quiet: 0, deferred: 0, dropped: 0 };
+        zoneTotals[zone][kindName]++;
+        if (held === HELD_DEFERRED && (j === 0 || sortedIds[j] !== sortedIds[j - 1])) {
+          const eligibleAt = (holds as QuietHolds).eligibleAt[j] as number;
+          const users = deferred.get(eligibleAt) ?? [];
+          if (users.length === 0) deferred.set(eligibleAt, users);
+          users.push(sortedIds[j] as number);
+        }
+        continue;
+      }
+      const v = decidedIndex++;
+      let kind = verdicts.decision(v);
+      let capIndex = kind === "capped" ? verdicts.capIndex(v) : 0;
       if (j > 0 && sortedIds[j] === sortedIds[j - 1]) {
         // A repeat of an ID in the same batch: once the first is counted, the rest are duplicates.
         kind = previous === "allowed" || previous === "duplicate" ? "duplicate" : previous;
@@ -235,7 +303,6 @@ export class Capper {
       }
       previous = kind;
       previousCap = capIndex;
-      const segment = segmentOf[j] as number;
       const counts = segmentTotals[segment] as SegmentTotals;
       const decision: CapDecision = {
         userId: sortedIds[j] as number,
@@ -254,16 +321,69 @@ export class Capper {
         counts.capped++;
         counts.cappedBy[named.label] = (counts.cappedBy[named.label] ?? 0) + 1;
       } else {
-        counts[kind]++;
+        counts[kind as "allowed" | "duplicate" | "exempt"]++;
       }
       decisions[positions[j] as number] = decision;
     }
     policy.segments.forEach(({ name }, segment) => {
       const counts = segmentTotals[segment] as SegmentTotals;
-      if (counts.allowed + counts.capped + counts.duplicate + counts.exempt > 0) totals[name] = counts;
+      const held = (counts.quiet ?? 0) + (counts.deferred ?? 0) + (counts.dropped ?? 0);
+      if (counts.allowed + counts.capped + counts.duplicate + counts.exempt + held > 0) totals[name] = counts;
     });
-    return { at, policyVersion: policy.version, decisions, totals };
+    const result: CapBatchResult = { at, policyVersion: policy.version, decisions, totals };
+    if (holds) {
+      const groups: DeferredSends[] = [...deferred]
+        .sort(([a], [b]) => a - b)
+        .map(([eligibleAt, userIds]) => ({ eligibleAt, userIds }));
+      result.held = { judgedAt, zones: zoneTotals, deferred: groups };
+    }
+    return result;
   }
+
+  /** The decision of a send quiet hours hold back (`held`: its HELD_* kind). */
+  private held(
+    j: number,
+    held: number,
+    state: {
+      sortedIds: Uint32Array;
+      segmentOf: Uint8Array;
+      names: readonly string[];
+      segmentTotals: SegmentTotals[];
+      decisions: CapDecision[];
+      positions: Uint32Array;
+    },
+    holds: QuietHolds,
+  ): void {
+    const segment = state.segmentOf[j] as number;
+    const kind = HELD_NAMES[held] as "quiet" | "deferred" | "dropped";
+    const counts = state.segmentTotals[segment] as SegmentTotals;
+    counts[kind] = (counts[kind] ?? 0) + 1;
+    state.decisions[state.positions[j] as number] = {
+      userId: state.sortedIds[j] as number,
+      segment: state.names[segment] as string,
+      decision: kind,
+      eligibleAt: holds.eligibleAt[j] as number,
+      zone: holds.zoneNames[holds.zoneOf[j] as number] as string,
+    };
+  }
+}
+
+/** The sorted sends quiet hours do not hold back, for the script. */
+function withoutHeld(
+  sortedIds: Uint32Array,
+  segmentOf: Uint8Array,
+  holds: QuietHolds,
+): { sortedIds: Uint32Array; segmentOf: Uint8Array } {
+  const kept = sortedIds.length - holds.count;
+  const ids = new Uint32Array(kept);
+  const segments = new Uint8Array(kept);
+  let k = 0;
+  for (let j = 0; j < sortedIds.length; j++) {
+    if (holds.kinds[j] !== NOT_HELD) continue;
+    ids[k] = sortedIds[j] as number;
+    segments[k++] = segmentOf[j] as number;
+  }
+  return { sortedIds: ids, segmentOf: segments };
 }
 
 /** Sorts user IDs ascending, remembering each one's input position. */

@@ -2,7 +2,15 @@
 // only, so the frequency report, delivery and the consumer can name them without the capper.
 import type { CapRule } from "./policy.ts";
 
-export type DecisionKind = "allowed" | "capped" | "duplicate" | "exempt";
+/**
+ * `quiet`: inside quiet hours and not deferred (dropped); `deferred`: inside quiet hours, re-decided at its
+ * `eligibleAt`; `dropped`: inside quiet hours with an `eligibleAt` past the campaign's deferral bound. None of
+ * the three is counted or delivered.
+ */
+export type DecisionKind = "allowed" | "capped" | "duplicate" | "exempt" | "quiet" | "deferred" | "dropped";
+
+/** Decisions held back by quiet hours (never counted, never delivered now). */
+export const HELD_KINDS: ReadonlySet<DecisionKind> = new Set(["quiet", "deferred", "dropped"]);
 
 export interface CapDecision {
   userId: number;
@@ -10,6 +18,10 @@ export interface CapDecision {
   decision: DecisionKind;
   /** The first cap (in policy order: the channel's own, then "*") that denied the send. */
   cap?: CapRule;
+  /** Held by quiet hours: the earliest instant outside them, in the user's zone. */
+  eligibleAt?: number;
+  /** Held by quiet hours: the user's zone. */
+  zone?: string;
 }
 
 export interface SegmentTotals {
@@ -19,6 +31,23 @@ export interface SegmentTotals {
   exempt: number;
   /** Capped sends by the cap that bit, labelled `<channel>:<window>` (e.g. `push:1d`, `*:7d`). */
   cappedBy: Record<string, number>;
+  /** Held by quiet hours (present only when some were): dropped, deferred, dropped past the deferral bound. */
+  quiet?: number;
+  deferred?: number;
+  dropped?: number;
+}
+
+/** What quiet hours held back in one zone. */
+export interface ZoneTotals {
+  quiet: number;
+  deferred: number;
+  dropped: number;
+}
+
+/** Sends deferred to one instant: re-decided then, each user once (ascending). */
+export interface DeferredSends {
+  eligibleAt: number;
+  userIds: number[];
 }
 
 export interface CapBatchResult {
@@ -28,4 +57,11 @@ export interface CapBatchResult {
   /** One per input user ID, in input order. */
   decisions: CapDecision[];
   totals: Record<string, SegmentTotals>;
+  /** Present when quiet hours held sends back: by zone, and the deferred ones by their eligibleAt (ascending). */
+  held?: {
+    /** The instant quiet hours were judged at: the later of `at` and the clock's reading. */
+    judgedAt: number;
+    zones: Record<string, ZoneTotals>;
+    deferred: DeferredSends[];
+  };
 }

@@ -3,7 +3,7 @@
 import { ValidationError } from "../shared/errors.ts";
 import type { CampaignBatch } from "./campaign-batch.ts";
 import type { PlannedSends } from "./capper.ts";
-import type { CapDecision } from "./decisions.ts";
+import { type CapDecision, HELD_KINDS } from "./decisions.ts";
 
 export interface DeliverySend {
   userId: number;
@@ -117,7 +117,7 @@ export function refuseUndeliverable(batch: DeliveryBatch, sends: PlannedSends, m
 
 /**
  * Forwarded: allowed, duplicate (the dedupe id makes it safe) and exempt sends, each user once; capped
- * sends are dropped. A message is closed when it holds `sendsPerMessage` sends or the next send would take
+ * sends and sends held by quiet hours are not. A message is closed when it holds `sendsPerMessage` sends or the next send would take
  * its body over `maxBodyBytes`.
  */
 export function deliveryMessages(
@@ -137,7 +137,7 @@ export function deliveryMessages(
   };
   const seen = new Set<number>();
   for (const { userId, segment, decision } of decisions) {
-    if (decision === "capped" || seen.has(userId)) continue;
+    if (decision === "capped" || HELD_KINDS.has(decision) || seen.has(userId)) continue;
     seen.add(userId);
     const sendBytes = sizer.sendBytes(userId, segment);
     if (current.length > 0 && bytes + 1 + sendBytes > limits.maxBodyBytes) flush();

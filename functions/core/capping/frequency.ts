@@ -33,6 +33,10 @@ export interface FrequencyResult {
   windows: FrequencyWindow[];
   /** When capped: the earliest time the same check would be allowed (absent when a cap of 0 means never). */
   retryAfterMs?: number;
+  /** Why it said no, when quiet hours did: `quiet_hours` (a cap says it through `decision: "capped"`). */
+  reason?: "quiet_hours";
+  /** With `reason: "quiet_hours"`: the instant quiet hours end in the user's zone (nothing was counted). */
+  eligibleAt?: number;
 }
 
 /** The reply for one user: `caps` are the policy's caps of the user's segment on the channel, in the script's order. */
@@ -56,8 +60,13 @@ export function frequencyReport(
       resetAt,
     };
   });
-  const allowed = decision.decision !== "capped";
+  const allowed = decision.decision !== "capped" && decision.eligibleAt === undefined;
   const result: FrequencyResult = { allowed, decision: decision.decision, segment: decision.segment, windows };
+  if (decision.eligibleAt !== undefined) {
+    result.reason = "quiet_hours";
+    result.eligibleAt = decision.eligibleAt;
+    return result;
+  }
   if (!allowed && figures.retryAt !== undefined) result.retryAfterMs = Math.max(1, figures.retryAt - at);
   return result;
 }

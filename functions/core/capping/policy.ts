@@ -9,6 +9,14 @@ import { compileQuotaRules, type PublishedQuotaRule, quotaRulesSchema } from "..
 import { DEFAULT_ON_STORE_LOSS, type OnStoreLoss, STORE_LOSS_POLICIES } from "../shared/store-epoch.ts";
 import { Tenancy, tenantsSchema } from "../shared/tenants.ts";
 import { describeIssues } from "../shared/validation.ts";
+import {
+  compileWindows,
+  longestFreeMinutes,
+  MIN_FREE_MINUTES,
+  type QuietWindow,
+  quietHoursSchema,
+  zoneSchema,
+} from "./quiet-hours.ts";
 
 /** Each allowed send is kept in the user's log, so `max` bounds the log's length. */
 export const MAX_CAP = 10_000;
@@ -54,14 +62,33 @@ const objectKey = z
   // containers keep their copies of accepted bitmaps there (rules-source.ts)
   .refine((key) => !key.startsWith("accepted/"), "expected a key outside accepted/ (where containers keep copies)");
 
-const segmentSchema = z.strictObject({ name: name("segment"), bitmap: objectKey, caps: capsSchema });
+const segmentSchema = z.strictObject({
+  name: name("segment"),
+  bitmap: objectKey,
+  caps: capsSchema,
+  /** The segment's own quiet hours, on top of the policy-wide ones. */
+  quietHours: quietHoursSchema.optional(),
+});
+
+/** Zones with a published bitmap (`zones/<zone>.roaring`) at most: one intersection each per batch. */
+export const MAX_ZONES = 512;
+/** Users in no zone bitmap live here unless the policy names another `defaultZone`. */
+export const DEFAULT_ZONE = "UTC";
+/** Where the bitmap of the users who live in `zone` is published, beside the segments. */
+export const zoneBitmapKey = (zone: string) => `zones/${zone}.roaring`;
 
 export const policySchema = z
   .strictObject({
     version: z.string().min(1).max(64),
     channels: z.array(name("channel")).min(1).max(MAX_CHANNELS),
     segments: z.array(segmentSchema).max(64),
-    default: z.strictObject({ name: name("segment"), caps: capsSchema }),
+    default: z.strictObject({ name: name("segment"), caps: capsSchema, quietHours: quietHoursSchema.optional() }),
+    /** The zone of every user in no published zone bitmap (default UTC). */
+    defaultZone: zoneSchema.optional(),
+    /** The zones whose bitmaps are published (`zones/<zone>.roaring`); a user is in at most one. */
+    zones: z.array(zoneSchema).max(MAX_ZONES).optional(),
+    /** Quiet hours for every segment, by channel ("*": every channel), in each user's zone. */
+    quietHours: quietHoursSchema.optional(),
     /** Quotas mode rules (docs/quotas.md); optional, so policies written before it stay valid. */
     quotas: quotaRulesSchema.optional(),
     /** Who may call the check API and the quota sync route, and for what (docs/tenants.md); none: nobody. */
@@ -125,6 +152,37 @@ export const policySchema = z
         message: `"${policy.default.name}" is also a segment name`,
       });
     checkCaps(policy.default.caps, ["default", "caps"]);
+    const seenZones = new Set<string>();
+    policy.zones?.forEach((zone, i) => {
+      if (seenZones.has(zone))
+        ctx.addIssue({ code: "custom", path: ["zones", i], message: `duplicate zone "${zone}"` });
+      seenZones.add(zone);
+    });
+    const checkQuiet = (quiet: QuietHoursDocument | undefined, path: (string | number)[]) => {
+      for (const channel of Object.keys(quiet ?? {})) {
+        if (channel !== ALL_CHANNELS && !seenChannels.has(channel))
+          ctx.addIssue({
+            code: "custom",
+            path: [...path, channel],
+            message: `unknown channel "${channel}" (not in channels)`,
+          });
+      }
+    };
+    checkQuiet(policy.quietHours, ["quietHours"]);
+    const withDefault = [...policy.segments, policy.default];
+    withDefault.forEach((segment, i) => {
+      const path = i < policy.segments.length ? ["segments", i, "quietHours"] : ["default", "quietHours"];
+      checkQuiet(segment.quietHours, path);
+      for (const channel of policy.channels) {
+        const windows = quietWindowsOf(policy.quietHours, segment.quietHours, channel);
+        if (windows.length > 0 && longestFreeMinutes(windows) < MIN_FREE_MINUTES)
+          ctx.addIssue({
+            code: "custom",
+            path,
+            message: `quiet hours of channel "${channel}" leave no ${MIN_FREE_MINUTES / 60} free hours in a row in a week`,
+          });
+      }
+    });
     const rules = new Set((policy.quotas ?? []).map((rule) => rule.name));
     policy.tenants?.forEach((tenant, i) => {
       tenant.quotaRules?.forEach((rule, j) => {
@@ -139,6 +197,18 @@ export const policySchema = z
   });
 
 export type PolicyDocument = z.output<typeof policySchema>;
+type QuietHoursDocument = z.output<typeof quietHoursSchema>;
+
+/** The windows that apply on `channel`: policy-wide and the segment's own, the channel's and "*" (all of them). */
+function quietWindowsOf(
+  policyWide: QuietHoursDocument | undefined,
+  own: QuietHoursDocument | undefined,
+  channel: string,
+): QuietWindow[] {
+  return compileWindows(
+    [policyWide, own].flatMap((quiet) => [...(quiet?.[channel] ?? []), ...(quiet?.[ALL_CHANNELS] ?? [])]),
+  );
+}
 
 export interface CapRule {
   /** The channel the cap counts, or "*" for every channel. */
@@ -174,6 +244,14 @@ export interface Policy {
   horizonMs: number;
   /** The caps that apply to a send on `channel` by a user of segment `segment`: the channel's own, then "*". */
   capsFor(segment: number, channel: string): readonly CapRule[];
+  /** The zone of users in no zone bitmap. */
+  defaultZone: string;
+  /** The zones with a published bitmap, in policy order (zoneBitmapKey()). */
+  zones: readonly string[];
+  /** The quiet windows for a send on `channel` by a user of segment `segment` (empty: never quiet). */
+  quietFor(segment: number, channel: string): readonly QuietWindow[];
+  /** Whether any segment has quiet hours on `channel` (without, a batch's zones are not resolved). */
+  hasQuietHours(channel: string): boolean;
   /** Quotas mode rules by name (empty without a `quotas` section). */
   quotas: ReadonlyMap<string, PublishedQuotaRule>;
   /** The tenants, by principal (none without a `tenants` section: every request is refused). */
@@ -236,12 +314,25 @@ function compilePolicy(document: PolicyDocument): Policy {
     const shared = rules(ALL_CHANNELS);
     return new Map(document.channels.map((channel) => [channel, [...rules(channel), ...shared]]));
   });
+  const quiet = all.map(
+    (segment) =>
+      new Map(
+        document.channels.map((channel) => [channel, quietWindowsOf(document.quietHours, segment.quietHours, channel)]),
+      ),
+  );
+  const quietChannels = new Set(
+    document.channels.filter((channel) => quiet.some((byChannel) => (byChannel.get(channel)?.length ?? 0) > 0)),
+  );
   const backfillMs = longestMs > 0 ? longestMs : DEFAULT_BACKFILL_MS;
   const retention = longestBySegment.map((segmentMs) => backfillMs + segmentMs + MAX_FUTURE_MS);
   return {
     version: document.version,
     channels: document.channels,
     segments: all.map(({ name, bitmap }) => (bitmap === undefined ? { name } : { name, bitmap })),
+    defaultZone: document.defaultZone ?? DEFAULT_ZONE,
+    zones: document.zones ?? [],
+    quietFor: (segment, channel) => quiet[segment]?.get(channel) ?? [],
+    hasQuietHours: (channel) => quietChannels.has(channel),
     defaultSegment: all.length - 1,
     backfillMs,
     retentionMs: (segment) => retention[segment] as number,

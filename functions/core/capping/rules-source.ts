@@ -9,8 +9,8 @@ import type { Clock } from "../shared/clock.ts";
 import { systemClock } from "../shared/clock.ts";
 import { ObjectNotFoundError, type RulesRefusal, RulesUnavailableError, SegmentShrinkError } from "../shared/errors.ts";
 import type { ObjectStore, ObjectWriter } from "../shared/object-store.ts";
-import { DEFAULT_POLICY_KEY, type Policy, parsePolicyText } from "./policy.ts";
-import { parseBitmap, SegmentIndex } from "./segment-index.ts";
+import { DEFAULT_POLICY_KEY, type Policy, parsePolicyText, zoneBitmapKey } from "./policy.ts";
+import { parseBitmap, SegmentIndex, ZoneIndex } from "./segment-index.ts";
 
 export interface RulesSourceOptions {
   /**
@@ -35,10 +35,12 @@ export interface RulesSourceOptions {
   onActivated?: (rules: Rules, tags: Record<string, string>) => void;
 }
 
-/** The policy and the segment bitmaps it names, swapped together. */
+/** The policy and the segment and zone bitmaps it names, swapped together. */
 export interface Rules {
   policy: Policy;
   segments: SegmentIndex;
+  /** Which zone each user lives in (absent: every user in the policy's defaultZone). */
+  zones?: ZoneIndex;
   /**
    * When the store last wrote the policy object (its clock: S3's, whole seconds) and when this container
    * started the read that brought it into service (the container's clock, ms). Quotas orders its rule
@@ -67,8 +69,14 @@ export const allowShrinkMarkerKey = (bitmapKey: string) => `${bitmapKey}.allow-s
  * segment at a new object is checked against what the segment held. Policies may not name objects under
  * `accepted/` (policy.ts).
  */
-export const acceptedCopyKey = (segment: string) => `accepted/segments/${segment}.roaring`;
-const acceptedRecordKey = (segment: string) => `accepted/segments/${segment}.json`;
+export const acceptedCopyKey = (segment: string) => slotCopyKey(segmentSlot(segment));
+/** The same for the bitmap of the users of zone `zone` (`zones/<zone>.roaring`). */
+export const acceptedZoneCopyKey = (zone: string) => slotCopyKey(zoneSlot(zone));
+/** A bitmap's slot: what its accepted copy, its refusal and its shrink check are kept by. */
+const segmentSlot = (segment: string) => `segments/${segment}`;
+const zoneSlot = (zone: string) => `zones/${zone}`;
+const slotCopyKey = (slot: string) => `accepted/${slot}.roaring`;
+const acceptedRecordKey = (slot: string) => `accepted/${slot}.json`;
 /**
  * The copy of the last policy a container brought into service, written when it does: a container that starts
  * while the policy object fails validation serves this one (validated again) and names the refused object.
@@ -198,8 +206,14 @@ export class RulesSource {
       const tags = new Map([[policyKey, policyTag]]);
       const bitmaps = new Map<string, Bitmap>();
       let changed = !active || active.rules.policy !== policy;
-      for (const { name, bitmap } of policy.segments) {
-        if (bitmap === undefined) continue;
+      // zone bitmaps follow the segments' rules: the same validation, shrink check, copies and refusals
+      const published = [
+        ...policy.segments.flatMap(({ name, bitmap }) =>
+          bitmap === undefined ? [] : [{ name: segmentSlot(name), bitmap }],
+        ),
+        ...policy.zones.map((zone) => ({ name: zoneSlot(zone), bitmap: zoneBitmapKey(zone) })),
+      ];
+      for (const { name, bitmap } of published) {
         key = bitmap;
         const { etag: tag, modifiedAt } = await store.head(bitmap);
         const upload = { segment: name, key: bitmap, tag, modifiedAt };
@@ -231,8 +245,17 @@ export class RulesSource {
       const segments = new SegmentIndex(
         policy.segments.flatMap(({ bitmap }) => (bitmap === undefined ? [] : [bitmaps.get(bitmap) as Bitmap])),
       );
+      // a user in two zones refuses the refresh (ZoneOverlapError): warm, the last good rules stay
+      key = "zones/";
+      const zones =
+        policy.zones.length === 0
+          ? undefined
+          : new ZoneIndex(
+              policy.zones.map((zone) => bitmaps.get(zoneBitmapKey(zone)) as Bitmap),
+              policy.zones,
+            );
       this.active = {
-        rules: { policy, segments, policyModifiedAt, loadedAt: startedAt },
+        rules: { policy, segments, ...(zones ? { zones } : {}), policyModifiedAt, loadedAt: startedAt },
         tags,
         bitmaps,
         checkedAt: startedAt,
@@ -279,7 +302,8 @@ export class RulesSource {
     const before = record?.users ?? inService?.size ?? 0;
     const after = bitmap.size;
     if (before > 0 && after < before * (1 - maxShrink) && !(await this.forced(upload))) {
-      const error = new SegmentShrinkError({ segment, key, before, after, maxShrink });
+      const named = segment.startsWith("segments/") ? segment.slice("segments/".length) : segment;
+      const error = new SegmentShrinkError({ segment: named, key, before, after, maxShrink });
       return this.refuse(upload, error, inService, record);
     }
     await this.keepAcceptedCopy(segment, bytes, { bitmap: key, etag: tag, users: after });
@@ -332,10 +356,13 @@ export class RulesSource {
     }
   }
 
-  /** The bitmap this container serves for the segment named `segment`, if any. */
-  private servedFor(segment: string): Bitmap | undefined {
+  /** The bitmap this container serves for the slot `slot` (a segment's or a zone's), if any. */
+  private servedFor(slot: string): Bitmap | undefined {
     const active = this.active;
-    const bitmap = active?.rules.policy.segments.find(({ name }) => name === segment)?.bitmap;
+    const policy = active?.rules.policy;
+    const bitmap =
+      policy?.segments.find(({ name }) => segmentSlot(name) === slot)?.bitmap ??
+      policy?.zones.map(zoneBitmapKey).find((key) => `${slot}.roaring` === key);
     return bitmap === undefined ? undefined : active?.bitmaps.get(bitmap);
   }
 
@@ -362,7 +389,7 @@ export class RulesSource {
 
   /** The stored copy of the segment's last accepted bitmap, checked against its record, to serve in place of `refusal`. */
   private async acceptedCopy(segment: string, record: AcceptedRecord, refusal: Error): Promise<Bitmap> {
-    const copyKey = acceptedCopyKey(segment);
+    const copyKey = slotCopyKey(segment);
     try {
       const copy = parseBitmap(await this.options.store.get(copyKey), copyKey);
       if (copy.size !== record.users) throw new Error(`holds ${copy.size} users where its record says ${record.users}`);
@@ -382,7 +409,7 @@ export class RulesSource {
     const { store } = this.options;
     if (!store.put) return;
     try {
-      await store.put(acceptedCopyKey(segment), bytes);
+      await store.put(slotCopyKey(segment), bytes);
       await store.put(acceptedRecordKey(segment), JSON.stringify(record));
     } catch (error) {
       this.options.onCopyFailed?.(error as Error);

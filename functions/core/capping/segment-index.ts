@@ -1,10 +1,11 @@
-// Which segment each user is in: one roaring bitmap per listed segment, resolved a whole batch at a time
-// (one intersection per segment instead of one lookup per user and segment).
+// Which segment, and which time zone, each user is in: one roaring bitmap per listed segment or published
+// zone, resolved a whole batch at a time (one intersection per bitmap instead of one lookup per user and
+// bitmap).
 // roaring-wasm, not the native `roaring` addon: WebAssembly loads on any Node and CPU, so the Lambda bundle
 // works on the runtime and architecture it declares whatever machine built it
 // (docs/decisions/0034-bundles-pure-javascript-and-wasm-arm64.md).
 import { RoaringBitmap32 } from "roaring-wasm";
-import { CorruptBitmapError } from "../shared/errors.ts";
+import { CorruptBitmapError, ZoneOverlapError } from "../shared/errors.ts";
 import type { ObjectStore } from "../shared/object-store.ts";
 import type { Policy } from "./policy.ts";
 
@@ -72,6 +73,55 @@ export class SegmentIndex {
   /** Users per listed segment, in policy order. */
   sizes(): number[] {
     return this.bitmaps.map((bitmap) => bitmap.size);
+  }
+}
+
+/**
+ * Which published zone each user lives in: one bitmap per zone (policy order), users in none get
+ * `defaultZone` (the number after the last). A user in two zone bitmaps is refused when the index is built
+ * (ZoneOverlapError): unlike segments, zones have no order that could say which one is right.
+ */
+export class ZoneIndex {
+  readonly defaultZone: number;
+
+  constructor(
+    private readonly bitmaps: readonly Bitmap[],
+    names: readonly string[],
+  ) {
+    this.defaultZone = bitmaps.length;
+    const union = new RoaringBitmap32();
+    try {
+      bitmaps.forEach((bitmap, i) => {
+        if (union.intersects(bitmap)) {
+          const j = bitmaps.findIndex((other, k) => k < i && other.intersects(bitmap));
+          const count = (bitmaps[j] as Bitmap).andCardinality(bitmap);
+          throw new ZoneOverlapError(names[j] as string, names[i] as string, count);
+        }
+        union.orInPlace(bitmap);
+      });
+    } finally {
+      union.dispose();
+    }
+  }
+
+  /** The zone number of each ID of `sortedIds` (ascending; repeats allowed): one intersection per zone. */
+  resolveSorted(sortedIds: Uint32Array): Uint16Array {
+    const result = new Uint16Array(sortedIds.length).fill(this.defaultZone);
+    if (sortedIds.length === 0 || this.bitmaps.length === 0) return result;
+    const batch = new RoaringBitmap32(sortedIds);
+    for (let zone = 0; zone < this.bitmaps.length; zone++) {
+      const intersection = RoaringBitmap32.and(batch, this.bitmaps[zone] as Bitmap);
+      const members = intersection.toUint32Array();
+      intersection.dispose();
+      let j = 0;
+      for (let k = 0; k < members.length; k++) {
+        const id = members[k] as number;
+        while ((sortedIds[j] as number) < id) j++;
+        for (let r = j; r < sortedIds.length && sortedIds[r] === id; r++) result[r] = zone;
+      }
+    }
+    batch.dispose();
+    return result;
   }
 }
 

@@ -51,6 +51,16 @@ export class SegmentShrinkError extends TollgateError {
   }
 }
 
+/**
+ * Two published zone bitmaps that share users: a user lives in one zone. The zones are refused together
+ * (the last good rules stay), naming both objects.
+ */
+export class ZoneOverlapError extends ValidationError {
+  constructor(a: string, b: string, count: number) {
+    super("zones", `zones/${a}.roaring and zones/${b}.roaring share ${count} users; a user lives in one zone`);
+  }
+}
+
 /** Segments given to the builder that share user IDs; segments must be disjoint. */
 export class SegmentOverlapError extends ValidationError {
   readonly overlaps: readonly { a: string; b: string; count: number }[];

@@ -118,7 +118,7 @@ describe("policy", () => {
     document.segments[1]!.bitmap = "segments/new.roaring";
     document.default.name = "new";
     expect(issuesOf(document)).toEqual([
-      'channels[3]: duplicate channel "push"',
+      'channels[4]: duplicate channel "push"',
       'segments[1].name: duplicate segment "new"',
       'segments[1].bitmap: bitmap "segments/new.roaring" is used by another segment',
       'default.name: "new" is also a segment name',
