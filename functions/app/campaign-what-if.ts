@@ -55,8 +55,11 @@ export interface WhatIfSegment {
   /** Repeats of a user counted before (by this campaign, or earlier in its list). */
   duplicate: number;
   exempt: number;
-  /** Always 0: the engine defers no send in this release (a capped send is dropped). */
+  /** Held by quiet hours and deferred to their end (a capped send is dropped, not deferred). */
   deferred: number;
+  /** Held by quiet hours and not sent: the campaign has no `defer`, or its end is past `defer.maxMs`. */
+  quiet: number;
+  dropped: number;
   eligibleAt: EligibleHistogram;
 }
 
@@ -98,6 +101,8 @@ const emptySegment = (segment: string): WhatIfSegment => ({
   duplicate: 0,
   exempt: 0,
   deferred: 0,
+  quiet: 0,
+  dropped: 0,
   eligibleAt: emptyHistogram(),
 });
 
@@ -239,6 +244,9 @@ function totalOf(segments: WhatIfSegment[]): Omit<WhatIfSegment, "segment"> {
     total.capped += s.capped;
     total.duplicate += s.duplicate;
     total.exempt += s.exempt;
+    total.deferred += s.deferred;
+    total.quiet += s.quiet;
+    total.dropped += s.dropped;
     for (const [cap, n] of Object.entries(s.cappedBy)) total.cappedBy[cap] = (total.cappedBy[cap] ?? 0) + n;
     const [into, from] = [total.eligibleAt, s.eligibleAt];
     into.read += from.read;

@@ -80,9 +80,9 @@ const cell = (value: number | string, width: number) => String(value).padStart(w
 /** The report as a table per segment, the caps that bit, and each segment's eligible-time histogram. */
 export function whatIfText(report: WhatIfReport): string {
   const name = Math.max(7, ...report.segments.map((s) => s.segment.length));
-  const header = `${"segment".padEnd(name)}  ${cell("users", 9)}  ${cell("allowed", 9)}  ${cell("capped", 9)}  ${cell("repeats", 8)}  ${cell("deferred", 8)}`;
+  const header = `${"segment".padEnd(name)}  ${cell("users", 9)}  ${cell("allowed", 9)}  ${cell("capped", 9)}  ${cell("repeats", 8)}  ${cell("deferred", 8)}  ${cell("held", 8)}`;
   const row = (label: string, s: Omit<WhatIfSegment, "segment">) =>
-    `${label.padEnd(name)}  ${cell(s.users, 9)}  ${cell(s.allowed + s.exempt, 9)}  ${cell(s.capped, 9)}  ${cell(s.duplicate, 8)}  ${cell(s.deferred, 8)}`;
+    `${label.padEnd(name)}  ${cell(s.users, 9)}  ${cell(s.allowed + s.exempt, 9)}  ${cell(s.capped, 9)}  ${cell(s.duplicate, 8)}  ${cell(s.deferred, 8)}  ${cell(s.quiet + s.dropped, 8)}`;
   const lines = [
     `what-if ${report.campaignId} on ${report.channel} at ${new Date(report.at).toISOString()} (policy ${report.policyVersion}): ${report.users} users, nothing written`,
     header,
@@ -99,6 +99,8 @@ export function whatIfText(report: WhatIfReport): string {
     }
   }
   lines.push(row("total", report.total));
-  lines.push("allowed includes exempt sends; deferred is 0: this release defers no send (a capped send is dropped)");
+  lines.push(
+    "allowed includes exempt sends; deferred: held by quiet hours until they end; held: in quiet hours and not sent (no defer, or past its maxMs); a capped send is dropped, not deferred",
+  );
   return lines.join("\n");
 }

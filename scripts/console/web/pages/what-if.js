@@ -51,14 +51,20 @@ export async function render(root, api) {
           {},
           `${report.campaignId} on ${report.channel} at ${iso(report.at)}: ${count(report.users)} users, nothing written`,
         ),
-        h("p", { class: "muted" }, `policy ${report.policyVersion}; deferred is 0: this release defers no send`),
+        h(
+          "p",
+          { class: "muted" },
+          `policy ${report.policyVersion}; deferred: held by quiet hours until they end; held: in quiet hours and not sent`,
+        ),
         h(
           "table",
           {},
           h(
             "tr",
             {},
-            ...["segment", "users", "allowed", "capped", "capped by", "repeats", "deferred"].map((t) => h("th", {}, t)),
+            ...["segment", "users", "allowed", "capped", "capped by", "repeats", "deferred", "held"].map((t) =>
+              h("th", {}, t),
+            ),
           ),
           ...report.segments.map((s) =>
             h(
@@ -77,6 +83,7 @@ export async function render(root, api) {
               ),
               h("td", {}, count(s.duplicate)),
               h("td", {}, count(s.deferred)),
+              h("td", {}, count(s.quiet + s.dropped)),
             ),
           ),
         ),
