@@ -20,11 +20,11 @@ const LUA = new URL("../../../lua/", import.meta.url);
  * A change to a script changes its chunk and its library's name on purpose: update these with it.
  */
 const CHUNK_SHA256 = {
-  "cap-sends": "be54102a067747fa506ef8870c63ba1b65308e8c1f5e7eeb080fc65c8b6f3275",
-  "quota-sync": "4776c55a59b2fe205edee395d3f2aa6e0b55bc12b980a38b92b6415d1c88e14e",
+  "cap-sends": "2f8ad89903b4071437196cd432c0e2d8ab52184a908ee98df20509be4a0cb374",
+  "quota-sync": "aaffe4db35edc9c726d97659ce66b3ef5ce7b82d037ad6bbaad0fe9cc64e105e",
 };
 /** The libraries' names: a hash of their code, so the same name means the same chunks. */
-const LIBRARY_NAMES = { tollgate: "tollgate_8e1196ed", quota: "tollgate_46b2d03d", limit: "tollgate_f7a11939" };
+const LIBRARY_NAMES = { tollgate: "tollgate_bad0400d", quota: "tollgate_939a8f52", limit: "tollgate_949c2a81" };
 
 /** No file under lua/ passes this many lines: a part holds one concern. */
 const MAX_FILE_LINES = 400;
