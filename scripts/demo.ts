@@ -7,9 +7,10 @@
 // - pushes a campaign to every user onto the campaign queue and waits for it to drain;
 // - pushes a second campaign on the same channel.
 // For each campaign it reads the delivery queue and prints, per segment, who was sent and who was capped
-// with the cap that bit. Last, an in-app campaign with deferral to users in a zone where it is night now:
-// their sends wait for 08:00 there, the stack's clock is moved to that instant, and they arrive. Then it
-// stops everything it started.
+// with the cap that bit; then an in-app campaign with deferral to users in a zone where it is night now:
+// their sends wait for 08:00 there, the stack's clock is moved to that instant, and they arrive. It ends with
+// the second campaign's report and a why-answer read back from the decision archive, and stops everything
+// it started.
 
 import type { SQSClient } from "@aws-sdk/client-sqs";
 import { createAwsClients } from "../functions/adapters/aws-clients.ts";
@@ -147,6 +148,16 @@ async function main(): Promise<void> {
       }
     }
     printTable([["campaign", "segment", "sent", "capped", "cap that bit"], ...rows]);
+    const nightOwlsCapped = () =>
+      Object.values(decided.get("night-owl") ?? {}).reduce((sum, totals) => sum + totals.capped, 0);
+    await nightOwls(
+      stack,
+      sqs,
+      (ms) => {
+        skew = ms;
+      },
+      nightOwlsCapped,
+    );
     // the same answers from the decision archive (what `tollgate campaign report` and `tollgate why` print)
     const archive = await openArchive({ s3, bucket: endpoints.bucket, prefix: DEFAULT_ARCHIVE_PREFIX });
     try {
@@ -159,16 +170,6 @@ async function main(): Promise<void> {
     } finally {
       archive.close();
     }
-    const nightOwlsCapped = () =>
-      Object.values(decided.get("night-owl") ?? {}).reduce((sum, totals) => sum + totals.capped, 0);
-    await nightOwls(
-      stack,
-      sqs,
-      (ms) => {
-        skew = ms;
-      },
-      nightOwlsCapped,
-    );
     const dead = stack.poller.stats.failedRecords;
     console.log(
       `\n${stack.poller.stats.invocations} handler invocations, ${dead} failed records; ${((performance.now() - started) / 1000).toFixed(1)} s in all`,

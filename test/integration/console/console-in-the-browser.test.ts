@@ -221,9 +221,9 @@ describe("the console in Chromium", () => {
     // spring-sale's send (T0) still fills every new user's push:1d window, as it did for flash-sale
     expect(cappedNew.get(SAMPLE_CAMPAIGNS[1])).toEqual({ "push:1d": SAMPLE_NEW_USERS.length });
     const newUsers = String(SAMPLE_NEW_USERS.length);
-    expect(await row("new")).toEqual(["new", newUsers, "0", newUsers, `push:1d: ${newUsers}`, "0", "0"]);
+    expect(await row("new")).toEqual(["new", newUsers, "0", newUsers, `push:1d: ${newUsers}`, "0", "0", "0"]);
     const rest = String(SAMPLE_USERS.length - SAMPLE_NEW_USERS.length);
-    expect(await row("unsegmented")).toEqual(["unsegmented", rest, rest, "0", "", "0", "0"]);
+    expect(await row("unsegmented")).toEqual(["unsegmented", rest, rest, "0", "", "0", "0", "0"]);
     // eligible when spring-sale's send (T0) leaves the 1 d window: 23 h from now
     expect(await page.locator('[data-eligible="new"] td').allTextContents()).toEqual([
       ...["0", "0", newUsers, "0", "0", "0"],
