@@ -79,12 +79,15 @@ export const KNOWN_FAILING: Readonly<Record<string, string>> = {
   // caller moves the rings on 2 s and the lagging grants leave every window (a constant offset beyond the
   // 10 ms margin is not corrected: docs/quotas.md, "Time from one place")
   "clock-skew-2s/strict/redis": "110-111 of 100 with decide (seed 1; seeds 2 and 3 pass)",
-  // the campaign pipeline and the check API (scripts/chaos/product-grid.ts): nothing detects a store that lost
-  // its data yet, so users are sent again and limits start over (the store epoch, checked by both, is the fix)
-  "pipeline/flushall": "rolling windows over max: users sent again after FLUSHALL",
-  "pipeline/node-restarted-empty": "rolling windows over max: users sent again after their node came back empty",
-  "check-api/flushall": "requests allowed that the contract denies: every limit starts over after FLUSHALL",
-  "check-api/node-restarted-empty": "requests allowed that the contract denies: the node's limits start over",
+  // the campaign pipeline and the check API (scripts/chaos/product-grid.ts) after a data loss: with the store
+  // epoch both fail closed (onStoreLoss "pause"), and the run acknowledges no loss, so these scenarios test no
+  // recovery yet: they stay listed until a run acknowledges and judges what follows
+  "pipeline/flushall": "fails closed (sends dead-lettered store_lost after their receives); no acknowledge in the run",
+  // after a node restarted empty the run still finds, when it ends, sends neither delivered, capped nor
+  // dead-lettered and one capped send with room in its windows: not explained yet
+  "pipeline/node-restarted-empty": "14 of 523 sends not accounted for, 1 capped with room (seed 1)",
+  "check-api/flushall": "every request 503 store_lost (0 allowed): no acknowledge in the run",
+  "check-api/node-restarted-empty": "every request 503 store_lost (0 allowed): no acknowledge in the run",
 };
 
 /** The scenarios whose id contains one of `filters` (all when none), in grid order. */
