@@ -261,7 +261,7 @@ export function wireCheckApi(env: NodeJS.ProcessEnv, options: WiringOptions = {}
       new Map(
         active.policy.tenancy.list().map((tenant) => [tenant.namespace, tenantQuotaRulesOf(active, tenant)] as const),
       ),
-      tenantQuotaRulesOf(active, removedTenant("")).stamp,
+      rulesStampOf(active),
     );
   const parts = commonParts(config, logger, metrics, { autoPipelining: false }, publishQuotaRules);
   const { s3, cluster, rules } = parts;
@@ -417,7 +417,12 @@ function tenantOfNamespace(active: Rules, namespace: string): Tenant {
  * The quota rules of the rules in service that `tenant` syncs, stamped for the compare-and-set of their
  * writes: a rule the tenant is no longer granted is removed from its namespace like a removed rule.
  */
-function tenantQuotaRulesOf({ policy, policyModifiedAt, loadedAt }: Rules, tenant: Pick<Tenant, "quotaRules">) {
-  const quotas = new Map([...policy.quotas].filter(([name]) => tenant.quotaRules.has(name)));
-  return { quotas, stamp: rulesStamp(policyModifiedAt ?? 0, loadedAt ?? 0) };
+function tenantQuotaRulesOf(active: Rules, tenant: Pick<Tenant, "quotaRules">) {
+  const quotas = new Map([...active.policy.quotas].filter(([name]) => tenant.quotaRules.has(name)));
+  return { quotas, stamp: rulesStampOf(active) };
+}
+
+/** The stamp of the rules in service, for the compare-and-set of their writes. */
+function rulesStampOf({ policyModifiedAt, loadedAt }: Rules): number {
+  return rulesStamp(policyModifiedAt ?? 0, loadedAt ?? 0);
 }
