@@ -16,7 +16,7 @@ import { DEFAULT_ARCHIVE_PREFIX } from "../functions/core/shared/decision-archiv
 
 /** The archive's columns (docs/archive.md), as the Glue table and the local DuckDB view read them. */
 const CLASS_STRUCT =
-  "struct<segment:string,decision:string,reason:string,cap:string,capchannel:string,capwindowms:bigint,capmax:bigint,zone:string,eligibleat:bigint>";
+  "struct<segment:string,decision:string,reason:string,cap:string,capchannel:string,capwindowms:bigint,capmax:bigint,capused:bigint,zone:string,eligibleat:bigint>";
 const COLUMNS: [string, string][] = [
   ["kind", "string"],
   ["decidedat", "bigint"],
@@ -63,7 +63,7 @@ export const campaignRows = (filter: string) => `WITH campaign AS (
   WHERE b.kind = 'campaign-batch' ${filter}
 ), campaign_rows AS (
   SELECT 'campaign' AS kind, decidedat, "at", campaignid, channel, dt, userid, class.segment AS segment,
-    class.decision AS decision, class.cap AS cap, class.capmax AS capmax, CAST(NULL AS bigint) AS capused,
+    class.decision AS decision, class.cap AS cap, class.capmax AS capmax, class.capused AS capused,
     campaignid || ':' || channel || ':' || CAST(userid AS varchar) AS dedupeid
   FROM campaign
 )`;

@@ -49,6 +49,7 @@ const CLASS_FIELDS = [
   "capChannel",
   "capWindowMs",
   "capMax",
+  "capUsed",
   "zone",
   "eligibleAt",
 ];

@@ -72,7 +72,7 @@ describe("the decision archive's stack resources", () => {
     expect(typeOf("classes")).toBe("string");
     expect(typeOf("records")).toBe("bigint");
     expect(typeOf("classtable")).toBe(
-      "array<struct<segment:string,decision:string,reason:string,cap:string,capchannel:string,capwindowms:bigint,capmax:bigint,zone:string,eligibleat:bigint>>",
+      "array<struct<segment:string,decision:string,reason:string,cap:string,capchannel:string,capwindowms:bigint,capmax:bigint,capused:bigint,zone:string,eligibleat:bigint>>",
     );
     // every name a line writes is a column (lower case: the SerDe matches without regard to case)
     expect(columns.every((column) => column.Name === column.Name.toLowerCase())).toBe(true);

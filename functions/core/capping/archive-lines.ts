@@ -86,9 +86,13 @@ function classJson(
   if (held)
     return `${fields},"reason":"quiet_hours","zone":${JSON.stringify(held.zone ?? null)},"eligibleAt":${held.eligibleAt}}`;
   if (!cap) return `${fields}}`;
+  // capUsed: the cap's count at the decision. Exact from the reply's cap index: cap-sends denies a send only
+  // when a window around `at` holds max sends, and allows one only when every such window holds fewer, so
+  // under the caps it decided by no window holds more than max (the window rule of
+  // lua/cap-sends/window-rule.lua; test/integration/pipeline/decision-archive.test.ts holds it to the engine's)
   return (
     `${fields},"reason":"cap","cap":${JSON.stringify(capLabel(cap))},"capChannel":${JSON.stringify(cap.channel)},` +
-    `"capWindowMs":${cap.windowMs},"capMax":${cap.max}}`
+    `"capWindowMs":${cap.windowMs},"capMax":${cap.max},"capUsed":${cap.max}}`
   );
 }
 

@@ -98,6 +98,7 @@ describe("the decision archive on the local stack", () => {
       cap: "push:1d",
       capChannel: "push",
       capMax: 1,
+      capUsed: 1,
       dedupeId: "c2:push:7",
       policyVersion: "archive.1",
     });
@@ -154,6 +155,28 @@ describe("the decision archive on the local stack", () => {
     }
   });
 
+  it("archives each capped send's used count at the decision, equal to the engine's count then", async () => {
+    const capped = await archive.query<{ userId: number; at: number; cap: string; capMax: number; capUsed: number }>(
+      `SELECT userId, "at", cap, capMax, capUsed FROM decisions WHERE kind = 'campaign' AND decision = 'capped'
+       ORDER BY "at", userId`,
+    );
+    // c2 caps the 50 new users (push:1d), c3 caps all 100 (the new by push:1d, the rest by *:7d)
+    expect(capped).toHaveLength(150);
+    const engine: { cap: string; capUsed: number }[] = [];
+    for (const row of capped) {
+      // a peek at the decision's own send time: nothing the later campaigns did counts there (all capped)
+      const response = await signedFetch(`${stack.endpoints.functionUrl}/v1/frequency`, {
+        method: "POST",
+        body: JSON.stringify({ userId: row.userId, channel: "push", at: row.at, consume: false }),
+      });
+      const { windows } = (await response.json()) as { windows: { channel: string; window: string; used: number }[] };
+      const bit = windows.find((w) => `${w.channel}:${w.window}` === row.cap);
+      engine.push({ cap: row.cap, capUsed: bit?.used ?? -1 });
+    }
+    expect(capped.map(({ cap, capUsed }) => ({ cap, capUsed }))).toEqual(engine);
+    expect(capped.every((row) => row.capUsed === row.capMax)).toBe(true);
+  });
+
   it("archives check API decisions: a frequency check with the cap and its used count, a rate-limit check", async () => {
     await signedFetch(`${stack.endpoints.functionUrl}/v1/frequency`, {
       method: "POST",
@@ -170,7 +193,7 @@ describe("the decision archive on the local stack", () => {
       prefix: DEFAULT_ARCHIVE_PREFIX,
     });
     try {
-      const [check] = await fresh.query("SELECT * FROM decisions WHERE kind = 'frequency' AND userId = 99");
+      const [check] = await fresh.query("SELECT * FROM decisions WHERE kind = 'frequency' AND userId = 99 AND consume");
       expect(check).toMatchObject({
         channel: "email",
         decision: "capped",

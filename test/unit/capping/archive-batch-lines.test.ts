@@ -99,6 +99,7 @@ describe("a campaign batch's archive line", () => {
         capChannel: "push",
         capWindowMs: 86_400_000,
         capMax: 1,
+        capUsed: 1,
       },
       { segment: "new", decision: "allowed" },
     ]);
