@@ -214,10 +214,10 @@ export class Archive extends Construct {
         "A user's campaign and frequency decisions of the last 8 days, newest first, with the cap that bit; set the user ID",
         `${campaignRows(
           // only the lines whose runs hold the user are expanded
-          `AND any_match(b.users, r -> 17 BETWEEN r[1] AND r[2])
+          `AND cardinality(filter(b.users, r -> 17 BETWEEN r[1] AND r[2])) > 0
     AND b.dt >= date_format(current_date - INTERVAL '8' DAY, '%Y-%m-%d')`,
         )}
-SELECT from_unixtime("at" / 1000) AS sent_at, campaignid, channel, segment, decision, cap, capmax, capused, dedupeid
+SELECT from_unixtime("at" / 1e3) AS sent_at, campaignid, channel, segment, decision, cap, capmax, capused, dedupeid
 FROM (
   SELECT "at", campaignid, channel, segment, decision, cap, capmax, capused, dedupeid FROM campaign_rows WHERE userid = 17
   UNION ALL

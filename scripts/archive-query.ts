@@ -60,6 +60,9 @@ const BATCH_COLUMNS: Record<string, string> = {
   classTable: `STRUCT(${CLASS_FIELDS.map((name) => `"${name}" ${COLUMNS[name]}`).join(", ")})[]`,
 };
 
+/** Every key a line or a batch line's class may hold, as the lines spell them (docs/archive.md). */
+export const LINE_KEYS: readonly string[] = [...Object.keys(COLUMNS), ...Object.keys(BATCH_COLUMNS)];
+
 /**
  * One row per decision: the lines of one decision as they are, and each batch line's users (their runs in
  * order) with the class their code names; `dedupeId` is the send's identity as the delivery queue has it.
@@ -100,6 +103,8 @@ export interface OpenArchive {
   query<Row = Record<string, unknown>>(sql: string, values?: DuckDBValue[]): Promise<Row[]>;
   /** Objects and bytes read. */
   objects: number;
+  /** The copied objects as a glob DuckDB reads (null when there were none); gone after `close()`. */
+  files: string | null;
   close(): void;
 }
 
@@ -132,16 +137,18 @@ export async function openArchive(location: ArchiveLocation, options: { sinceMs?
   } while (token);
   const instance = await DuckDBInstance.create(":memory:");
   const connection: DuckDBConnection = await instance.connect();
+  const files = join(dir, "**", "*.ndjson.gz");
   const source =
     objects === 0
       ? // no object yet: the same columns, no rows
         `SELECT ${Object.entries(COLUMNS)
           .map(([name, type]) => `CAST(NULL AS ${type}) AS "${name}"`)
           .join(", ")}, NULL AS dt, NULL AS hour WHERE false`
-      : decisionsView(join(dir, "**", "*.ndjson.gz"));
+      : decisionsView(files);
   await connection.run(`CREATE VIEW decisions AS ${source}`);
   return {
     objects,
+    files: objects === 0 ? null : files,
     query: async <Row>(sql: string, values?: DuckDBValue[]) =>
       (await connection.runAndReadAll(sql, values)).getRowObjectsJson() as Row[],
     close: () => {

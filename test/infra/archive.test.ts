@@ -102,7 +102,7 @@ describe("the decision archive's stack resources", () => {
       expect(sql).toContain(`strpos('${CLASS_CODES}', substr(b.classes`);
     }
     const why = queries["Why was user X capped"] as string;
-    expect(why).toContain("any_match(b.users, r -> 17 BETWEEN r[1] AND r[2])");
+    expect(why).toContain("cardinality(filter(b.users, r -> 17 BETWEEN r[1] AND r[2])) > 0");
     expect(why).toContain("kind = 'frequency'");
     expect(queries["Sent and capped by campaign segment and day"]).toContain(
       "count(DISTINCT CASE WHEN decision = 'capped' THEN dedupeid END)",

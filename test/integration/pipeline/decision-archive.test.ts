@@ -2,6 +2,7 @@
 // emulator's bucket as gzipped NDJSON under dt=/hour= partitions, DuckDB reads those objects back, and
 // `why` / `campaign report` answer from them with the engine's counts. Archiving never fails a decision:
 // with an archive that cannot be written, every send is still decided and forwarded, the loss counted.
+import { readFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { policyInService, pushCampaign } from "../../../functions/app/operator-actions.ts";
 import { fixedClock } from "../../../functions/core/shared/clock.ts";
@@ -9,6 +10,13 @@ import { DEFAULT_ARCHIVE_PREFIX } from "../../../functions/core/shared/decision-
 import { campaignReport, why } from "../../../scripts/archive-answers.ts";
 import { type OpenArchive, openArchive } from "../../../scripts/archive-query.ts";
 import type { LocalStack } from "../../../scripts/local-stack.ts";
+import {
+  athenaOnDuckDb,
+  DIALECT,
+  deployedArchiveSql,
+  QUERY_USER_ID,
+  toDuckDb,
+} from "../../support/athena-on-duckdb.ts";
 import { cliOutput } from "../../support/cli-output.ts";
 import { clientsOf, drainDelivery, testStack, uploadRules } from "../../support/pipeline.ts";
 import { signedFetch } from "../../support/signed-fetch.ts";
@@ -175,6 +183,93 @@ describe("the decision archive on the local stack", () => {
     }
     expect(capped.map(({ cap, capUsed }) => ({ cap, capUsed }))).toEqual(engine);
     expect(capped.every((row) => row.capUsed === row.capMax)).toBe(true);
+  });
+
+  it("runs the stack's Athena named queries with DuckDB over the same objects: why and report agree", async () => {
+    const deployed = deployedArchiveSql();
+    const whySql = deployed.queries["Why was user X capped"] as string;
+    const reportSql = deployed.queries["Sent and capped by campaign segment and day"] as string;
+    const today = new Date(clock.now()).toISOString().slice(0, 10);
+    // the mapping is DIALECT's renames and the two parameters, nothing else: undone, it gives the deployed text
+    for (const sql of [whySql, reportSql]) {
+      for (const duckdb of Object.values(DIALECT)) expect(sql).not.toMatch(new RegExp(`\\b${duckdb}\\(`));
+      let undone = toDuckDb(sql, { userId: 7, today }).replaceAll(`DATE '${today}'`, "current_date");
+      undone = undone.replaceAll(/\b7\b/g, String(QUERY_USER_ID));
+      for (const [athena, duckdb] of Object.entries(DIALECT))
+        undone = undone.replaceAll(new RegExp(`\\b${duckdb}\\(`, "g"), `${athena}(`);
+      expect(undone).toBe(sql);
+    }
+    // docs/archive.md's table of renames is DIALECT, row for row
+    const doc = readFileSync(new URL("../../../docs/archive.md", import.meta.url), "utf8");
+    const documented = [...doc.matchAll(/^\| `(\w+)` +\| `(\w+)` +\|$/gm)].map(([, athena, duckdb]) => [
+      athena,
+      duckdb,
+    ]);
+    expect(documented).toEqual(Object.entries(DIALECT));
+    const engine = await athenaOnDuckDb(deployed, archive.files as string);
+    try {
+      const inService = await policyInService(clientsOf(stack).s3, stack.endpoints.bucket);
+      for (const userId of [7, 70]) {
+        const rows = await engine.run<{
+          sent_at: string;
+          campaignid: string;
+          decision: string;
+          cap: string | null;
+          capused: string | null;
+        }>(toDuckDb(whySql, { userId, today }));
+        const answer = await why(archive, { userId }, inService);
+        const [latest] = rows;
+        expect({
+          at: Date.parse(latest?.sent_at ?? ""),
+          campaignId: latest?.campaignid,
+          decision: latest?.decision,
+          cap: latest?.cap,
+          capUsed: latest?.capused === null ? null : Number(latest?.capused),
+        }).toEqual({
+          at: answer?.decision.at,
+          campaignId: answer?.decision.campaignId,
+          decision: answer?.decision.decision,
+          cap: answer?.decision.cap,
+          capUsed: answer?.decision.capMax,
+        });
+        // the sends that filled the bitten window: the query's allowed rows before the decision
+        const bit = answer?.caps.find((cap) => cap.bit);
+        const filled = rows
+          .filter((row) => row.decision === "allowed")
+          .map((row) => ({ campaignId: row.campaignid, at: Date.parse(row.sent_at) }))
+          .filter((send) => send.at > (answer?.decision.at ?? 0) - (bit?.windowMs ?? 0))
+          .reverse();
+        expect(filled).toEqual(bit?.sends.map(({ campaignId, at }) => ({ campaignId, at })));
+      }
+      const report = await engine.run<{
+        campaignid: string;
+        segment: string;
+        sent: string;
+        capped: string;
+        repeats: string;
+      }>(toDuckDb(reportSql, { userId: QUERY_USER_ID, today }));
+      for (const campaignId of ["c1", "c2", "c3"]) {
+        const cli = await campaignReport(archive, campaignId);
+        expect(
+          report
+            .filter((row) => row.campaignid === campaignId)
+            .map((row) => ({
+              segment: row.segment,
+              sent: Number(row.sent),
+              capped: Number(row.capped),
+              duplicate: Number(row.repeats),
+            }))
+            .sort((a, b) => a.segment.localeCompare(b.segment)),
+        ).toEqual(
+          cli.segments
+            .map(({ segment, sent, capped, duplicate }) => ({ segment, sent, capped, duplicate }))
+            .sort((a, b) => a.segment.localeCompare(b.segment)),
+        );
+      }
+      expect(report.map((row) => row.campaignid).sort()).toEqual(["c1", "c1", "c2", "c2", "c3", "c3"]);
+    } finally {
+      engine.close();
+    }
   });
 
   it("archives check API decisions: a frequency check with the cap and its used count, a rate-limit check", async () => {
