@@ -12,13 +12,18 @@ export interface DecisionRow {
   channel: string;
   userId: number;
   segment: string;
-  decision: "allowed" | "capped" | "duplicate" | "exempt";
+  decision: "allowed" | "capped" | "duplicate" | "exempt" | "quiet" | "deferred" | "dropped";
+  /** `cap`, `quiet_hours`, or null. */
+  reason: string | null;
   cap: string | null;
   capChannel: string | null;
   capWindowMs: number | null;
   capMax: number | null;
   consume: boolean | null;
   dedupeId: string | null;
+  /** Held by quiet hours: the user's zone and the earliest instant outside them. */
+  zone: string | null;
+  eligibleAt: number | null;
 }
 
 export interface CapWindowAnswer {
@@ -41,10 +46,12 @@ export interface WhyAnswer {
   caps: CapWindowAnswer[];
 }
 
-const NUMBER_FIELDS = ["decidedAt", "at", "userId", "capWindowMs", "capMax"] as const;
+const NUMBER_FIELDS = ["decidedAt", "at", "userId", "capWindowMs", "capMax", "eligibleAt"] as const;
 function rowOf(raw: Record<string, unknown>): DecisionRow {
   const row = { ...raw } as Record<string, unknown>;
-  for (const field of NUMBER_FIELDS) if (row[field] !== null) row[field] = Number(row[field]);
+  for (const field of NUMBER_FIELDS)
+    if (row[field] !== null && row[field] !== undefined) row[field] = Number(row[field]);
+  for (const field of ["reason", "zone", "eligibleAt"]) row[field] ??= null;
   return row as unknown as DecisionRow;
 }
 
@@ -137,6 +144,16 @@ export function whyText(answer: WhyAnswer | undefined, question: { userId: numbe
     `user ${decision.userId}, ${decision.campaignId ? `campaign ${decision.campaignId}` : "a check"}, channel ${decision.channel}: ` +
       `${decision.decision} at ${iso(decision.at)} (segment ${decision.segment}${decision.policyVersion ? `, policy ${decision.policyVersion}` : ""})`,
   ];
+  if (decision.reason === "quiet_hours")
+    lines.push(
+      `  held by quiet hours in ${decision.zone ?? "the default zone"}` +
+        (decision.eligibleAt === null ? "" : `: eligible at ${iso(decision.eligibleAt)}`) +
+        (decision.decision === "deferred"
+          ? " (deferred to then)"
+          : decision.decision === "dropped"
+            ? " (dropped: past the deferral bound)"
+            : " (not sent)"),
+    );
   if (answer.caps.length === 0) lines.push("  no cap applies");
   for (const cap of answer.caps) {
     lines.push(
@@ -157,8 +174,22 @@ export interface CampaignReport {
     duplicate: number;
     exempt: number;
     cappedBy: Record<string, number>;
+    /** Held by quiet hours: not sent (`quiet`), deferred, dropped past the deferral bound. */
+    quiet: number;
+    deferred: number;
+    dropped: number;
+    /** The held sends by the user's zone. */
+    heldByZone: Record<string, { quiet: number; deferred: number; dropped: number }>;
   }[];
-  total: { sent: number; capped: number; duplicate: number; exempt: number };
+  total: {
+    sent: number;
+    capped: number;
+    duplicate: number;
+    exempt: number;
+    quiet: number;
+    deferred: number;
+    dropped: number;
+  };
 }
 
 /** The campaigns the archive holds decisions of, the latest decided first. */
@@ -174,24 +205,48 @@ export async function archivedCampaigns(
 
 /** A campaign's decisions, one per send identity, by segment and cap. */
 export async function campaignReport(archive: OpenArchive, campaignId: string): Promise<CampaignReport> {
-  const rows = await archive.query<{ segment: string; decision: string; cap: string | null; n: string }>(
-    `SELECT segment, decision, cap, CAST(count(DISTINCT dedupeId) AS DOUBLE) AS n FROM decisions
-     WHERE kind = 'campaign' AND campaignId = $1 GROUP BY segment, decision, cap ORDER BY segment, decision, cap`,
+  const rows = await archive.query<{
+    segment: string;
+    decision: string;
+    cap: string | null;
+    zone: string | null;
+    n: string;
+  }>(
+    `SELECT segment, decision, cap, zone, CAST(count(DISTINCT dedupeId) AS DOUBLE) AS n FROM decisions
+     WHERE kind = 'campaign' AND campaignId = $1 GROUP BY segment, decision, cap, zone
+     ORDER BY segment, decision, cap, zone`,
     [campaignId],
   );
   const bySegment = new Map<string, CampaignReport["segments"][number]>();
-  const total = { sent: 0, capped: 0, duplicate: 0, exempt: 0 };
+  const total = { sent: 0, capped: 0, duplicate: 0, exempt: 0, quiet: 0, deferred: 0, dropped: 0 };
   for (const row of rows) {
     let segment = bySegment.get(row.segment);
     if (!segment) {
-      segment = { segment: row.segment, sent: 0, capped: 0, duplicate: 0, exempt: 0, cappedBy: {} };
+      segment = {
+        segment: row.segment,
+        sent: 0,
+        capped: 0,
+        duplicate: 0,
+        exempt: 0,
+        cappedBy: {},
+        quiet: 0,
+        deferred: 0,
+        dropped: 0,
+        heldByZone: {},
+      };
       bySegment.set(row.segment, segment);
     }
     const n = Number(row.n);
     // an exempt send is sent too; the report names it apart
-    const field = row.decision === "allowed" ? "sent" : (row.decision as "capped" | "duplicate" | "exempt");
+    const field = row.decision === "allowed" ? "sent" : (row.decision as Exclude<keyof typeof total, "sent">);
     segment[field] += n;
     total[field] += n;
+    if (field === "quiet" || field === "deferred" || field === "dropped") {
+      const zone = row.zone ?? "(default zone)";
+      const held = segment.heldByZone[zone] ?? { quiet: 0, deferred: 0, dropped: 0 };
+      segment.heldByZone[zone] = held;
+      held[field] += n;
+    }
     if (row.decision === "exempt") {
       segment.sent += n;
       total.sent += n;
@@ -217,6 +272,10 @@ export function campaignReportText(report: CampaignReport): string {
       `${s.segment.padEnd(name)}  ${String(s.sent).padStart(8)}  ${String(s.capped).padStart(8)}  ${String(s.duplicate).padStart(8)}  ${"█".repeat(sent)}${"░".repeat(capped)}`,
     );
     for (const [cap, n] of Object.entries(s.cappedBy)) lines.push(`${"".padEnd(name)}    capped by ${cap}: ${n}`);
+    for (const [zone, held] of Object.entries(s.heldByZone))
+      lines.push(
+        `${"".padEnd(name)}    quiet hours in ${zone}: ${held.quiet} not sent, ${held.deferred} deferred, ${held.dropped} dropped`,
+      );
   }
   const { total } = report;
   lines.push(

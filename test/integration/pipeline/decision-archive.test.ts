@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { policyInService, pushCampaign } from "../../../functions/app/operator-actions.ts";
 import { fixedClock } from "../../../functions/core/shared/clock.ts";
 import { DEFAULT_ARCHIVE_PREFIX } from "../../../functions/core/shared/decision-archive.ts";
-import { campaignReport, why } from "../../../scripts/archive-answers.ts";
+import { campaignReport, campaignReportText, why, whyText } from "../../../scripts/archive-answers.ts";
 import { type OpenArchive, openArchive } from "../../../scripts/archive-query.ts";
 import type { LocalStack } from "../../../scripts/local-stack.ts";
 import {
@@ -346,5 +346,60 @@ describe("an archive that cannot be written", () => {
     expect(sends).toHaveLength(100);
     expect(stack.poller.stats.failedRecords).toBe(0);
     expect(stack.consumer.archive?.stats()).toEqual({ archived: 0, lost: 100, pending: 0 });
+  });
+});
+
+describe("a campaign held by quiet hours, archived", () => {
+  let stack: LocalStack;
+  let archive: OpenArchive;
+  const quietPolicy = {
+    ...policy,
+    version: "archive.quiet",
+    defaultZone: "Asia/Tokyo",
+    quietHours: { push: [{ from: "18:00", to: "08:00" }] },
+  };
+  beforeAll(async () => {
+    // T0 is 18:30 in Tokyo: inside the night until 08:00 there, 23:00 UTC
+    stack = await testStack({ clock: fixedClock(T0) });
+    await uploadRules(stack, quietPolicy, { new: newUsers });
+    stack.poller.start();
+    await pushCampaign(stack.sqs, stack.endpoints.campaignQueueUrl, {
+      campaignId: "night",
+      channel: "push",
+      userIds: users,
+    });
+    await stack.poller.drained();
+    await stack.poller.stop();
+    archive = await openArchive({
+      s3: clientsOf(stack).s3,
+      bucket: stack.endpoints.bucket,
+      prefix: DEFAULT_ARCHIVE_PREFIX,
+    });
+  });
+  afterAll(async () => {
+    archive?.close();
+    await stack.stop();
+  });
+
+  it("reports the held sends by segment and zone, and why names the quiet hours and when the user is eligible", async () => {
+    const report = await campaignReport(archive, "night");
+    expect(report.total).toEqual({ sent: 0, capped: 0, duplicate: 0, exempt: 0, quiet: 100, deferred: 0, dropped: 0 });
+    expect(
+      Object.fromEntries(report.segments.map((s) => [s.segment, { quiet: s.quiet, heldByZone: s.heldByZone }])),
+    ).toEqual({
+      new: { quiet: 50, heldByZone: { "Asia/Tokyo": { quiet: 50, deferred: 0, dropped: 0 } } },
+      unsegmented: { quiet: 50, heldByZone: { "Asia/Tokyo": { quiet: 50, deferred: 0, dropped: 0 } } },
+    });
+    const answer = await why(archive, { userId: 7, campaignId: "night" });
+    expect(answer?.decision).toMatchObject({
+      decision: "quiet",
+      reason: "quiet_hours",
+      zone: "Asia/Tokyo",
+      eligibleAt: Date.UTC(2026, 10, 30, 23, 0),
+    });
+    expect(whyText(answer, { userId: 7 })).toContain(
+      "held by quiet hours in Asia/Tokyo: eligible at 2026-11-30T23:00:00.000Z (not sent)",
+    );
+    expect(campaignReportText(report)).toContain("quiet hours in Asia/Tokyo: 50 not sent, 0 deferred, 0 dropped");
   });
 });
