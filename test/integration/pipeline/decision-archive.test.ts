@@ -123,7 +123,7 @@ describe("the decision archive on the local stack", () => {
       ).toEqual(expected);
     }
     const c3 = await campaignReport(archive, "c3");
-    expect(c3.total).toEqual({ sent: 0, capped: 100, duplicate: 0, exempt: 0 });
+    expect(c3.total).toEqual({ sent: 0, capped: 100, duplicate: 0, exempt: 0, quiet: 0, deferred: 0, dropped: 0 });
   });
 
   it("explains a capped user with the sends that filled the window, counts equal to the engine's", async () => {
