@@ -5,6 +5,7 @@
 // table, docs/quotas.md's). One module per section under scripts/bench/, run in this order:
 //
 //   capping     capping.ts            the dense campaign: engine, Grab per-user, rate-limiter-flexible
+//   quiet-hours quiet-hours.ts        the same campaign with zones and quiet hours; a million users deferred
 //   workloads   capping-workloads.ts  the engine issue's hostile-but-valid workloads
 //   maxima      maxima.ts             every documented maximum's slowest script, beside the layout before
 //   pipeline    pipeline.ts           one campaign through the local stack
@@ -30,6 +31,7 @@ import { runFrequencyFlood } from "./bench/frequency-flood.ts";
 import { runLimitsBench } from "./bench/limits-bench.ts";
 import { runMaxima } from "./bench/maxima.ts";
 import { runPipeline } from "./bench/pipeline.ts";
+import { runQuietHours } from "./bench/quiet-hours.ts";
 import { publishQuotas, runQuotasBench } from "./bench/quotas.ts";
 import { BASE_PORT, seedNodes, startBenchCluster } from "./bench/stack.ts";
 import { replaceBetween } from "./bench/tables.ts";
@@ -38,6 +40,7 @@ import { stopCluster } from "./redis-cluster.ts";
 
 const SECTIONS = [
   "capping",
+  "quiet-hours",
   "workloads",
   "maxima",
   "pipeline",
@@ -81,6 +84,7 @@ async function main(only: Section | undefined): Promise<void> {
       engineRate = rate;
       publish("capping", lines);
     }
+    if (runs("quiet-hours")) publish("quiet-hours", await runQuietHours(connect, engineRate));
     if (runs("workloads")) publish("workloads", await runCappingWorkloads(connect()));
     if (runs("maxima")) publish("maxima", await runMaxima(connect()));
     if (runs("pipeline")) publish("pipeline", await runPipeline(engineRate));

@@ -7,7 +7,12 @@ import { SendMessageBatchCommand, type SendMessageBatchRequestEntry, type SQSCli
 import { type Deferral, type DeferralScheduler, SQS_MAX_DELAY_MS } from "../core/capping/deferral.ts";
 import { chunkEntries } from "./sqs-sinks.ts";
 
-/** Deferrals due within SQS_MAX_DELAY_MS of `now`: sent to the campaign queue with that delay (whole seconds, rounded up). */
+/**
+ * Deferrals due within SQS_MAX_DELAY_MS of `now`: sent to the campaign queue with that delay (whole seconds,
+ * rounded up). A retried batch sends its deferrals again: the campaign queue is a standard queue, which has no
+ * deduplication, and a FIFO queue (which has) takes no per-message delay. The copies are the same sends under
+ * the same campaign, so the dedupe ids deliver and count each send once when they are re-decided.
+ */
 export class SqsDelayDeferrals implements DeferralScheduler {
   constructor(
     private readonly sqs: SQSClient,

@@ -51,14 +51,19 @@ export function deferralMessages(batch: CampaignBatch, result: CapBatchResult): 
         defer: { maxMs: batch.defer.maxMs, since: first },
       };
       if (batch.payload !== undefined) message.payload = batch.payload;
-      const body = JSON.stringify(message);
-      deferrals.push({ name: deferralName(body), eligibleAt, body, users: chunk.length });
+      deferrals.push({ name: deferralName(message), eligibleAt, body: JSON.stringify(message), users: chunk.length });
     }
   }
   return deferrals;
 }
 
-/** A name from the message itself (64 characters at most, a scheduler's limit): a retry names it the same. */
-function deferralName(body: string): string {
-  return `tollgate-${createHash("sha256").update(body).digest("hex").slice(0, 48)}`;
+/**
+ * A name from the sends the message carries (64 characters at most, a scheduler's limit): campaign, channel,
+ * users, eligibleAt, maxMs and payload, not `defer.since`. A first batch without `at` is judged at the clock
+ * of each attempt, so a retry's `since` differs while its sends are the same: it is named the same.
+ */
+function deferralName(message: CampaignBatch): string {
+  const { defer, ...sends } = message;
+  const identity = JSON.stringify({ ...sends, maxMs: defer?.maxMs });
+  return `tollgate-${createHash("sha256").update(identity).digest("hex").slice(0, 48)}`;
 }

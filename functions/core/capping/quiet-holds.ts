@@ -1,7 +1,7 @@
-// Which sends of a batch quiet hours hold back, before anything is counted: each user's zone (one
-// intersection per published zone), then one eligibleAt per segment and zone present, not per user. A held
-// send is deferred to its eligibleAt when the campaign asks for it and the wait is within its bound, dropped
-// past the bound, and dropped ("quiet") when the campaign does not defer.
+// Which sends of a batch quiet hours hold back, before anything is counted: one eligibleAt per segment and
+// zone (not per user), then, only when one of them is quiet, each user's zone (one intersection per published
+// zone). A held send is deferred to its eligibleAt when the campaign asks for it and the wait is within its
+// bound, dropped past the bound, and dropped ("quiet") when the campaign does not defer.
 import type { CampaignBatch } from "./campaign-batch.ts";
 import type { Policy } from "./policy.ts";
 import { eligibleAt } from "./quiet-hours.ts";
@@ -39,25 +39,30 @@ export function quietHolds(request: {
   segmentOf: Uint8Array;
 }): QuietHolds | undefined {
   const { policy, zones, channel, defer, instant, sortedIds, segmentOf } = request;
-  const zoneOf = zones ? zones.resolveSorted(sortedIds) : new Uint16Array(sortedIds.length);
   const zoneNames = [...policy.zones, policy.defaultZone];
+  const zoneCount = zoneNames.length;
+  // eligibleAt by segment × zone, -1 not quiet: when no pair is quiet at this instant, no user's zone is
+  // looked up (the zone intersections are most of the cost of a batch outside every night)
+  const memo = new Float64Array(policy.segments.length * zoneCount);
+  let anyQuiet = false;
+  for (let segment = 0; segment < policy.segments.length; segment++) {
+    const windows = policy.quietFor(segment, channel);
+    for (let zone = 0; zone < zoneCount; zone++) {
+      const at = windows.length === 0 ? -1 : (eligibleAt(windows, zoneNames[zone] as string, instant) ?? -1);
+      memo[segment * zoneCount + zone] = at;
+      if (at >= 0) anyQuiet = true;
+    }
+  }
+  if (!anyQuiet) return undefined;
+  const zoneOf = zones ? zones.resolveSorted(sortedIds) : new Uint16Array(sortedIds.length);
   // without a zone index every user is in the default zone, the last name
   if (!zones) zoneOf.fill(policy.zones.length);
-  const zoneCount = zoneNames.length;
-  // eligibleAt by segment × zone: NaN not worked out yet, -1 not quiet
-  const memo = new Float64Array(policy.segments.length * zoneCount).fill(Number.NaN);
   const kinds = new Uint8Array(sortedIds.length);
   const eligible = new Float64Array(sortedIds.length).fill(Number.NaN);
   const deadline = defer ? (defer.since ?? instant) + defer.maxMs : undefined;
   let count = 0;
   for (let j = 0; j < sortedIds.length; j++) {
-    const cell = (segmentOf[j] as number) * zoneCount + (zoneOf[j] as number);
-    let at = memo[cell] as number;
-    if (Number.isNaN(at)) {
-      const windows = policy.quietFor(segmentOf[j] as number, channel);
-      at = eligibleAt(windows, zoneNames[zoneOf[j] as number] as string, instant) ?? -1;
-      memo[cell] = at;
-    }
+    const at = memo[(segmentOf[j] as number) * zoneCount + (zoneOf[j] as number)] as number;
     if (at < 0) continue;
     count++;
     eligible[j] = at;

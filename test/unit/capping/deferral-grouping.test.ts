@@ -68,4 +68,20 @@ describe("deferral messages", () => {
     const again = deferralMessages({ ...batch, defer: { maxMs: 12 * HOUR, since: 0 } }, result);
     expect(again.map((m) => (JSON.parse(m.body) as CampaignBatch).defer?.since)).toEqual([0, 0]);
   });
+
+  it("names a retried first batch the same although its since is each attempt's clock", () => {
+    // a batch without `at` is judged at the attempt's clock: a retry 30 s later has another since, same sends
+    const groups = [{ eligibleAt: 5 * HOUR, userIds: [1, 2, 3] }];
+    const first = deferralMessages(batch, deferred(groups, HOUR));
+    const retry = deferralMessages(batch, deferred(groups, HOUR + 30_000));
+    expect(retry.map((m) => (JSON.parse(m.body) as CampaignBatch).defer?.since)).toEqual([HOUR + 30_000]);
+    expect(retry.map((m) => m.name)).toEqual(first.map((m) => m.name));
+    // other sends, another name: a different instant, other users, another maxMs
+    const other = [
+      deferralMessages(batch, deferred([{ eligibleAt: 6 * HOUR, userIds: [1, 2, 3] }], HOUR)),
+      deferralMessages(batch, deferred([{ eligibleAt: 5 * HOUR, userIds: [1, 2] }], HOUR)),
+      deferralMessages({ ...batch, defer: { maxMs: HOUR } }, deferred(groups, HOUR)),
+    ].map(([m]) => m?.name);
+    expect(new Set([first[0]?.name, ...other]).size).toBe(4);
+  });
 });
