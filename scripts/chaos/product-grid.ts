@@ -63,6 +63,7 @@ export const PRODUCT_SHORT_RUN: readonly string[] = [
   "pipeline/kill-9-primary",
   "pipeline/redelivery-storm",
   "pipeline/consumer-killed-mid-batch",
+  "pipeline/flushall",
   "check-api/kill-9-primary",
 ];
 

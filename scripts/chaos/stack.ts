@@ -16,7 +16,8 @@ import {
 } from "../../functions/app/quota-actions.ts";
 import { acknowledgeStoreLoss } from "../../functions/app/store-actions.ts";
 import type { QuotaRuleDocument } from "../../functions/core/shared/quota-rules.ts";
-import { localTenant } from "../local/local-principals.ts";
+import { LOCAL_SIGNING, localTenant } from "../local/local-principals.ts";
+import { signRequest } from "../sign-request.ts";
 import { type FaultProxy, startFaultProxy } from "./fault-proxy.ts";
 import { CHAOS_NAMESPACE, CHAOS_TENANTS, tenantDocument } from "./tenants.ts";
 
@@ -173,7 +174,9 @@ export class ChaosStack {
 
   /** The slots `GET /v1/health` of the check API reports lost (`store.lostSlots`), as an operator reads them. */
   async lostSlotsInHealth(): Promise<number[]> {
-    const response = await fetch(`${this.functionUrl}/v1/health`, { signal: AbortSignal.timeout(2000) });
+    const target = `${this.functionUrl}/v1/health`;
+    const signed = await signRequest({ url: target, method: "GET", headers: {}, body: "" }, LOCAL_SIGNING);
+    const response = await fetch(target, { headers: signed.headers, signal: AbortSignal.timeout(2000) });
     const body = (await response.json()) as { store?: { lostSlots?: { slot: number }[] } };
     return (body.store?.lostSlots ?? []).map((s) => s.slot);
   }
