@@ -63,7 +63,6 @@ export const PRODUCT_SHORT_RUN: readonly string[] = [
   "pipeline/kill-9-primary",
   "pipeline/redelivery-storm",
   "pipeline/consumer-killed-mid-batch",
-  "pipeline/flushall",
   "check-api/kill-9-primary",
 ];
 
