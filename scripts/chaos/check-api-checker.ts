@@ -62,7 +62,8 @@ export interface CheckApiFigures {
 }
 
 export interface CheckApiVerdict {
-  rule: "contract" | "refused" | "run";
+  /** "loss": a data-loss run's detection, pause and recovery (check-api-loss-checker.ts). */
+  rule: "contract" | "refused" | "run" | "loss";
   pass: boolean;
   detail: string;
 }

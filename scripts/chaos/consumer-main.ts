@@ -2,13 +2,27 @@
 // consumer's wiring (functions/app/wiring.ts, as the Lambda entry builds it) driven by the local stack's SQS
 // poller, as Lambda's event source mapping drives it. The environment (REDIS_NODES, CONFIG_BUCKET, the queue
 // URLs, AWS_ENDPOINT_URL, ...) comes from the harness; CHAOS_CAMPAIGN_QUEUE_URL and _ARN name the queue it
-// polls. It tells the harness over IPC of each capped decision (the delivery queue shows only what went out).
+// polls. It tells the harness over IPC of each capped decision (the delivery queue shows only what went out),
+// when each record's sends were decided, and each hash slot its store epoch finds lost (what the StoreLost
+// metric counts).
 import { wireCampaignConsumer } from "../../functions/app/wiring.ts";
 import { SqsPoller } from "../local/sqs-poller.ts";
 
 export interface ConsumerMessage {
-  type: "ready" | "capped";
-  capped?: { seq: number; userId: number; cap: { channel: string; windowMs: number; max: number } }[];
+  type: "ready" | "capped" | "decided" | "store-lost";
+  capped?: {
+    seq: number;
+    userId: number;
+    cap: { channel: string; windowMs: number; max: number };
+    decidedAt: number;
+  }[];
+  /**
+   * "decided": the record, the users it allowed and those the store already held as sent (`duplicate`: counted
+   * by an earlier attempt), when the consumer had decided them (true clock, ms).
+   */
+  decided?: { seq: number; allowed: number[]; duplicate: number[]; decidedAt: number };
+  /** "store-lost": the slots lost since the process started, and when it first found one. */
+  storeLost?: { slotsLostSinceStart: number; firstLossAt: string | undefined };
 }
 
 function seqOf(body: string): number {
@@ -21,12 +35,23 @@ async function main(): Promise<void> {
     onOutcome: (outcome, record) => {
       if (outcome.kind !== "forwarded") return;
       const seq = seqOf(record.body);
+      const decidedAt = Date.now();
       const capped = outcome.result.decisions.flatMap((d) =>
         d.decision === "capped" && d.cap
-          ? [{ seq, userId: d.userId, cap: { channel: d.cap.channel, windowMs: d.cap.windowMs, max: d.cap.max } }]
+          ? [
+              {
+                seq,
+                userId: d.userId,
+                cap: { channel: d.cap.channel, windowMs: d.cap.windowMs, max: d.cap.max },
+                decidedAt,
+              },
+            ]
           : [],
       );
       if (capped.length > 0) process.send?.({ type: "capped", capped } satisfies ConsumerMessage);
+      const users = (kind: string) => outcome.result.decisions.filter((d) => d.decision === kind).map((d) => d.userId);
+      const decided = { seq, allowed: users("allowed"), duplicate: users("duplicate"), decidedAt };
+      process.send?.({ type: "decided", decided } satisfies ConsumerMessage);
     },
   });
   const poller = new SqsPoller({
@@ -41,8 +66,18 @@ async function main(): Promise<void> {
   });
   poller.start();
   process.send?.({ type: "ready" } satisfies ConsumerMessage);
+  // the StoreLost count as the operator's alarm sees it: told when it grows
+  let told = 0;
+  const watch = setInterval(() => {
+    const status = wired.epoch.status();
+    if (status.slotsLostSinceStart <= told) return;
+    told = status.slotsLostSinceStart;
+    const storeLost = { slotsLostSinceStart: told, firstLossAt: status.firstLossAt };
+    process.send?.({ type: "store-lost", storeLost } satisfies ConsumerMessage);
+  }, 100);
   process.on("message", async (message: { type?: string }) => {
     if (message.type !== "stop") return;
+    clearInterval(watch);
     await poller.stop();
     wired.cluster.disconnect();
     process.exit(0);

@@ -26,6 +26,8 @@ export interface CappedSend {
   seq: number;
   userId: number;
   cap: { channel: string; windowMs: number; max: number };
+  /** When the consumer had decided it (true clock, ms), if it said. */
+  decidedAt?: number;
 }
 
 /** A message found on the campaign DLQ, with its `reason` attribute ("" when SQS redrove it with none). */
@@ -66,7 +68,8 @@ export interface PipelineFigures {
 }
 
 export interface PipelineVerdict {
-  rule: "window" | "lost" | "dedupe" | "counted-twice" | "run";
+  /** "loss": a data-loss run's detection, pause and recovery (pipeline-loss-checker.ts). */
+  rule: "window" | "lost" | "dedupe" | "counted-twice" | "run" | "loss";
   pass: boolean;
   detail: string;
 }

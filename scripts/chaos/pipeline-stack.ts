@@ -14,8 +14,10 @@ import {
 } from "@aws-sdk/client-sqs";
 import { buildApp as buildFauxqs } from "fauxqs";
 import { createAwsClients } from "../../functions/adapters/aws-clients.ts";
+import { createRedisCluster } from "../../functions/adapters/redis-cluster.ts";
 import { chunkEntries } from "../../functions/adapters/sqs-sinks.ts";
 import { publishPolicy } from "../../functions/app/operator-actions.ts";
+import { acknowledgeStoreLoss } from "../../functions/app/store-actions.ts";
 import type { DeliveryMessage } from "../../functions/core/capping/delivery.ts";
 import { deadLetterOf } from "../dead-letter-queue.ts";
 import { readDelivery } from "../delivery-queue.ts";
@@ -36,6 +38,13 @@ export interface PipelineQueues {
   delivery: string;
 }
 
+/** What the consumers of a scenario reported besides their capped sends: each record decided, each loss found. */
+export interface ConsumerReports {
+  decided: NonNullable<ConsumerMessage["decided"]>[];
+  /** When a consumer told of a hash slot lost (true clock, ms): the StoreLost alarm as the operator sees it. */
+  storeLostAt: number[];
+}
+
 /** A consumer process: kill -9 and start again; every capped decision it reported stays in `capped`. */
 export class ConsumerProcess {
   private child: ChildProcess | undefined;
@@ -44,6 +53,7 @@ export class ConsumerProcess {
     private readonly env: NodeJS.ProcessEnv,
     readonly capped: CappedSend[],
     private readonly logFile?: number,
+    private readonly reports?: ConsumerReports,
   ) {}
 
   async start(): Promise<void> {
@@ -55,6 +65,8 @@ export class ConsumerProcess {
     this.child = child;
     child.on("message", (message: ConsumerMessage) => {
       if (message.type === "capped") this.capped.push(...(message.capped ?? []));
+      if (message.type === "decided" && message.decided) this.reports?.decided.push(message.decided);
+      if (message.type === "store-lost") this.reports?.storeLostAt.push(Date.now());
     });
     await new Promise<void>((resolve, reject) => {
       child.once("message", () => resolve());
@@ -133,7 +145,12 @@ export class PipelineStack {
   }
 
   /** A consumer's environment: the deployed contract (infra/functions.ts), S3 through the fault proxy. */
-  consumer(queues: PipelineQueues, namespace: string, capped: CappedSend[]): ConsumerProcess {
+  consumer(
+    queues: PipelineQueues,
+    namespace: string,
+    capped: CappedSend[],
+    reports?: ConsumerReports,
+  ): ConsumerProcess {
     return new ConsumerProcess(
       {
         ...process.env,
@@ -155,7 +172,23 @@ export class PipelineStack {
       },
       capped,
       this.logFile,
+      reports,
     );
+  }
+
+  /** `tollgate store acknowledge` for the keys of `namespace` (the CLI's own code): the lost slots count again. */
+  async acknowledgeStoreLoss(namespace: string): Promise<number[]> {
+    const cluster = createRedisCluster({
+      nodes: this.redisNodes.slice(0, 3).map((node) => {
+        const [host, port] = node.split(":");
+        return { host: host as string, port: Number(port) };
+      }),
+    });
+    try {
+      return (await acknowledgeStoreLoss(this.s3, BUCKET, cluster, namespace)).slotsWritten;
+    } finally {
+      cluster.disconnect();
+    }
   }
 
   /** The campaign tool: each message onto the campaign queue, its `seq` in the payload. */

@@ -61,6 +61,7 @@ export const PRODUCT_SCENARIOS: readonly ProductScenario[] = [
  */
 export const PRODUCT_SHORT_RUN: readonly string[] = [
   "pipeline/kill-9-primary",
+  "pipeline/flushall",
   "pipeline/redelivery-storm",
   "pipeline/consumer-killed-mid-batch",
   "check-api/kill-9-primary",

@@ -5,6 +5,7 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { type Answer, type CheckApiCheck, checkAnswers } from "./check-api-checker.ts";
 import { checkApiClients, runClient } from "./check-api-clients.ts";
+import { type CheckApiLossTimeline, checkAnswersAfterLoss } from "./check-api-loss-checker.ts";
 import type { ClusterControl } from "./cluster-control.ts";
 import { seedOf } from "./seeded.ts";
 import type { ChaosStack } from "./stack.ts";
@@ -24,6 +25,10 @@ const INJECT_AFTER_MS = 3000;
 const OBSERVE_AFTER_HEAL_MS = 4000;
 /** Requests per second of each client (one at a time, so fewer while the API is slow). */
 const PER_SECOND = 10;
+/** How long the run asks GET /v1/health for a data loss before it stops waiting (and fails). */
+const REPORT_WAIT_MS = 10_000;
+/** The load after the heal when the run acknowledges a loss: the acknowledge writes every slot (1–3 s). */
+const OBSERVE_AFTER_ACKNOWLEDGE_MS = 8000;
 
 export const CHECK_API_NEMESES: readonly ProductNemesis[] = STORE_NEMESES;
 
@@ -38,9 +43,13 @@ export async function runCheckApiScenario(
   const clients = checkApiClients(prefix);
   const context: StoreContext = { cluster: parts.cluster, pattern: `*${prefix}-*`, state: {} };
   const answers: Answer[] = [];
+  // the store initialised before the load, as a deployment's is: otherwise the first calls write the epoch
+  // keys while the flush runs, and nothing was counted before it to lose
+  if (nemesis.acknowledged) await parts.stack.acknowledgeStoreLoss();
   const t0 = Date.now() + 200;
   const injectAt = t0 + INJECT_AFTER_MS;
-  const end = injectAt + nemesis.durationMs + OBSERVE_AFTER_HEAL_MS;
+  const end =
+    injectAt + nemesis.durationMs + (nemesis.acknowledged ? OBSERVE_AFTER_ACKNOWLEDGE_MS : OBSERVE_AFTER_HEAL_MS);
   const running = clients.map((spec) =>
     runClient(
       parts.stack.functionUrl,
@@ -50,13 +59,41 @@ export async function runCheckApiScenario(
     ),
   );
   await sleep(Math.max(0, injectAt - Date.now()));
+  const injectedAt = Date.now();
   try {
     await nemesis.inject(context);
     await sleep(Math.max(0, injectAt + nemesis.durationMs - Date.now()));
   } finally {
     await nemesis.heal(context);
   }
+  const loss: CheckApiLossTimeline = {
+    injectedAt,
+    healedAt: Date.now(),
+    reportedAt: undefined,
+    acknowledgeStartedAt: undefined,
+    acknowledgedAt: undefined,
+  };
+  if (nemesis.acknowledged) await acknowledgeOnceReported(parts.stack, loss);
   await Promise.all(running);
   await parts.cluster.waitReady();
-  return { id, nemesis, check: checkAnswers(clients, answers), answers, known, wallMs: Date.now() - began };
+  const check = nemesis.acknowledged ? checkAnswersAfterLoss(clients, answers, loss) : checkAnswers(clients, answers);
+  return { id, nemesis, check, answers, known, wallMs: Date.now() - began };
+}
+
+/** The operator's part: once GET /v1/health names lost slots, `tollgate store acknowledge`. */
+async function acknowledgeOnceReported(stack: ChaosStack, loss: CheckApiLossTimeline): Promise<void> {
+  const deadline = Date.now() + REPORT_WAIT_MS;
+  while (Date.now() < deadline) {
+    const lost = await stack.lostSlotsInHealth().catch(() => []);
+    if (lost.length > 0) {
+      loss.reportedAt = Date.now();
+      break;
+    }
+    await sleep(100);
+  }
+  if (loss.reportedAt === undefined) return;
+  loss.acknowledgeStartedAt = Date.now();
+  const slots = await stack.acknowledgeStoreLoss();
+  loss.acknowledgedAt = Date.now();
+  process.stderr.write(`[chaos] store acknowledged: ${slots.length} slots written again\n`);
 }

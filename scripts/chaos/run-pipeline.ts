@@ -11,7 +11,14 @@ import {
   type PushedMessage,
 } from "./pipeline-checker.ts";
 import { campaignStream, PIPELINE_CAPS } from "./pipeline-input.ts";
-import { type ConsumerProcess, type PipelineQueues, type PipelineStack, VISIBILITY_SECONDS } from "./pipeline-stack.ts";
+import { checkPipelineAfterLoss, type LossTimeline } from "./pipeline-loss-checker.ts";
+import {
+  type ConsumerProcess,
+  type ConsumerReports,
+  type PipelineQueues,
+  type PipelineStack,
+  VISIBILITY_SECONDS,
+} from "./pipeline-stack.ts";
 import { seedOf } from "./seeded.ts";
 import { type ProductNemesis, STORE_NEMESES, type StoreContext } from "./store-nemeses.ts";
 
@@ -35,6 +42,8 @@ const OBSERVE_AFTER_HEAL_MS = 3000;
 const CONSUMERS = 2;
 /** How long the campaign queue may take to empty after the stream (a retried record waits out its visibility). */
 const DRAIN_MS = 90_000;
+/** How long the run waits for a consumer to report a data loss before it stops waiting (and fails). */
+const REPORT_WAIT_MS = 10_000;
 
 export const PIPELINE_NEMESES: readonly ProductNemesis<PipelineContext>[] = [
   ...STORE_NEMESES,
@@ -87,7 +96,8 @@ export async function runPipelineScenario(
   const namespace = `p${parts.runId}-${parts.index}`;
   const queues = await parts.stack.queues(namespace);
   const capped: CappedSend[] = [];
-  const consumers = Array.from({ length: CONSUMERS }, () => parts.stack.consumer(queues, namespace, capped));
+  const reports: ConsumerReports = { decided: [], storeLostAt: [] };
+  const consumers = Array.from({ length: CONSUMERS }, () => parts.stack.consumer(queues, namespace, capped, reports));
   const context: PipelineContext = {
     cluster: parts.cluster,
     pattern: `${namespace}:*`,
@@ -98,6 +108,10 @@ export async function runPipelineScenario(
   };
   const pushed: PushedMessage[] = [];
   try {
+    // the store initialised before the campaign, as a deployment's is: a flush while a consumer's first call
+    // still writes the epoch keys loses only slots that never held state, and a run judged as "every slot
+    // lost" would fail the sends those slots rightly allow
+    if (nemesis.acknowledged) await parts.stack.acknowledgeStoreLoss(namespace);
     await Promise.all(consumers.map((consumer) => consumer.start()));
     const stream = campaignStream(
       seedOf(parts.seed, id),
@@ -120,12 +134,21 @@ export async function runPipelineScenario(
       }
     })();
     await sleep(Math.max(0, t0 + INJECT_AFTER_MS - Date.now()));
+    const injectedAt = Date.now();
     try {
       await nemesis.inject(context);
       await sleep(Math.max(0, t0 + INJECT_AFTER_MS + nemesis.durationMs - Date.now()));
     } finally {
       await nemesis.heal(context);
     }
+    const loss: LossTimeline = {
+      injectedAt,
+      healedAt: Date.now(),
+      reportedAt: undefined,
+      acknowledgeStartedAt: undefined,
+      acknowledgedAt: undefined,
+    };
+    if (nemesis.acknowledged) await acknowledgeOnceReported(parts.stack, namespace, reports, loss);
     await pushing;
     await parts.cluster.waitReady();
     const drained = await parts.stack.drained(queues.campaign.url, DRAIN_MS);
@@ -136,7 +159,9 @@ export async function runPipelineScenario(
       capped,
       deadLettered: await parts.stack.drainDeadLetters(queues.dlq),
     };
-    const check = checkPipeline(output, PIPELINE_CAPS);
+    const check = nemesis.acknowledged
+      ? checkPipelineAfterLoss(output, PIPELINE_CAPS, reports.decided, loss)
+      : checkPipeline(output, PIPELINE_CAPS);
     if (!drained) {
       const stuck: PipelineVerdict = {
         rule: "run",
@@ -150,4 +175,21 @@ export async function runPipelineScenario(
   } finally {
     await Promise.all(consumers.map((consumer) => consumer.kill9()));
   }
+}
+
+/** The operator's part: once a consumer reported the loss (StoreLost), `tollgate store acknowledge`. */
+async function acknowledgeOnceReported(
+  stack: PipelineStack,
+  namespace: string,
+  reports: ConsumerReports,
+  loss: LossTimeline,
+): Promise<void> {
+  const deadline = Date.now() + REPORT_WAIT_MS;
+  while (reports.storeLostAt.length === 0 && Date.now() < deadline) await sleep(20);
+  loss.reportedAt = reports.storeLostAt[0];
+  if (loss.reportedAt === undefined) return;
+  loss.acknowledgeStartedAt = Date.now();
+  const slots = await stack.acknowledgeStoreLoss(namespace);
+  loss.acknowledgedAt = Date.now();
+  process.stderr.write(`[chaos] store acknowledged: ${slots.length} slots written again\n`);
 }

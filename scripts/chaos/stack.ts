@@ -14,8 +14,10 @@ import {
   revokeQuotaRule,
   setQuotaRule,
 } from "../../functions/app/quota-actions.ts";
+import { acknowledgeStoreLoss } from "../../functions/app/store-actions.ts";
 import type { QuotaRuleDocument } from "../../functions/core/shared/quota-rules.ts";
-import { localTenant } from "../local/local-principals.ts";
+import { LOCAL_SIGNING, localTenant } from "../local/local-principals.ts";
+import { signRequest } from "../sign-request.ts";
 import { type FaultProxy, startFaultProxy } from "./fault-proxy.ts";
 import { CHAOS_NAMESPACE, CHAOS_TENANTS, tenantDocument } from "./tenants.ts";
 
@@ -160,6 +162,23 @@ export class ChaosStack {
       child.on("message", onMessage);
       child.send({ type: "restore" });
     });
+  }
+
+  /** `tollgate store acknowledge` for the deployment's keys (the CLI's own code): the lost slots count again. */
+  async acknowledgeStoreLoss(): Promise<number[]> {
+    return this.withCluster(async (cluster) => {
+      const done = await acknowledgeStoreLoss(this.s3, BUCKET, cluster, CHAOS_NAMESPACE);
+      return done.slotsWritten;
+    });
+  }
+
+  /** The slots `GET /v1/health` of the check API reports lost (`store.lostSlots`), as an operator reads them. */
+  async lostSlotsInHealth(): Promise<number[]> {
+    const target = `${this.functionUrl}/v1/health`;
+    const signed = await signRequest({ url: target, method: "GET", headers: {}, body: "" }, LOCAL_SIGNING);
+    const response = await fetch(target, { headers: signed.headers, signal: AbortSignal.timeout(2000) });
+    const body = (await response.json()) as { store?: { lostSlots?: { slot: number }[] } };
+    return (body.store?.lostSlots ?? []).map((s) => s.slot);
   }
 
   private async withCluster<T>(run: (cluster: ReturnType<typeof createRedisCluster>) => Promise<T>): Promise<T> {

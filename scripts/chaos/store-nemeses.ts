@@ -16,8 +16,13 @@ export interface ProductNemesis<C extends StoreContext = StoreContext> {
   summary: string;
   /** From injected to healed, ms (0: a single act). */
   durationMs: number;
-  /** The store's data is lost: nothing in the product detects it yet (KNOWN_FAILING says so). */
+  /** The store's data is lost (the products find it by the store epoch). */
   dataLoss?: boolean;
+  /**
+   * Every slot is lost: the run acknowledges the loss once a product reports it (`tollgate store acknowledge`)
+   * and judges the pause and what follows, the store counting from empty.
+   */
+  acknowledged?: boolean;
   inject(context: C): Promise<void>;
   heal(context: C): Promise<void>;
 }
@@ -48,6 +53,7 @@ export const STORE_NEMESES: readonly ProductNemesis[] = [
     summary: "FLUSHALL on every primary",
     durationMs: 0,
     dataLoss: true,
+    acknowledged: true,
     inject: (c) => c.cluster.flushAll(),
     heal: nothing,
   },
