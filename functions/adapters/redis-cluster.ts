@@ -140,6 +140,10 @@ export class RedisCapStore implements CapStore {
     const key = keys[0] as string;
     return this.epoch ? this.epoch.run(key, (epochKey) => run([key, epochKey])) : run(keys);
   }
+
+  stillLost(keys: readonly string[]): Promise<Map<string, unknown>> {
+    return this.epoch ? this.epoch.stillLost(keys) : Promise.resolve(new Map());
+  }
 }
 
 /**

@@ -1,16 +1,17 @@
 // One campaign-batch message, start to finish: parse, decide, forward the approved sends. A message that
 // can never succeed goes to the dead-letter queue with its reason; a fault (Redis, the delivery queue)
 // is thrown so the message is retried, and on its last receive goes to the DLQ with the fault as reason.
+// Whatever was counted is forwarded, even when the rest of the message failed (docs/decisions/0125).
 // No Lambda types here: the handler adapts SQS records to this.
 
 import type { DecisionLog } from "../shared/decision-archive.ts";
-import { ValidationError } from "../shared/errors.ts";
+import { PartlyDecidedError, ValidationError } from "../shared/errors.ts";
 import { campaignDecisionLines } from "./archive-lines.ts";
 import type { CampaignBatch } from "./campaign-batch.ts";
 import type { Capper } from "./capper.ts";
 import type { CapBatchResult } from "./decisions.ts";
 import { type DeferralScheduler, deferralMessages } from "./deferral.ts";
-import { type DeliverySink, deliveryMessages, refuseUndeliverable } from "./delivery.ts";
+import { type DeliveryMessage, type DeliverySink, deliveryMessages, refuseUndeliverable } from "./delivery.ts";
 
 /** Why a message was dead-lettered: `error` is the error's class (ValidationError for the message's own fault). */
 export interface DeadLetterReason {
@@ -80,15 +81,18 @@ export class CampaignConsumer {
       });
     } catch (error) {
       if (error instanceof ValidationError) return this.deadLetter(body, messageId, error);
+      // the calls that answered counted their allowed sends: forwarded now, so a send counted is a send
+      // forwarded even if this message never succeeds (dead-lettered on its last receive, or paused by a
+      // store loss until then); the retry finds them duplicate and forwards them again under the same ids
+      if (error instanceof PartlyDecidedError) {
+        await this.forward(document as CampaignBatch, (error as PartlyDecidedError<CapBatchResult>).decided);
+        throw error.cause;
+      }
       throw error;
     }
     const decided = performance.now();
     const batch = document as CampaignBatch;
-    const messages = deliveryMessages(batch, result.decisions, {
-      sendsPerMessage: this.options.sendsPerMessage,
-      maxBodyBytes: this.options.delivery.maxBodyBytes(batch),
-    });
-    await this.options.delivery.send(messages);
+    const messages = await this.forward(batch, result);
     // deferred after the delivery: a retry re-defers the same sends under the same names, never counted
     const decidedAt = now ?? result.at;
     const deferrals = deferralMessages(batch, result);
@@ -114,6 +118,16 @@ export class CampaignConsumer {
       deferredMessages: deferrals.length,
       timings,
     };
+  }
+
+  /** Sends the forwarded decisions of `result` (allowed, duplicate, exempt) to the delivery queue. */
+  private async forward(batch: CampaignBatch, result: CapBatchResult): Promise<DeliveryMessage[]> {
+    const messages = deliveryMessages(batch, result.decisions, {
+      sendsPerMessage: this.options.sendsPerMessage,
+      maxBodyBytes: this.options.delivery.maxBodyBytes(batch),
+    });
+    await this.options.delivery.send(messages);
+    return messages;
   }
 
   /**

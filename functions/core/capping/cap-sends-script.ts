@@ -11,12 +11,19 @@ import {
   recordRangeOf,
   USERS_PER_PAGE,
 } from "../../../sdk/src/protocol/index.ts";
+import { PartlyDecidedError } from "../shared/errors.ts";
 import type { DecisionKind } from "./decisions.ts";
 import { keptMs, type Policy } from "./policy.ts";
 
 /** What the capper needs from the counter store: run cap-sends with the keys and arguments planned here. */
 export interface CapStore {
   capSends(keys: readonly string[], args: readonly (string | Buffer)[]): Promise<Buffer>;
+  /**
+   * Of the calls' keys, those whose hash slot is known to have lost its state and still has (onStoreLoss
+   * `pause`), each with the error its call would fail with: a batch fails on them before any of its calls
+   * counts. Optional: a store without a store epoch has none.
+   */
+  stillLost?(keys: readonly string[]): Promise<Map<string, unknown>>;
 }
 
 export const REPLY_ALLOWED = 0;
@@ -183,8 +190,25 @@ interface PageRun {
 }
 
 /**
+ * What the calls that answered decided when another call of the same request failed (PartlyDecidedError's
+ * `decided`): `answered[j]` is 1 for each sorted user whose call answered (a repeated ID's later occurrences
+ * keep 0 and follow the first), and `verdicts` holds their replies.
+ */
+export interface AnsweredVerdicts {
+  verdicts: Verdicts;
+  answered: Uint8Array;
+}
+
+/** The first failure, or PartlyDecidedError with what answered when some call did. */
+function failureOf(error: unknown, codes: Uint8Array, answered: Uint8Array): unknown {
+  if (!answered.includes(1)) return error;
+  return new PartlyDecidedError<AnsweredVerdicts>({ verdicts: Verdicts.of(codes), answered }, error);
+}
+
+/**
  * Runs the planned calls, at most MAX_CALLS_IN_FLIGHT at once, and decodes the replies. After a failure no
- * new call starts, and every started one is awaited before the first failure is thrown.
+ * new call starts, and every started one is awaited before the first failure is thrown (as a
+ * PartlyDecidedError when some calls answered: what they counted stays counted).
  */
 export async function runCapSends(
   store: CapStore,
@@ -194,15 +218,24 @@ export async function runCapSends(
   const withWindows = request.withWindows === true;
   // a repeated ID is sent once; its later occurrences keep 0 here and follow the first (Verdicts)
   const codes = new Uint8Array(request.sortedIds.length);
+  const answered = new Uint8Array(request.sortedIds.length);
   const windows = new Map<number, UserWindows>();
   // one call (a single user: POST /v1/frequency): no workers to start and gather
   if (calls.length === 1) {
-    await runCall(store, calls[0] as CapSendsCall, withWindows, codes, windows);
+    await runCall(store, calls[0] as CapSendsCall, withWindows, { codes, answered, windows });
     return { verdicts: Verdicts.of(codes), windows };
   }
-  const failures = await runCalls(store, calls, withWindows, codes, windows, () => 0);
-  if (failures.length > 0) throw failures[0]?.error;
+  const failures = await runCalls(store, calls, withWindows, { codes, answered, windows }, () => 0);
+  if (failures.length > 0) throw failureOf(failures[0]?.error, codes, answered);
   return { verdicts: Verdicts.of(codes), windows };
+}
+
+/** Where calls put their replies, by index into the request's sorted users. */
+interface Replies {
+  codes: Uint8Array;
+  /** 1 once the member's call answered. */
+  answered: Uint8Array;
+  windows: Map<number, UserWindows>;
 }
 
 /** One call: each member's reply code into `codes` (and its "+windows" line into `windows`). */
@@ -210,8 +243,7 @@ async function runCall(
   store: CapStore,
   call: CapSendsCall,
   withWindows: boolean,
-  codes: Uint8Array,
-  windows: Map<number, UserWindows>,
+  { codes, answered, windows }: Replies,
 ): Promise<void> {
   const reply = await store.capSends(call.keys, call.args);
   const { codes: callCodes, lines } = readCapSendsReply(reply, call.members.length);
@@ -220,6 +252,7 @@ async function runCall(
   }
   call.members.forEach((member, m) => {
     codes[member] = callCodes[m] as number;
+    answered[member] = 1;
     if (withWindows) windows.set(member, parseWindowsLine(lines[m] as string));
   });
 }
@@ -233,21 +266,32 @@ async function runCalls(
   store: CapStore,
   calls: CapSendsCall[],
   withWindows: boolean,
-  codes: Uint8Array,
-  windows: Map<number, UserWindows>,
+  replies: Replies,
   ownerOf: (member: number) => number,
   owners = 1,
 ): Promise<{ error: unknown; owners: Set<number> }[]> {
   const failures: { error: unknown; owners: Set<number> }[] = [];
   const failed = new Set<number>();
+  // a slot known lost fails its requests before any of their calls starts: a paused message's retries count
+  // nothing, where each would otherwise count (and forward) the users of the calls that ran before it failed
+  const lost = store.stillLost ? await store.stillLost(calls.map((call) => call.keys[0] as string)) : undefined;
+  const skipped = new Set<CapSendsCall>();
+  for (const call of lost?.size ? calls : []) {
+    const error = lost?.get(call.keys[0] as string);
+    if (error === undefined) continue;
+    const owners = new Set(call.members.map(ownerOf));
+    failures.push({ error, owners });
+    for (const owner of owners) failed.add(owner);
+    skipped.add(call);
+  }
   let next = 0;
   const worker = async () => {
     while (next < calls.length) {
       const call = calls[next++] as CapSendsCall;
       const owners = new Set(call.members.map(ownerOf));
-      if ([...owners].every((owner) => failed.has(owner))) continue;
+      if (skipped.has(call) || [...owners].every((owner) => failed.has(owner))) continue;
       try {
-        await runCall(store, call, withWindows, codes, windows);
+        await runCall(store, call, withWindows, replies);
       } catch (error) {
         failures.push({ error, owners });
         for (const owner of owners) failed.add(owner);
@@ -370,26 +414,28 @@ export class CapSendsCoalescer {
     const first = (group[0] as PendingRequest).request;
     const merged = { ...first, sortedIds, segmentOf };
     const codes = new Uint8Array(size);
+    const answered = new Uint8Array(size);
     const failures = await runCalls(
       this.store,
       planCapSends(merged),
       false,
-      codes,
-      new Map(),
+      { codes, answered, windows: new Map() },
       (member) => ownerAt(origin[member] as number),
       group.length,
     );
     // each request's codes in its own order (a repeat within a request is adjacent in the merge, its first
     // occurrence first: the others keep 0, as runCapSends leaves them)
     const own = group.map(({ request }) => new Uint8Array(request.sortedIds.length));
+    const ownAnswered = group.map(({ request }) => new Uint8Array(request.sortedIds.length));
     for (let j = 0; j < size; j++) {
       const at = origin[j] as number;
       const owner = ownerAt(at);
       (own[owner] as Uint8Array)[at - (offsets[owner] as number)] = codes[j] as number;
+      (ownAnswered[owner] as Uint8Array)[at - (offsets[owner] as number)] = answered[j] as number;
     }
     group.forEach((item, owner) => {
       const failure = failures.find((f) => f.owners.has(owner));
-      if (failure) item.reject(failure.error);
+      if (failure) item.reject(failureOf(failure.error, own[owner] as Uint8Array, ownAnswered[owner] as Uint8Array));
       else item.resolve({ verdicts: Verdicts.of(own[owner] as Uint8Array), windows: new Map() });
     });
   }

@@ -4,11 +4,12 @@
 import { DEFAULT_NAMESPACE } from "../../../sdk/src/protocol/index.ts";
 import type { Clock } from "../shared/clock.ts";
 import { decisionTime, systemClock } from "../shared/clock.ts";
-import { ValidationError } from "../shared/errors.ts";
+import { PartlyDecidedError, ValidationError } from "../shared/errors.ts";
 import { checkNamespace } from "../shared/namespace.ts";
 import { parseOrThrow } from "../shared/validation.ts";
 import { type CampaignBatch, type CampaignBatchInput, campaignBatchSchema } from "./campaign-batch.ts";
 import {
+  type AnsweredVerdicts,
   CapSendsCoalescer,
   type CapStore,
   type ScriptProfile,
@@ -92,7 +93,11 @@ export class Capper {
     this.hotRecords = options.hotRecords ?? false;
   }
 
-  /** Decides every send of the batch and counts the allowed ones. */
+  /**
+   * Decides every send of the batch and counts the allowed ones. When some of its script calls answered and
+   * another failed, rejects with PartlyDecidedError<CapBatchResult>: the decisions of the users whose calls
+   * answered (the allowed ones are counted), and the failure as its cause.
+   */
   capBatch(input: CampaignBatchInput, options: CapBatchOptions = {}): Promise<CapBatchResult> {
     return this.decide(input, "count", options);
   }
@@ -198,28 +203,8 @@ export class Capper {
           })
         : undefined;
     const decided = holds ? withoutHeld(sortedIds, segmentOf, holds) : { sortedIds, segmentOf };
-    const { verdicts, windows } =
-      decided.sortedIds.length === 0
-        ? { verdicts: Verdicts.allExempt(0), windows: new Map<number, UserWindows>() }
-        : batch.exempt === true && batch.countExempt !== true
-          ? { verdicts: Verdicts.allExempt(sortedIds.length), windows: new Map<number, UserWindows>() }
-          : await this.calls.run({
-              namespace: this.namespace,
-              now,
-              at,
-              mode,
-              withWindows,
-              hotRecords: this.hotRecords,
-              horizonMs: keptHorizonMs(policy, this.redeliveryMs),
-              channel: batch.channel,
-              campaignId: batch.campaignId,
-              profiles: this.profiles(policy, batch.channel),
-              sortedIds: decided.sortedIds,
-              segmentOf: decided.segmentOf,
-              forced: batch.exempt === true,
-            });
-    return {
-      result: this.report({
+    const reportOf = (verdicts: Verdicts, answered?: Uint8Array) =>
+      this.report({
         policy,
         at,
         judgedAt: Math.max(at, now),
@@ -229,10 +214,40 @@ export class Capper {
         segmentOf,
         verdicts,
         holds,
-      }),
-      windows,
-      sortedIds,
-    };
+        answered,
+      });
+    const { verdicts, windows } =
+      decided.sortedIds.length === 0
+        ? { verdicts: Verdicts.allExempt(0), windows: new Map<number, UserWindows>() }
+        : batch.exempt === true && batch.countExempt !== true
+          ? { verdicts: Verdicts.allExempt(sortedIds.length), windows: new Map<number, UserWindows>() }
+          : await this.calls
+              .run({
+                namespace: this.namespace,
+                now,
+                at,
+                mode,
+                withWindows,
+                hotRecords: this.hotRecords,
+                horizonMs: keptHorizonMs(policy, this.redeliveryMs),
+                channel: batch.channel,
+                campaignId: batch.campaignId,
+                profiles: this.profiles(policy, batch.channel),
+                sortedIds: decided.sortedIds,
+                segmentOf: decided.segmentOf,
+                forced: batch.exempt === true,
+              })
+              .catch((error: unknown) => {
+                if (!(error instanceof PartlyDecidedError)) throw error;
+                // a peek counted nothing: its callers see the fault itself
+                if (mode === "peek") throw error.cause;
+                // what the calls that answered counted stays counted: the caller forwards it, then retries
+                const { verdicts, answered } = error.decided as AnsweredVerdicts;
+                const partial = reportOf(verdicts, answered);
+                const decisions = partial.decisions.filter((decision) => decision !== undefined);
+                throw new PartlyDecidedError<CapBatchResult>({ ...partial, decisions }, error.cause);
+              });
+    return { result: reportOf(verdicts), windows, sortedIds };
   }
 
   /** The script's profiles for `channel`, worked out once per policy. */
@@ -260,8 +275,10 @@ export class Capper {
     verdicts: Verdicts;
     holds: QuietHolds | undefined;
     judgedAt: number;
+    /** Only these decided users (1 each, by the script's numbering) are reported; the others are left out. */
+    answered?: Uint8Array;
   }): CapBatchResult {
-    const { policy, at, judgedAt, channel, sortedIds, positions, segmentOf, verdicts, holds } = state;
+    const { policy, at, judgedAt, channel, sortedIds, positions, segmentOf, verdicts, holds, answered } = state;
     const zoneTotals: Record<string, ZoneTotals> = {};
     const deferred = new Map<number, number[]>();
     // the script decided only the sends not held: its verdicts are numbered without them
@@ -276,6 +293,7 @@ export class Capper {
     const capsOf = policy.segments.map(() => undefined as { cap: CapRule; label: string }[] | undefined);
     let previous: DecisionKind = "allowed";
     let previousCap = 0;
+    let previousAnswered = true;
     for (let j = 0; j < sortedIds.length; j++) {
       const segment = segmentOf[j] as number;
       const held = holds ? (holds.kinds[j] as number) : NOT_HELD;
@@ -296,13 +314,17 @@ export class Capper {
       const v = decidedIndex++;
       let kind = verdicts.decision(v);
       let capIndex = kind === "capped" ? verdicts.capIndex(v) : 0;
+      let isAnswered = answered === undefined || answered[v] === 1;
       if (j > 0 && sortedIds[j] === sortedIds[j - 1]) {
         // A repeat of an ID in the same batch: once the first is counted, the rest are duplicates.
         kind = previous === "allowed" || previous === "duplicate" ? "duplicate" : previous;
         capIndex = previousCap;
+        isAnswered = previousAnswered;
       }
       previous = kind;
       previousCap = capIndex;
+      previousAnswered = isAnswered;
+      if (!isAnswered) continue;
       const counts = segmentTotals[segment] as SegmentTotals;
       const decision: CapDecision = {
         userId: sortedIds[j] as number,

@@ -194,3 +194,17 @@ export class DeliveryError extends TollgateError {
 
 /** The invocation is too close to its timeout to start another record; the record is retried later. */
 export class TimeBudgetError extends TollgateError {}
+
+/**
+ * Part of a batch was decided and another part failed (its script calls span hash slots: one slot lost or not
+ * answering, the others answering). `decided` holds what the calls that answered decided: their allowed sends
+ * are counted, so the caller forwards them before it retries the batch for `cause`, the first failure (a
+ * retry finds them `duplicate` and forwards them again under the same dedupe ids).
+ */
+export class PartlyDecidedError<T> extends TollgateError {
+  readonly decided: T;
+  constructor(decided: T, cause: unknown) {
+    super(`part of the batch was decided: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
+    this.decided = decided;
+  }
+}

@@ -187,6 +187,34 @@ export class StoreEpochGuard {
   }
 
   /**
+   * Of `keys`, those whose slot this process found lost and still finds lost under `pause`, each with its
+   * StoreLostError (a batch fails them before it counts anything). Resolves at once, with none, while no slot
+   * is known lost; otherwise one EXISTS per known-lost slot of `keys`, and a slot that holds its key again
+   * (acknowledged) is cleared. Under `continue` none: each call writes its slot's key again itself.
+   */
+  async stillLost(keys: readonly string[]): Promise<Map<string, StoreLostError>> {
+    const found = new Map<string, StoreLostError>();
+    const known = this.lost.size === 0 ? [] : keys.filter((key) => this.lost.has(hashSlotOf(key)));
+    if (known.length === 0 || !this.marker) return found;
+    const { slots, namespace } = this.options;
+    const candidates = [...new Set(known.map(hashSlotOf))];
+    const missing = new Set(await slots.missing(namespace, candidates));
+    for (const slot of candidates) if (!missing.has(slot)) this.lost.delete(slot);
+    if (missing.size === 0) return found;
+    const onStoreLoss = await this.options.onStoreLoss().catch(() => DEFAULT_ON_STORE_LOSS);
+    this.lastPolicy = onStoreLoss;
+    if (onStoreLoss !== "pause") return found;
+    for (const key of known) {
+      const slot = hashSlotOf(key);
+      if (!missing.has(slot)) continue;
+      const epochKey = storeEpochKey(namespace, slot);
+      this.record(slot, epochKey, this.marker.epoch, onStoreLoss);
+      found.set(key, new StoreLostError(epochKey, slot));
+    }
+    return found;
+  }
+
+  /**
    * Looks at PROBED_SLOTS (GET /v1/health): a FLUSHALL or a primary replaced empty shows there even in an
    * environment that has not called on a lost slot yet, and the slots found lost before. Lost ones are
    * recorded as a call would record them; those that hold their key again (acknowledged) are cleared. Resolves with the probed slots found lost.

@@ -9,9 +9,18 @@ import { acknowledgeStoreLoss } from "../../../functions/app/store-actions.ts";
 import type { StoreEpochStatus } from "../../../functions/core/shared/store-epoch.ts";
 import { runCli } from "../../../scripts/cli.ts";
 import type { LocalStack } from "../../../scripts/local-stack.ts";
-import { HASH_SLOTS, hashSlotOf, USERS_PER_GROUP } from "../../../sdk/src/protocol/index.ts";
+import { capIdentityKey, capTagOf, HASH_SLOTS, hashSlotOf, USERS_PER_GROUP } from "../../../sdk/src/protocol/index.ts";
 import { connectCluster, primariesOf, uniqueNamespace } from "../../support/cluster.ts";
-import { clientsOf, drainDelivery, invoke, receive, sendRaw, testStack, uploadRules } from "../../support/pipeline.ts";
+import {
+  clientsOf,
+  drainDelivery,
+  drainRaw,
+  invoke,
+  receive,
+  sendRaw,
+  testStack,
+  uploadRules,
+} from "../../support/pipeline.ts";
 import { signedFetch } from "../../support/signed-fetch.ts";
 
 const policy = {
@@ -45,6 +54,20 @@ async function keysOf(primaries: readonly Redis[], pattern: string): Promise<str
     } while (cursor !== "0");
   }
   return found;
+}
+
+/** A cluster client, connected (on a loaded host the first slots refresh can miss its 1 s deadline). */
+async function connected(): Promise<TollgateCluster> {
+  for (let attempt = 1; ; attempt++) {
+    const client = connectCluster();
+    try {
+      await client.ping();
+      return client;
+    } catch (error) {
+      client.disconnect();
+      if (attempt === 3) throw error;
+    }
+  }
 }
 
 /**
@@ -199,6 +222,68 @@ describe("onStoreLoss pause (the default)", () => {
       ),
     );
     expect(new Set(retried)).toEqual(new Set([200]));
+  });
+});
+
+describe("a message spanning an emptied primary and live ones (onStoreLoss pause)", () => {
+  const namespace = uniqueNamespace();
+  let stack: LocalStack;
+  let cluster: TollgateCluster;
+  beforeAll(async () => {
+    stack = await testStack({ maxReceiveCount: 2, environment: { KEY_NAMESPACE: namespace } });
+    await uploadRules(stack, policy, {});
+    cluster = await connected();
+  });
+  afterAll(async () => {
+    await cluster.quit();
+    await stack.stop();
+  });
+
+  it("forwards the sends the live slots counted, dead-letters the message StoreLostError, and no user's next send is capped by a send that never went out", async () => {
+    // one user per cap tag: the message's calls reach every primary
+    const spring = users(256, USERS_PER_GROUP);
+    const slotOf = (userId: number) => hashSlotOf(capIdentityKey(namespace, capTagOf(userId)));
+    // the store initialised by a first message (every slot's epoch key written)
+    expect((await campaign(stack, "warm", [5_000_000])).failures).toEqual([]);
+    const [emptied] = await primariesOf(cluster.nodes("master"));
+    const ownsSlot = (slot: number) => emptied!.slots.some(([from, to]) => slot >= from && slot <= to);
+    await emptied!.node.flushall();
+    const lost = spring.filter((userId) => ownsSlot(slotOf(userId)));
+    const live = spring.filter((userId) => !ownsSlot(slotOf(userId)));
+    expect(lost.length).toBeGreaterThan(0);
+    expect(live.length).toBeGreaterThan(0);
+    const idOf = (campaignId: string, userId: number) => `${campaignId}:push:${userId}`;
+
+    // regression: the live slots' calls counted their users and the message failed on a lost slot before it
+    // forwarded anything; dead-lettered on its last receive, those sends stayed counted and never went out
+    // (the calls not yet started when the first one failed count nothing: the sends counted are a part of live)
+    const first = await campaign(stack, "spring", spring);
+    expect(first.failures).toEqual([first.id]);
+    expect(first.sent.length).toBeGreaterThan(0);
+    const liveIds = new Set(live.map((userId) => idOf("spring", userId)));
+    expect(first.sent.every((id) => liveIds.has(id))).toBe(true);
+    // its last receive: dead-lettered with the fault; the loss is known, so nothing is counted or sent again
+    const [last] = await receive(stack, 1);
+    expect(Number(last?.Attributes?.ApproximateReceiveCount)).toBe(2);
+    expect((await invoke(stack, [last!])).batchItemFailures).toEqual([]);
+    expect(await drainDelivery(stack)).toEqual([]);
+    const dead = await drainRaw(stack, stack.endpoints.deadLetterQueueUrl);
+    expect(dead.map((m) => m.MessageAttributes?.error?.StringValue)).toEqual(["StoreLostError"]);
+    // nothing forwarded twice, each send under its own dedupe id
+    expect(new Set(first.sent).size).toBe(first.sent.length);
+
+    await acknowledgeStoreLoss(clientsOf(stack).s3, stack.endpoints.bucket, cluster, namespace);
+    // 1d max 1: exactly the users whose spring send went out are capped; every other user (its spring send
+    // never counted, or lost with the emptied primary) is allowed
+    const forwarded = new Set(first.sent);
+    const summer = await campaign(stack, "summer", spring);
+    expect(summer.failures).toEqual([]);
+    expect(summer.sent.sort()).toEqual(
+      spring
+        .filter((userId) => !forwarded.has(idOf("spring", userId)))
+        .map((userId) => idOf("summer", userId))
+        .sort(),
+    );
   });
 });
 
