@@ -49,7 +49,6 @@ export interface CampaignConsumerHandlerDeps {
 export function makeCampaignConsumerHandler(deps: CampaignConsumerHandlerDeps) {
   const { consumer, logger, metrics, timeBudgetMarginMs, maxReceiveCount, recordsInFlight } = deps;
   const clock = deps.clock ?? systemClock;
-  const processor = new BatchProcessor(EventType.SQS);
 
   const handler = async (event: SQSEvent, context: Context): Promise<SQSBatchResponse> => {
     let storeDown: StoreUnavailableError | undefined;
@@ -134,7 +133,10 @@ export function makeCampaignConsumerHandler(deps: CampaignConsumerHandlerDeps) {
         metrics.addMetric("faultsDeadLettered", MetricUnit.Count, 1);
       }
     };
-    // Every record is handed over at once; Waves lets a wave's records run together and holds the rest.
+    // Every record is handed over at once; Waves lets a wave's records run together and holds the rest. A
+    // processor per invocation: it keeps the invocation's failures in its fields, and invocations running at
+    // once in one process (the local poller's) would clear and answer each other's (docs/decisions/0126)
+    const processor = new BatchProcessor(EventType.SQS);
     const response = await processPartialResponse(event, recordHandler, processor, {
       context,
       processInParallel: true,

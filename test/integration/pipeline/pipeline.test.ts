@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { pushCampaign } from "../../../functions/app/operator-actions.ts";
 import type { CampaignConsumer } from "../../../functions/core/capping/campaign-consumer.ts";
 import type { DeliveryMessage } from "../../../functions/core/capping/delivery.ts";
+import { StoreReplyError } from "../../../functions/core/shared/errors.ts";
 import { makeCampaignConsumerHandler } from "../../../functions/handlers/campaign-consumer-handler.ts";
 import { lambdaContext, toSqsEvent } from "../../../scripts/local/sqs-poller.ts";
 import type { LocalStack } from "../../../scripts/local-stack.ts";
@@ -329,6 +330,54 @@ describe("the time budget and waves of records", () => {
     });
     return { handler, seen };
   }
+
+  it("answers each of two invocations at once with its own failed records", async () => {
+    // regression: one batch processor served every invocation of a handler, and an invocation starting cleared
+    // the failures of one under way, which then answered its failed record as processed: the poller deleted it
+    for (const [i, campaignId] of ["b1", "b2", "a"].entries())
+      await sendRaw(stack, JSON.stringify({ campaignId, channel: "push", userIds: [22_000 + i] }));
+    const messages = await receive(stack, 3);
+    const byCampaign = new Map(
+      messages.map((m) => [(JSON.parse(m.Body as string) as { campaignId: string }).campaignId, m]),
+    );
+    const real = stack.consumer.consumer;
+    const consumer = Object.create(real) as CampaignConsumer;
+    let release = () => {};
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    consumer.consume = async (body, messageId, now) => {
+      const { campaignId } = JSON.parse(body) as { campaignId: string };
+      if (campaignId === "b1") throw new StoreReplyError("cap-sends", "ERR injected");
+      if (campaignId === "b2") await gate;
+      return real.consume(body, messageId, now);
+    };
+    const handler = makeCampaignConsumerHandler({
+      consumer,
+      logger: new Logger({ logLevel: "SILENT" }),
+      metrics: new Metrics({ namespace: "Tollgate" }),
+      timeBudgetMarginMs: 15_000,
+      maxReceiveCount: 5,
+      recordsInFlight: 2,
+    });
+    const eventOf = (...campaigns: string[]) =>
+      toSqsEvent(
+        campaigns.map((c) => byCampaign.get(c) as Message),
+        "arn:aws:sqs:us-east-1:000000000000:campaign",
+        "us-east-1",
+      );
+    // b1 fails at once while b2 waits; a whole invocation runs meanwhile; then b2 is let through
+    const first = handler(eventOf("b1", "b2"), lambdaContext(60_000)) as Promise<SQSBatchResponse>;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const second = (await handler(eventOf("a"), lambdaContext(60_000))) as SQSBatchResponse;
+    release();
+    expect(second.batchItemFailures).toEqual([]);
+    expect((await first).batchItemFailures).toEqual([{ itemIdentifier: byCampaign.get("b1")?.MessageId }]);
+    expect((await drainDelivery(stack)).flatMap((m) => m.sends.map((s) => s.dedupeId)).sort()).toEqual([
+      "a:push:22002",
+      "b2:push:22001",
+    ]);
+  });
 
   it("reports the records it cannot start in time as failures instead of timing out the whole batch", async () => {
     for (let i = 0; i < 3; i++)
