@@ -79,15 +79,6 @@ export const KNOWN_FAILING: Readonly<Record<string, string>> = {
   // caller moves the rings on 2 s and the lagging grants leave every window (a constant offset beyond the
   // 10 ms margin is not corrected: docs/quotas.md, "Time from one place")
   "clock-skew-2s/strict/redis": "110-111 of 100 with decide (seed 1; seeds 2 and 3 pass)",
-  // the campaign pipeline (scripts/chaos/product-grid.ts) after a primary restarted empty: only that primary's
-  // slots are lost and the run acknowledges nothing (it judges a recovery only where every
-  // slot was lost, flushall), so the records touching a lost slot are retried until their last receive and
-  // dead-lettered StoreLostError. A record's attempt counts the users whose slots still answer before it fails
-  // on a lost one: those sends stay counted though the record goes to the DLQ, so a later send of the same user
-  // is capped by a send that never went out. The 2 s visibility is shorter than the restart, so SQS also
-  // redrives records with no reason while their last attempt is under way (each had its reasoned copy, seed 1)
-  "pipeline/node-restarted-empty":
-    "1 capped with room (seed 1): an attempt counted the users on live slots, then the record was dead-lettered StoreLostError",
 };
 
 /** The scenarios whose id contains one of `filters` (all when none), in grid order. */
