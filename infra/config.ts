@@ -216,7 +216,7 @@ export const DEFAULT_PROFILE: Profile = "dev";
 export const SCRIPTS_READING_STORE_TIME = [
   "lua/limit-common.lua",
   "lua/quota-rule.lua",
-  "lua/quota-sync/store-time.lua",
+  "lua/quota-sync/store-now.lua",
 ];
 
 /** Why `serverless` is not a profile: each ElastiCache Serverless rule Tollgate's scripts break. */
