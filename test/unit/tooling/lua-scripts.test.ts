@@ -112,11 +112,7 @@ describe("the store's clock of quota-sync (store-now.lua)", () => {
 
   it("reads no test clock in what ships: the service's library and the SDK's chunk join the production part", () => {
     // the SDK's transport and its prepack join the entry as load() does, with no parts swapped
-    const shipped = [
-      load("quota-sync"),
-      joinLua(new URL("quota-sync/quota-sync.lua", LUA)).text,
-      quotaLibrary.code,
-    ];
+    const shipped = [load("quota-sync"), joinLua(new URL("quota-sync/quota-sync.lua", LUA)).text, quotaLibrary.code];
     for (const text of shipped) {
       expect(text).toContain(production);
       expect(text).not.toContain(testPart);
