@@ -328,7 +328,9 @@ describe("quota-sync as a Redis Function", () => {
               log.push("remove");
             } else if (step.kind === "flush") {
               const primaries = cluster.nodes("master");
-              await Promise.all(primaries.map((node) => node.function("DELETE", testClockQuotaLibrary.name).catch(() => {})));
+              await Promise.all(
+                primaries.map((node) => node.function("DELETE", testClockQuotaLibrary.name).catch(() => {})),
+              );
               log.push("function deleted");
             } else if (step.kind === "b3") {
               for (const ns of spaces) await toB3(keysOf(ns).state(NAMES[step.name]!));
