@@ -56,9 +56,11 @@ const capSchema = z
     reserve: reserveSchema.optional(),
   })
   .superRefine((cap, ctx) => {
+    // a reserve with a problem of its own reaches here untransformed: its issues are reported already
+    if (!Array.isArray(cap.reserve)) return;
     const slots = reservedInAll(cap.reserve);
     // every priority keeps at least one slot: a reserve of the whole max would cap promotional sends at 0
-    if (cap.reserve && slots >= cap.max)
+    if (slots >= cap.max)
       ctx.addIssue({
         code: "custom",
         path: ["reserve"],
