@@ -5,6 +5,7 @@ import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RedisCapStore, type TollgateCluster } from "../../../functions/adapters/redis-cluster.ts";
 import { Capper } from "../../../functions/core/capping/capper.ts";
+import type { PriorityName } from "../../../functions/core/capping/priority.ts";
 import type { CapDecision } from "../../../functions/core/capping/decisions.ts";
 import { fixedClock, MAX_FUTURE_MS } from "../../../functions/core/shared/clock.ts";
 import { parseDuration } from "../../../functions/core/shared/duration.ts";
@@ -57,7 +58,7 @@ function asModel(decision: CapDecision, caps: readonly unknown[]): PriorityDecis
 }
 
 const priorityArb = fc.oneof(
-  fc.constantFrom<string | number | undefined>(undefined, "promotional", "triggered", "transactional"),
+  fc.constantFrom<PriorityName | undefined>(undefined, "promotional", "triggered", "transactional"),
   fc.integer({ min: 0, max: 100 }),
 );
 const reserveKeyArb = fc.constantFrom("triggered", "transactional", "20", "75", "100");
@@ -215,7 +216,7 @@ function worstAround(times: readonly number[], at: number, windowMs: number): nu
 describe("priority headroom, hostile but valid", () => {
   it("reserve = max − 1: a promotional send gets exactly one slot, every other slot stays for the reserve's priority", async () => {
     const { capper, clock } = stack([{ window: "1h", max: 4, reserve: { triggered: 3 } }]);
-    const send = (campaignId: string, priority?: string) =>
+    const send = (campaignId: string, priority?: PriorityName) =>
       capper.capBatch({
         campaignId,
         channel: "push",
