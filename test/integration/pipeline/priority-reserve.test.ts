@@ -5,8 +5,11 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ConsumeOutcome } from "../../../functions/core/capping/campaign-consumer.ts";
 import { fixedClock } from "../../../functions/core/shared/clock.ts";
+import { DEFAULT_ARCHIVE_PREFIX } from "../../../functions/core/shared/decision-archive.ts";
+import { campaignReport, campaignReportText, why, whyText } from "../../../scripts/archive-answers.ts";
+import { openArchive } from "../../../scripts/archive-query.ts";
 import type { LocalStack } from "../../../scripts/local-stack.ts";
-import { drainDelivery, invoke, receive, sendRaw, testStack, uploadRules } from "../../support/pipeline.ts";
+import { clientsOf, drainDelivery, invoke, receive, sendRaw, testStack, uploadRules } from "../../support/pipeline.ts";
 import { signedFetch } from "../../support/signed-fetch.ts";
 
 // pinned: the stack's clock, 2026-12-02 09:00 UTC
@@ -88,5 +91,27 @@ describe("priority headroom on the local stack", () => {
     clock.advance(MINUTE);
     const again = await consume({ campaignId: "order-7", channel: "push", userIds: [7], priority: "transactional" });
     expect(again.result.decisions[0]?.decision).toBe("capped");
+  });
+
+  it("archives the displaced sends with their reason: the campaign report and why name the reserve", async () => {
+    const archive = await openArchive({
+      s3: clientsOf(stack).s3,
+      bucket: stack.endpoints.bucket,
+      prefix: DEFAULT_ARCHIVE_PREFIX,
+    });
+    try {
+      const report = await campaignReport(archive, "flash-sale");
+      expect(report.total).toMatchObject({ sent: 0, capped: 0, displaced: 500 });
+      expect(report.segments[0]?.displacedBy).toEqual({ "push:1d": 500 });
+      expect(campaignReportText(report)).toContain("displaced by the reserve of push:1d: 500");
+      const rows = await archive.query<{ reason: string; capMax: number; capUsed: number | null }>(
+        `SELECT reason, capMax, capUsed FROM decisions WHERE campaignId = 'flash-sale' AND userId = 3`,
+      );
+      expect(rows).toEqual([{ reason: "reserve", capMax: 2, capUsed: null }]);
+      const answer = await why(archive, { userId: 3, campaignId: "flash-sale", channel: "push" });
+      expect(whyText(answer, { userId: 3 })).toContain("displaced by the reserve of push:1d (max 2)");
+    } finally {
+      archive.close();
+    }
   });
 });
