@@ -81,8 +81,9 @@ export class Observability extends Construct {
             width: 12,
           }),
           new cloudwatch.GraphWidget({
-            title: "Capped sends by segment and channel",
-            left: [decisions("capped")],
+            title: "Capped and displaced sends by segment and channel",
+            // displaced: refused by room a cap keeps for higher priorities (the consumer's `displaced` count)
+            left: [decisions("capped"), decisions("displaced")],
             width: 12,
           }),
         ],

@@ -12,8 +12,8 @@ export interface DecisionRow {
   channel: string;
   userId: number;
   segment: string;
-  decision: "allowed" | "capped" | "duplicate" | "exempt" | "quiet" | "deferred" | "dropped";
-  /** `cap`, `quiet_hours`, or null. */
+  decision: "allowed" | "capped" | "displaced" | "duplicate" | "exempt" | "quiet" | "deferred" | "dropped";
+  /** `cap`, `reserve` (room kept for higher priorities), `quiet_hours`, or null. */
   reason: string | null;
   cap: string | null;
   capChannel: string | null;
@@ -119,7 +119,7 @@ export async function why(
         max: cap.max,
         before: inWindow.length,
         after: inWindow.length + (ownCounts ? 1 : 0),
-        bit: decision.decision === "capped" && decision.cap === label,
+        bit: (decision.decision === "capped" || decision.decision === "displaced") && decision.cap === label,
         sends: inWindow.map((row) => ({ campaignId: row.campaignId, channel: row.channel, at: row.at })),
       };
     }),
@@ -157,7 +157,7 @@ export function whyText(answer: WhyAnswer | undefined, question: { userId: numbe
   if (answer.caps.length === 0) lines.push("  no cap applies");
   for (const cap of answer.caps) {
     lines.push(
-      `  ${cap.bit ? "capped by" : "cap"} ${cap.cap} (max ${cap.max}): ${cap.before} sends in the window before, ${cap.after} after`,
+      `  ${cap.bit ? (decision.decision === "displaced" ? "displaced by the reserve of" : "capped by") : "cap"} ${cap.cap} (max ${cap.max}): ${cap.before} sends in the window before, ${cap.after} after`,
     );
     for (const send of cap.sends) lines.push(`    ${iso(send.at)}  ${send.campaignId ?? "(check)"}  ${send.channel}`);
   }
@@ -174,6 +174,9 @@ export interface CampaignReport {
     duplicate: number;
     exempt: number;
     cappedBy: Record<string, number>;
+    /** Refused by room a cap keeps for higher priorities, and by the cap whose reserve it was. */
+    displaced: number;
+    displacedBy: Record<string, number>;
     /** Held by quiet hours: not sent (`quiet`), deferred, dropped past the deferral bound. */
     quiet: number;
     deferred: number;
@@ -184,6 +187,7 @@ export interface CampaignReport {
   total: {
     sent: number;
     capped: number;
+    displaced: number;
     duplicate: number;
     exempt: number;
     quiet: number;
@@ -218,7 +222,7 @@ export async function campaignReport(archive: OpenArchive, campaignId: string): 
     [campaignId],
   );
   const bySegment = new Map<string, CampaignReport["segments"][number]>();
-  const total = { sent: 0, capped: 0, duplicate: 0, exempt: 0, quiet: 0, deferred: 0, dropped: 0 };
+  const total = { sent: 0, capped: 0, displaced: 0, duplicate: 0, exempt: 0, quiet: 0, deferred: 0, dropped: 0 };
   for (const row of rows) {
     let segment = bySegment.get(row.segment);
     if (!segment) {
@@ -229,6 +233,8 @@ export async function campaignReport(archive: OpenArchive, campaignId: string): 
         duplicate: 0,
         exempt: 0,
         cappedBy: {},
+        displaced: 0,
+        displacedBy: {},
         quiet: 0,
         deferred: 0,
         dropped: 0,
@@ -252,6 +258,7 @@ export async function campaignReport(archive: OpenArchive, campaignId: string): 
       total.sent += n;
     }
     if (row.decision === "capped" && row.cap) segment.cappedBy[row.cap] = (segment.cappedBy[row.cap] ?? 0) + n;
+    if (row.decision === "displaced" && row.cap) segment.displacedBy[row.cap] = (segment.displacedBy[row.cap] ?? 0) + n;
   }
   return { campaignId, segments: [...bySegment.values()], total };
 }
@@ -272,6 +279,8 @@ export function campaignReportText(report: CampaignReport): string {
       `${s.segment.padEnd(name)}  ${String(s.sent).padStart(8)}  ${String(s.capped).padStart(8)}  ${String(s.duplicate).padStart(8)}  ${"█".repeat(sent)}${"░".repeat(capped)}`,
     );
     for (const [cap, n] of Object.entries(s.cappedBy)) lines.push(`${"".padEnd(name)}    capped by ${cap}: ${n}`);
+    for (const [cap, n] of Object.entries(s.displacedBy))
+      lines.push(`${"".padEnd(name)}    displaced by the reserve of ${cap}: ${n}`);
     for (const [zone, held] of Object.entries(s.heldByZone))
       lines.push(
         `${"".padEnd(name)}    quiet hours in ${zone}: ${held.quiet} not sent, ${held.deferred} deferred, ${held.dropped} dropped`,

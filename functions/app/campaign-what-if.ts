@@ -52,6 +52,8 @@ export interface WhatIfSegment {
   allowed: number;
   capped: number;
   cappedBy: Record<string, number>;
+  /** Refused by room a cap keeps for higher priorities (the campaign's `priority` is below it). */
+  displaced: number;
   /** Repeats of a user counted before (by this campaign, or earlier in its list). */
   duplicate: number;
   exempt: number;
@@ -98,6 +100,7 @@ const emptySegment = (segment: string): WhatIfSegment => ({
   allowed: 0,
   capped: 0,
   cappedBy: {},
+  displaced: 0,
   duplicate: 0,
   exempt: 0,
   deferred: 0,
@@ -242,6 +245,7 @@ function totalOf(segments: WhatIfSegment[]): Omit<WhatIfSegment, "segment"> {
     total.users += s.users;
     total.allowed += s.allowed;
     total.capped += s.capped;
+    total.displaced += s.displaced;
     total.duplicate += s.duplicate;
     total.exempt += s.exempt;
     total.deferred += s.deferred;

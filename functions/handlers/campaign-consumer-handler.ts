@@ -90,6 +90,7 @@ export function makeCampaignConsumerHandler(deps: CampaignConsumerHandlerDeps) {
           single.setDefaultDimensions({ channel: outcome.channel, segment });
           single.addMetric("allowed", MetricUnit.Count, totals.allowed);
           single.addMetric("capped", MetricUnit.Count, totals.capped);
+          if (totals.displaced) single.addMetric("displaced", MetricUnit.Count, totals.displaced);
           single.addMetric("duplicate", MetricUnit.Count, totals.duplicate);
           single.addMetric("exempt", MetricUnit.Count, totals.exempt);
         }

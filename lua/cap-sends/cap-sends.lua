@@ -39,7 +39,9 @@ ARGV[5]  "1": exempt but counted (no cap is checked), "0": capped
 ARGV[6]  horizon ms: the longest retention of any profile of the policy; a block compaction drops sends
          at or before now - horizon
 ARGV[7]  caps of the call's profiles, msgpack: an array with per profile [windows ms[], maxima[],
-         everyChannel[]] (everyChannel 1: counts every channel's sends, 0: this channel's)
+         everyChannel[], fullMaxima[]?] (everyChannel 1: counts every channel's sends, 0: this channel's;
+         maxima: what the call's priority may fill, each cap's max less its reserve for higher priorities;
+         fullMaxima, present when some reserve applies: the caps' own maxima, reserve.lua)
 ARGV[8]  retentions of each profile, ","-separated, each "<kept ms>:<window ms>": a user's sends at or
          before now - kept are dropped whenever the user is written; in a user record, sends at or before
          now - window move to the tail, which a call reads only for a duplicate or when a window around
@@ -57,7 +59,8 @@ ARGV[11+p] page p (1..P, P = #ARGV - 11): byte 1 the index (1..S) of its record 
          profile number (1 byte) in the same order; the script works on whole sections with C string
          functions (runSparseCall()), or makes the page arguments for the general path
 Reply    one byte per user in argument order: 0 allowed (counted), 1 duplicate, 2 exempt (counted without
-         checks), 3+i capped by cap i (0-based) of its profile. With "+windows", then a line per user in
+         checks), 3+i capped by cap i (0-based) of its profile, 35+i displaced by cap i's reserve (allowed
+         under the caps' own maxima, refused under the call's). With "+windows", then a line per user in
          argument order, "<retry at> <used> <reset at> ...\n" with a pair per cap of its profile, as of the
          user's sends after the call (windowsLine() states what each figure is); its size is the number of
          caps, whatever the user's history.
@@ -97,6 +100,7 @@ local REPLY_DUPLICATE, REPLY_EXEMPT, REPLY_FIRST_CAP = 1, 2, 3
 -- the largest event count each width can number, and the compaction threshold kept under it
 local WIDTH_LIMIT = { 255, 65535, 16777215 }
 
+--- @include "reserve"
 --- @include "profiles"
 
 --- @include "window-rule"

@@ -190,7 +190,7 @@ end
 -- The reply code for a user of `profile` whose n live sends are the inPlaceList() `list` (liveSends()), by the
 -- rule of decideSends(): a cap is full when its fullest window around `at` holds its max (fullWindow()'s rule),
 -- found by binary searches.
-decideInPlace = function(profile, n, list)
+local function inPlaceUnderMaxima(profile, n, list)
   if call.exemptCounted then return REPLY_EXEMPT end
   if n < profile.least then return 0 end
   local windows, maxima = profile.windows, profile.maxima
@@ -199,4 +199,9 @@ decideInPlace = function(profile, n, list)
     if max == 0 or (n >= max and fullestAround(list, n, at, windows[cap]) >= max) then return REPLY_FIRST_CAP + cap - 1 end
   end
   return 0
+end
+decideInPlace = function(profile, n, list)
+  local code = inPlaceUnderMaxima(profile, n, list)
+  if code < REPLY_FIRST_CAP or not profile.full then return code end
+  return displacedOr(code, inPlaceUnderMaxima(profile.full, n, list))
 end

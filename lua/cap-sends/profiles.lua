@@ -23,10 +23,12 @@ local function readProfiles(packedCaps, packedRetentions)
     end
     local retention, windowRetention = retentions[index + 1], windowRetentions[index + 1]
     if retention == nil then return redis.error_reply('ERR cap-sends: no retention for profile ' .. index) end
-    call.profiles[index] = {
+    local profile = {
       windows = windows, maxima = maxima, everyChannel = everyChannel, least = least, longest = longest,
       retention = retention, cutoff = call.now - retention, windowCutoff = call.now - math.min(windowRetention, retention),
     }
+    profile.full = fullProfileOf(profile, spec[4])
+    call.profiles[index] = profile
   end
 end
 

@@ -20,7 +20,7 @@ end
 -- onChannel[events[i]] / isMine[events[i]] (`events` nil: the sends are 1..n themselves). Sends at or before
 -- the profile's cutoff do not count. Cost: a pass over the sends per cap, and a sort of the sends near `at`
 -- only for a cap they could fill; a user with fewer sends than the profile's smallest max needs no pass.
-local function decideSends(profile, n, events, times, onChannel, isMine, anyMine)
+local function decideUnderMaxima(profile, n, events, times, onChannel, isMine, anyMine)
   local cutoff = profile.cutoff
   if anyMine and not call.anonymous then
     for i = 1, n do
@@ -60,6 +60,11 @@ local function decideSends(profile, n, events, times, onChannel, isMine, anyMine
     end
   end
   return 0
+end
+local function decideSends(profile, n, events, times, onChannel, isMine, anyMine)
+  local code = decideUnderMaxima(profile, n, events, times, onChannel, isMine, anyMine)
+  if code < REPLY_FIRST_CAP or not profile.full then return code end
+  return displacedOr(code, decideUnderMaxima(profile.full, n, events, times, onChannel, isMine, anyMine))
 end
 
 -- The reply code for a user of `profile` whose live sends are given (times, onChannel, isMine; n of them), or

@@ -46,8 +46,10 @@ export function designPolicy() {
             { window: "1d", max: 1 },
             { window: "7d", max: 3 },
           ],
+          // 1 of 2 a day kept for transactional sends (password resets, order updates)
+          sms: [{ window: "1d", max: 2, reserve: { transactional: 1 } }],
           "*": [{ window: "7d", max: 6 }],
-        } as Record<string, { window: string; max: number }[]>,
+        } as Record<string, { window: string; max: number; reserve?: Record<string, number> }[]>,
       },
     ],
     default: {

@@ -17,11 +17,22 @@ export const CLASS_CODES = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnop
 
 const capLabel = (cap: CapRule) => `${cap.channel}:${cap.window}`;
 
+/** A class key for the sends a cap's reserve displaced (the cap itself keys the sends it capped). */
+const displacedKeys = new WeakMap<CapRule, { displacedBy: CapRule }>();
+function displacedKey(cap: CapRule): { displacedBy: CapRule } {
+  let key = displacedKeys.get(cap);
+  if (key === undefined) {
+    key = { displacedBy: cap };
+    displacedKeys.set(cap, key);
+  }
+  return key;
+}
+
 /** The builder of one batch line: users in input order, their runs, codes and the class table. */
 class BatchLine {
   readonly runs: string[] = [];
   readonly classes: string[] = [];
-  private readonly index = new Map<string, Map<string | CapRule, number>>();
+  private readonly index = new Map<string, Map<string | CapRule | { displacedBy: CapRule }, number>>();
   private readonly codes: Uint8Array;
   users = 0;
   private runStart = -1;
@@ -38,8 +49,16 @@ class BatchLine {
       bySegment = new Map();
       this.index.set(segment, bySegment);
     }
-    // a send held by quiet hours: its class is its zone's and instant's (one per segment and zone present)
-    const key = cap ?? (eligibleAt === undefined ? decision : `${decision}|${zone}|${eligibleAt}`);
+    // a send held by quiet hours: its class is its zone's and instant's (one per segment and zone present); a
+    // displaced send's is its cap's, apart from the sends that cap capped
+    const key =
+      cap === undefined
+        ? eligibleAt === undefined
+          ? decision
+          : `${decision}|${zone}|${eligibleAt}`
+        : decision === "displaced"
+          ? displacedKey(cap)
+          : cap;
     let code = bySegment.get(key);
     if (code === undefined) {
       if (this.classes.length === CLASS_CODES.length) return -1;
@@ -86,6 +105,12 @@ function classJson(
   if (held)
     return `${fields},"reason":"quiet_hours","zone":${JSON.stringify(held.zone ?? null)},"eligibleAt":${held.eligibleAt}}`;
   if (!cap) return `${fields}}`;
+  if (decision === "displaced")
+    // capUsed unknown: the window held at least the room the send's priority sees and fewer than max
+    return (
+      `${fields},"reason":"reserve","cap":${JSON.stringify(capLabel(cap))},"capChannel":${JSON.stringify(cap.channel)},` +
+      `"capWindowMs":${cap.windowMs},"capMax":${cap.max},"capUsed":null}`
+    );
   // capUsed: the cap's count at the decision. Exact from the reply's cap index: cap-sends denies a send only
   // when a window around `at` holds max sends, and allows one only when every such window holds fewer, so
   // under the caps it decided by no window holds more than max (the window rule of
@@ -132,7 +157,8 @@ export function frequencyLine(
   decidedAt: number,
   at: number,
 ): string {
-  const bit = result.windows.find((window) => window.remaining <= 0 && result.decision === "capped");
+  const refused = result.decision === "capped" || result.decision === "displaced";
+  const bit = refused ? result.windows.find((window) => window.remaining <= 0) : undefined;
   return JSON.stringify({
     kind: "frequency",
     decidedAt,
@@ -143,7 +169,7 @@ export function frequencyLine(
     segment: result.segment,
     decision: result.decision,
     consume: request.consume !== false,
-    reason: bit ? "cap" : (result.reason ?? null),
+    reason: result.reason ?? (bit ? "cap" : null),
     ...(result.eligibleAt === undefined ? {} : { eligibleAt: result.eligibleAt }),
     cap: bit ? `${bit.channel}:${bit.window}` : null,
     capMax: bit ? bit.max : null,

@@ -1,6 +1,7 @@
 // The campaign batch: the message a campaign tool puts on the campaign queue, and the capper's input.
 import { z } from "zod";
 import { campaignIdSchema, channelSchema, sendTimeSchema, userIdsSchema } from "../shared/send-fields.ts";
+import { prioritySchema } from "./priority.ts";
 
 /** The longest a campaign may ask a send to wait for the end of quiet hours. */
 export const MAX_DEFER_MS = 7 * 86_400_000;
@@ -27,6 +28,8 @@ export const campaignBatchSchema = z.strictObject({
   exempt: z.boolean("expected true or false").optional(),
   countExempt: z.boolean("expected true or false").optional(),
   defer: deferSchema.optional(),
+  /** Which room of the caps the sends may take (priority.ts); default promotional, the lowest. */
+  priority: prioritySchema.optional(),
 });
 
 export type CampaignBatch = z.output<typeof campaignBatchSchema>;

@@ -13,7 +13,8 @@ import {
 } from "../../../sdk/src/protocol/index.ts";
 import { PartlyDecidedError } from "../shared/errors.ts";
 import type { DecisionKind } from "./decisions.ts";
-import { keptMs, type Policy } from "./policy.ts";
+import { keptMs, MAX_CAPS_PER_CHANNEL, type Policy } from "./policy.ts";
+import { DEFAULT_PRIORITY, reservedAbove } from "./priority.ts";
 
 /** What the capper needs from the counter store: run cap-sends with the keys and arguments planned here. */
 export interface CapStore {
@@ -31,6 +32,8 @@ export const REPLY_DUPLICATE = 1;
 export const REPLY_EXEMPT = 2;
 /** 3 + i: capped by cap i of the user's profile. */
 export const REPLY_FIRST_CAP = 3;
+/** 35 + i: displaced by cap i's reserve (room the caps keep for higher priorities; lua/cap-sends/reserve.lua). */
+export const REPLY_FIRST_DISPLACED = REPLY_FIRST_CAP + MAX_CAPS_PER_CHANNEL;
 
 /**
  * What POST /v1/frequency reports of one user, as cap-sends worked it out from the user's sends
@@ -66,12 +69,13 @@ export class Verdicts {
     if (code === REPLY_ALLOWED) return "allowed";
     if (code === REPLY_DUPLICATE) return "duplicate";
     if (code === REPLY_EXEMPT) return "exempt";
-    return "capped";
+    return code >= REPLY_FIRST_DISPLACED ? "displaced" : "capped";
   }
 
-  /** For a capped user: which cap denied it, as an index into `policy.capsFor(segment, channel)`. */
+  /** For a capped or displaced user: which cap denied it, as an index into `policy.capsFor(segment, channel)`. */
   capIndex(user: number): number {
-    return (this.codes[user] as number) - REPLY_FIRST_CAP;
+    const code = this.codes[user] as number;
+    return code - (code >= REPLY_FIRST_DISPLACED ? REPLY_FIRST_DISPLACED : REPLY_FIRST_CAP);
   }
 }
 
@@ -111,7 +115,10 @@ export const BLOB_SPLIT_BYTES = 1024;
 /** One cap as the script sees it. */
 export interface ScriptCap {
   windowMs: number;
+  /** What the call's priority may fill: the cap's max less its reserve for higher priorities. */
   max: number;
+  /** The cap's own max, when a reserve keeps part of it from the call's priority (absent: `max` is it). */
+  fullMax?: number;
   /** Counts every channel's sends ("*"), not only the call's channel. */
   everyChannel: boolean;
 }
@@ -126,14 +133,23 @@ export interface ScriptProfile {
 }
 
 /**
- * Every segment's caps on `channel` and its retentions, as the script takes them (one per segment number);
- * `redeliveryMs`: how long a counted send's message can come back (policy.ts DEFAULT_REDELIVERY_MS).
+ * Every segment's caps on `channel` and its retentions, as the script takes them (one per segment number),
+ * for sends of `priority` (priority.ts); `redeliveryMs`: how long a counted send's message can come back
+ * (policy.ts DEFAULT_REDELIVERY_MS).
  */
-export function scriptProfiles(policy: Policy, channel: string, redeliveryMs: number): ScriptProfile[] {
+export function scriptProfiles(
+  policy: Policy,
+  channel: string,
+  redeliveryMs: number,
+  priority = DEFAULT_PRIORITY,
+): ScriptProfile[] {
   return policy.segments.map((_, segment) => ({
-    caps: policy
-      .capsFor(segment, channel)
-      .map((cap) => ({ windowMs: cap.windowMs, max: cap.max, everyChannel: cap.channel !== channel })),
+    caps: policy.capsFor(segment, channel).map((cap): ScriptCap => {
+      const room = cap.max - reservedAbove(cap.reserve, priority);
+      const scriptCap: ScriptCap = { windowMs: cap.windowMs, max: room, everyChannel: cap.channel !== channel };
+      if (room < cap.max) scriptCap.fullMax = cap.max;
+      return scriptCap;
+    }),
     retentionMs: keptMs(policy, segment, redeliveryMs),
     windowRetentionMs: policy.retentionMs(segment),
   }));
@@ -600,7 +616,10 @@ function buildCall(request: CapSendsRequest, tag: number, runs: PageRun[], users
   return { keys, args, members, tag, pages: runs.map((run) => run.page) };
 }
 
-/** A profile as ARGV[7] and ARGV[8] carry it: msgpack of [windows, maxima, everyChannel], and "<kept>:<window>". */
+/**
+ * A profile as ARGV[7] and ARGV[8] carry it: msgpack of [windows, maxima, everyChannel, fullMaxima?], and
+ * "<kept>:<window>".
+ */
 interface PackedProfile {
   /** The profile's content as text: segments whose profiles read the same share one number in a call. */
   content: string;
@@ -620,6 +639,9 @@ function packedProfile(profile: ScriptProfile): PackedProfile {
       profile.caps.map((cap) => cap.max),
       profile.caps.map((cap) => (cap.everyChannel ? 1 : 0)),
     ];
+    // the caps' own maxima only where a reserve applies: a call without one is the same bytes as before
+    if (profile.caps.some((cap) => cap.fullMax !== undefined))
+      element.push(profile.caps.map((cap) => cap.fullMax ?? cap.max));
     packed = {
       // stringified once per profile, not per call (a /v1/frequency check is one call)
       content: JSON.stringify(profile),

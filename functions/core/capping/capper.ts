@@ -27,6 +27,7 @@ import type {
 } from "./decisions.ts";
 import { type FrequencyResult, frequencyReport, frequencyRequestSchema } from "./frequency.ts";
 import { type CapRule, DEFAULT_REDELIVERY_MS, keptHorizonMs, type Policy } from "./policy.ts";
+import { DEFAULT_PRIORITY } from "./priority.ts";
 import { HELD_DEFERRED, HELD_NAMES, NOT_HELD, type QuietHolds, quietHolds } from "./quiet-holds.ts";
 import type { Rules } from "./rules-source.ts";
 
@@ -137,6 +138,7 @@ export class Capper {
       channel: request.channel,
       userIds: [request.userId],
       at: request.at,
+      priority: request.priority,
     };
     const now = this.clock.now();
     // one call: the decision and the user's windows as the decision left them (atomic, one round trip)
@@ -151,7 +153,10 @@ export class Capper {
     const segment = rules.policy.segments.findIndex((s) => s.name === decision.segment);
     const figures = windows.get(0);
     if (!figures) throw new Error("cap-sends replied no windows for the user");
-    return frequencyReport(decision, rules.policy.capsFor(segment, request.channel), figures, result.at);
+    return frequencyReport(decision, rules.policy.capsFor(segment, request.channel), figures, {
+      at: result.at,
+      priority: request.priority ?? DEFAULT_PRIORITY,
+    });
   }
 
   private async decide(
@@ -166,7 +171,7 @@ export class Capper {
   }
 
   private async run(
-    batch: Pick<CampaignBatchInput, "campaignId" | "channel" | "at" | "exempt" | "countExempt" | "defer"> & {
+    batch: Pick<CampaignBatch, "campaignId" | "channel" | "at" | "exempt" | "countExempt" | "defer" | "priority"> & {
       userIds: readonly number[];
     },
     mode: "count" | "peek",
@@ -232,7 +237,7 @@ export class Capper {
                 horizonMs: keptHorizonMs(policy, this.redeliveryMs),
                 channel: batch.channel,
                 campaignId: batch.campaignId,
-                profiles: this.profiles(policy, batch.channel),
+                profiles: this.profiles(policy, batch.channel, batch.priority ?? DEFAULT_PRIORITY),
                 sortedIds: decided.sortedIds,
                 segmentOf: decided.segmentOf,
                 forced: batch.exempt === true,
@@ -250,17 +255,22 @@ export class Capper {
     return { result: reportOf(verdicts), windows, sortedIds };
   }
 
-  /** The script's profiles for `channel`, worked out once per policy. */
-  private profiles(policy: Policy, channel: string): ScriptProfile[] {
+  /**
+   * The script's profiles for `channel` and sends of `priority`, worked out once per policy. Without a reserve
+   * on the channel every priority shares one set, so batches of any priority share their script calls.
+   */
+  private profiles(policy: Policy, channel: string, priority: number): ScriptProfile[] {
     let byChannel = this.profileCache.get(policy);
     if (!byChannel) {
       byChannel = new Map();
       this.profileCache.set(policy, byChannel);
     }
-    let profiles = byChannel.get(channel);
+    const seen = policy.hasReserves(channel) ? priority : DEFAULT_PRIORITY;
+    const key = `${seen}:${channel}`;
+    let profiles = byChannel.get(key);
     if (profiles === undefined) {
-      profiles = scriptProfiles(policy, channel, this.redeliveryMs);
-      byChannel.set(channel, profiles);
+      profiles = scriptProfiles(policy, channel, this.redeliveryMs, seen);
+      byChannel.set(key, profiles);
     }
     return profiles;
   }
@@ -313,7 +323,7 @@ export class Capper {
       }
       const v = decidedIndex++;
       let kind = verdicts.decision(v);
-      let capIndex = kind === "capped" ? verdicts.capIndex(v) : 0;
+      let capIndex = kind === "capped" || kind === "displaced" ? verdicts.capIndex(v) : 0;
       let isAnswered = answered === undefined || answered[v] === 1;
       if (j > 0 && sortedIds[j] === sortedIds[j - 1]) {
         // A repeat of an ID in the same batch: once the first is counted, the rest are duplicates.
@@ -331,7 +341,7 @@ export class Capper {
         segment: names[segment] as string,
         decision: kind,
       };
-      if (kind === "capped") {
+      if (kind === "capped" || kind === "displaced") {
         let caps = capsOf[segment];
         if (caps === undefined) {
           caps = policy.capsFor(segment, channel).map((cap) => ({ cap, label: `${cap.channel}:${cap.window}` }));
@@ -340,8 +350,14 @@ export class Capper {
         const named = caps[capIndex];
         if (!named) throw new Error(`cap-sends named cap ${capIndex}, which the policy does not have`);
         decision.cap = named.cap;
-        counts.capped++;
-        counts.cappedBy[named.label] = (counts.cappedBy[named.label] ?? 0) + 1;
+        if (kind === "capped") {
+          counts.capped++;
+          counts.cappedBy[named.label] = (counts.cappedBy[named.label] ?? 0) + 1;
+        } else {
+          counts.displaced = (counts.displaced ?? 0) + 1;
+          counts.displacedBy ??= {};
+          counts.displacedBy[named.label] = (counts.displacedBy[named.label] ?? 0) + 1;
+        }
       } else {
         counts[kind as "allowed" | "duplicate" | "exempt"]++;
       }
@@ -349,7 +365,7 @@ export class Capper {
     }
     policy.segments.forEach(({ name }, segment) => {
       const counts = segmentTotals[segment] as SegmentTotals;
-      const held = (counts.quiet ?? 0) + (counts.deferred ?? 0) + (counts.dropped ?? 0);
+      const held = (counts.quiet ?? 0) + (counts.deferred ?? 0) + (counts.dropped ?? 0) + (counts.displaced ?? 0);
       if (counts.allowed + counts.capped + counts.duplicate + counts.exempt + held > 0) totals[name] = counts;
     });
     const result: CapBatchResult = { at, policyVersion: policy.version, decisions, totals };

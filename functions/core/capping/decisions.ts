@@ -3,11 +3,20 @@
 import type { CapRule } from "./policy.ts";
 
 /**
+ * `displaced`: refused by the room a cap reserves for higher priorities (the caps' own maxima had room);
  * `quiet`: inside quiet hours and not deferred (dropped); `deferred`: inside quiet hours, re-decided at its
  * `eligibleAt`; `dropped`: inside quiet hours with an `eligibleAt` past the campaign's deferral bound. None of
  * the three is counted or delivered.
  */
-export type DecisionKind = "allowed" | "capped" | "duplicate" | "exempt" | "quiet" | "deferred" | "dropped";
+export type DecisionKind =
+  | "allowed"
+  | "capped"
+  | "displaced"
+  | "duplicate"
+  | "exempt"
+  | "quiet"
+  | "deferred"
+  | "dropped";
 
 /** Decisions held back by quiet hours (never counted, never delivered now). */
 export const HELD_KINDS: ReadonlySet<DecisionKind> = new Set(["quiet", "deferred", "dropped"]);
@@ -16,7 +25,10 @@ export interface CapDecision {
   userId: number;
   segment: string;
   decision: DecisionKind;
-  /** The first cap (in policy order: the channel's own, then "*") that denied the send. */
+  /**
+   * The first cap (in policy order: the channel's own, then "*") that denied the send; for a displaced one,
+   * the first whose room for the send's priority (max less the reserve above it) was full.
+   */
   cap?: CapRule;
   /** Held by quiet hours: the earliest instant outside them, in the user's zone. */
   eligibleAt?: number;
@@ -31,6 +43,12 @@ export interface SegmentTotals {
   exempt: number;
   /** Capped sends by the cap that bit, labelled `<channel>:<window>` (e.g. `push:1d`, `*:7d`). */
   cappedBy: Record<string, number>;
+  /**
+   * Refused by a reserve for higher priorities (present only when some were), and by the cap whose reserve it
+   * was, labelled as `cappedBy`'s.
+   */
+  displaced?: number;
+  displacedBy?: Record<string, number>;
   /** Held by quiet hours (present only when some were): dropped, deferred, dropped past the deferral bound. */
   quiet?: number;
   deferred?: number;

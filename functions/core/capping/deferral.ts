@@ -51,6 +51,8 @@ export function deferralMessages(batch: CampaignBatch, result: CapBatchResult): 
         defer: { maxMs: batch.defer.maxMs, since: first },
       };
       if (batch.payload !== undefined) message.payload = batch.payload;
+      // the deferred sends keep their room in the caps (a name without it for a batch without it, as before)
+      if (batch.priority !== undefined) message.priority = batch.priority;
       deferrals.push({ name: deferralName(message), eligibleAt, body: JSON.stringify(message), users: chunk.length });
     }
   }

@@ -137,7 +137,7 @@ export function deliveryMessages(
   };
   const seen = new Set<number>();
   for (const { userId, segment, decision } of decisions) {
-    if (decision === "capped" || HELD_KINDS.has(decision) || seen.has(userId)) continue;
+    if (decision === "capped" || decision === "displaced" || HELD_KINDS.has(decision) || seen.has(userId)) continue;
     seen.add(userId);
     const sendBytes = sizer.sendBytes(userId, segment);
     if (current.length > 0 && bytes + 1 + sendBytes > limits.maxBodyBytes) flush();

@@ -9,6 +9,7 @@ import { compileQuotaRules, type PublishedQuotaRule, quotaRulesSchema } from "..
 import { DEFAULT_ON_STORE_LOSS, type OnStoreLoss, STORE_LOSS_POLICIES } from "../shared/store-epoch.ts";
 import { Tenancy, tenantsSchema } from "../shared/tenants.ts";
 import { describeIssues } from "../shared/validation.ts";
+import { type Reserve, reservedInAll, reserveSchema } from "./priority.ts";
 import {
   compileWindows,
   longestFreeMinutes,
@@ -47,10 +48,25 @@ const window = z.string().superRefine((text, ctx) => {
     ctx.addIssue({ code: "custom", message: "expected a window from 1s to 30d" });
 });
 
-const capSchema = z.strictObject({
-  window,
-  max: z.int(`expected an integer from 0 to ${MAX_CAP}`).min(0).max(MAX_CAP),
-});
+const capSchema = z
+  .strictObject({
+    window,
+    max: z.int(`expected an integer from 0 to ${MAX_CAP}`).min(0).max(MAX_CAP),
+    /** Slots of `max` kept for higher priorities (priority.ts): a send sees max less those above its own. */
+    reserve: reserveSchema.optional(),
+  })
+  .superRefine((cap, ctx) => {
+    // a reserve with a problem of its own reaches here untransformed: its issues are reported already
+    if (!Array.isArray(cap.reserve)) return;
+    const slots = reservedInAll(cap.reserve);
+    // every priority keeps at least one slot: a reserve of the whole max would cap promotional sends at 0
+    if (slots >= cap.max)
+      ctx.addIssue({
+        code: "custom",
+        path: ["reserve"],
+        message: `${slots} slots reserved in all, expected fewer than max (${cap.max})`,
+      });
+  });
 
 const capsSchema = z.record(z.string(), z.array(capSchema).max(MAX_CAPS_PER_CHANNEL));
 
@@ -216,6 +232,8 @@ export interface CapRule {
   window: string;
   windowMs: number;
   max: number;
+  /** Slots of max kept for higher priorities, by ascending priority (absent: none; reservedAbove()). */
+  reserve?: readonly Reserve[];
 }
 
 export interface Segment {
@@ -252,6 +270,8 @@ export interface Policy {
   quietFor(segment: number, channel: string): readonly QuietWindow[];
   /** Whether any segment has quiet hours on `channel` (without, a batch's zones are not resolved). */
   hasQuietHours(channel: string): boolean;
+  /** Whether any cap that applies on `channel` reserves room (without, a batch's priority changes nothing). */
+  hasReserves(channel: string): boolean;
   /** Quotas mode rules by name (empty without a `quotas` section). */
   quotas: ReadonlyMap<string, PublishedQuotaRule>;
   /** The tenants, by principal (none without a `tenants` section: every request is refused). */
@@ -309,7 +329,9 @@ function compilePolicy(document: PolicyDocument): Policy {
         const windowMs = parseDuration(cap.window) as number;
         longestMs = Math.max(longestMs, windowMs);
         longestBySegment[index] = Math.max(longestBySegment[index] as number, windowMs);
-        return { channel, window: cap.window, windowMs, max: cap.max };
+        const rule: CapRule = { channel, window: cap.window, windowMs, max: cap.max };
+        if (cap.reserve) rule.reserve = cap.reserve;
+        return rule;
       });
     const shared = rules(ALL_CHANNELS);
     return new Map(document.channels.map((channel) => [channel, [...rules(channel), ...shared]]));
@@ -323,6 +345,11 @@ function compilePolicy(document: PolicyDocument): Policy {
   const quietChannels = new Set(
     document.channels.filter((channel) => quiet.some((byChannel) => (byChannel.get(channel)?.length ?? 0) > 0)),
   );
+  const reserveChannels = new Set(
+    document.channels.filter((channel) =>
+      table.some((byChannel) => byChannel.get(channel)?.some((cap) => cap.reserve !== undefined)),
+    ),
+  );
   const backfillMs = longestMs > 0 ? longestMs : DEFAULT_BACKFILL_MS;
   const retention = longestBySegment.map((segmentMs) => backfillMs + segmentMs + MAX_FUTURE_MS);
   return {
@@ -333,6 +360,7 @@ function compilePolicy(document: PolicyDocument): Policy {
     zones: document.zones ?? [],
     quietFor: (segment, channel) => quiet[segment]?.get(channel) ?? [],
     hasQuietHours: (channel) => quietChannels.has(channel),
+    hasReserves: (channel) => reserveChannels.has(channel),
     defaultSegment: all.length - 1,
     backfillMs,
     retentionMs: (segment) => retention[segment] as number,

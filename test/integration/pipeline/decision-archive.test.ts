@@ -123,7 +123,16 @@ describe("the decision archive on the local stack", () => {
       ).toEqual(expected);
     }
     const c3 = await campaignReport(archive, "c3");
-    expect(c3.total).toEqual({ sent: 0, capped: 100, duplicate: 0, exempt: 0, quiet: 0, deferred: 0, dropped: 0 });
+    expect(c3.total).toEqual({
+      sent: 0,
+      capped: 100,
+      displaced: 0,
+      duplicate: 0,
+      exempt: 0,
+      quiet: 0,
+      deferred: 0,
+      dropped: 0,
+    });
   });
 
   it("explains a capped user with the sends that filled the window, counts equal to the engine's", async () => {
@@ -383,7 +392,16 @@ describe("a campaign held by quiet hours, archived", () => {
 
   it("reports the held sends by segment and zone, and why names the quiet hours and when the user is eligible", async () => {
     const report = await campaignReport(archive, "night");
-    expect(report.total).toEqual({ sent: 0, capped: 0, duplicate: 0, exempt: 0, quiet: 100, deferred: 0, dropped: 0 });
+    expect(report.total).toEqual({
+      sent: 0,
+      capped: 0,
+      displaced: 0,
+      duplicate: 0,
+      exempt: 0,
+      quiet: 100,
+      deferred: 0,
+      dropped: 0,
+    });
     expect(
       Object.fromEntries(report.segments.map((s) => [s.segment, { quiet: s.quiet, heldByZone: s.heldByZone }])),
     ).toEqual({

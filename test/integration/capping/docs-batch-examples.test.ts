@@ -1,0 +1,78 @@
+// The policy and the campaign batches of docs/api.md, run as written: the policy block is the one parsed,
+// and every ```json block of "Campaign batch" is decided by the Capper on the cluster with the clock pinned at
+// the batch's own `at` (or the docs' moment), so the page cannot drift from what the engine takes.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { RedisCapStore, type TollgateCluster } from "../../../functions/adapters/redis-cluster.ts";
+import { Capper } from "../../../functions/core/capping/capper.ts";
+import { fixedClock } from "../../../functions/core/shared/clock.ts";
+import { connectCluster, uniqueNamespace } from "../../support/cluster.ts";
+import { EXAMPLES_NOW, readDoc } from "../../support/docs-examples.ts";
+import { rulesOf } from "../../support/rules.ts";
+
+const doc = readDoc("docs/api.md");
+/** The ```json blocks between a heading and the next heading of its level or above. */
+function jsonBlocks(heading: string): string[] {
+  const start = doc.indexOf(`${heading}\n`);
+  if (start < 0) throw new Error(`docs/api.md has no "${heading}"`);
+  const level = heading.split(" ")[0] as string;
+  const rest = doc.slice(start + heading.length);
+  const next = rest.search(new RegExp(`\\n#{1,${level.length}} `));
+  const section = next < 0 ? rest : rest.slice(0, next);
+  return [...section.matchAll(/```json\n([\s\S]*?)```/g)].map((match) => match[1] as string);
+}
+
+// the section's first block is the whole policy (the later ones are fragments of it)
+const policyDocument = JSON.parse(jsonBlocks("## Policy (`functions/core/capping/policy.ts`)")[0] as string);
+const batches = jsonBlocks("### Campaign batch (campaign queue)").map(
+  (text) => JSON.parse(text) as { at?: number; priority?: unknown },
+);
+
+let cluster: TollgateCluster;
+beforeAll(() => {
+  cluster = connectCluster();
+});
+afterAll(async () => {
+  await cluster.quit();
+});
+
+describe("the policy and campaign batches of docs/api.md", () => {
+  const rules = rulesOf(policyDocument, { new: [17, 42] });
+  const capperAt = () => {
+    const clock = fixedClock(EXAMPLES_NOW);
+    const capper = new Capper({
+      store: new RedisCapStore(cluster),
+      rules: () => rules,
+      clock,
+      namespace: uniqueNamespace(),
+    });
+    return { capper, clock };
+  };
+
+  it("has a policy with a reserve and batches with a priority to run", () => {
+    expect(rules.policy.hasReserves("sms")).toBe(true);
+    expect(batches.length).toBeGreaterThanOrEqual(3);
+    expect(batches.some((batch) => batch.priority !== undefined)).toBe(true);
+  });
+
+  it("decides every batch as written, at its own `at`", async () => {
+    const { capper, clock } = capperAt();
+    for (const batch of batches) {
+      clock.set(batch.at ?? EXAMPLES_NOW);
+      const result = await capper.capBatch(batch as never);
+      expect(result.decisions.length).toBeGreaterThan(0);
+    }
+  });
+
+  it("lets the password reset take the SMS slot a promotional send leaves it, and displaces a promotional one", async () => {
+    const { capper } = capperAt();
+    const reset = batches.find((batch) => batch.priority === "transactional") as Record<string, unknown>;
+    await capper.capBatch({ campaignId: "promo", channel: "sms", userIds: [42] });
+    const { priority: _, ...promotional } = reset;
+    const displaced = await capper.capBatch({ ...promotional, campaignId: "promo-2" } as never);
+    expect(displaced.decisions[0]).toMatchObject({
+      decision: "displaced",
+      cap: { channel: "sms", window: "1d", max: 2 },
+    });
+    expect((await capper.capBatch(reset as never)).decisions[0]?.decision).toBe("allowed");
+  });
+});
