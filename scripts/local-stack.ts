@@ -60,6 +60,11 @@ export interface LocalStackOptions {
   checkApiEnvironment?: Partial<CheckApiVariables>;
   /** Execution environments of the check API: invocations at once, one each (default 4). */
   checkApiConcurrency?: number;
+  /**
+   * Invocations at once in each check API environment (default 1, as Lambda runs them); more, as Lambda
+   * Managed Instances run them, with CHECK_SLOT_BATCH set to it unless checkApiEnvironment names its own.
+   */
+  checkApiPerEnvironment?: number;
   /** Execution environments of the QuotaSync function (default 2). */
   quotaSyncConcurrency?: number;
   /**
@@ -166,7 +171,13 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
         stops.unshift(async () => environment.archive?.flush());
         return environment;
       });
-    const checkApiEnvironments = environmentsWith(options.checkApiConcurrency ?? 4, {});
+    const perEnvironment = options.checkApiPerEnvironment ?? 1;
+    const checkApiEnvironments = environmentsWith(
+      options.checkApiConcurrency ?? 4,
+      perEnvironment > 1 && options.checkApiEnvironment?.CHECK_SLOT_BATCH === undefined
+        ? { CHECK_SLOT_BATCH: String(perEnvironment) }
+        : {},
+    );
     const quotaSyncEnvironments = environmentsWith(options.quotaSyncConcurrency ?? 2, {
       CHECK_API_ROUTES: "quota-sync",
     });
@@ -180,6 +191,7 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
       options.functionUrlPort ?? 0,
       "tollgate-check-api",
       auth,
+      perEnvironment,
     );
     stops.unshift(() => functionUrl.stop());
     const quotaSyncUrl = await startFunctionUrlServer(

@@ -24,7 +24,7 @@ const CHUNK_SHA256 = {
   "quota-sync": "aaffe4db35edc9c726d97659ce66b3ef5ce7b82d037ad6bbaad0fe9cc64e105e",
 };
 /** The libraries' names: a hash of their code, so the same name means the same chunks. */
-const LIBRARY_NAMES = { tollgate: "tollgate_bad0400d", quota: "tollgate_939a8f52", limit: "tollgate_949c2a81" };
+const LIBRARY_NAMES = { tollgate: "tollgate_bad0400d", quota: "tollgate_939a8f52", limit: "tollgate_85c6648e" };
 
 /** No file under lua/ passes this many lines: a part holds one concern. */
 const MAX_FILE_LINES = 400;
@@ -52,7 +52,8 @@ const chunks: Chunk[] = [
   joined("quota-rule"),
   ...Object.entries(limitLibrary.readerChunks).map(([name, text]) => ({
     // a chunk of limit-common.lua, the algorithms it runs, then its driver
-    file: name === "limits_read" ? "lua/limits.lua" : "lua/limit.lua",
+    file:
+      name === "limits_read" ? "lua/limits.lua" : name === "limit_batch_read" ? "lua/limit-batch.lua" : "lua/limit.lua",
     text: text as string,
   })),
 ];
