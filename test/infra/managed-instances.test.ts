@@ -49,7 +49,9 @@ describe.each(["dev", "prod"])("checkApiCompute = managed-instances, %s profile"
       InstanceRequirements: { Architectures: ["arm64"] },
       VpcConfig: { SecurityGroupIds: [{ "Fn::GetAtt": [Match.stringLikeRegexp("^NetworkLambdas"), "GroupId"] }] },
     });
-    const subnets = (providers[0]?.[1].Properties.VpcConfig as { SubnetIds: { Ref: string }[] }).SubnetIds;
+    const [, provider] = providers[0] as [string, Resources[string]];
+    const subnets = (provider.Properties.VpcConfig as { SubnetIds: { Ref: string }[] }).SubnetIds;
+    expect(subnets.length).toBeGreaterThan(0);
     for (const { Ref } of subnets) {
       const subnet = resources[Ref] as Resources[string];
       expect(subnet.Type).toBe("AWS::EC2::Subnet");
