@@ -21,7 +21,7 @@ import { DEFAULT_ARCHIVE_PREFIX } from "../functions/core/shared/decision-archiv
 import type { CampaignConsumerHandlerDeps } from "../functions/handlers/campaign-consumer-handler.ts";
 import { isMain } from "./is-main.ts";
 import { ENDPOINTS_FILE, type Endpoints } from "./local/endpoints.ts";
-import { startFunctionUrlServer } from "./local/function-url-server.ts";
+import { type FunctionUrlAuth, startFunctionUrlServer } from "./local/function-url-server.ts";
 import { LOCAL_CREDENTIAL } from "./local/local-principals.ts";
 import type { LocalCredential } from "./local/sigv4-verify.ts";
 import { SqsPoller } from "./local/sqs-poller.ts";
@@ -79,6 +79,11 @@ export interface LocalStackOptions {
    * for a principal; default: LOCAL_CREDENTIAL alone.
    */
   credentials?: readonly LocalCredential[];
+  /**
+   * Every Function URL request as this caller, no signature checked (on AWS the URL checks it before the
+   * function runs): for the bench, whose load generator does not sign.
+   */
+  trustedCaller?: FunctionUrlAuth["trustedCaller"];
 }
 
 /** Where the local stack keeps deferred sends until they are due. */
@@ -185,7 +190,10 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
     await Promise.all([...checkApiEnvironments, ...quotaSyncEnvironments].map((environment) => environment.warm()));
     const handlersOf = (wired: typeof checkApiEnvironments) => wired.map(({ handler }) => handler);
     // AWS_IAM auth, as infra/functions.ts deploys the URLs: a request not signed by a local key is a 403
-    const auth = { credentials: options.credentials ?? [LOCAL_CREDENTIAL] };
+    const auth = {
+      credentials: options.credentials ?? [LOCAL_CREDENTIAL],
+      ...(options.trustedCaller ? { trustedCaller: options.trustedCaller } : {}),
+    };
     const functionUrl = await startFunctionUrlServer(
       handlersOf(checkApiEnvironments),
       options.functionUrlPort ?? 0,

@@ -7,7 +7,7 @@ import { createAwsClients } from "../../functions/adapters/aws-clients.ts";
 import { RedisLimitStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
 import { uploadObject } from "../../functions/app/operator-actions.ts";
 import { Limiter } from "../../functions/core/limits/limiter.ts";
-import { localPrincipalEvent, withLocalTenant } from "../local/local-principals.ts";
+import { LOCAL_IAM, localPrincipalEvent, withLocalTenant } from "../local/local-principals.ts";
 import { lambdaContext } from "../local/sqs-poller.ts";
 import { DAY } from "./campaign.ts";
 import { latencyRows } from "./check-api-latency.ts";
@@ -26,6 +26,9 @@ export async function runCheckApi(): Promise<string[]> {
     // no campaign queue here: its poller's long polls cost this process 2 % of a core, which the CPU per
     // request of every server measured in it would carry
     poll: false,
+    // autocannon does not sign: the requests arrive as the local principal, as the function sees them on AWS
+    // once the Function URL has checked the signature (without it every answer was a 403)
+    trustedCaller: LOCAL_IAM,
   });
   const servers: Stoppable[] = [];
   // the managed-instances setting: one execution environment taking 32 invocations at once (autocannon's 32
@@ -37,6 +40,7 @@ export async function runCheckApi(): Promise<string[]> {
     checkApiPerEnvironment: 32,
     quotaSyncConcurrency: 1,
     poll: false,
+    trustedCaller: LOCAL_IAM,
   });
   servers.push({ stop: () => managed.stop() });
   try {
