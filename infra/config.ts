@@ -94,6 +94,16 @@ const settingsSchema = z
     /** Also bounds the connections to Redis: each concurrent consumer holds one per node. */
     maxConcurrency: integer(2, 1_000),
     checkApiMemoryMb: integer(128, 10_240),
+    /**
+     * Where the check API runs: "lambda" (one invocation per execution environment) or "managed-instances"
+     * (Lambda Managed Instances: a capacity provider's EC2 instances in the VPC, several invocations at once
+     * per environment, whose checks of one hash slot share a script call: CHECK_SLOT_BATCH).
+     */
+    checkApiCompute: z.enum(["lambda", "managed-instances"], 'expected "lambda" or "managed-instances"'),
+    /** With managed-instances: invocations at once per execution environment (PerExecutionEnvironmentMaxConcurrency). */
+    checkApiEnvironmentConcurrency: integer(1, 1_600),
+    /** With managed-instances: the capacity provider's most vCPUs (its instances' ceiling, and so its cost's). */
+    checkApiMaxVCpus: integer(2, 15_000),
     /** "none" or how many concurrent executions are kept for the check API. */
     checkApiReservedConcurrency: reserved,
     /** 0: none. */
@@ -171,6 +181,9 @@ const COMMON: Omit<
   batchSize: 10,
   batchingWindowSeconds: 0,
   checkApiMemoryMb: 512,
+  checkApiCompute: "lambda",
+  checkApiEnvironmentConcurrency: 64,
+  checkApiMaxVCpus: 16,
   checkApiProvisionedConcurrency: 0,
   accountConcurrencyQuota: 1_000,
   logRetentionDays: 30,
@@ -291,6 +304,40 @@ function checkDurable(settings: Settings, engineVersion: string): void {
     );
 }
 
+/** The Node.js runtimes Lambda Managed Instances run (22 and later), as the functions declare theirs. */
+export const MANAGED_INSTANCES_MIN_NODE = 22;
+
+/** The smallest execution environment Lambda Managed Instances run: one vCPU at the least 2 GiB per vCPU. */
+export const MANAGED_INSTANCES_MIN_MEMORY_MB = 2_048;
+
+/**
+ * What the check API on Lambda Managed Instances cannot be combined with, naming the key to change:
+ * provisioned concurrency (a capacity provider keeps its own execution environments running), and less
+ * memory than its smallest execution environment.
+ */
+function checkManagedInstances(settings: Settings): void {
+  if (settings.checkApiMemoryMb < MANAGED_INSTANCES_MIN_MEMORY_MB)
+    throw new ConfigError(
+      "checkApiMemoryMb",
+      `${settings.checkApiMemoryMb} is less than the ${MANAGED_INSTANCES_MIN_MEMORY_MB} MB of the smallest execution environment of tollgate:checkApiCompute = managed-instances (1 vCPU at 2 GiB per vCPU); use ${MANAGED_INSTANCES_MIN_MEMORY_MB} or more`,
+    );
+  if (settings.checkApiProvisionedConcurrency > 0)
+    throw new ConfigError(
+      "checkApiProvisionedConcurrency",
+      `${settings.checkApiProvisionedConcurrency} cannot be combined with tollgate:checkApiCompute = managed-instances: provisioned concurrency is for Lambda's own execution environments, and a capacity provider keeps its environments running; use 0`,
+    );
+}
+
+/** Refuses Lambda Managed Instances for a function runtime they do not run (Node.js before 22), naming the setting. */
+export function checkManagedInstancesRuntime(runtime: string): void {
+  const node = /^nodejs(\d+)\.x$/.exec(runtime);
+  if (!node || Number(node[1]) < MANAGED_INSTANCES_MIN_NODE)
+    throw new ConfigError(
+      "checkApiCompute",
+      `managed-instances runs Node.js ${MANAGED_INSTANCES_MIN_NODE} or later, and the functions declare ${runtime}; use lambda`,
+    );
+}
+
 /** The rules that tie settings together, each naming the key a user would change. */
 function finish(profile: Profile, settings: Settings): TollgateConfig {
   const durable = settings.durability !== "off";
@@ -325,6 +372,7 @@ function finish(profile: Profile, settings: Settings): TollgateConfig {
       "checkApiProvisionedConcurrency",
       `${settings.checkApiProvisionedConcurrency} is more than ${checkApiReservedConcurrency !== undefined ? `the reserved concurrency (tollgate:checkApiReservedConcurrency = ${checkApiReservedConcurrency})` : `the ${Math.max(0, reservable)} the account can reserve (tollgate:accountConcurrencyQuota)`}`,
     );
+  if (settings.checkApiCompute === "managed-instances") checkManagedInstances(settings);
   if (settings.batchSize > 10 && settings.batchingWindowSeconds < 1)
     throw new ConfigError(
       "batchSize",

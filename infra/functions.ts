@@ -16,7 +16,7 @@ import { Construct } from "constructs";
 import type { CheckApiVariables, CommonVariables, ConsumerVariables } from "../functions/app/environment.ts";
 import type { Archive } from "./archive.ts";
 import type { Cache } from "./cache.ts";
-import type { TollgateConfig } from "./config.ts";
+import { checkManagedInstancesRuntime, type TollgateConfig } from "./config.ts";
 import type { Network } from "./network.ts";
 import { CAMPAIGN_MAX_RECEIVE_COUNT, DELIVERY_MAX_MESSAGE_BYTES, type Storage } from "./storage.ts";
 
@@ -98,8 +98,13 @@ export class Functions extends Construct {
   readonly consumer: nodejs.NodejsFunction;
   readonly checkApi: nodejs.NodejsFunction;
   readonly checkApiUrl: lambda.FunctionUrl;
-  /** What the Function URL invokes: the `live` alias with provisioned concurrency, else the function. */
+  /**
+   * What the Function URL invokes: the `live` alias with provisioned concurrency or on Lambda Managed
+   * Instances (an invocation runs a published version there), else the function.
+   */
   readonly checkApiTarget: lambda.IFunction;
+  /** With `checkApiCompute` = managed-instances: the EC2 capacity the check API runs on, in the VPC. */
+  readonly checkApiCapacity: lambda.CapacityProvider | undefined;
   /**
    * The check API's code serving `POST /v1/quotas/sync` alone (`CHECK_API_ROUTES=quota-sync`), a function of
    * its own: its URL is what `grantQuotaSync` grants, and its concurrency is not the check API's.
@@ -166,6 +171,8 @@ export class Functions extends Construct {
       CAMPAIGN_MAX_RECEIVE_COUNT: String(CAMPAIGN_MAX_RECEIVE_COUNT),
     };
     const checkApiVariables: CheckApiVariables = variables;
+    const managed = config.checkApiCompute === "managed-instances";
+    if (managed) checkManagedInstancesRuntime(common.runtime.name);
     // read by Node and Powertools, not by Tollgate's code: outside the contract
     const node = { NODE_OPTIONS: "--enable-source-maps" };
     const logGroup = (name: string) =>
@@ -211,9 +218,17 @@ export class Functions extends Construct {
     cache.authToken.grantRead(this.consumer);
 
     // The check API's code, as the check API (every route) or as QuotaSync (quota sync alone)
-    const checkApiFunction = (id: string, description: string, variables: CheckApiVariables, reserved?: number) => {
+    const checkApiFunction = (
+      id: string,
+      description: string,
+      variables: CheckApiVariables,
+      reserved?: number,
+      onCapacity = false,
+    ) => {
+      // on a capacity provider the instances are in the VPC (its subnets and security group), not the function
+      const { vpc: _, vpcSubnets: __, securityGroups: ___, ...placeless } = common;
       const fn = new nodejs.NodejsFunction(this, id, {
-        ...common,
+        ...(onCapacity ? placeless : common),
         entry: join(root, "functions/entry/check-api-lambda.ts"),
         description,
         memorySize: config.checkApiMemoryMb,
@@ -235,15 +250,20 @@ export class Functions extends Construct {
     this.checkApi = checkApiFunction(
       "CheckApi",
       "Tollgate: frequency checks and rate limits behind a Function URL",
-      checkApiVariables,
+      // several invocations at once per environment: the checks of one hash slot share a script call
+      managed
+        ? { ...checkApiVariables, CHECK_SLOT_BATCH: String(config.checkApiEnvironmentConcurrency) }
+        : checkApiVariables,
       config.checkApiReservedConcurrency,
+      managed,
     );
+    this.checkApiCapacity = managed ? this.capacityFor(this.checkApi, config, network) : undefined;
     const target: lambda.Function | lambda.Alias =
-      config.checkApiProvisionedConcurrency > 0
+      managed || config.checkApiProvisionedConcurrency > 0
         ? new lambda.Alias(this, "CheckApiLive", {
             aliasName: "live",
             version: this.checkApi.currentVersion,
-            provisionedConcurrentExecutions: config.checkApiProvisionedConcurrency,
+            ...(managed ? {} : { provisionedConcurrentExecutions: config.checkApiProvisionedConcurrency }),
           })
         : this.checkApi;
     // AWS_IAM: callers sign with SigV4 and need lambda:InvokeFunctionUrl and lambda:InvokeFunction (grantCheckApi)
@@ -266,6 +286,22 @@ export class Functions extends Construct {
       schedule: events.Schedule.rate(Duration.minutes(1)),
       targets: [new targets.LambdaFunction(this.quotaSync, { retryAttempts: 0 })],
     });
+  }
+
+  /**
+   * Lambda Managed Instances for the check API: a capacity provider on the VPC's isolated subnets with the
+   * functions' security group (the cache admits it), of the function's architecture, at most
+   * `checkApiMaxVCpus` vCPUs, and `checkApiEnvironmentConcurrency` invocations at once per environment.
+   */
+  private capacityFor(fn: lambda.Function, config: TollgateConfig, network: Network): lambda.CapacityProvider {
+    const capacity = new lambda.CapacityProvider(this, "CheckApiCapacity", {
+      subnets: network.vpc.isolatedSubnets,
+      securityGroups: [network.lambdaSecurityGroup],
+      architectures: [fn.architecture],
+      maxVCpuCount: config.checkApiMaxVCpus,
+    });
+    capacity.addFunction(fn, { perExecutionEnvironmentMaxConcurrency: config.checkApiEnvironmentConcurrency });
+    return capacity;
   }
 
   /**

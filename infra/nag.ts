@@ -86,6 +86,12 @@ export function acknowledgeFindings(stack: TollgateStack): void {
           "An ElastiCache RBAC user's password changes through ModifyUser, which no managed rotation Lambda does; the runbook is in docs/tenants.md",
       });
   }
+  if (functions.checkApiCapacity) {
+    accept(functions.checkApiCapacity, {
+      "AwsSolutions::AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/AWSLambdaManagedEC2ResourceOperator]":
+        "The capacity provider's operator role: AWS's policy for Lambda to launch, tag and end this capacity provider's EC2 instances and their network interfaces, kept current by AWS as the service's needs change",
+    });
+  }
   accept(network.vpc, {
     "AwsSolutions::AwsSolutions-EC23":
       "The interface endpoints' security groups admit HTTPS from the VPC's own CIDR only (an intrinsic the rule cannot evaluate), not 0.0.0.0/0",

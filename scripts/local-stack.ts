@@ -21,7 +21,7 @@ import { DEFAULT_ARCHIVE_PREFIX } from "../functions/core/shared/decision-archiv
 import type { CampaignConsumerHandlerDeps } from "../functions/handlers/campaign-consumer-handler.ts";
 import { isMain } from "./is-main.ts";
 import { ENDPOINTS_FILE, type Endpoints } from "./local/endpoints.ts";
-import { startFunctionUrlServer } from "./local/function-url-server.ts";
+import { type FunctionUrlAuth, startFunctionUrlServer } from "./local/function-url-server.ts";
 import { LOCAL_CREDENTIAL } from "./local/local-principals.ts";
 import type { LocalCredential } from "./local/sigv4-verify.ts";
 import { SqsPoller } from "./local/sqs-poller.ts";
@@ -60,6 +60,11 @@ export interface LocalStackOptions {
   checkApiEnvironment?: Partial<CheckApiVariables>;
   /** Execution environments of the check API: invocations at once, one each (default 4). */
   checkApiConcurrency?: number;
+  /**
+   * Invocations at once in each check API environment (default 1, as Lambda runs them); more, as Lambda
+   * Managed Instances run them, with CHECK_SLOT_BATCH set to it unless checkApiEnvironment names its own.
+   */
+  checkApiPerEnvironment?: number;
   /** Execution environments of the QuotaSync function (default 2). */
   quotaSyncConcurrency?: number;
   /**
@@ -74,6 +79,11 @@ export interface LocalStackOptions {
    * for a principal; default: LOCAL_CREDENTIAL alone.
    */
   credentials?: readonly LocalCredential[];
+  /**
+   * Every Function URL request as this caller, no signature checked (on AWS the URL checks it before the
+   * function runs): for the bench, whose load generator does not sign.
+   */
+  trustedCaller?: FunctionUrlAuth["trustedCaller"];
 }
 
 /** Where the local stack keeps deferred sends until they are due. */
@@ -166,7 +176,13 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
         stops.unshift(async () => environment.archive?.flush());
         return environment;
       });
-    const checkApiEnvironments = environmentsWith(options.checkApiConcurrency ?? 4, {});
+    const perEnvironment = options.checkApiPerEnvironment ?? 1;
+    const checkApiEnvironments = environmentsWith(
+      options.checkApiConcurrency ?? 4,
+      perEnvironment > 1 && options.checkApiEnvironment?.CHECK_SLOT_BATCH === undefined
+        ? { CHECK_SLOT_BATCH: String(perEnvironment) }
+        : {},
+    );
     const quotaSyncEnvironments = environmentsWith(options.quotaSyncConcurrency ?? 2, {
       CHECK_API_ROUTES: "quota-sync",
     });
@@ -174,12 +190,16 @@ export async function startLocalStack(options: LocalStackOptions = {}): Promise<
     await Promise.all([...checkApiEnvironments, ...quotaSyncEnvironments].map((environment) => environment.warm()));
     const handlersOf = (wired: typeof checkApiEnvironments) => wired.map(({ handler }) => handler);
     // AWS_IAM auth, as infra/functions.ts deploys the URLs: a request not signed by a local key is a 403
-    const auth = { credentials: options.credentials ?? [LOCAL_CREDENTIAL] };
+    const auth = {
+      credentials: options.credentials ?? [LOCAL_CREDENTIAL],
+      ...(options.trustedCaller ? { trustedCaller: options.trustedCaller } : {}),
+    };
     const functionUrl = await startFunctionUrlServer(
       handlersOf(checkApiEnvironments),
       options.functionUrlPort ?? 0,
       "tollgate-check-api",
       auth,
+      perEnvironment,
     );
     stops.unshift(() => functionUrl.stop());
     const quotaSyncUrl = await startFunctionUrlServer(

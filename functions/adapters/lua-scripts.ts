@@ -47,6 +47,8 @@ const limitChunks = {
     ALGORITHMS.map((algorithm) => [LIMIT_FUNCTIONS[algorithm], limitChunksByAlgorithm[algorithm]]),
   ) as Record<(typeof LIMIT_FUNCTIONS)[Algorithm], string>),
   limits: [common, ...ALGORITHMS.map(load), load("limits")].join("\n"),
+  // POST /v1/limit checks of one slot that came together (an environment with several invocations at once)
+  limit_batch: [common, ...ALGORITHMS.map(load), load("limit-batch")].join("\n"),
 };
 type LimitFunction = keyof typeof limitChunks;
 export const limitLibrary = defineLibrary({

@@ -2,15 +2,17 @@
 // command on its own, and the stores over it, whose calls go through RedisCalls (readiness, deadline,
 // jittered retries, circuit breaker, errors classified once).
 import { Cluster, type ClusterNode } from "ioredis";
-import { fcall, fcallBuffer } from "../../sdk/src/protocol/index.ts";
+import { fcall, fcallBuffer, hashSlotOf } from "../../sdk/src/protocol/index.ts";
 import type { CapStore } from "../core/capping/cap-sends-script.ts";
 import { type LimitStore, peeks } from "../core/limits/limit-script.ts";
 import type { Algorithm } from "../core/limits/limit-specs.ts";
 import { peeksAll } from "../core/limits/limits-script.ts";
+import { StoreReplyError } from "../core/shared/errors.ts";
 import type { StoreEpochGuard } from "../core/shared/store-epoch.ts";
 import { LIMIT_FUNCTIONS, limitLibrary, readerOf, tollgateLibrary } from "./lua-scripts.ts";
 import { type CallOptions, RedisCalls, type RedisCircuitOptions } from "./redis-calls.ts";
 import { PasswordRenewal } from "./redis-reauth.ts";
+import { type Settled, SlotBatcher } from "./slot-batcher.ts";
 
 export interface RedisClusterConfig {
   /** Startup nodes: the configuration endpoint on ElastiCache, any nodes locally. */
@@ -163,10 +165,22 @@ export class RedisLimitStore implements LimitStore {
   /** Looked up once: the client's RedisCalls never changes. */
   private readonly calls: RedisCalls;
   private readonly epoch: StoreEpochGuard | undefined;
+  /** With `slotBatch`: one limit call in flight per hash slot, those arriving meanwhile joined (slot-batcher.ts). */
+  private readonly batcher: SlotBatcher<LimitCall, Buffer> | undefined;
 
   constructor(
     private readonly cluster: Cluster,
-    options: { deadlineMs: number; onRetry?: (error: Error) => void; epoch?: StoreEpochGuard },
+    options: {
+      deadlineMs: number;
+      onRetry?: (error: Error) => void;
+      epoch?: StoreEpochGuard;
+      /**
+       * Several invocations at once in one execution environment (Lambda Managed Instances): POST /v1/limit
+       * checks whose keys share a hash slot, arriving while a call to that slot is in flight, go together as
+       * the next call (lua/limit-batch.lua), at most `maxPerCall` a call. Off (undefined): every check its own call.
+       */
+      slotBatch?: { maxPerCall: number };
+    },
   ) {
     this.calls = redisCallsOf(cluster);
     this.epoch = options.epoch;
@@ -175,10 +189,23 @@ export class RedisLimitStore implements LimitStore {
       retryOn: "not-run",
       ...(options.onRetry ? { onRetry: options.onRetry } : {}),
     };
+    this.batcher = options.slotBatch
+      ? new SlotBatcher<LimitCall, Buffer>({
+          one: (call) => this.runOne(call.algorithm, call.key, call.args),
+          many: (calls) => this.runBatch(calls),
+          maxPerCall: options.slotBatch.maxPerCall,
+        })
+      : undefined;
   }
 
   /** A peek (cost 0) goes to the algorithm's reader, which a node past maxmemory still runs. */
   runLimit(algorithm: Algorithm, key: string, args: Buffer): Promise<Buffer> {
+    return this.batcher
+      ? this.batcher.run(hashSlotOf(key), { algorithm, key, args })
+      : this.runOne(algorithm, key, args);
+  }
+
+  private runOne(algorithm: Algorithm, key: string, args: Buffer): Promise<Buffer> {
     const writer = LIMIT_FUNCTIONS[algorithm];
     if (!writer) throw new Error(`no limit function for ${algorithm}`);
     const name = peeks(args) ? readerOf(writer) : writer;
@@ -190,6 +217,45 @@ export class RedisLimitStore implements LimitStore {
         this.callOptions,
       );
     return this.epoch ? this.epoch.run(key, (epochKey) => run([key, epochKey])) : run([key]);
+  }
+
+  /**
+   * Checks of one slot in one call of lua/limit-batch.lua, each answered as lua/limit.lua would have answered
+   * it alone (its 40 bytes of the packed reply), a check Redis refused with its own StoreReplyError. The
+   * call's own failure (not run, no answer, STORELOST, an error reply) rejects, and is every check's.
+   */
+  private runBatch(calls: readonly LimitCall[]): Promise<Settled<Buffer>[]> {
+    const keys = calls.map((call) => call.key);
+    const args: (string | Buffer)[] = [Buffer.concat(calls.map((call) => call.args))];
+    for (const call of calls) args.push(call.algorithm);
+    const name = calls.every((call) => peeks(call.args)) ? readerOf("limit_batch") : "limit_batch";
+    const first = keys[0] as string;
+    const run = (declared: readonly string[]) =>
+      this.calls.call(
+        `limit batch of ${calls.length} on ${first}`,
+        keys,
+        // an array reply: the packed results, then the index and message of each check Redis refused
+        () => fcallBuffer(this.cluster, limitLibrary, name, declared, args) as unknown as Promise<(Buffer | number)[]>,
+        this.callOptions,
+      );
+    const replied = this.epoch ? this.epoch.run(first, (epochKey) => run([...keys, epochKey])) : run(keys);
+    return replied.then((reply) => {
+      const packed = reply[0] as Buffer;
+      if (!Buffer.isBuffer(packed) || packed.length !== LIMIT_REPLY_BYTES * calls.length)
+        throw new Error(
+          `limit batch of ${calls.length} replied ${Buffer.isBuffer(packed) ? packed.length : typeof packed} bytes`,
+        );
+      const settled: Settled<Buffer>[] = calls.map((_, i) => ({
+        ok: true,
+        value: packed.subarray(LIMIT_REPLY_BYTES * i, LIMIT_REPLY_BYTES * (i + 1)),
+      }));
+      for (let at = 1; at + 1 < reply.length; at += 2) {
+        const i = Number(reply[at]) - 1;
+        const message = String(reply[at + 1]);
+        settled[i] = { ok: false, error: new StoreReplyError(`limit on ${calls[i]?.key}`, message) };
+      }
+      return settled;
+    });
   }
 
   /** Every cost 0 (limitsArgs): the reader. */
@@ -206,3 +272,13 @@ export class RedisLimitStore implements LimitStore {
     return this.epoch ? this.epoch.run(first, (epochKey) => run([...keys, epochKey])) : run(keys);
   }
 }
+
+/** One POST /v1/limit check as the store receives it: lua/limit.lua's key and packed arguments. */
+interface LimitCall {
+  algorithm: Algorithm;
+  key: string;
+  args: Buffer;
+}
+
+/** lua/limit.lua's reply: five little-endian doubles. */
+const LIMIT_REPLY_BYTES = 40;

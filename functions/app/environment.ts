@@ -174,6 +174,13 @@ export const checkApiEnvironmentSchema = z.object({
   CHECK_TIMEOUT_MS: integer(5, 10_000, 50),
   /** Answer keys known to be denied until they may pass again, without a Redis call. */
   NEGATIVE_CACHE: flag("true"),
+  /**
+   * Several invocations at once in one execution environment (the stack's `checkApiCompute` =
+   * `managed-instances` sets it to the environment's concurrency): POST /v1/limit checks of one hash slot
+   * arriving while a call to that slot is in flight share the next call, at most this many a call. 0 (the
+   * default, one invocation per environment): every check its own call.
+   */
+  CHECK_SLOT_BATCH: integer(0, 1_600, 0),
   /** `quota-sync`: serve `POST /v1/quotas/sync` alone (the stack's QuotaSync function: function-urls.ts). */
   CHECK_API_ROUTES: z.enum(CHECK_API_ROUTES, `expected one of ${CHECK_API_ROUTES.join(", ")}`).default("all"),
 });

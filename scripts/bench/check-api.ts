@@ -7,7 +7,7 @@ import { createAwsClients } from "../../functions/adapters/aws-clients.ts";
 import { RedisLimitStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
 import { uploadObject } from "../../functions/app/operator-actions.ts";
 import { Limiter } from "../../functions/core/limits/limiter.ts";
-import { localPrincipalEvent, withLocalTenant } from "../local/local-principals.ts";
+import { LOCAL_IAM, localPrincipalEvent, withLocalTenant } from "../local/local-principals.ts";
 import { lambdaContext } from "../local/sqs-poller.ts";
 import { DAY } from "./campaign.ts";
 import { latencyRows } from "./check-api-latency.ts";
@@ -26,24 +26,41 @@ export async function runCheckApi(): Promise<string[]> {
     // no campaign queue here: its poller's long polls cost this process 2 % of a core, which the CPU per
     // request of every server measured in it would carry
     poll: false,
+    // autocannon does not sign: the requests arrive as the local principal, as the function sees them on AWS
+    // once the Function URL has checked the signature (without it every answer was a 403)
+    trustedCaller: LOCAL_IAM,
   });
   const servers: Stoppable[] = [];
+  // the managed-instances setting: one execution environment taking 32 invocations at once (autocannon's 32
+  // connections), its checks of one slot sharing a script call (CHECK_SLOT_BATCH), as the stack deploys it
+  const managed = await startBenchStack({
+    queuePrefix: "bench-check-mi",
+    namespace: "bench-check-mi",
+    checkApiConcurrency: 1,
+    checkApiPerEnvironment: 32,
+    quotaSyncConcurrency: 1,
+    poll: false,
+    trustedCaller: LOCAL_IAM,
+  });
+  servers.push({ stop: () => managed.stop() });
   try {
-    const { s3 } = createAwsClients({ region: stack.endpoints.region, endpoint: stack.endpoints.awsEndpoint });
-    await uploadObject(
-      s3,
-      stack.endpoints.bucket,
-      "config/policy.json",
-      JSON.stringify(
-        withLocalTenant({
-          version: "bench",
-          channels: ["push"],
-          segments: [],
-          // the largest cap a policy may hold: no user of the frequency rows reaches it
-          default: { name: "everyone", caps: { push: [{ window: "1d", max: 10_000 }] } },
-        }),
-      ),
-    );
+    for (const { endpoints } of [stack, managed]) {
+      const { s3 } = createAwsClients({ region: endpoints.region, endpoint: endpoints.awsEndpoint });
+      await uploadObject(
+        s3,
+        endpoints.bucket,
+        "config/policy.json",
+        JSON.stringify(
+          withLocalTenant({
+            version: "bench",
+            channels: ["push"],
+            segments: [],
+            // the largest cap a policy may hold: no user of the frequency rows reaches it
+            default: { name: "everyone", caps: { push: [{ window: "1d", max: 10_000 }] } },
+          }),
+        ),
+      );
+    }
     const environments = stack.checkApiEnvironments;
     // one execution environment, one request at a time, for the latencies
     const first = environments[0] as (typeof environments)[number];
@@ -63,19 +80,27 @@ export async function runCheckApi(): Promise<string[]> {
     });
     const primaries = first.cluster.nodes("master");
     // the servers take turns, 5 s each, twice: load from outside this run falls on all of them alike
-    const runs: Record<"ours" | "plain" | "pipelined" | "lambda", LoadResult[]> = {
+    const runs: Record<"ours" | "managed" | "plain" | "pipelined" | "lambda", LoadResult[]> = {
       ours: [],
+      managed: [],
       plain: [],
       pipelined: [],
       lambda: [],
     };
+    // FCALLs the primaries ran during the managed-instances runs: how many checks a call carried
+    let managedCalls = 0;
     for (let round = 0; round < 2; round++) {
       runs.ours.push(await measuredLoad(`${stack.endpoints.functionUrl}/v1/limit`, body, 5, primaries));
+      const calledBefore = await scriptCalls(primaries);
+      runs.managed.push(await measuredLoad(`${managed.endpoints.functionUrl}/v1/limit`, body, 5, primaries));
+      managedCalls += (await scriptCalls(primaries)) - calledBefore;
       runs.plain.push(await measuredLoad(rlfContenders.urls.plain, body, 5, primaries));
       runs.pipelined.push(await measuredLoad(rlfContenders.urls.pipelined, body, 5, primaries));
       runs.lambda.push(await measuredLoad(rlfContenders.lambdaUrl, body, 5, primaries));
     }
     const ours = combined(runs.ours);
+    const oursManaged = combined(runs.managed);
+    const managedAnswers = runs.managed.reduce((sum, run) => sum + run.requests, 0);
     const theirsLambda = combined(runs.lambda);
     const theirsPlain = combined(runs.plain);
     const theirsPipelined = combined(runs.pipelined);
@@ -132,6 +157,7 @@ export async function runCheckApi(): Promise<string[]> {
     const handlerLayer = layers.handler.rps / layers.limiterPerEnvironment.rps;
     const httpRatio = ours.rps / theirs.rps;
     const lambdaRatio = ours.rps / theirsLambda.rps;
+    const managedRatio = oursManaged.rps / theirs.rps;
     const verdict = (met: boolean) => (met ? "met" : "not met");
     const us = (value: number) => `${value.toFixed(0)} µs`;
     /** theirs / ours, CPU per request (the server's, Redis', or both): above 1 when ours costs less. */
@@ -149,6 +175,7 @@ export async function runCheckApi(): Promise<string[]> {
       `| What the ${n32} Lambda-like environments cost: \`Limiter.check\` on ${n32} clients / on one | ${(layers.limiterPerEnvironment.rps / layers.limiter.rps).toFixed(2)}× (rounds ${span(perRound(layers.limiterPerEnvironment.rates, layers.limiter.rates))}×; by CPU per call ${(layers.limiter.cpuUs / layers.limiterPerEnvironment.cpuUs).toFixed(2)}×) |`,
       `| The same for rate-limiter-flexible: \`consume\` on ${n32} clients / on one | ${(layers.rlfPerEnvironment.rps / layers.rlf.rps).toFixed(2)}× (rounds ${span(perRound(layers.rlfPerEnvironment.rates, layers.rlf.rates))}×; by CPU per call ${(layers.rlf.cpuUs / layers.rlfPerEnvironment.cpuUs).toFixed(2)}×) |`,
       `| HTTP, both in the same ${n32} Lambda-like environments: local Function URL server, check API / rate-limiter-flexible | ${lambdaRatio.toFixed(2)}× (rounds ${span(perRound(ours.rates, theirsLambda.rates))}×; by CPU per request, server and Redis: ${cpuRatio(theirsLambda, ours)}) |`,
+      `| HTTP, managed-instances setting (one environment, 32 invocations at once, checks of one slot sharing a script call) / rate-limiter-flexible behind a minimal server ≥ 1.0× | ${managedRatio.toFixed(2)}× (rounds ${span(perRound(oursManaged.rates, theirs.rates))}×; by CPU per request, server and Redis: ${cpuRatio(theirs, oursManaged)}): ${verdict(managedRatio >= 1)} |`,
       "",
       "2,000 sequential requests per row after 200 warm-up ones (1,000 for a fresh block), the handler called in process (payload 2.0 events, Powertools logger), on the bench cluster.",
       "",
@@ -156,14 +183,16 @@ export async function runCheckApi(): Promise<string[]> {
       "|---|---|---|",
       ...rows,
       "",
-      `Over HTTP on loopback, autocannon in its own process (32 connections), one key, a limit never reached, the servers taking turns (5 s each, 2 rounds; mean rate, rounds in brackets); the check API runs ${n32} execution environments, one invocation each at a time, as Lambda would; rate-limiter-flexible runs on plain ioredis clients of its own, and the faster is the baseline. CPU per request: this Node process's (every server runs in it, one under load at a time) and the primaries' (INFO cpu), over the same runs: what load from outside the run moves least:`,
+      `Over HTTP on loopback, autocannon in its own process (32 connections), one key, a limit never reached, the servers taking turns (5 s each, 2 rounds; mean rate, rounds in brackets); the check API runs ${n32} execution environments, one invocation each at a time, as Lambda would, and, with the managed-instances setting, one environment taking all 32 at once (its own stack on the same cluster, its keys in their own namespace); rate-limiter-flexible runs on plain ioredis clients of its own, and the faster is the baseline. CPU per request: this Node process's (every server runs in it, one under load at a time) and the primaries' (INFO cpu), over the same runs: what load from outside the run moves least:`,
       "",
       "| Server | Requests/s | p99 | Server CPU per request | Redis CPU per request | Answers |",
       "|---|---|---|---|---|---|",
       `| Tollgate local Function URL server, POST /v1/limit fixed-window | ${n(ours.rps)} (${ours.rates.map(n).join(", ")}) | ${ours.p99} ms | ${us(ours.serverUs)} | ${us(ours.redisUs)} | ${ours.statuses}; ${n(charged)} charged |`,
+      `| Tollgate local Function URL server, managed-instances setting: one execution environment, 32 invocations at once, CHECK_SLOT_BATCH=32 | ${n(oursManaged.rps)} (${oursManaged.rates.map(n).join(", ")}) | ${oursManaged.p99} ms | ${us(oursManaged.serverUs)} | ${us(oursManaged.redisUs)} | ${oursManaged.statuses}; ${(managedAnswers / Math.max(1, managedCalls)).toFixed(1)} checks per FCALL |`,
       `| rate-limiter-flexible \`RateLimiterRedis.consume\` behind a minimal Node HTTP server, ioredis defaults${baseline === "plain" ? " (baseline)" : ""} | ${n(theirsPlain.rps)} (${theirsPlain.rates.map(n).join(", ")}) | ${theirsPlain.p99} ms | ${us(theirsPlain.serverUs)} | ${us(theirsPlain.redisUs)} | ${theirsPlain.statuses} |`,
       `| the same, ioredis autopipelining${baseline === "pipelined" ? " (baseline)" : ""} | ${n(theirsPipelined.rps)} (${theirsPipelined.rates.map(n).join(", ")}) | ${theirsPipelined.p99} ms | ${us(theirsPipelined.serverUs)} | ${us(theirsPipelined.redisUs)} | ${theirsPipelined.statuses} |`,
       `| Ratio | ${httpRatio.toFixed(2)}× | | ${cpuRatio(theirs, ours, "serverUs")} | ${cpuRatio(theirs, ours, "redisUs")} | |`,
+      `| Ratio, managed-instances setting | ${managedRatio.toFixed(2)}× | | ${cpuRatio(theirs, oursManaged, "serverUs")} | ${cpuRatio(theirs, oursManaged, "redisUs")} | |`,
       `| rate-limiter-flexible \`consume\` in ${n32} Lambda-like environments behind the same local Function URL server (one plain client each, one invocation each at a time) | ${n(theirsLambda.rps)} (${theirsLambda.rates.map(n).join(", ")}) | ${theirsLambda.p99} ms | ${us(theirsLambda.serverUs)} | ${us(theirsLambda.redisUs)} | ${theirsLambda.statuses} |`,
       `| Ratio, both in the same environments | ${lambdaRatio.toFixed(2)}× | | ${cpuRatio(theirsLambda, ours, "serverUs")} | ${cpuRatio(theirsLambda, ours, "redisUs")} | |`,
       "",
@@ -199,6 +228,16 @@ export async function runCheckApi(): Promise<string[]> {
     for (const server of servers) await server.stop();
     await stack.stop();
   }
+}
+
+/** FCALL and FCALL_RO calls the primaries have run (INFO commandstats). */
+async function scriptCalls(primaries: readonly { info(section: string): Promise<string> }[]): Promise<number> {
+  let calls = 0;
+  for (const node of primaries) {
+    const info = await node.info("commandstats");
+    for (const match of info.matchAll(/^cmdstat_fcall(?:_ro)?:calls=(\d+)/gm)) calls += Number(match[1]);
+  }
+  return calls;
 }
 
 /** Runs each call on a free worker, one call per worker at a time (as one per execution environment). */

@@ -25,10 +25,15 @@ const MAX_REQUEST_BYTES = 6 * 1024 * 1024;
 /**
  * Runs each invocation on a free handler, one invocation per handler at a time, as Lambda runs one per
  * execution environment: module state (clients, caches, the Powertools instances) is never shared by
- * two invocations at once. When every handler is busy, invocations wait in order.
+ * two invocations at once. When every handler is busy, invocations wait in order. With `perEnvironment`
+ * above 1, each handler takes that many invocations at once, as Lambda Managed Instances run several in one
+ * execution environment (its module state shared by all of them).
  */
-export function dispatcher(handlers: readonly FunctionUrlHandler[]): FunctionUrlHandler {
-  const idle = [...handlers];
+export function dispatcher(handlers: readonly FunctionUrlHandler[], perEnvironment = 1): FunctionUrlHandler {
+  if (!Number.isInteger(perEnvironment) || perEnvironment < 1)
+    throw new RangeError(`perEnvironment: expected an integer of at least 1, got ${perEnvironment}`);
+  // a handler is here once per invocation it can still take
+  const idle = Array.from({ length: perEnvironment }, () => handlers).flat();
   const waiting: ((handler: FunctionUrlHandler) => void)[] = [];
   return async (event, context) => {
     const handler = idle.pop() ?? (await new Promise<FunctionUrlHandler>((resolve) => waiting.push(resolve)));
@@ -47,20 +52,28 @@ export interface FunctionUrlAuth {
   credentials: readonly LocalCredential[];
   /** The clock signatures are dated against (default: the system's). */
   now?: () => number;
+  /**
+   * Every request arrives as this caller, no signature checked: what the function sees on AWS, where the
+   * Function URL checks the signature before the function runs. For the bench, whose load generator does
+   * not sign; `credentials` are then unused.
+   */
+  trustedCaller?: APIGatewayEventRequestContextIAMAuthorizer["iam"];
 }
 
 /**
  * Serves `handlers` (the execution environments of function `functionName`) at a local Function URL, with
- * AWS_IAM auth when `auth` names credentials.
+ * AWS_IAM auth when `auth` names credentials, `perEnvironment` invocations at once in each (see dispatcher).
  */
 export async function startFunctionUrlServer(
   handlers: FunctionUrlHandler | readonly FunctionUrlHandler[],
   port = 0,
   functionName = "tollgate-check-api",
   auth?: FunctionUrlAuth,
+  perEnvironment = 1,
 ): Promise<{ url: string; server: Server; stop(): Promise<void> }> {
-  const handler = dispatcher(Array.isArray(handlers) ? handlers : [handlers as FunctionUrlHandler]);
-  const verifier = auth ? new SigV4Verifier(auth.credentials, auth.now) : undefined;
+  const handler = dispatcher(Array.isArray(handlers) ? handlers : [handlers as FunctionUrlHandler], perEnvironment);
+  const trusted = auth?.trustedCaller;
+  const verifier = auth && !trusted ? new SigV4Verifier(auth.credentials, auth.now) : undefined;
   const server = createServer(async (request, response) => {
     try {
       const body = await readBody(request);
@@ -68,7 +81,7 @@ export async function startFunctionUrlServer(
         response.writeHead(413, { "content-type": "application/json" }).end('{"error":{"code":"payload_too_large"}}');
         return;
       }
-      let iam: APIGatewayEventRequestContextIAMAuthorizer["iam"] | undefined;
+      let iam: APIGatewayEventRequestContextIAMAuthorizer["iam"] | undefined = trusted;
       if (verifier) {
         const verified = await verifier.verify({
           method: request.method ?? "GET",

@@ -25,7 +25,7 @@ const CHUNK_SHA256 = {
   "quota-sync": "c0ffbc29d3cbe7d68d667f46d0dee1dca170bcd28c17f0a74cc6f8e262d228d6",
 };
 /** The libraries' names: a hash of their code, so the same name means the same chunks. */
-const LIBRARY_NAMES = { tollgate: "tollgate_eb7f818b", quota: "tollgate_41c316ca", limit: "tollgate_949c2a81" };
+const LIBRARY_NAMES = { tollgate: "tollgate_eb7f818b", quota: "tollgate_41c316ca", limit: "tollgate_85c6648e" };
 
 /** No file under lua/ passes this many lines: a part holds one concern. */
 const MAX_FILE_LINES = 400;
@@ -53,7 +53,8 @@ const chunks: Chunk[] = [
   joined("quota-rule"),
   ...Object.entries(limitLibrary.readerChunks).map(([name, text]) => ({
     // a chunk of limit-common.lua, the algorithms it runs, then its driver
-    file: name === "limits_read" ? "lua/limits.lua" : "lua/limit.lua",
+    file:
+      name === "limits_read" ? "lua/limits.lua" : name === "limit_batch_read" ? "lua/limit-batch.lua" : "lua/limit.lua",
     text: text as string,
   })),
 ];
