@@ -76,8 +76,6 @@ local floor, min, max, exp, spack, sunpack, rcall
 
 --- @include "carried-over"
 
---- @include "store-now"
-
 --- @include "store-time"
 
 --- @include "sync-call"
