@@ -63,16 +63,17 @@ export function checkPipelineAfterLoss(
     const dedupeId = `${m.campaignId}:${m.channel}:${userId}`;
     return { seq, campaignId: m.campaignId, channel: m.channel, userId, dedupeId };
   };
-  // the sends the store counted in each epoch, by when they were decided: the allowed ones, and after the
-  // acknowledge the duplicates too (the flush forgot every earlier one, so the store counted them since: an
-  // attempt that counted some users while the acknowledge wrote the slots back, and failed on a slot not yet
-  // written); checkPipeline counts each dedupe id once
+  // the sends the store counted in each epoch, by when they were decided: the allowed ones and the duplicates
+  // (a duplicate is the store saying it holds the send as counted: before the flush, by an attempt that failed
+  // after its call answered, whose decisions were never reported; after the acknowledge, since the flush
+  // forgot every earlier one, by an attempt that counted some users while the acknowledge wrote the slots back
+  // and failed on a slot not yet written); checkPipeline counts each dedupe id once
   const before: DeliveredSend[] = [];
   const after: DeliveredSend[] = [];
   const paused: string[] = [];
   for (const record of decided) {
     const afterAck = record.decidedAt >= ackFrom;
-    for (const userId of afterAck ? [...record.allowed, ...record.duplicate] : record.allowed) {
+    for (const userId of [...record.allowed, ...record.duplicate]) {
       const send = sendOf(record.seq, userId);
       if (!send) continue;
       if (afterAck) after.push(send);

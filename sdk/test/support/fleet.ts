@@ -29,8 +29,11 @@ export interface FleetOptions {
   stepMs?: number;
   /** Instance i's clock offset (ms) at reference time t (ms since the run started). */
   offset?: (instance: number, t: number) => number;
-  /** Called once per step before the instances act (a fault: FLUSHALL, a node restarted). */
-  atStep?: (t: number) => Promise<void> | void;
+  /**
+   * Called once per step before the instances act (a fault: FLUSHALL, a node restarted), with the errors the
+   * instances reported so far.
+   */
+  atStep?: (t: number, errors: readonly Error[]) => Promise<void> | void;
   /** Instances joining later: instance i starts at startAt(i) ms (default 0). */
   startAt?: (instance: number) => number;
 }
@@ -60,7 +63,7 @@ export async function runFleet(options: FleetOptions): Promise<FleetRun> {
   let step = 0;
   while (elapsed() < options.durationMs) {
     const t = elapsed();
-    await options.atStep?.(t);
+    await options.atStep?.(t, errors);
     for (let i = 0; i < fleet.length; i++) {
       if (!fleet[i] && t >= (options.startAt?.(i) ?? 0)) fleet[i] = make(i);
     }

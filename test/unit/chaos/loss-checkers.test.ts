@@ -17,7 +17,7 @@ const message = (seq: number, at: number): PushedMessage => ({
   userIds: [7],
   at,
 });
-function run(sends: { at: number; decidedAt: number; kind?: "allowed" | "duplicate" }[]) {
+function build(sends: { at: number; decidedAt: number; kind?: "allowed" | "duplicate" }[]) {
   const pushed = sends.map((s, seq) => message(seq, s.at));
   const output: PipelineOutput = {
     pushed,
@@ -37,8 +37,12 @@ function run(sends: { at: number; decidedAt: number; kind?: "allowed" | "duplica
     duplicate: s.kind === "duplicate" ? [7] : [],
     decidedAt: s.decidedAt,
   }));
-  return checkPipelineAfterLoss(output, CAPS, decided, loss);
+  return { output, decided };
 }
+const run = (sends: Parameters<typeof build>[0]) => {
+  const { output, decided } = build(sends);
+  return checkPipelineAfterLoss(output, CAPS, decided, loss);
+};
 const failed = (check: { verdicts: { rule: string; pass: boolean }[] }) =>
   check.verdicts.filter((v) => !v.pass).map((v) => v.rule);
 
@@ -63,6 +67,18 @@ describe("pipeline after an acknowledged loss", () => {
         ]),
       ),
     ).toEqual(["window"]);
+  });
+
+  it("passes a send capped before the flush by a send whose counting attempt failed and whose retry said duplicate", () => {
+    // a CI run failed here: the checker ignored duplicates before the flush, so the send filling the cap was missing
+    const { output, decided } = build([
+      { at: 500, decidedAt: 700, kind: "duplicate" },
+      { at: 4000, decidedAt: 4050 },
+    ]);
+    const pushed = [...output.pushed, message(2, 600)];
+    const capped = [{ seq: 2, userId: 7, cap: CAPS[0] as CapRule, decidedAt: 750 }];
+    const withCapped: PipelineOutput = { ...output, pushed, capped };
+    expect(failed(checkPipelineAfterLoss(withCapped, CAPS, decided, loss))).toEqual([]);
   });
 
   it("fails a send allowed between the flush and the acknowledge: counted against forgotten state", () => {
