@@ -83,6 +83,29 @@ export class ClusterControl {
     return found;
   }
 
+  /** The cluster id of the node on `port` (CLUSTER MYID). */
+  async idOf(port: number): Promise<string> {
+    return (await this.cli(port, "cluster", "myid")).trim();
+  }
+
+  /**
+   * Resolves true once a live primary's view shows node `id` serving no slot (its replica took over), false
+   * if it still serves some after `timeoutMs`.
+   */
+  async waitTakenOver(id: string, timeoutMs: number): Promise<boolean> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      for (const port of await this.primaries()) {
+        const view = await this.cli(port, "cluster", "nodes").catch(() => "");
+        const line = view.split("\n").find((l) => l.startsWith(`${id} `));
+        // id addr flags master ping pong epoch link slot...: no slot field left once another serves them
+        if (line !== undefined && line.trim().split(" ").length <= 8) return true;
+      }
+      if (Date.now() > deadline) return false;
+      await sleep(100);
+    }
+  }
+
   /** The primary serving `key`'s slot: the one that answers for it rather than redirecting (MOVED). */
   async primaryOf(key: string): Promise<number> {
     for (const port of await this.primaries()) {

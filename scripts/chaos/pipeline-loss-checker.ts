@@ -86,7 +86,8 @@ export function checkPipelineAfterLoss(
   const cappedPaused = cappedIn(pausedFrom, ackFrom).length;
   const epoch = (delivered: DeliveredSend[], capped: CappedSend[]) =>
     checkPipeline({ pushed: output.pushed, delivered, capped, deadLettered: [] }, caps);
-  const beforeCheck = epoch(before, cappedIn(Number.NEGATIVE_INFINITY, pausedFrom));
+  // an acknowledge can come sooner than the report lag: what was decided after it is the new epoch's
+  const beforeCheck = epoch(before, cappedIn(Number.NEGATIVE_INFINITY, Math.min(pausedFrom, ackFrom)));
   const afterCheck = epoch(after, cappedIn(ackFrom, Number.POSITIVE_INFINITY));
 
   // every send the store counted went out

@@ -214,19 +214,27 @@ export class PipelineStack {
     );
   }
 
-  /** Resolves once the queue holds no message, visible or in flight (false if it still does after `timeoutMs`). */
+  /**
+   * Resolves once the queue holds no message, visible, in flight or delayed (a retry or a deferral waiting out
+   * its delay is not done); false if it still does after `timeoutMs`.
+   */
   async drained(queueUrl: string, timeoutMs: number): Promise<boolean> {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       const { Attributes } = await this.sqs.send(
         new GetQueueAttributesCommand({
           QueueUrl: queueUrl,
-          AttributeNames: ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+          AttributeNames: [
+            "ApproximateNumberOfMessages",
+            "ApproximateNumberOfMessagesNotVisible",
+            "ApproximateNumberOfMessagesDelayed",
+          ],
         }),
       );
       const waiting =
         Number(Attributes?.ApproximateNumberOfMessages ?? 0) +
-        Number(Attributes?.ApproximateNumberOfMessagesNotVisible ?? 0);
+        Number(Attributes?.ApproximateNumberOfMessagesNotVisible ?? 0) +
+        Number(Attributes?.ApproximateNumberOfMessagesDelayed ?? 0);
       if (waiting === 0) return true;
       if (Date.now() > deadline) return false;
       await new Promise((resolve) => setTimeout(resolve, 200));

@@ -77,6 +77,10 @@ export async function runCheckApiScenario(
   await Promise.all(running);
   await parts.cluster.waitReady();
   const check = nemesis.acknowledged ? checkAnswersAfterLoss(clients, answers, loss) : checkAnswers(clients, answers);
+  if (context.state.notTheScenario) {
+    check.verdicts.push({ rule: "run", pass: false, detail: context.state.notTheScenario });
+    check.pass = false;
+  }
   return { id, nemesis, check, answers, known, wallMs: Date.now() - began };
 }
 

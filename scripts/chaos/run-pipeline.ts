@@ -171,6 +171,10 @@ export async function runPipelineScenario(
       check.verdicts.push(stuck);
       check.pass = false;
     }
+    if (context.state.notTheScenario) {
+      check.verdicts.push({ rule: "run", pass: false, detail: context.state.notTheScenario });
+      check.pass = false;
+    }
     return { id, nemesis, check, known, wallMs: Date.now() - began };
   } finally {
     await Promise.all(consumers.map((consumer) => consumer.kill9()));

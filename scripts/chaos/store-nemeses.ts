@@ -6,8 +6,11 @@ export interface StoreContext {
   cluster: ClusterControl;
   /** A SCAN pattern matching the scenario's keys (its own namespace or key prefix). */
   pattern: string;
-  /** What inject left for heal (the node it killed). */
-  state: { port?: number };
+  /**
+   * What inject left for heal (the node it killed, its id), and what made the run not the scenario it names
+   * (the runner fails it with this as a "run" verdict).
+   */
+  state: { port?: number; id?: string; notTheScenario?: string };
 }
 
 export interface ProductNemesis<C extends StoreContext = StoreContext> {
@@ -28,18 +31,28 @@ export interface ProductNemesis<C extends StoreContext = StoreContext> {
 }
 
 const nothing = async () => {};
+/** How long the killed primary's replica has to take over before the run is not the scenario (node timeout 2 s). */
+export const FAILOVER_WITHIN_MS = 20_000;
 
 export const STORE_NEMESES: readonly ProductNemesis[] = [
   { name: "none", summary: "no fault", durationMs: 0, inject: nothing, heal: nothing },
   {
     name: "kill-9-primary",
-    summary: "kill -9 of the primary holding most of the scenario's keys; its replica takes over; restarted after 5 s",
+    summary:
+      "kill -9 of the primary holding most of the scenario's keys; its replica takes over; restarted after 5 s (once the replica serves its slots)",
     durationMs: 5000,
     inject: async (c) => {
       c.state.port = await c.cluster.busiestPrimary(c.pattern);
+      c.state.id = await c.cluster.idOf(c.state.port);
       c.cluster.kill9(c.state.port);
     },
-    heal: async (c) => c.cluster.restart(c.state.port as number),
+    heal: async (c) => {
+      // restarted before its replica took over, the node would come back empty and still primary: a data loss,
+      // which is node-restarted-empty's scenario, not this one
+      if (!(await c.cluster.waitTakenOver(c.state.id as string, FAILOVER_WITHIN_MS)))
+        c.state.notTheScenario = `no replica took over the killed primary within ${FAILOVER_WITHIN_MS / 1000} s`;
+      c.cluster.restart(c.state.port as number);
+    },
   },
   {
     name: "client-pause-3s",

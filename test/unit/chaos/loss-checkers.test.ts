@@ -81,6 +81,15 @@ describe("pipeline after an acknowledged loss", () => {
     expect(failed(checkPipelineAfterLoss(withCapped, CAPS, decided, loss))).toEqual([]);
   });
 
+  it("judges a send capped after an acknowledge that came within the report lag in the new epoch", () => {
+    // CI failed here: the acknowledge ran 240 ms after the flush, and a send capped after it was judged before it
+    const quick = { ...loss, reportedAt: 1050, acknowledgeStartedAt: 1100, acknowledgedAt: 1300 };
+    const { output, decided } = build([{ at: 1400, decidedAt: 1450 }]);
+    const pushed = [...output.pushed, message(1, 1500)];
+    const capped = [{ seq: 1, userId: 7, cap: CAPS[0] as CapRule, decidedAt: 1550 }];
+    expect(failed(checkPipelineAfterLoss({ ...output, pushed, capped }, CAPS, decided, quick))).toEqual([]);
+  });
+
   it("fails a send allowed between the flush and the acknowledge: counted against forgotten state", () => {
     expect(
       failed(
