@@ -177,12 +177,16 @@ export class ClusterControl {
   }
 
   /**
-   * Moves every slot holding keys matching `pattern` to the next primary, as `redis-cli --cluster reshard`
+   * Moves every slot holding keys matching `pattern` (and `chooses`) to the next primary, as `redis-cli --cluster reshard`
    * does it: the slot IMPORTING on the target and MIGRATING on the source, its keys MIGRATEd in batches (the
    * slot answers ASK meanwhile), then SETSLOT NODE on every primary. `pauseMs` between the steps keeps each
    * slot in its migrating state long enough for the load to meet it. Returns the slots moved.
    */
-  async migrateSlotsOf(pattern: string, pauseMs: number): Promise<number> {
+  async migrateSlotsOf(
+    pattern: string,
+    pauseMs: number,
+    chooses: (key: string) => boolean = () => true,
+  ): Promise<number> {
     const primaries = await this.primaries();
     const ids = new Map<number, string>();
     for (const port of primaries) ids.set(port, (await this.cli(port, "cluster", "myid")).trim());
@@ -191,7 +195,7 @@ export class ClusterControl {
     for (const [i, source] of primaries.entries()) {
       const target = primaries[(i + 1) % primaries.length] as number;
       const slots = new Set<number>();
-      for (const key of await this.keysOn(source, pattern))
+      for (const key of (await this.keysOn(source, pattern)).filter(chooses))
         slots.add(Number((await this.cli(source, "cluster", "keyslot", key)).trim()));
       for (const slot of slots) plan.push({ slot, source, target });
     }

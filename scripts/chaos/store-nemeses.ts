@@ -1,5 +1,6 @@
 // The faults on the store that the campaign pipeline's and the check API's scenarios share: each acts on the
 // primary a product's keys live on most (its keys match the scenario's pattern), or on every node.
+import { isStoreEpochKey } from "../../sdk/src/protocol/index.ts";
 import type { ClusterControl } from "./cluster-control.ts";
 
 export interface StoreContext {
@@ -85,10 +86,11 @@ export const STORE_NEMESES: readonly ProductNemesis[] = [
   {
     name: "slot-migration",
     summary:
-      "every slot holding the scenario's keys moved to the next primary (SETSLOT IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE)",
+      "every slot holding the scenario's state moved to the next primary (SETSLOT IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE), its store epoch key with it",
     durationMs: 0,
     inject: async (c) => {
-      const moved = await c.cluster.migrateSlotsOf(c.pattern, 150);
+      // an initialised store has an epoch key in every slot: the slots to move are those holding state
+      const moved = await c.cluster.migrateSlotsOf(c.pattern, 150, (key) => !isStoreEpochKey(key));
       process.stderr.write(`[chaos] slot-migration: ${moved} slots moved\n`);
     },
     heal: nothing,

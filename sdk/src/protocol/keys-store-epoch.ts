@@ -68,6 +68,11 @@ export function storeEpochKey(namespace: string, slot: number): string {
   return `${namespace}:se:{${storeEpochTagOf(slot)}}`;
 }
 
+/** Whether `key` is an epoch key (of any namespace): one sits in every hash slot once the store is initialised. */
+export function isStoreEpochKey(key: string): boolean {
+  return /:se:\{[^}]+\}$/.test(key);
+}
+
 /** The epoch key of the slot that `key` (a cap or limit key of any namespace) lives in. */
 export function storeEpochKeyFor(namespace: string, key: string): string {
   return storeEpochKey(namespace, hashSlotOf(key));

@@ -6,6 +6,7 @@ import { describe, expect, it } from "vitest";
 import {
   HASH_SLOTS,
   hashSlotOf,
+  isStoreEpochKey,
   limitKey,
   storeEpochKey,
   storeEpochKeyFor,
@@ -21,6 +22,12 @@ describe("store epoch keys", () => {
       expect(key).toMatch(/^tg:se:\{[0-9a-z]+\}$/);
       expect(calculateSlot(key)).toBe(slot);
     });
+  });
+
+  it("are told apart from the state keys beside them", () => {
+    expect(storeEpochKeys("p1-5").every(isStoreEpochKey)).toBe(true);
+    for (const key of ["p1-5:cap:{b3}:u:7", "p1-5:cap:{b3}:ids", limitKey("tg:t:team-a", "gcra", "se:{x}")])
+      expect(isStoreEpochKey(key), key).toBe(false);
   });
 
   // cluster-key-slot takes "{}{a}" by its second tag, where Redis (keyHashSlot) hashes the whole key; no
