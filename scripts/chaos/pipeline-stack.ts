@@ -19,7 +19,7 @@ import { chunkEntries } from "../../functions/adapters/sqs-sinks.ts";
 import { publishPolicy } from "../../functions/app/operator-actions.ts";
 import { acknowledgeStoreLoss } from "../../functions/app/store-actions.ts";
 import type { DeliveryMessage } from "../../functions/core/capping/delivery.ts";
-import { deadLetterOf } from "../dead-letter-queue.ts";
+import { deadLetterOf, redriveDeadLetters } from "../dead-letter-queue.ts";
 import { readDelivery } from "../delivery-queue.ts";
 import type { ConsumerMessage } from "./consumer-main.ts";
 import { type FaultProxy, startFaultProxy } from "./fault-proxy.ts";
@@ -239,6 +239,11 @@ export class PipelineStack {
       if (Date.now() > deadline) return false;
       await new Promise((resolve) => setTimeout(resolve, 200));
     }
+  }
+
+  /** Every dead letter sent back to the campaign queue as it came (`tollgate dlq redrive --all`); how many. */
+  async redriveAll(queues: PipelineQueues): Promise<number> {
+    return (await redriveDeadLetters(this.sqs, queues.dlq, queues.campaign.url, () => true)).length;
   }
 
   /** Every send of the delivery queue, read and deleted. */
