@@ -7,7 +7,7 @@ import { RedisQuotaStore } from "../../../functions/adapters/redis-quota-store.t
 import { connectCluster, uniqueNamespace } from "../../../test/support/cluster.ts";
 import { type QuotaRule, type SyncEntry, type SyncRequest, slotGroupPrefix } from "../../src/protocol/index.ts";
 import { createQuotas } from "../../src/quotas.ts";
-import { redisTransport } from "../../src/transports/redis.ts";
+import { testClockTransport } from "../support/quota-cluster.ts";
 import { neverScheduler } from "../support/quota-fixtures.ts";
 
 let cluster: Cluster;
@@ -31,7 +31,7 @@ function request(instanceId: string, seq: number, entries: SyncEntry[]): SyncReq
 
 /** `count` instances, each new, sync `key` once at `at` (a fleet that scaled out, then was reclaimed). */
 async function manyInstances(namespace: string, key: string, count: number, at: number): Promise<void> {
-  const direct = redisTransport({ redis: cluster, namespace, timeoutMs: 10_000 });
+  const direct = testClockTransport({ redis: cluster, namespace, timeoutMs: 10_000 });
   for (let from = 0; from < count; from += 500) {
     await Promise.all(
       Array.from({ length: Math.min(500, count - from) }, (_, i) =>
@@ -65,7 +65,7 @@ describe("a key many instances synced", () => {
     await manyInstances(namespace, "hot", 9_000, T0 - 200_000);
     const keyName = `${slotGroupPrefix(namespace, "pay", 0)}:k:hot`;
     expect(await cluster.hlen(keyName)).toBeGreaterThan(9_000);
-    const direct = redisTransport({ redis: cluster, namespace });
+    const direct = testClockTransport({ redis: cluster, namespace });
     const reply = await direct.sync(request("i-new", 1, [entry("hot", { offered: 1, want: 1 })]), T0).then(
       (r) => r.status,
       (error: Error) => error.message,
@@ -84,7 +84,7 @@ describe("a key many instances synced", () => {
     const namespace = uniqueNamespace();
     await new RedisQuotaStore(cluster, namespace).publish("pay", pay, "v1", 1, Date.now());
     await manyInstances(namespace, "hot", 9_000, T0 - 200_000);
-    const direct = redisTransport({ redis: cluster, namespace });
+    const direct = testClockTransport({ redis: cluster, namespace });
     let now = T0;
     const time = { now: () => now };
     const x = createQuotas({ transport: direct, clock: time, scheduler: neverScheduler });

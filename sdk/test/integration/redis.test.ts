@@ -12,7 +12,7 @@ import { SyncRejectedError } from "../../src/errors.ts";
 import { type QuotaRule, type SyncRequest, slotGroupPrefix } from "../../src/protocol/index.ts";
 import { createQuotas, type Quotas } from "../../src/quotas.ts";
 import { redisTransport } from "../../src/transports/redis.ts";
-import { publishRule } from "../support/quota-cluster.ts";
+import { publishRule, testClockTransport } from "../support/quota-cluster.ts";
 import { manualClock, maxInWindow } from "../support/quota-fixtures.ts";
 
 let cluster: Cluster;
@@ -35,7 +35,7 @@ async function run(options: {
 }) {
   const time = manualClock(T0);
   const fleet: Quotas[] = Array.from({ length: options.instances }, () =>
-    createQuotas({ transport: redisTransport({ redis: cluster, namespace: options.namespace }), clock: time }),
+    createQuotas({ transport: testClockTransport({ redis: cluster, namespace: options.namespace }), clock: time }),
   );
   const admitted: number[] = [];
   for (let step = 0; step < options.steps; step++) {
