@@ -1,10 +1,12 @@
 // Each test guards against a defect once found here, fixed since; its comment quotes the contract it broke.
 // A quota key synced by many instances over time (a Lambda fleet: every execution environment is a
-// new instance id), against the real script through the direct transport. Time is the callers' clock.
+// new instance id), against the real script through the direct transport. Time is the callers' clock, which
+// the store's clock follows (the test build, testClockTransport and TestClockQuotaStore).
 import type { Cluster } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RedisQuotaStore } from "../../../functions/adapters/redis-quota-store.ts";
 import { connectCluster, uniqueNamespace } from "../../../test/support/cluster.ts";
+import { TestClockQuotaStore } from "../../../test/support/quota-test-clock.ts";
 import { type QuotaRule, type SyncEntry, type SyncRequest, slotGroupPrefix } from "../../src/protocol/index.ts";
 import { createQuotas } from "../../src/quotas.ts";
 import { testClockTransport } from "../support/quota-cluster.ts";
@@ -18,7 +20,7 @@ afterAll(async () => {
   await cluster.quit();
 });
 
-// pinned: the `now` every sync below is given (in the past: the store's clock only holds back callers ahead of it)
+// pinned: the `now` every sync below is given, and the store's clock with it
 const T0 = Date.UTC(2026, 10, 27, 7, 30);
 
 function entry(key: string, fields: Partial<SyncEntry> = {}): SyncEntry {
@@ -89,7 +91,7 @@ describe("a key many instances synced", () => {
     const time = { now: () => now };
     const x = createQuotas({ transport: direct, clock: time, scheduler: neverScheduler });
     const countA = async () =>
-      (await new RedisQuotaStore(cluster, namespace).read(request("", 0, [entry("a")]), now)).entries[0]!.used[0];
+      (await new TestClockQuotaStore(cluster, namespace).read(request("", 0, [entry("a")]), now)).entries[0]!.used[0];
     // X, offered 40 per interval on "a", is granted 1 token, then about 25 at T0 + 50 (lease 400)
     for (const at of [T0, T0 + 50]) {
       now = at;
