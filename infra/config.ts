@@ -229,12 +229,12 @@ export const DEFAULT_PROFILE: Profile = "dev";
 export const SCRIPTS_READING_STORE_TIME = [
   "lua/limit-common.lua",
   "lua/quota-rule.lua",
-  "lua/quota-sync/store-time.lua",
+  "lua/quota-sync/store-now.lua",
 ];
 
 /** Why `serverless` is not a profile: each ElastiCache Serverless rule Tollgate's scripts break. */
 export const SERVERLESS_REFUSAL = [
-  `ElastiCache Serverless refuses TIME inside scripts, and ${SCRIPTS_READING_STORE_TIME.join(", ")} read the store's clock with it so that no caller's clock decides a grant or a lifetime (decisions 0056, 0068)`,
+  `ElastiCache Serverless refuses TIME inside scripts, and ${SCRIPTS_READING_STORE_TIME.join(", ")} read the store's clock with it so that no caller's clock decides a grant or a lifetime (decisions 0056, 0068, 0120)`,
   "it refuses keys a script does not declare, and cap-sends reads the user records and page blocks of its slot from the ranges it is given, declaring only its identity table (decision 0001)",
   "use dev or prod; docs/deploy.md says what a serverless store would need",
 ].join("; ");

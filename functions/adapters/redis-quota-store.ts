@@ -7,6 +7,7 @@ import {
   fcall,
   type QuotaRule,
   quotaRuleIndexKey,
+  type RedisFunctionLibrary,
   type SyncReply,
   type SyncRequest,
 } from "../../sdk/src/protocol/index.ts";
@@ -31,6 +32,8 @@ export class RedisQuotaStore implements QuotaStore {
     private readonly namespace: string,
     /** How long one sync call may take, retries included. */
     private readonly deadlineMs = 2_000,
+    /** The quota-sync library the calls run: the service's (a test build swaps the store's clock part). */
+    private readonly library: RedisFunctionLibrary<"quotaSync" | "quotaRead"> = quotaLibrary,
   ) {
     this.ruleCommand = quotaRuleCommand(cluster);
   }
@@ -56,7 +59,7 @@ export class RedisQuotaStore implements QuotaStore {
     const reply = await redisCallsOf(this.cluster).call(
       `quota-sync on ${keys[0]}`,
       keys,
-      () => fcall(this.cluster, quotaLibrary, read ? "quotaRead" : "quotaSync", keys, args),
+      () => fcall(this.cluster, this.library, read ? "quotaRead" : "quotaSync", keys, args),
       { deadlineMs: this.deadlineMs, retryOn: "no-answer" },
     );
     return decodeSync(reply, request);

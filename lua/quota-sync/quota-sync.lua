@@ -76,6 +76,8 @@ local floor, min, max, exp, spack, sunpack, rcall
 
 --- @include "carried-over"
 
+--- @include "store-now"
+
 --- @include "store-time"
 
 --- @include "sync-call"

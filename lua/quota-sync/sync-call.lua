@@ -8,7 +8,7 @@ return function(KEYS, ARGV)
   local reading = instance == ''
   local callerNow = tonumber(ARGV[2])
   if not callerNow then return redis.error_reply('ERR quota-sync: now (ARGV[2]) must be a number') end
-  now = callTime(callerNow, KEYS[2], instance, reading)
+  now = callTime(callerNow, KEYS[1], KEYS[2], instance, reading)
   -- approximate epochs are on the caller's clock: each counts at the same age on the call's time
   local epochShift = now - callerNow
   -- every entry is checked before anything is written (a script's writes stay when it fails later): little-

@@ -5,6 +5,7 @@ import type { Redis } from "ioredis";
 import { createRedisCluster, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
 import { RedisQuotaStore } from "../../functions/adapters/redis-quota-store.ts";
 import type { QuotaRule, SyncRequest } from "../../sdk/src/protocol/index.ts";
+import { setStoreClock, testClockQuotaLibrary } from "../../test/support/quota-test-clock.ts";
 import { isMain } from "../is-main.ts";
 
 const T0 = Date.UTC(2026, 10, 2, 9);
@@ -93,16 +94,19 @@ export function syncRound(shape: SyncShape, round: number, now: number, instance
 
 /**
  * `instances` instances each sync every key of one slot group every 50 ms (simulated time, so every call
- * moves the rings on by one bucket, as in production), for `rounds` rounds.
+ * moves the rings on by one bucket, as in production), for `rounds` rounds. The script's time is the store's
+ * clock (lua/quota-sync/store-now.lua), so the calls run the test build, whose store clock is set to each
+ * round's time (one SET per round, outside the script; inside it, one GET more than the service's build).
  */
 async function measureShape(cluster: TollgateCluster, shape: SyncShape, rounds: number, instances = 4) {
   const namespace = `bench-q-${Math.random().toString(36).slice(2, 8)}`;
-  const store = new RedisQuotaStore(cluster, namespace);
+  const store = new RedisQuotaStore(cluster, namespace, 2_000, testClockQuotaLibrary);
   await store.publish("api", shape.rule, "v1", 1, Date.now());
   const primaries = cluster.nodes("master");
   const before = await scriptStats(primaries);
   for (let round = 1; round <= rounds; round++) {
     const now = T0 + round * SYNC_EVERY_MS;
+    await setStoreClock(cluster, namespace, "api", 0, now);
     await Promise.all(syncRound(shape, round, now, instances).map((request) => store.sync(request, now)));
   }
   const after = await scriptStats(primaries);

@@ -3,13 +3,23 @@
 //   QUOTA_PORT=7745 [ROUNDS=50] [SHAPES=0,1] [ONLY=FCALL] npx tsx scripts/bench/quota-sync-instructions.ts [script.lua ...]   (needs valgrind)
 // Each script given (an entry file, joined with its parts; default lua/quota-sync/quota-sync.lua) runs the shapes of quota-sync-cpu.ts on its own server,
 // as a Redis Function (FCALL, as the check API's store calls it) and as an EVAL script (EVALSHA, as the
-// SDK's direct transport calls it).
+// SDK's direct transport calls it). A script whose time is the store's clock (a `store-now` part) runs its
+// test build, the clock set to each round's simulated time before its calls (outside the count; inside it,
+// one GET per call more than the service's build), so the count does not follow how fast valgrind runs.
 import { execFileSync } from "node:child_process";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ruleWriteCall } from "../../functions/core/quotas/quota-rule-script.ts";
-import { defineLibrary, encodeSync, evalScriptOf, joinLua, readLuaChunk } from "../../sdk/src/protocol/index.ts";
+import {
+  defineLibrary,
+  encodeSync,
+  evalScriptOf,
+  joinLua,
+  readLuaChunk,
+  slotGroupTestClockKey,
+} from "../../sdk/src/protocol/index.ts";
+import { TEST_CLOCK_PARTS } from "../../test/support/quota-test-clock.ts";
 import { isMain } from "../is-main.ts";
 import { dumpTotal, startCallgrindServer, stopCallgrindServer } from "./callgrind-server.ts";
 import { SYNC_SHAPES, type SyncShape, syncRound } from "./quota-sync-cpu.ts";
@@ -44,6 +54,7 @@ async function countShape(
     );
     const run = async (from: number, to: number) => {
       for (let round = from; round <= to; round++) {
+        await redis.set(slotGroupTestClockKey("cg", "api", 0), String(T0 + round * 50));
         for (const request of syncRound(shape, round, T0 + round * 50)) {
           const { keys, args } = encodeSync("cg", request, T0 + round * 50);
           await call(keys, args);
@@ -72,7 +83,7 @@ if (isMain(import.meta)) {
   );
   console.log("|---|---|---|---|---|---|---|");
   for (const path of scripts) {
-    const chunk = joinLua(path).text;
+    const chunk = joinLua(path, { parts: TEST_CLOCK_PARTS }).text;
     for (const how of ways) {
       const perCall = new Map<string, number>();
       for (const [index, shape] of SYNC_SHAPES.entries()) {

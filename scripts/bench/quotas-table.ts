@@ -63,7 +63,7 @@ export function quotasTable(
     `| Admitted per window while Redis is down ${extra.downFor / 1000} s (every node SIGSTOPped, N = 16, 2×) | N × L elsewhere (no shared state) | ${extra.downWorst.toFixed(2)} × L | ≤ 1.1 × L |`,
     `| An operator's change reaches all clients (N = 16) | Grab: "immediately" (unmeasured) | ${extra.reach.toFixed(0)} ms | ≤ 1 s |`,
     "",
-    "Redis CPU of `lua/quota-sync/` per key updated (`scripts/bench/quota-sync-cpu.ts`, on the bench cluster before the client runs):",
+    "Redis CPU of `lua/quota-sync/` per key updated (`scripts/bench/quota-sync-cpu.ts`, on the bench cluster before the client runs, in simulated time: the test build, whose store clock is a key, one GET per call more than the service's):",
     "",
     ...extra.cpu.lines,
     "",

@@ -75,10 +75,6 @@ export const KNOWN_FAILING: Readonly<Record<string, string>> = {
   "fresh-process/strict/http": "37 of 383 denied under the limit",
   "fresh-process/approximate/redis": "0-12 of ~355 denied under the limit over four runs",
   "fresh-process/approximate/http": "22 of 370 denied under the limit",
-  // instance 0, 2 s behind, makes the first call of the new group: the group's time starts 2 s back, the next
-  // caller moves the rings on 2 s and the lagging grants leave every window (a constant offset beyond the
-  // 10 ms margin is not corrected: docs/quotas.md, "Time from one place")
-  "clock-skew-2s/strict/redis": "110-111 of 100 with decide (seed 1; seeds 2 and 3 pass)",
 };
 
 /** The scenarios whose id contains one of `filters` (all when none), in grid order. */

@@ -3,7 +3,7 @@
 import { readFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
-import { RedisQuotaStore } from "../../functions/adapters/redis-quota-store.ts";
+import type { RedisQuotaStore } from "../../functions/adapters/redis-quota-store.ts";
 import {
   encodeSync,
   type QuotaRule,
@@ -18,6 +18,7 @@ import {
   syncEntry as entry,
   strictRule as strict,
 } from "../support/quota-sync-calls.ts";
+import { TestClockQuotaStore } from "../support/quota-test-clock.ts";
 import { T0 } from "../support/rules.ts";
 
 let cluster: TollgateCluster;
@@ -37,7 +38,7 @@ const B3 = readFileSync(new URL("./v0.1.0/quota-sync.lua", import.meta.url), "ut
 /** A store with the rule published as v1, and a way to publish the next versions. */
 async function storeWith(rule: QuotaRule) {
   const namespace = uniqueNamespace();
-  const store = new RedisQuotaStore(cluster, namespace);
+  const store = new TestClockQuotaStore(cluster, namespace);
   await store.publish("api", rule, "v1", rule.slotGroups, 1);
   let version = 1;
   const change = async (next: QuotaRule) => {

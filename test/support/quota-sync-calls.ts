@@ -1,17 +1,20 @@
 // Builders for quota-sync calls against the real cluster: a store with a rule published, and the
 // requests the SDK would send for rule "api", slot group 0.
 import type { TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
-import { RedisQuotaStore } from "../../functions/adapters/redis-quota-store.ts";
 import type { QuotaRule, SyncEntry, SyncRequest } from "../../sdk/src/protocol/index.ts";
 import { uniqueNamespace } from "./cluster.ts";
+import { TestClockQuotaStore } from "./quota-test-clock.ts";
 
-/** A store in a namespace of its own with `rule` published as `name`, configuration version "v1". */
+/**
+ * A store in a namespace of its own with `rule` published as `name`, configuration version "v1", running the
+ * test build of quota-sync: the store's clock is each call's `now` unless the test holds it (`storeNow`).
+ */
 export async function publishedQuotaStore(
   cluster: TollgateCluster,
   rule: QuotaRule,
   name = "api",
-): Promise<RedisQuotaStore> {
-  const store = new RedisQuotaStore(cluster, uniqueNamespace());
+): Promise<TestClockQuotaStore> {
+  const store = new TestClockQuotaStore(cluster, uniqueNamespace());
   await store.publish(name, rule, "v1", rule.slotGroups, 1);
   return store;
 }

@@ -236,6 +236,15 @@ export function slotGroupKeys(namespace: string, rule: string, group: number): S
   return { config: `${prefix}:cfg`, sequences: `${prefix}:seq`, instances: `${prefix}:inst` };
 }
 
+/**
+ * The store's clock as the test build of quota-sync reads it (test/support/lua/store-now.lua), in the slot
+ * group's own hash slot: the script's configuration key with `:clock` for `:cfg`. The production script never
+ * reads it (test/unit/tooling/lua-scripts.test.ts).
+ */
+export function slotGroupTestClockKey(namespace: string, rule: string, group: number): string {
+  return `${slotGroupPrefix(namespace, rule, group)}:clock`;
+}
+
 /** The index of the quota rules written to Redis (rule name -> the stamp of the policy that wrote it). */
 export function quotaRuleIndexKey(namespace: string): string {
   checkName("namespace", namespace);

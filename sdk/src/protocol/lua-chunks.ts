@@ -45,14 +45,24 @@ function shown(path: string): string {
   return inside === "" || inside.startsWith("..") || isAbsolute(inside) ? path : inside;
 }
 
+export interface JoinOptions {
+  /**
+   * Parts read from another file than the one beside the including file: part name (as the include line
+   * writes it) -> its file. A build of a script with one part swapped (a test build) is joined like any other.
+   */
+  readonly parts?: Readonly<Record<string, string | URL>>;
+}
+
 /**
  * The chunk of the script whose entry file is `entry`. Each include line (`--- @include "name"`, the whole line
  * and its newline) is replaced by the text of `name`.lua in the including file's folder, itself joined first;
  * a part's text ends with a newline, so the lines after the include stay lines of their own. Each part is
  * included once: a part missing, included a second time or including itself (directly or not) is an error
- * naming the file and line, as is a line that mentions `@include` in any other form.
+ * naming the file and line, as is a line that mentions `@include` in any other form. `options.parts` names
+ * parts read from elsewhere.
  */
-export function joinLua(entry: string | URL): JoinedChunk {
+export function joinLua(entry: string | URL, options: JoinOptions = {}): JoinedChunk {
+  const swapped = options.parts ?? {};
   const files: string[] = [];
   const origins: LineOrigin[] = [];
   const pieces: string[] = [];
@@ -81,7 +91,9 @@ export function joinLua(entry: string | URL): JoinedChunk {
         continue;
       }
       const name = include[1] as string;
-      const part = resolve(dirname(file), name.endsWith(".lua") ? name : `${name}.lua`);
+      const swap = Object.hasOwn(swapped, name) ? swapped[name] : undefined;
+      const part =
+        swap === undefined ? resolve(dirname(file), name.endsWith(".lua") ? name : `${name}.lua`) : pathOf(swap);
       const chain = [...including, file];
       if (chain.includes(part)) {
         const cycle = [...chain.slice(chain.indexOf(part)), part].map(shown).join(" -> ");

@@ -43,6 +43,12 @@ export interface RedisTransportOptions {
    * sent once more; the same one leaves the refusal as it is. Without it, an auth failure is a refused sync.
    */
   reauthenticate?: () => Promise<string>;
+  /**
+   * The quota-sync library to call (default: the one beside the package, the service's own). The repository's
+   * tests pass a build whose store clock they set (its time is the store's, within a bound: docs/quotas.md);
+   * a service has no reason to.
+   */
+  library?: RedisFunctionLibrary<"quotaSync" | "quotaRead">;
 }
 
 /**
@@ -74,7 +80,7 @@ export function redisTransport(options: RedisTransportOptions): QuotaTransport {
   }
   const timeoutMs = options.timeoutMs ?? 500;
   const { redis, reauthenticate } = options;
-  const quotaSync = quotaSyncLibrary();
+  const quotaSync = options.library ?? quotaSyncLibrary();
   // one read of the secret for every sync the same rotation refused at once (one per slot group)
   let reading: Promise<string> | undefined;
   /** Whether the password as it is now differs from `used`; a new one is set on the client. */

@@ -1,13 +1,15 @@
 // Each test guards against a defect once found here, fixed since; its comment quotes the contract it broke.
 // A quota key synced by many instances over time (a Lambda fleet: every execution environment is a
-// new instance id), against the real script through the direct transport. Time is the callers' clock.
+// new instance id), against the real script through the direct transport. Time is the callers' clock, which
+// the store's clock follows (the test build, testClockTransport and TestClockQuotaStore).
 import type { Cluster } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RedisQuotaStore } from "../../../functions/adapters/redis-quota-store.ts";
 import { connectCluster, uniqueNamespace } from "../../../test/support/cluster.ts";
+import { TestClockQuotaStore } from "../../../test/support/quota-test-clock.ts";
 import { type QuotaRule, type SyncEntry, type SyncRequest, slotGroupPrefix } from "../../src/protocol/index.ts";
 import { createQuotas } from "../../src/quotas.ts";
-import { redisTransport } from "../../src/transports/redis.ts";
+import { testClockTransport } from "../support/quota-cluster.ts";
 import { neverScheduler } from "../support/quota-fixtures.ts";
 
 let cluster: Cluster;
@@ -18,7 +20,7 @@ afterAll(async () => {
   await cluster.quit();
 });
 
-// pinned: the `now` every sync below is given (in the past: the store's clock only holds back callers ahead of it)
+// pinned: the `now` every sync below is given, and the store's clock with it
 const T0 = Date.UTC(2026, 10, 27, 7, 30);
 
 function entry(key: string, fields: Partial<SyncEntry> = {}): SyncEntry {
@@ -31,7 +33,7 @@ function request(instanceId: string, seq: number, entries: SyncEntry[]): SyncReq
 
 /** `count` instances, each new, sync `key` once at `at` (a fleet that scaled out, then was reclaimed). */
 async function manyInstances(namespace: string, key: string, count: number, at: number): Promise<void> {
-  const direct = redisTransport({ redis: cluster, namespace, timeoutMs: 10_000 });
+  const direct = testClockTransport({ redis: cluster, namespace, timeoutMs: 10_000 });
   for (let from = 0; from < count; from += 500) {
     await Promise.all(
       Array.from({ length: Math.min(500, count - from) }, (_, i) =>
@@ -65,7 +67,7 @@ describe("a key many instances synced", () => {
     await manyInstances(namespace, "hot", 9_000, T0 - 200_000);
     const keyName = `${slotGroupPrefix(namespace, "pay", 0)}:k:hot`;
     expect(await cluster.hlen(keyName)).toBeGreaterThan(9_000);
-    const direct = redisTransport({ redis: cluster, namespace });
+    const direct = testClockTransport({ redis: cluster, namespace });
     const reply = await direct.sync(request("i-new", 1, [entry("hot", { offered: 1, want: 1 })]), T0).then(
       (r) => r.status,
       (error: Error) => error.message,
@@ -84,12 +86,12 @@ describe("a key many instances synced", () => {
     const namespace = uniqueNamespace();
     await new RedisQuotaStore(cluster, namespace).publish("pay", pay, "v1", 1, Date.now());
     await manyInstances(namespace, "hot", 9_000, T0 - 200_000);
-    const direct = redisTransport({ redis: cluster, namespace });
+    const direct = testClockTransport({ redis: cluster, namespace });
     let now = T0;
     const time = { now: () => now };
     const x = createQuotas({ transport: direct, clock: time, scheduler: neverScheduler });
     const countA = async () =>
-      (await new RedisQuotaStore(cluster, namespace).read(request("", 0, [entry("a")]), now)).entries[0]!.used[0];
+      (await new TestClockQuotaStore(cluster, namespace).read(request("", 0, [entry("a")]), now)).entries[0]!.used[0];
     // X, offered 40 per interval on "a", is granted 1 token, then about 25 at T0 + 50 (lease 400)
     for (const at of [T0, T0 + 50]) {
       now = at;

@@ -1,6 +1,7 @@
 // The SDK against the real Redis Cluster through the direct transport: N instances sharing one key,
 // idempotent resends, a primary without the library, an operator's change, and a stopped primary. Time is the
-// instances' injected clock (the script takes `now` from the call): no sleeps.
+// instances' injected clock, which the store's clock follows (the test build, testClockTransport): no sleeps.
+// The library test runs the service's own build, on the store's real clock.
 import { readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import calculateSlot from "cluster-key-slot";
@@ -12,7 +13,7 @@ import { SyncRejectedError } from "../../src/errors.ts";
 import { type QuotaRule, type SyncRequest, slotGroupPrefix } from "../../src/protocol/index.ts";
 import { createQuotas, type Quotas } from "../../src/quotas.ts";
 import { redisTransport } from "../../src/transports/redis.ts";
-import { publishRule } from "../support/quota-cluster.ts";
+import { publishRule, testClockTransport } from "../support/quota-cluster.ts";
 import { manualClock, maxInWindow } from "../support/quota-fixtures.ts";
 
 let cluster: Cluster;
@@ -35,7 +36,7 @@ async function run(options: {
 }) {
   const time = manualClock(T0);
   const fleet: Quotas[] = Array.from({ length: options.instances }, () =>
-    createQuotas({ transport: redisTransport({ redis: cluster, namespace: options.namespace }), clock: time }),
+    createQuotas({ transport: testClockTransport({ redis: cluster, namespace: options.namespace }), clock: time }),
   );
   const admitted: number[] = [];
   for (let step = 0; step < options.steps; step++) {
@@ -109,7 +110,7 @@ describe("direct transport", () => {
   it("a resent request (same seq) is answered as a duplicate and counted once", async () => {
     const namespace = uniqueNamespace();
     await publishRule(cluster, namespace, "api", rule, "v1");
-    const transport = redisTransport({ redis: cluster, namespace });
+    const transport = testClockTransport({ redis: cluster, namespace });
     const first = await transport.sync(request(1, 7), T0);
     const again = await transport.sync(request(1, 7), T0 + 10);
     // the window holds the 7 and the allowance reserved for this instance, once
@@ -157,7 +158,7 @@ describe("direct transport", () => {
     const namespace = uniqueNamespace();
     await publishRule(cluster, namespace, "api", rule, "v1");
     const time = manualClock(T0);
-    const quotas = createQuotas({ transport: redisTransport({ redis: cluster, namespace }), clock: time });
+    const quotas = createQuotas({ transport: testClockTransport({ redis: cluster, namespace }), clock: time });
     quotas.resolve("api", "k");
     await quotas.sync();
     expect(quotas.check("api", "k")).toMatchObject({ limit: 100, policy: "100;w=1" });
@@ -200,7 +201,7 @@ describe("degraded mode with a stopped primary", () => {
     const time = manualClock(T0);
     // the allowance each instance's last answered sync reserved (still counted in the store's windows)
     const reserved = new Map<string, number>();
-    const direct = redisTransport({ redis: cluster, namespace, timeoutMs: 200 });
+    const direct = testClockTransport({ redis: cluster, namespace, timeoutMs: 200 });
     const transport: typeof direct = {
       async sync(request, now) {
         const reply = await direct.sync(request, now);

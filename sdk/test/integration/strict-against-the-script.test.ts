@@ -1,6 +1,7 @@
 // Each test guards against a defect once found here, fixed since; its comment quotes the contract it broke.
 // Strict mode against the real script on the local Redis Cluster, through the direct transport.
-// Time is the instances' injected clock (the script takes `now` from the call): no sleeps. A transport
+// Time is the instances' injected clock, which the store's clock follows (the test build, testClockTransport):
+// no sleeps. A transport
 // wrapper holds one rule's calls back until released (a slow node, a cold start), as a slow store would.
 import type { Cluster } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -8,8 +9,7 @@ import { compileQuotaRules } from "../../../functions/core/shared/quota-rules.ts
 import { connectCluster, uniqueNamespace } from "../../../test/support/cluster.ts";
 import type { QuotaRule } from "../../src/protocol/index.ts";
 import { createQuotas, type Quotas, type QuotaTransport } from "../../src/quotas.ts";
-import { redisTransport } from "../../src/transports/redis.ts";
-import { publishRule } from "../support/quota-cluster.ts";
+import { publishRule, testClockTransport } from "../support/quota-cluster.ts";
 import { manualClock, maxInWindow, neverScheduler } from "../support/quota-fixtures.ts";
 
 let cluster: Cluster;
@@ -38,7 +38,7 @@ describe("strict against the real script", () => {
     ]).get("search")!;
     await publishRule(cluster, namespace, "search", rule, version);
     const time = manualClock(T0);
-    const quotas = createQuotas({ transport: redisTransport({ redis: cluster, namespace }), clock: time });
+    const quotas = createQuotas({ transport: testClockTransport({ redis: cluster, namespace }), clock: time });
     const admitted: number[] = [];
     for (let step = 0; step < 40; step++) {
       time.set(T0 + step * 50);
@@ -70,7 +70,7 @@ describe("strict against the real script", () => {
     await publishRule(cluster, namespace, "pay", pay, "v1");
     await publishRule(cluster, namespace, "feed", feed, "v1");
     const time = manualClock(T0);
-    const direct = redisTransport({ redis: cluster, namespace });
+    const direct = testClockTransport({ redis: cluster, namespace });
     let hold: Promise<void> | undefined;
     const slowFeed: QuotaTransport = {
       async sync(request, now) {

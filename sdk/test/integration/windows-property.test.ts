@@ -1,7 +1,8 @@
 // A model-based property of the whole SDK (engine, loop, direct transport) against the real script:
 // N instances on one clock, each syncing every 40-60 ms (the loop's ±20 % jitter), offered random load on
 // one shared key, with replies lost after the store applied them (the same request is then resent). What
-// `check` admitted is timestamped; the invariant is the contract's. Time is the injected clock: no sleeps.
+// `check` admitted is timestamped; the invariant is the contract's. Time is the injected clock, which the
+// store's clock follows (the test build, testClockTransport): no sleeps.
 import fc from "fast-check";
 import type { Cluster } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -9,8 +10,7 @@ import { connectCluster, uniqueNamespace } from "../../../test/support/cluster.t
 import { StoreUnreachableError } from "../../src/errors.ts";
 import type { QuotaRule } from "../../src/protocol/index.ts";
 import { createQuotas, type QuotaTransport } from "../../src/quotas.ts";
-import { redisTransport } from "../../src/transports/redis.ts";
-import { publishRule } from "../support/quota-cluster.ts";
+import { publishRule, testClockTransport } from "../support/quota-cluster.ts";
 import { maxInWindow, neverScheduler } from "../support/quota-fixtures.ts";
 
 let cluster: Cluster;
@@ -21,7 +21,7 @@ afterAll(async () => {
   await cluster.quit();
 });
 
-// pinned: the `now` every sync below is given (the store keeps no clock of its own)
+// pinned: the `now` every sync below is given, and the store's clock with it
 const T0 = Date.UTC(2026, 10, 27, 8);
 
 interface FleetScenario {
@@ -51,7 +51,7 @@ async function runFleet(
   await publishRule(cluster, namespace, "pay", rule, "v1");
   let now = T0;
   const time = { now: () => now };
-  const direct = redisTransport({ redis: cluster, namespace });
+  const direct = testClockTransport({ redis: cluster, namespace });
   let draw = 0;
   const fleet = Array.from({ length: instances }, () => {
     const transport: QuotaTransport = {

@@ -50,6 +50,20 @@ describe("joinLua", () => {
     ]);
   });
 
+  it("reads a part named in `parts` from the file given, its origins there, the other parts beside the entry", () => {
+    const dir = folderOf({
+      "s/s.lua": '--- @include "clock"\n--- @include "a"\nreturn now()',
+      "s/clock.lua": "local function now() return 1 end\n",
+      "s/a.lua": "local a = 2\n",
+      "t/clock.lua": "local function now() return 2 end\n",
+    });
+    const swapped = joinLua(join(dir, "s/s.lua"), { parts: { clock: pathToFileURL(join(dir, "t/clock.lua")) } });
+    expect(swapped.text).toBe("local function now() return 2 end\nlocal a = 2\nreturn now()");
+    expect(swapped.files).toEqual(["s/s.lua", "t/clock.lua", "s/a.lua"].map((file) => join(dir, file)));
+    expect(swapped.origins[0]).toEqual({ file: join(dir, "t/clock.lua"), line: 1 });
+    expect(joinLua(join(dir, "s/s.lua")).text).toBe("local function now() return 1 end\nlocal a = 2\nreturn now()");
+  });
+
   it("leaves a script without includes as it is, byte for byte", () => {
     const text = "-- a comment about --- lines\r\nlocal s = '--- @include'\n\n\nreturn s\n";
     const dir = folderOf({ "one.lua": text });

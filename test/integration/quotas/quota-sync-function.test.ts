@@ -6,7 +6,7 @@
 import { readFileSync } from "node:fs";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { load, quotaLibrary } from "../../../functions/adapters/lua-scripts.ts";
+import { load } from "../../../functions/adapters/lua-scripts.ts";
 import type { TollgateCluster } from "../../../functions/adapters/redis-cluster.ts";
 import { RedisQuotaStore } from "../../../functions/adapters/redis-quota-store.ts";
 import {
@@ -21,6 +21,7 @@ import {
   slotGroupPrefix,
 } from "../../../sdk/src/protocol/index.ts";
 import { connectCluster, uniqueNamespace } from "../../support/cluster.ts";
+import { setStoreClock, testClockQuotaChunk, testClockQuotaLibrary } from "../../support/quota-test-clock.ts";
 import { T0 } from "../../support/rules.ts";
 
 let cluster: TollgateCluster;
@@ -33,6 +34,8 @@ afterAll(async () => {
 
 const CHUNK = load("quota-sync");
 const FRESH = evalScriptOf(CHUNK);
+// the random calls run the test build, function and fresh EVAL alike: each step sets the store's clock
+const TEST_FRESH = evalScriptOf(testClockQuotaChunk());
 /** v0.2.0's script, before it ran as a Function: one EVAL chunk that reads every key's 'r' */
 const PREVIOUS = readFileSync(new URL("../../compat/v0.2.0/quota-sync-settle-lag.lua", import.meta.url), "utf8");
 
@@ -41,8 +44,8 @@ type Outcome = { reply: unknown } | { error: string };
 
 async function run(runner: Runner, keys: string[], args: (string | number | Buffer)[]): Promise<Outcome> {
   try {
-    if (runner === "function") return { reply: await fcall(cluster, quotaLibrary, "quotaSync", keys, args) };
-    const script = runner === "fresh" ? FRESH : PREVIOUS;
+    if (runner === "function") return { reply: await fcall(cluster, testClockQuotaLibrary, "quotaSync", keys, args) };
+    const script = runner === "fresh" ? TEST_FRESH : PREVIOUS;
     return { reply: await cluster.eval(script, keys.length, ...keys, ...args) };
   } catch (error) {
     // the same failure, wherever the script text says it happened
@@ -304,6 +307,8 @@ describe("quota-sync as a Redis Function", () => {
           const high = INSTANCES.map(() => 0);
           const sent: { instance: number; seq: number; entries: Entry[]; now: number }[][] = INSTANCES.map(() => []);
           let now = T0;
+          // the store's clock: the latest time any caller sent (a caller's clock may go back, the store's not)
+          let storeNow = T0;
           const log: string[] = [];
           for (const [s, step] of steps.entries()) {
             let call: ((ns: string) => { keys: string[]; args: (string | number | Buffer)[] }) | undefined;
@@ -323,7 +328,9 @@ describe("quota-sync as a Redis Function", () => {
               log.push("remove");
             } else if (step.kind === "flush") {
               const primaries = cluster.nodes("master");
-              await Promise.all(primaries.map((node) => node.function("DELETE", quotaLibrary.name).catch(() => {})));
+              await Promise.all(
+                primaries.map((node) => node.function("DELETE", testClockQuotaLibrary.name).catch(() => {})),
+              );
               log.push("function deleted");
             } else if (step.kind === "b3") {
               for (const ns of spaces) await toB3(keysOf(ns).state(NAMES[step.name]!));
@@ -416,6 +423,8 @@ describe("quota-sync as a Redis Function", () => {
               log.push(`${step.kind} ${instance} #${seq} @${at - T0} at ${broken} ${JSON.stringify(step.entries)}`);
             }
             if (call) {
+              storeNow = Math.max(storeNow, now);
+              for (const ns of spaces) await setStoreClock(cluster, ns, "api", 0, storeNow);
               const outcomes: Outcome[] = [];
               // in an order of its own per step: the function's calls on two namespaces do not follow each other
               const order = [0, 1, 2, 3].sort((x, y) => orders[s]![x]! - orders[s]![y]!);

@@ -26,6 +26,7 @@ import {
   publishedQuotaStore,
   strictRule as strict,
 } from "../../support/quota-sync-calls.ts";
+import { TestClockQuotaStore } from "../../support/quota-test-clock.ts";
 import { T0 } from "../../support/rules.ts";
 
 let cluster: TollgateCluster;
@@ -439,7 +440,7 @@ describe("quota-sync.lua", () => {
 
   it("drops a key's fields of instances silent longer than the seq records live, keeping the recent ones", async () => {
     const namespace = uniqueNamespace();
-    const store = new RedisQuotaStore(cluster, namespace);
+    const store = new TestClockQuotaStore(cluster, namespace);
     await store.publish("api", approximate([{ windowMs: 1000, max: 1000 }]), "v1", 1, 1);
     const stateKey = quotaKey(slotGroupPrefix(namespace, "api", 0), "k");
     const use = (instance: string, at: number) =>
@@ -463,7 +464,7 @@ describe("quota-sync.lua", () => {
 
   it("a strict key stored in an earlier format (b3: one blob, 50 ms spent buckets) keeps its counts: nothing granted beyond max", async () => {
     const namespace = uniqueNamespace();
-    const store = new RedisQuotaStore(cluster, namespace);
+    const store = new TestClockQuotaStore(cluster, namespace);
     await store.publish("api", strict([{ windowMs: 1000, max: 10 }]), "v1", 1, 1);
     const stateKey = quotaKey(slotGroupPrefix(namespace, "api", 0), "k");
     // b3: demand, its time, the expiry mark, the cursors of the grants' ring (22 buckets of 50 ms: W + lease)
@@ -520,7 +521,7 @@ describe("quota-sync.lua", () => {
   });
 
   it("answers norule and counts nothing for a rule that is not configured", async () => {
-    const store = new RedisQuotaStore(cluster, uniqueNamespace());
+    const store = new TestClockQuotaStore(cluster, uniqueNamespace());
     expect(await store.sync(call("i", 1, [entry("k", { usage: [[T0, 5]] })]), T0)).toEqual({
       status: "norule",
       serverTime: T0,

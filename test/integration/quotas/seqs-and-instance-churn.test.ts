@@ -1,7 +1,6 @@
 // quota-sync.lua with seqs of 15 or more digits and instances that come and go.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { TollgateCluster } from "../../../functions/adapters/redis-cluster.ts";
-import { RedisQuotaStore } from "../../../functions/adapters/redis-quota-store.ts";
 import {
   type QuotaRule,
   type SyncEntry,
@@ -10,6 +9,7 @@ import {
   slotGroupPrefix,
 } from "../../../sdk/src/protocol/index.ts";
 import { connectCluster, uniqueNamespace } from "../../support/cluster.ts";
+import { TestClockQuotaStore } from "../../support/quota-test-clock.ts";
 import { T0 } from "../../support/rules.ts";
 
 let cluster: TollgateCluster;
@@ -38,7 +38,7 @@ describe("review: quota-sync.lua, large seqs and instance churn (review3 defects
   });
   async function storeWith(rule: QuotaRule) {
     const namespace = uniqueNamespace();
-    const quotaStore = new RedisQuotaStore(cluster, namespace);
+    const quotaStore = new TestClockQuotaStore(cluster, namespace);
     await quotaStore.publish("api", rule, "v1", 1, 1);
     return { quotaStore, namespace };
   }

@@ -1,6 +1,6 @@
-// quota-sync's time from the store (lua/quota-sync/store-time.lua) and the quiet time of a rule restored
+// quota-sync's time from the store (lua/quota-sync/store-now.lua, bounded in store-time.lua) and the quiet time of a rule restored
 // after a loss (lua/quota-rule.lua), on the real cluster. Times near the store's clock are read from it
-// (TIME), never from the calendar.
+// (TIME), never from the calendar; the bounds are shown on the test build, whose store clock the test sets.
 
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { TollgateCluster } from "../../../functions/adapters/redis-cluster.ts";
@@ -10,6 +10,7 @@ import { type QuotaStateLoss, QuotaSyncService } from "../../../functions/core/q
 import { slotGroupKeys } from "../../../sdk/src/protocol/index.ts";
 import { connectCluster, uniqueNamespace } from "../../support/cluster.ts";
 import { syncCall as call, syncEntry as entry, strictRule } from "../../support/quota-sync-calls.ts";
+import { TestClockQuotaStore } from "../../support/quota-test-clock.ts";
 import { T0 } from "../../support/rules.ts";
 
 let cluster: TollgateCluster;
@@ -35,6 +36,13 @@ async function published() {
   return store;
 }
 
+/** The rule published on the test build: the store's clock is what the test sets (`storeNow`). */
+async function publishedOnTestClock() {
+  const store = new TestClockQuotaStore(cluster, uniqueNamespace());
+  await store.publish("api", rule, "v1", 1, 1);
+  return store;
+}
+
 const tokens = (reply: Awaited<ReturnType<RedisQuotaStore["sync"]>>) => {
   const e = reply.entries[0]!;
   return { tokens: e.mode === "strict" ? e.tokens : -1, denyUntil: e.denyUntil, serverTime: reply.serverTime };
@@ -50,19 +58,37 @@ describe("quota-sync's time", () => {
     expect(reply.serverTime).toBeLessThanOrEqual(after);
   });
 
+  it("a caller whose clock is 2 s behind the store counts as 10 ms behind it (the bound), so it cannot start a group's time back", async () => {
+    const store = await publishedOnTestClock();
+    store.storeNow = T0 + 2_000;
+    expect((await store.sync(call("a", 1, [entry("k", { want: 1 })]), T0)).serverTime).toBe(T0 + 1_990);
+    // within the bound the caller's own clock is taken
+    store.storeNow = T0 + 2_050;
+    expect((await store.sync(call("b", 1, [entry("k")]), T0 + 2_043)).serverTime).toBe(T0 + 2_043);
+  });
+
   it("an instance whose clock steps back 1 s goes on from the time it had, never back", async () => {
-    const store = await published();
+    const store = await publishedOnTestClock();
+    store.storeNow = T0 + 1_000;
     await store.sync(call("a", 1, [entry("k", { want: 1 })]), T0 + 1_000);
+    // 5 ms later on the store's clock, the instance's clock 980 ms back: within the bound, the time it had
+    store.storeNow = T0 + 1_005;
     const reply = await store.sync(call("a", 2, [entry("k")]), T0 + 20);
     expect(reply.serverTime).toBe(T0 + 1_000);
     // and moves on from there as its clock moves
+    store.storeNow = T0 + 1_055;
     expect((await store.sync(call("a", 3, [entry("k")]), T0 + 70)).serverTime).toBe(T0 + 1_050);
   });
 
   it("a caller behind the slot group's latest time counts as that time (another instance moved it)", async () => {
-    const store = await published();
+    const store = await publishedOnTestClock();
+    store.storeNow = T0 + 1_000;
     await store.sync(call("a", 1, [entry("k", { want: 1 })]), T0 + 1_000);
-    expect((await store.sync(call("b", 1, [entry("k")]), T0 + 400)).serverTime).toBe(T0 + 1_000);
+    // b's clock 4 ms behind a's, inside the bound: the group's latest time
+    store.storeNow = T0 + 1_002;
+    expect((await store.sync(call("b", 1, [entry("k")]), T0 + 996)).serverTime).toBe(T0 + 1_000);
+    // 600 ms behind: held to the bound, then to the latest time
+    expect((await store.sync(call("c", 1, [entry("k")]), T0 + 400)).serverTime).toBe(T0 + 1_000);
   });
 });
 

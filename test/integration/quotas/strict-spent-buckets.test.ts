@@ -5,7 +5,7 @@
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { TollgateCluster } from "../../../functions/adapters/redis-cluster.ts";
-import { RedisQuotaStore } from "../../../functions/adapters/redis-quota-store.ts";
+import type { RedisQuotaStore } from "../../../functions/adapters/redis-quota-store.ts";
 import { type QuotaRule, quotaKey, type SyncEntry, slotGroupPrefix } from "../../../sdk/src/protocol/index.ts";
 import { connectCluster, uniqueNamespace } from "../../support/cluster.ts";
 import { maxInAnyWindow } from "../../support/quota-model.ts";
@@ -15,6 +15,7 @@ import {
   syncEntry as entry,
   strictRule as strict,
 } from "../../support/quota-sync-calls.ts";
+import { TestClockQuotaStore } from "../../support/quota-test-clock.ts";
 import { T0 } from "../../support/rules.ts";
 
 let cluster: TollgateCluster;
@@ -28,7 +29,7 @@ afterAll(async () => {
 /** A store with the rule published as v1, and a way to publish the next versions. */
 async function storeWith(rule: QuotaRule) {
   const namespace = uniqueNamespace();
-  const store = new RedisQuotaStore(cluster, namespace);
+  const store = new TestClockQuotaStore(cluster, namespace);
   await store.publish("api", rule, "v1", rule.slotGroups, 1);
   let version = 1;
   const change = async (next: QuotaRule) => {

@@ -10,21 +10,22 @@ import { describe, expect, it } from "vitest";
 import { limitLibrary, load, quotaLibrary, tollgateLibrary } from "../../../functions/adapters/lua-scripts.ts";
 import { findLuaEntry, joinLua, type LineOrigin } from "../../../sdk/src/protocol/index.ts";
 import { topLevelLocals } from "../../support/lua-locals.ts";
+import { TEST_CLOCK_PARTS, testClockQuotaChunk, testClockQuotaLibrary } from "../../support/quota-test-clock.ts";
 
 const root = fileURLToPath(new URL("../../..", import.meta.url));
 const LUA = new URL("../../../lua/", import.meta.url);
 
 /**
  * sha256 of each split script's chunk: cap-sends since it tells a send displaced by a reserve from a capped one (reserve.lua), quota-sync since its
- * time comes from the store's clock (store-time.lua) and a waiting approximate request is granted from what is left (want).
+ * time is held within a bound of the store's clock (store-now.lua, store-time.lua) and a waiting approximate request is granted from what is left (want).
  * A change to a script changes its chunk and its library's name on purpose: update these with it.
  */
 const CHUNK_SHA256 = {
   "cap-sends": "96fc14ec6ed1856e3bb9b0ea519cdca768531420ea6a0205aa1f99c467bd16e1",
-  "quota-sync": "aaffe4db35edc9c726d97659ce66b3ef5ce7b82d037ad6bbaad0fe9cc64e105e",
+  "quota-sync": "c0ffbc29d3cbe7d68d667f46d0dee1dca170bcd28c17f0a74cc6f8e262d228d6",
 };
 /** The libraries' names: a hash of their code, so the same name means the same chunks. */
-const LIBRARY_NAMES = { tollgate: "tollgate_eb7f818b", quota: "tollgate_939a8f52", limit: "tollgate_85c6648e" };
+const LIBRARY_NAMES = { tollgate: "tollgate_eb7f818b", quota: "tollgate_41c316ca", limit: "tollgate_85c6648e" };
 
 /** No file under lua/ passes this many lines: a part holds one concern. */
 const MAX_FILE_LINES = 400;
@@ -94,6 +95,38 @@ describe("the scripts joined from their parts", () => {
     const inFolders = luaFiles.filter((file) => file.split("/").length > 2).map((file) => join(root, file));
     expect(inFolders.filter((file) => !joinedFiles.has(file))).toEqual([]);
     expect(inFolders.length).toBeGreaterThan(20);
+  });
+});
+
+describe("the store's clock of quota-sync (store-now.lua)", () => {
+  const production = readFileSync(new URL("quota-sync/store-now.lua", LUA), "utf8");
+  const testPart = readFileSync(TEST_CLOCK_PARTS["store-now"], "utf8");
+  const timeCalls = (text: string) => text.match(/\brcall\(\s*['"]TIME['"]/g)?.length ?? 0;
+
+  it("is the one part of the script that reads TIME, once", () => {
+    const parts = readdirSync(new URL("quota-sync/", LUA)).filter((file) => file.endsWith(".lua"));
+    const reading = parts.filter((file) => timeCalls(readFileSync(new URL(`quota-sync/${file}`, LUA), "utf8")) > 0);
+    expect(reading).toEqual(["store-now.lua"]);
+    expect(timeCalls(production)).toBe(1);
+    expect(timeCalls(load("quota-sync"))).toBe(1);
+  });
+
+  it("reads no test clock in what ships: the service's library and the SDK's chunk join the production part", () => {
+    // the SDK's transport and its prepack join the entry as load() does, with no parts swapped
+    const shipped = [load("quota-sync"), joinLua(new URL("quota-sync/quota-sync.lua", LUA)).text, quotaLibrary.code];
+    for (const text of shipped) {
+      expect(text).toContain(production);
+      expect(text).not.toContain(testPart);
+      expect(text).not.toMatch(/'clock'/);
+      expect(text).not.toMatch(/rcall\('GET'/);
+    }
+  });
+
+  it("has a test build that differs from the shipped chunk in that part alone, under a library name of its own", () => {
+    const testChunk = testClockQuotaChunk();
+    expect(testChunk).toContain(testPart);
+    expect(testChunk.replace(testPart, production)).toBe(load("quota-sync"));
+    expect(testClockQuotaLibrary.name).not.toBe(quotaLibrary.name);
   });
 });
 
