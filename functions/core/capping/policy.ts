@@ -57,7 +57,7 @@ const window = z.string().superRefine((text, ctx) => {
   if (ms === undefined)
     ctx.addIssue({
       code: "custom",
-      message: `expected a duration such as "7d", or a calendar window: ${CALENDAR_WINDOWS.map((w) => `"${w}"`).join(", ")}`,
+      message: `expected e.g. "7d", or a calendar window (${CALENDAR_WINDOWS.map((w) => `"${w}"`).join(", ")})`,
     });
   else if (ms < MIN_WINDOW_MS || ms > MAX_WINDOW_MS)
     ctx.addIssue({ code: "custom", message: "expected a window from 1s to 30d" });

@@ -78,7 +78,9 @@ describe("policy", () => {
   it("names the field of a malformed window", () => {
     const document = valid();
     (document.segments[1]!.caps.push![0] as { window: string }).window = "1 week";
-    expect(issuesOf(document)).toEqual(['segments[1].caps.push[0].window: expected e.g. "7d"']);
+    expect(issuesOf(document)).toEqual([
+      'segments[1].caps.push[0].window: expected e.g. "7d", or a calendar window ("day", "week", "month")',
+    ]);
   });
 
   it("accepts windows from 1s to 30d and refuses the rest", () => {
