@@ -67,8 +67,19 @@ function startOfNextDate(zone: string, instant: number): number {
   return high;
 }
 
-/** The calendar period [start, end) of `window` holding `instant` in `zone`. */
+const periods = new Map<string, [number, number]>();
+/** The calendar period [start, end) of `window` holding `instant` in `zone` (remembered by its local date). */
 export function modelPeriod(zone: string, window: string, instant: number, weekStarts = "monday"): [number, number] {
+  const key = `${zone} ${window} ${weekStarts} ${localDate(zone, instant).date}`;
+  let period = periods.get(key);
+  if (period === undefined || instant < period[0] || instant >= period[1]) {
+    period = searchPeriod(zone, window, instant, weekStarts);
+    periods.set(key, period);
+  }
+  return period;
+}
+
+function searchPeriod(zone: string, window: string, instant: number, weekStarts: string): [number, number] {
   const dayStart = startOfDateHolding(zone, instant);
   if (window === "day") return [dayStart, startOfNextDate(zone, instant)];
   if (window === "week") {

@@ -99,7 +99,9 @@ const stepArb = fc.record({
   // up to 5 minutes ahead (clock skew) and 26 hours behind (a backfill into yesterday; every policy here has
   // a calendar cap, so the backfill bound is at least a day's 26 hours)
   skewMs: fc.oneof(fc.integer({ min: -26 * HOUR, max: MAX_FUTURE_MS - 1 }), fc.integer({ min: -MINUTE, max: MINUTE })),
-  campaign: fc.constantFrom("c1", "c2", "c3", "c4", "c5", "c6", "c7", "c8"),
+  // the previous step's campaign again (a duplicate for its users), or one of its own: a campaign is sent
+  // again within 10 hours, well inside the retention that recognises it
+  again: fc.boolean(),
   users: fc.uniqueArray(fc.oneof(fc.integer({ min: 0, max: 39 }), fc.constant(7_000_000)), {
     minLength: 1,
     maxLength: 40,
@@ -131,15 +133,16 @@ describe("calendar windows against the reference model", () => {
           const start = transition === undefined ? anywhere : transition + nearTransition;
           const { capper, clock, caps } = stack(capDocs, [zoneA, zoneB], defaultZone, start, weekStarts);
           const model = new CalendarModel(capDocs, weekStarts);
-          for (const step of steps) {
+          for (const [i, step] of steps.entries()) {
             clock.advance(step.advanceMs);
             const at = clock.now() + step.skewMs;
+            const campaign = `s${step.again && i > 0 ? i - 1 : i}`;
             if (step.check) {
               const user = step.users[0] as number;
               const zone = zoneOfUser(user, [zoneA, zoneB], defaultZone);
-              const result = await capper.checkUser({ userId: user, channel: "push", at, campaignId: step.campaign });
-              const expected = model.apply(user, zone, at, step.campaign);
-              expect(typeof expected === "string" ? result.decision : "capped").toBe(result.decision);
+              const result = await capper.checkUser({ userId: user, channel: "push", at, campaignId: campaign });
+              const expected = model.apply(user, zone, at, campaign);
+              expect(result.decision).toBe(typeof expected === "string" ? expected : "capped");
               if (result.decision === "capped") {
                 const eligible = model.eligibleAt(user, zone, at, 40 * DAY);
                 expect(result.retryAfterMs).toBe(eligible === undefined ? undefined : eligible - at);
@@ -155,13 +158,13 @@ describe("calendar windows against the reference model", () => {
               continue;
             }
             const result = await capper.capBatch({
-              campaignId: step.campaign,
+              campaignId: campaign,
               channel: "push",
               userIds: step.users,
               at,
             });
             step.users.forEach((user, k) => {
-              const expected = model.apply(user, zoneOfUser(user, [zoneA, zoneB], defaultZone), at, step.campaign);
+              const expected = model.apply(user, zoneOfUser(user, [zoneA, zoneB], defaultZone), at, campaign);
               expect(asModel(result.decisions[k] as CapDecision, caps)).toEqual(expected);
             });
           }
@@ -179,7 +182,137 @@ describe("calendar windows against the reference model", () => {
           }
         },
       ),
-      { numRuns: 30 },
+      // a run takes about a second; shrinking a 14-step case takes minutes, so the first counterexample is shown
+      { numRuns: 100, endOnFailure: true },
     );
+  });
+});
+
+/** A capper whose users all live in `zone` (the policy's default zone), with push caps `caps`. */
+function inZone(zone: string, caps: ModelCalendarCap[], start: number, weekStarts?: string) {
+  const rules = rulesOf({
+    version: "calendar.2",
+    channels: ["push", "email"],
+    segments: [],
+    default: { name: "everyone", caps: { push: caps } },
+    defaultZone: zone,
+    ...(weekStarts ? { weekStarts } : {}),
+  });
+  const clock = fixedClock(start);
+  const capper = new Capper({
+    store: new RedisCapStore(cluster),
+    rules: () => rules,
+    clock,
+    namespace: uniqueNamespace(),
+  });
+  let campaign = 0;
+  /** One send of `users` at `at` (the clock set to `now`, default `at`), as a batch of its own campaign. */
+  const send = async (at: number, users: number[] = [1], now = at) => {
+    clock.set(now);
+    const result = await capper.capBatch({ campaignId: `c${++campaign}`, channel: "push", userIds: users, at });
+    return result.decisions.map((decision) => decision.decision);
+  };
+  const check = (at: number) => {
+    clock.set(at);
+    return capper.checkUser({ userId: 1, channel: "push", at, consume: false });
+  };
+  return { send, check, clock };
+}
+
+// pinned: every instant below is handed to a fixed clock (inZone()), never compared with the calendar
+describe("calendar windows, hostile but valid", () => {
+  it("counts a send at 23:59:59.999 and one at 00:00 local in different days, and names midnight as the retry", async () => {
+    // Europe/Berlin in December: UTC+1, so local midnight of Dec 3 is 23:00 UTC on Dec 2
+    const midnight = Date.UTC(2026, 11, 2, 23);
+    const { send, check } = inZone("Europe/Berlin", [{ window: "day", max: 1 }], midnight - DAY);
+    expect(await send(midnight - 1)).toEqual(["allowed"]);
+    expect(await send(midnight)).toEqual(["allowed"]);
+    expect(await send(midnight + 1)).toEqual(["capped"]);
+    const report = await check(midnight + HOUR);
+    expect(report).toMatchObject({ allowed: false, retryAfterMs: DAY - HOUR });
+    expect(report.windows[0]).toMatchObject({ window: "day", used: 1, remaining: 0, resetAt: midnight + DAY });
+  });
+
+  it("makes America/New_York's 2026-03-08 a day of 23 hours and 2026-11-01 one of 25", async () => {
+    // spring: local midnight is 05:00 UTC, the next one 04:00 UTC (EDT)
+    const spring = Date.UTC(2026, 2, 8, 5);
+    const a = inZone("America/New_York", [{ window: "day", max: 1 }], spring);
+    expect(await a.send(spring + 23 * HOUR - 1)).toEqual(["allowed"]);
+    expect(await a.send(spring + 23 * HOUR)).toEqual(["allowed"]);
+    expect((await a.check(spring + 23 * HOUR + MINUTE)).windows[0]?.resetAt).toBe(spring + 47 * HOUR);
+    // fall: local midnight is 04:00 UTC (EDT), the next one 05:00 UTC the day after (EST): 25 hours
+    const fall = Date.UTC(2026, 10, 1, 4);
+    const b = inZone("America/New_York", [{ window: "day", max: 1 }], fall);
+    expect(await b.send(fall)).toEqual(["allowed"]);
+    expect(await b.send(fall + 25 * HOUR - 1)).toEqual(["capped"]);
+    expect(await b.send(fall + 25 * HOUR)).toEqual(["allowed"]);
+  });
+
+  it("follows Asia/Kathmandu's 45-minute offset (UTC+5:45)", async () => {
+    const midnight = Date.UTC(2026, 10, 1, 18, 15);
+    const { send, check } = inZone("Asia/Kathmandu", [{ window: "day", max: 1 }], midnight - HOUR);
+    expect(await send(midnight - HOUR)).toEqual(["allowed"]);
+    expect(await send(midnight - 1)).toEqual(["capped"]);
+    expect((await check(midnight - 1)).retryAfterMs).toBe(1);
+    expect(await send(midnight)).toEqual(["allowed"]);
+  });
+
+  it("refuses a send backfilled into yesterday's full day, and still allows today's", async () => {
+    const midnight = Date.UTC(2026, 11, 2);
+    const { send } = inZone("UTC", [{ window: "day", max: 1 }], midnight - 2 * HOUR);
+    expect(await send(midnight - 2 * HOUR)).toEqual(["allowed"]);
+    // the clock is in today; `at` names yesterday evening, whose day already holds its one send
+    expect(await send(midnight - HOUR, [1], midnight + 6 * HOUR)).toEqual(["capped"]);
+    expect(await send(midnight + 6 * HOUR)).toEqual(["allowed"]);
+  });
+
+  it("turns a week on the policy's first weekday: Sunday, and Monday by default", async () => {
+    // Saturday 2026-12-05 23:00 and Sunday 2026-12-06 00:30 in America/Los_Angeles (UTC-8)
+    const saturday = Date.UTC(2026, 11, 6, 7);
+    const sunday = saturday + 90 * MINUTE;
+    const sundayWeeks = inZone("America/Los_Angeles", [{ window: "week", max: 1 }], saturday, "sunday");
+    expect(await sundayWeeks.send(saturday)).toEqual(["allowed"]);
+    expect(await sundayWeeks.send(sunday)).toEqual(["allowed"]);
+    const isoWeeks = inZone("America/Los_Angeles", [{ window: "week", max: 1 }], saturday);
+    expect(await isoWeeks.send(saturday)).toEqual(["allowed"]);
+    expect(await isoWeeks.send(sunday)).toEqual(["capped"]);
+    // the ISO week turns at Monday 00:00 local, 08:00 UTC
+    expect((await isoWeeks.check(sunday)).retryAfterMs).toBe(Date.UTC(2026, 11, 7, 8) - sunday);
+  });
+
+  it("makes February 28 days and March 31 (UTC)", async () => {
+    const { send, check } = inZone("UTC", [{ window: "month", max: 1 }], Date.UTC(2026, 1, 1));
+    expect(await send(Date.UTC(2026, 1, 1))).toEqual(["allowed"]);
+    expect(await send(Date.UTC(2026, 2, 1) - 1)).toEqual(["capped"]);
+    expect(await send(Date.UTC(2026, 2, 1))).toEqual(["allowed"]);
+    expect(await send(Date.UTC(2026, 2, 31, 23, 59, 59, 999))).toEqual(["capped"]);
+    const report = await check(Date.UTC(2026, 2, 31, 12));
+    expect(report.windows[0]).toMatchObject({ used: 1, resetAt: Date.UTC(2026, 3, 1) });
+    expect(report.retryAfterMs).toBe(12 * HOUR);
+  });
+
+  it("retries at the later of a calendar day's end and a rolling window's release", async () => {
+    const midnight = Date.UTC(2026, 11, 3);
+    const { send, check } = inZone(
+      "UTC",
+      [
+        { window: "day", max: 1 },
+        { window: "1d", max: 1 },
+      ],
+      midnight - 4 * HOUR,
+    );
+    expect(await send(midnight - 4 * HOUR)).toEqual(["allowed"]);
+    // at 23:00 both refuse: the day turns at midnight, the rolling day releases the send at 20:00 tomorrow
+    expect((await check(midnight - HOUR)).retryAfterMs).toBe(DAY - 3 * HOUR);
+  });
+
+  it("caps a whole page on its block path by each user's day", async () => {
+    const midnight = Date.UTC(2026, 11, 3);
+    const users = Array.from({ length: 64 }, (_, i) => i);
+    const { send } = inZone("UTC", [{ window: "day", max: 2 }], midnight - 3 * HOUR);
+    expect(new Set(await send(midnight - 3 * HOUR, users))).toEqual(new Set(["allowed"]));
+    expect(new Set(await send(midnight - 2 * HOUR, users))).toEqual(new Set(["allowed"]));
+    expect(new Set(await send(midnight - HOUR, users))).toEqual(new Set(["capped"]));
+    expect(new Set(await send(midnight, users))).toEqual(new Set(["allowed"]));
   });
 });
