@@ -48,7 +48,7 @@ describe("policy", () => {
       "*:7d:6",
     ]);
     // a channel without its own entry has only the "*" caps
-    expect(policy.capsFor(0, "inapp").map((c) => `${c.channel}:${c.window}`)).toEqual(["*:7d"]);
+    expect(policy.capsFor(0, "inapp").map((c) => `${c.channel}:${c.window}`)).toEqual(["inapp:day", "*:7d"]);
     expect(policy.capsFor(1, "email")).toEqual([]);
     expect(policy.capsFor(2, "push")).toEqual([{ channel: "*", window: "7d", windowMs: 7 * 86_400_000, max: 2 }]);
     expect(policy.backfillMs).toBe(7 * 86_400_000);
