@@ -32,15 +32,16 @@ export class CalendarProfiles {
     const zoneNames = [...this.policy.zones, this.policy.defaultZone];
     const zoneOf = zones ? zones.resolveSorted(sortedIds) : undefined;
     const result = new Uint8Array(sortedIds.length);
-    const pairs = new Map<number, number>();
+    // each segment and zone pair's number, looked up once per batch (-1: not yet)
+    const pairs = new Int16Array(this.policy.segments.length * zoneNames.length).fill(-1);
     for (let j = 0; j < sortedIds.length; j++) {
       const segment = segmentOf[j] as number;
       const zone = zoneOf ? (zoneOf[j] as number) : this.policy.zones.length;
       const pair = segment * zoneNames.length + zone;
-      let number = pairs.get(pair);
-      if (number === undefined) {
+      let number = pairs[pair] as number;
+      if (number < 0) {
         number = this.numberFor(segment, zoneNames[zone] as string);
-        pairs.set(pair, number);
+        pairs[pair] = number;
       }
       result[j] = number;
     }
