@@ -306,6 +306,33 @@ describe("calendar windows, hostile but valid", () => {
     expect((await check(midnight - HOUR)).retryAfterMs).toBe(DAY - 3 * HOUR);
   });
 
+  it("keeps a calendar cap's reserve for higher priorities: a promotional send is displaced, a transactional one allowed", async () => {
+    const midnight = Date.UTC(2026, 11, 3);
+    const rules = rulesOf({
+      version: "calendar.3",
+      channels: ["push"],
+      segments: [],
+      default: { name: "everyone", caps: { push: [{ window: "day", max: 2, reserve: { transactional: 1 } }] } },
+    });
+    const clock = fixedClock(midnight - 3 * HOUR);
+    const capper = new Capper({
+      store: new RedisCapStore(cluster),
+      rules: () => rules,
+      clock,
+      namespace: uniqueNamespace(),
+    });
+    const send = async (campaignId: string, priority?: "transactional") =>
+      (await capper.capBatch({ campaignId, channel: "push", userIds: [1], ...(priority ? { priority } : {}) }))
+        .decisions[0]?.decision;
+    expect(await send("promo-1")).toBe("allowed");
+    expect(await send("promo-2")).toBe("displaced");
+    expect(await send("reset", "transactional")).toBe("allowed");
+    expect(await send("reset-2", "transactional")).toBe("capped");
+    // the next local day has room again
+    clock.set(midnight);
+    expect(await send("promo-3")).toBe("allowed");
+  });
+
   it("caps a whole page on its block path by each user's day", async () => {
     const midnight = Date.UTC(2026, 11, 3);
     const users = Array.from({ length: 64 }, (_, i) => i);
