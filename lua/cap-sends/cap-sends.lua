@@ -39,9 +39,11 @@ ARGV[5]  "1": exempt but counted (no cap is checked), "0": capped
 ARGV[6]  horizon ms: the longest retention of any profile of the policy; a block compaction drops sends
          at or before now - horizon
 ARGV[7]  caps of the call's profiles, msgpack: an array with per profile [windows ms[], maxima[],
-         everyChannel[], fullMaxima[]?] (everyChannel 1: counts every channel's sends, 0: this channel's;
-         maxima: what the call's priority may fill, each cap's max less its reserve for higher priorities;
-         fullMaxima, present when some reserve applies: the caps' own maxima, reserve.lua)
+         everyChannel[], fullMaxima[]?, periods[]?] (everyChannel 1: counts every channel's sends, 0: this
+         channel's; maxima: what the call's priority may fill, each cap's max less its reserve for higher
+         priorities; fullMaxima, present (or nil) when some reserve applies: the caps' own maxima, reserve.lua;
+         periods, present when a calendar cap applies: per cap its period boundaries in the users' zone, empty
+         for a rolling cap, calendar-window.lua)
 ARGV[8]  retentions of each profile, ","-separated, each "<kept ms>:<window ms>": a user's sends at or
          before now - kept are dropped whenever the user is written; in a user record, sends at or before
          now - window move to the tail, which a call reads only for a duplicate or when a window around
@@ -67,7 +69,7 @@ Reply    one byte per user in argument order: 0 allowed (counted), 1 duplicate, 
 
 Exactness: a send at `at` is allowed only if, for each cap (window W, max m), every window (x - W, x] that
 contains `at` holds fewer than m counted sends, so sends stamped ahead of `at` count as well as sends
-behind it.
+behind it; for a calendar cap, the period holding `at` does.
 
 Block value: cmsgpack of (format 4, width, compactAt, classLimit, identities, times, eventIdentities,
 classes, userClasses): event e is (times[e], identities[eventIdentities[e]]); a class is a string of
@@ -101,6 +103,7 @@ local REPLY_DUPLICATE, REPLY_EXEMPT, REPLY_FIRST_CAP = 1, 2, 3
 local WIDTH_LIMIT = { 255, 65535, 16777215 }
 
 --- @include "reserve"
+--- @include "calendar-window"
 --- @include "profiles"
 
 --- @include "window-rule"

@@ -159,6 +159,11 @@ local function countUpTo(list, count, t)
   return low - 1
 end
 
+-- How many of list[1..count] (ascending) lie in [from, to) (`to` nil: from `from` on): a calendar period's.
+local function countWithin(list, count, from, to)
+  return (to and countUpTo(list, count, to - 1) or count) - countUpTo(list, count, from - 1)
+end
+
 -- The fullest window (y - window, y] containing x (y from x to x + window - 1) of the ascending times
 -- list[1..count]: how many it holds and the index of its oldest. The count only rises at y = x and at a
 -- send's time, so those are the right ends tried, each by two binary searches; of equally full windows the
@@ -187,16 +192,29 @@ local function lastFullEnd(list, count, x, window, max)
   end
 end
 
+-- The end of the calendar period holding x (calendar-window.lua) less 1 when it holds `max` or more of the
+-- ascending list[1..count] (math.huge for the open last period), nil when it has room: lastFullEnd()'s figure.
+local function fullPeriodEnd(period, list, count, x, max)
+  local from, to = periodAround(period, x)
+  if countWithin(list, count, from, to) < max then return nil end
+  return to and to - 1 or math.huge
+end
+
 -- The reply code for a user of `profile` whose n live sends are the inPlaceList() `list` (liveSends()), by the
 -- rule of decideSends(): a cap is full when its fullest window around `at` holds its max (fullWindow()'s rule),
 -- found by binary searches.
 local function inPlaceUnderMaxima(profile, n, list)
   if call.exemptCounted then return REPLY_EXEMPT end
   if n < profile.least then return 0 end
-  local windows, maxima = profile.windows, profile.maxima
+  local windows, maxima, periods = profile.windows, profile.maxima, profile.periods
   for cap = 1, #windows do
-    local max = maxima[cap]
-    if max == 0 or (n >= max and fullestAround(list, n, at, windows[cap]) >= max) then return REPLY_FIRST_CAP + cap - 1 end
+    local max, period = maxima[cap], periods[cap]
+    if max == 0 then return REPLY_FIRST_CAP + cap - 1 end
+    if n >= max then
+      local used
+      if period then used = countWithin(list, n, period[1], period[2]) else used = fullestAround(list, n, at, windows[cap]) end
+      if used >= max then return REPLY_FIRST_CAP + cap - 1 end
+    end
   end
   return 0
 end

@@ -27,6 +27,7 @@ local function readProfiles(packedCaps, packedRetentions)
       windows = windows, maxima = maxima, everyChannel = everyChannel, least = least, longest = longest,
       retention = retention, cutoff = call.now - retention, windowCutoff = call.now - math.min(windowRetention, retention),
     }
+    profile.periods = periodsOf(spec[5], #maxima)
     profile.full = fullProfileOf(profile, spec[4])
     call.profiles[index] = profile
   end

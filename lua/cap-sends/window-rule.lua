@@ -30,11 +30,15 @@ local function decideUnderMaxima(profile, n, events, times, onChannel, isMine, a
   end
   if call.exemptCounted then return REPLY_EXEMPT end
   if n < profile.least then return 0 end
-  local windows, maxima, everyChannel = profile.windows, profile.maxima, profile.everyChannel
+  local windows, maxima, everyChannel, periods = profile.windows, profile.maxima, profile.everyChannel, profile.periods
   for cap = 1, #windows do
     local window, max = windows[cap], maxima[cap]
     if max == 0 then return REPLY_FIRST_CAP + cap - 1 end
-    if n >= max then
+    if periods[cap] then
+      if n >= max and periodFull(periods[cap], max, n, events, times, onChannel, everyChannel[cap], cutoff) then
+        return REPLY_FIRST_CAP + cap - 1
+      end
+    elseif n >= max then
       local from, to, every = at - window, at + window, everyChannel[cap]
       if cutoff > from then from = cutoff end
       -- counted first: the sends are gathered (and sorted) only when they could fill a window

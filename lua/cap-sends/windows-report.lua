@@ -1,10 +1,12 @@
 -- The "+windows" line of a user whose sends after the call are times[1..n] (onChannel in step), with the
 -- call's send at `at` when `appended`: "<retry at>", then per cap of its profile "<used> <reset at>":
 --   used: the sends in the cap's fullest window (x - W, x] containing `at` (decide()'s rule);
---   reset at: when that window's oldest send ages out (its time + W), `at` when it holds none;
+--   reset at: when that window's oldest send ages out (its time + W), `at` when it holds none; a calendar
+--   cap's (calendar-window.lua): the sends of the period holding `at`, and its end (`at` when it holds none);
 --   retry at (0 unless capped, and then 0 when a cap of 0 means never): the earliest time after `at` at
 --   which every window around it has room. A window around x empties only as a send leaves it at t + W,
---   so those times are the candidates, tried in order with fullestAround() itself.
+--   and a calendar cap's only as a period ends, so those times are the candidates, tried in order with
+--   fullestAround() itself (0 too when the open last period of a calendar cap is full, beyond its boundaries).
 -- Cost: binary searches per cap over an inPlaceList() (liveSends()), or else a sort of the sends gathered for
 -- the decision (two lists at most: the channel's, every channel's); the reply holds numbers per cap only.
 local function windowsLine(profile, n, times, onChannel, appended, capped)
@@ -34,13 +36,18 @@ local function windowsLine(profile, n, times, onChannel, appended, capped)
     end
     return list, countOf[key]
   end
-  local windows, maxima, everyChannel = profile.windows, profile.maxima, profile.everyChannel
+  local windows, maxima, everyChannel, periods = profile.windows, profile.maxima, profile.everyChannel, profile.periods
   local line = {}
   for cap = 1, #windows do
-    local window = windows[cap]
+    local window, period = windows[cap], periods[cap]
     local list, count = listFor(everyChannel[cap])
-    local used, oldest = fullestAround(list, count, at, window)
-    line[cap + 1] = string.format('%d %.0f', used, used > 0 and list[oldest] + window or at)
+    if period then
+      local used = countWithin(list, count, period[1], period[2])
+      line[cap + 1] = string.format('%d %.0f', used, used > 0 and period[2] or at)
+    else
+      local used, oldest = fullestAround(list, count, at, window)
+      line[cap + 1] = string.format('%d %.0f', used, used > 0 and list[oldest] + window or at)
+    end
   end
   local retryAt = 0
   if capped then
@@ -55,12 +62,19 @@ local function windowsLine(profile, n, times, onChannel, appended, capped)
       for cap = 1, #windows do
         local list, count = listFor(everyChannel[cap])
         local j = countUpTo(list, count, at) - maxima[cap] + 1
-        if j >= 1 and list[j] + windows[cap] > lowest then lowest = list[j] + windows[cap] end
+        if j >= 1 and not periods[cap] and list[j] + windows[cap] > lowest then lowest = list[j] + windows[cap] end
       end
       for cap = 1, #windows do
-        local window = windows[cap]
+        local window, period = windows[cap], periods[cap]
         local list, count = listFor(everyChannel[cap])
-        nextOf[cap] = math.max(countUpTo(list, count, at - window), countUpTo(list, count, lowest - window - 1)) + 1
+        if period then
+          -- a calendar cap's candidates are its periods' ends
+          local i = 2
+          while period[i] and period[i] < lowest do i = i + 1 end
+          nextOf[cap] = i
+        else
+          nextOf[cap] = math.max(countUpTo(list, count, at - window), countUpTo(list, count, lowest - window - 1)) + 1
+        end
       end
       retryAt = at + 1 -- not reached: after the last candidate every window is empty
       local tried
@@ -68,8 +82,9 @@ local function windowsLine(profile, n, times, onChannel, appended, capped)
         local x, from
         for cap = 1, #windows do
           local list, count = listFor(everyChannel[cap])
-          local i = nextOf[cap]
-          if i <= count and (x == nil or list[i] + windows[cap] < x) then x, from = list[i] + windows[cap], cap end
+          local i, period = nextOf[cap], periods[cap]
+          local candidate = period and period[i] or not period and i <= count and list[i] + windows[cap]
+          if candidate and (x == nil or candidate < x) then x, from = candidate, cap end
         end
         if x == nil then break end
         nextOf[from] = nextOf[from] + 1
@@ -80,16 +95,23 @@ local function windowsLine(profile, n, times, onChannel, appended, capped)
           local past
           for cap = 1, #windows do
             local list, count = listFor(everyChannel[cap])
-            local y = lastFullEnd(list, count, x, windows[cap], maxima[cap])
+            local period, y = periods[cap]
+            if period then y = fullPeriodEnd(period, list, count, x, maxima[cap])
+            else y = lastFullEnd(list, count, x, windows[cap], maxima[cap]) end
             if y and (past == nil or y > past) then past = y end
           end
-          if past == nil then
-            retryAt = x
+          if past == nil or past == math.huge then
+            retryAt = past == nil and x or 0
             break
           end
           for cap = 1, #windows do
             local list, count = listFor(everyChannel[cap])
-            nextOf[cap] = math.max(nextOf[cap], countUpTo(list, count, past - windows[cap]) + 1)
+            local period = periods[cap]
+            if period then
+              while period[nextOf[cap]] and period[nextOf[cap]] <= past do nextOf[cap] = nextOf[cap] + 1 end
+            else
+              nextOf[cap] = math.max(nextOf[cap], countUpTo(list, count, past - windows[cap]) + 1)
+            end
           end
         end
       end

@@ -1,6 +1,6 @@
 // The quiet-hours section: the dense campaign of the capping section (fresh logs each row) with none of the
 // user's-day features configured, with zones and quiet hours (nobody quiet, then two zones of seven quiet and
-// deferred), and a million users deferred to one instant: the messages it takes and the time to re-decide
+// deferred), with zones and calendar caps (and quiet hours, nobody quiet), and a million users deferred to one instant: the messages it takes and the time to re-decide
 // them all at that instant. One row per configuration: a later feature adds its row to ROWS.
 import { cpus, loadavg } from "node:os";
 import type { Redis } from "ioredis";
@@ -37,7 +37,15 @@ interface Row {
   /** The policy file's additions to the dense campaign's. */
   document: Record<string, unknown>;
   defer?: { maxMs: number };
+  /** Caps added to every segment's push caps (calendar windows). */
+  caps?: { window: string; max: number }[];
 }
+
+/** One push a calendar day and 3 a calendar week in the user's zone, beside the dense campaign's own caps. */
+const CALENDAR_CAPS = [
+  { window: "day", max: 1 },
+  { window: "week", max: 3 },
+];
 
 /** The configurations, each decided over every user on its own namespace (empty logs). */
 const ROWS: Row[] = [
@@ -51,7 +59,29 @@ const ROWS: Row[] = [
     document: { zones: ZONES, defaultZone: "UTC", quietHours: { push: [{ from: "21:00", to: "08:00" }] } },
     defer: { maxMs: 12 * HOUR },
   },
+  {
+    label: "zones + calendar caps (day 1, week 3)",
+    document: { zones: ZONES, defaultZone: "UTC" },
+    caps: CALENDAR_CAPS,
+  },
+  {
+    label: "zones + calendar caps + quiet hours, nobody quiet",
+    document: { zones: ZONES, defaultZone: "UTC", quietHours: { push: [{ from: "02:00", to: "03:00" }] } },
+    caps: CALENDAR_CAPS,
+  },
 ];
+
+/** The dense campaign's policy with a row's additions. */
+function rowPolicy(row: Row) {
+  const document = { ...policyDocument(), ...row.document };
+  const caps = row.caps;
+  if (!caps) return parsePolicy(document);
+  const withCaps = (segment: { caps: Record<string, unknown[]> }) => ({
+    ...segment,
+    caps: { ...segment.caps, push: [...(segment.caps.push ?? []), ...caps] },
+  });
+  return parsePolicy({ ...document, segments: document.segments.map(withCaps), default: withCaps(document.default) });
+}
 
 interface Phase {
   seconds: number;
@@ -98,7 +128,7 @@ export async function runQuietHours(connect: () => TollgateCluster, engineRate?:
   const rounds: Phase[][] = ROWS.map(() => []);
   for (let round = 0; round < ROUNDS; round++) {
     for (const [i, row] of ROWS.entries()) {
-      const policy = parsePolicy({ ...policyDocument(), ...row.document });
+      const policy = rowPolicy(row);
       const capper = new Capper({
         store: new RedisCapStore(cluster),
         rules: () => ({ policy, segments, zones }),

@@ -48,6 +48,8 @@ export function designPolicy() {
           ],
           // 1 of 2 a day kept for transactional sends (password resets, order updates)
           sms: [{ window: "1d", max: 2, reserve: { transactional: 1 } }],
+          // one a calendar day in the user's zone (Europe/Berlin, the default zone)
+          inapp: [{ window: "day", max: 1 }],
           "*": [{ window: "7d", max: 6 }],
         } as Record<string, { window: string; max: number; reserve?: Record<string, number> }[]>,
       },

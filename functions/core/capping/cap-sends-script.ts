@@ -12,6 +12,7 @@ import {
   USERS_PER_PAGE,
 } from "../../../sdk/src/protocol/index.ts";
 import { PartlyDecidedError } from "../shared/errors.ts";
+import type { CalendarWindow } from "./calendar-windows.ts";
 import type { DecisionKind } from "./decisions.ts";
 import { keptMs, MAX_CAPS_PER_CHANNEL, type Policy } from "./policy.ts";
 import { DEFAULT_PRIORITY, reservedAbove } from "./priority.ts";
@@ -114,7 +115,15 @@ export const BLOB_SPLIT_BYTES = 1024;
 
 /** One cap as the script sees it. */
 export interface ScriptCap {
+  /** A rolling window's length (a calendar cap's is its period's, calendar-profiles.ts). */
   windowMs: number;
+  /** A calendar window: its periods come per zone (`period`, calendar-profiles.ts). */
+  calendar?: CalendarWindow;
+  /**
+   * A calendar cap's periods in the user's zone: the start and end of the one holding `at`, then the ends of
+   * the following ones until past every send the store can hold (periodBoundaries()).
+   */
+  period?: readonly number[];
   /** What the call's priority may fill: the cap's max less its reserve for higher priorities. */
   max: number;
   /** The cap's own max, when a reserve keeps part of it from the call's priority (absent: `max` is it). */
@@ -147,6 +156,7 @@ export function scriptProfiles(
     caps: policy.capsFor(segment, channel).map((cap): ScriptCap => {
       const room = cap.max - reservedAbove(cap.reserve, priority);
       const scriptCap: ScriptCap = { windowMs: cap.windowMs, max: room, everyChannel: cap.channel !== channel };
+      if (cap.calendar) scriptCap.calendar = cap.calendar;
       if (room < cap.max) scriptCap.fullMax = cap.max;
       return scriptCap;
     }),
@@ -617,7 +627,7 @@ function buildCall(request: CapSendsRequest, tag: number, runs: PageRun[], users
 }
 
 /**
- * A profile as ARGV[7] and ARGV[8] carry it: msgpack of [windows, maxima, everyChannel, fullMaxima?], and
+ * A profile as ARGV[7] and ARGV[8] carry it: msgpack of [windows, maxima, everyChannel, fullMaxima?, periods?], and
  * "<kept>:<window>".
  */
 interface PackedProfile {
@@ -634,14 +644,17 @@ const packedProfiles = new WeakMap<ScriptProfile, PackedProfile>();
 function packedProfile(profile: ScriptProfile): PackedProfile {
   let packed = packedProfiles.get(profile);
   if (packed === undefined) {
-    const element = [
+    const element: unknown[] = [
       profile.caps.map((cap) => cap.windowMs),
       profile.caps.map((cap) => cap.max),
       profile.caps.map((cap) => (cap.everyChannel ? 1 : 0)),
     ];
     // the caps' own maxima only where a reserve applies: a call without one is the same bytes as before
-    if (profile.caps.some((cap) => cap.fullMax !== undefined))
-      element.push(profile.caps.map((cap) => cap.fullMax ?? cap.max));
+    const reserved = profile.caps.some((cap) => cap.fullMax !== undefined);
+    const periods = profile.caps.some((cap) => cap.period !== undefined);
+    if (reserved || periods) element.push(reserved ? profile.caps.map((cap) => cap.fullMax ?? cap.max) : null);
+    // the calendar periods only where a calendar cap applies (an empty array: a rolling cap)
+    if (periods) element.push(profile.caps.map((cap) => cap.period ?? []));
     packed = {
       // stringified once per profile, not per call (a /v1/frequency check is one call)
       content: JSON.stringify(profile),

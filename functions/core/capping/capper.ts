@@ -7,6 +7,7 @@ import { decisionTime, systemClock } from "../shared/clock.ts";
 import { PartlyDecidedError, ValidationError } from "../shared/errors.ts";
 import { checkNamespace } from "../shared/namespace.ts";
 import { parseOrThrow } from "../shared/validation.ts";
+import { CalendarProfiles, countedUntil } from "./calendar-profiles.ts";
 import { type CampaignBatch, type CampaignBatchInput, campaignBatchSchema } from "./campaign-batch.ts";
 import {
   type AnsweredVerdicts,
@@ -84,6 +85,8 @@ export class Capper {
   private readonly redeliveryMs: number;
   private readonly hotRecords: boolean;
   private readonly profileCache = new WeakMap<Policy, Map<string, ScriptProfile[]>>();
+  /** The calendar profiles of the latest decision instants (batches decided together share one). */
+  private readonly calendarCache = new WeakMap<Policy, Map<string, CalendarProfiles>>();
 
   constructor(options: CapperOptions) {
     this.calls = new CapSendsCoalescer(options.store);
@@ -208,6 +211,15 @@ export class Capper {
           })
         : undefined;
     const decided = holds ? withoutHeld(sortedIds, segmentOf, holds) : { sortedIds, segmentOf };
+    const priority = batch.priority ?? DEFAULT_PRIORITY;
+    let profiles = this.profiles(policy, batch.channel, priority);
+    // the script's profile of each decided user: its segment's, or with calendar caps its segment's in its zone
+    let profileOf = decided.segmentOf;
+    if (decided.sortedIds.length > 0 && policy.hasCalendarCaps(batch.channel)) {
+      const calendar = this.calendarProfiles(policy, batch.channel, priority, profiles, at, now);
+      profileOf = calendar.profileOf(decided.sortedIds, decided.segmentOf, zones);
+      profiles = calendar.profiles;
+    }
     const reportOf = (verdicts: Verdicts, answered?: Uint8Array) =>
       this.report({
         policy,
@@ -237,9 +249,9 @@ export class Capper {
                 horizonMs: keptHorizonMs(policy, this.redeliveryMs),
                 channel: batch.channel,
                 campaignId: batch.campaignId,
-                profiles: this.profiles(policy, batch.channel, batch.priority ?? DEFAULT_PRIORITY),
+                profiles,
                 sortedIds: decided.sortedIds,
-                segmentOf: decided.segmentOf,
+                segmentOf: profileOf,
                 forced: batch.exempt === true,
               })
               .catch((error: unknown) => {
@@ -271,6 +283,31 @@ export class Capper {
     if (profiles === undefined) {
       profiles = scriptProfiles(policy, channel, this.redeliveryMs, seen);
       byChannel.set(key, profiles);
+    }
+    return profiles;
+  }
+
+  /** The calendar profiles for batches decided at `at` by the clock reading `now` (the latest 16 instants kept). */
+  private calendarProfiles(
+    policy: Policy,
+    channel: string,
+    priority: number,
+    base: ScriptProfile[],
+    at: number,
+    now: number,
+  ): CalendarProfiles {
+    let byInstant = this.calendarCache.get(policy);
+    if (!byInstant) {
+      byInstant = new Map();
+      this.calendarCache.set(policy, byInstant);
+    }
+    const seen = policy.hasReserves(channel) ? priority : DEFAULT_PRIORITY;
+    const key = `${seen}:${channel}:${at}:${now}`;
+    let profiles = byInstant.get(key);
+    if (profiles === undefined) {
+      profiles = new CalendarProfiles(policy, base, at, countedUntil(at, now));
+      if (byInstant.size >= 16) byInstant.delete(byInstant.keys().next().value as string);
+      byInstant.set(key, profiles);
     }
     return profiles;
   }

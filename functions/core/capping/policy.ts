@@ -9,6 +9,15 @@ import { compileQuotaRules, type PublishedQuotaRule, quotaRulesSchema } from "..
 import { DEFAULT_ON_STORE_LOSS, type OnStoreLoss, STORE_LOSS_POLICIES } from "../shared/store-epoch.ts";
 import { Tenancy, tenantsSchema } from "../shared/tenants.ts";
 import { describeIssues } from "../shared/validation.ts";
+import {
+  CALENDAR_MAX_MS,
+  CALENDAR_WINDOWS,
+  type CalendarWindow,
+  DEFAULT_WEEK_START,
+  isCalendarWindow,
+  type WeekStart,
+  weekStartSchema,
+} from "./calendar-windows.ts";
 import { type Reserve, reservedInAll, reserveSchema } from "./priority.ts";
 import {
   compileWindows,
@@ -41,9 +50,15 @@ export const DEFAULT_POLICY_KEY = "config/policy.json";
 export const NAME_PATTERN = /^[a-z0-9][a-z0-9_-]{0,63}$/;
 const name = (what: string) => z.string().regex(NAME_PATTERN, `expected a ${what} name of a-z, 0-9, "_" or "-"`);
 
+// a rolling duration, or a calendar period of the user's zone (calendar-windows.ts)
 const window = z.string().superRefine((text, ctx) => {
+  if (isCalendarWindow(text)) return;
   const ms = parseDuration(text);
-  if (ms === undefined) ctx.addIssue({ code: "custom", message: 'expected e.g. "7d"' });
+  if (ms === undefined)
+    ctx.addIssue({
+      code: "custom",
+      message: `expected e.g. "7d", or a calendar window (${CALENDAR_WINDOWS.map((w) => `"${w}"`).join(", ")})`,
+    });
   else if (ms < MIN_WINDOW_MS || ms > MAX_WINDOW_MS)
     ctx.addIssue({ code: "custom", message: "expected a window from 1s to 30d" });
 });
@@ -56,6 +71,13 @@ const capSchema = z
     reserve: reserveSchema.optional(),
   })
   .superRefine((cap, ctx) => {
+    // a calendar cap of 0 would say "never" once a period: a rolling cap of 0 says it plainly
+    if (isCalendarWindow(cap.window) && cap.max < 1)
+      ctx.addIssue({
+        code: "custom",
+        path: ["max"],
+        message: `expected at least 1 for a calendar window ("${cap.window}"); a cap of 0 takes a duration`,
+      });
     // a reserve with a problem of its own reaches here untransformed: its issues are reported already
     if (!Array.isArray(cap.reserve)) return;
     const slots = reservedInAll(cap.reserve);
@@ -101,6 +123,8 @@ export const policySchema = z
     default: z.strictObject({ name: name("segment"), caps: capsSchema, quietHours: quietHoursSchema.optional() }),
     /** The zone of every user in no published zone bitmap (default UTC). */
     defaultZone: zoneSchema.optional(),
+    /** The first day of a calendar `"week"` window (default monday, ISO 8601). */
+    weekStarts: weekStartSchema.optional(),
     /** The zones whose bitmaps are published (`zones/<zone>.roaring`); a user is in at most one. */
     zones: z.array(zoneSchema).max(MAX_ZONES).optional(),
     /** Quiet hours for every segment, by channel ("*": every channel), in each user's zone. */
@@ -230,7 +254,10 @@ export interface CapRule {
   /** The channel the cap counts, or "*" for every channel. */
   channel: string;
   window: string;
+  /** A rolling window's length; a calendar window's longest period (CALENDAR_MAX_MS), which retention keeps. */
   windowMs: number;
+  /** A calendar window of the user's zone ("day", "week", "month"); absent: rolling. */
+  calendar?: CalendarWindow;
   max: number;
   /** Slots of max kept for higher priorities, by ascending priority (absent: none; reservedAbove()). */
   reserve?: readonly Reserve[];
@@ -270,6 +297,10 @@ export interface Policy {
   quietFor(segment: number, channel: string): readonly QuietWindow[];
   /** Whether any segment has quiet hours on `channel` (without, a batch's zones are not resolved). */
   hasQuietHours(channel: string): boolean;
+  /** Whether any cap that applies on `channel` is a calendar window (then a batch's zones are resolved). */
+  hasCalendarCaps(channel: string): boolean;
+  /** The first day of a calendar week. */
+  weekStarts: WeekStart;
   /** Whether any cap that applies on `channel` reserves room (without, a batch's priority changes nothing). */
   hasReserves(channel: string): boolean;
   /** Quotas mode rules by name (empty without a `quotas` section). */
@@ -326,10 +357,12 @@ function compilePolicy(document: PolicyDocument): Policy {
   const table = all.map((segment, index) => {
     const rules = (channel: string): CapRule[] =>
       (segment.caps[channel] ?? []).map((cap) => {
-        const windowMs = parseDuration(cap.window) as number;
+        const calendar = isCalendarWindow(cap.window) ? cap.window : undefined;
+        const windowMs = calendar ? CALENDAR_MAX_MS[calendar] : (parseDuration(cap.window) as number);
         longestMs = Math.max(longestMs, windowMs);
         longestBySegment[index] = Math.max(longestBySegment[index] as number, windowMs);
         const rule: CapRule = { channel, window: cap.window, windowMs, max: cap.max };
+        if (calendar) rule.calendar = calendar;
         if (cap.reserve) rule.reserve = cap.reserve;
         return rule;
       });
@@ -350,6 +383,11 @@ function compilePolicy(document: PolicyDocument): Policy {
       table.some((byChannel) => byChannel.get(channel)?.some((cap) => cap.reserve !== undefined)),
     ),
   );
+  const calendarChannels = new Set(
+    document.channels.filter((channel) =>
+      table.some((byChannel) => byChannel.get(channel)?.some((cap) => cap.calendar !== undefined)),
+    ),
+  );
   const backfillMs = longestMs > 0 ? longestMs : DEFAULT_BACKFILL_MS;
   const retention = longestBySegment.map((segmentMs) => backfillMs + segmentMs + MAX_FUTURE_MS);
   return {
@@ -361,6 +399,8 @@ function compilePolicy(document: PolicyDocument): Policy {
     quietFor: (segment, channel) => quiet[segment]?.get(channel) ?? [],
     hasQuietHours: (channel) => quietChannels.has(channel),
     hasReserves: (channel) => reserveChannels.has(channel),
+    hasCalendarCaps: (channel) => calendarChannels.has(channel),
+    weekStarts: document.weekStarts ?? DEFAULT_WEEK_START,
     defaultSegment: all.length - 1,
     backfillMs,
     retentionMs: (segment) => retention[segment] as number,

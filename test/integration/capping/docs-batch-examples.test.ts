@@ -76,3 +76,61 @@ describe("the policy and campaign batches of docs/api.md", () => {
     expect((await capper.capBatch(reset as never)).decisions[0]?.decision).toBe("allowed");
   });
 });
+
+describe("the calendar windows of docs/api.md", () => {
+  const HOUR = 3_600_000;
+  const DAY = 24 * HOUR;
+  const fragment = jsonBlocks("## Policy (`functions/core/capping/policy.ts`)").find((text) =>
+    text.includes('"weekStarts"'),
+  );
+  const capperOf = (document: unknown) => {
+    const rules = rulesOf(document, { new: [17, 42] });
+    const clock = fixedClock(EXAMPLES_NOW);
+    return {
+      capper: new Capper({
+        store: new RedisCapStore(cluster),
+        rules: () => rules,
+        clock,
+        namespace: uniqueNamespace(),
+      }),
+      clock,
+    };
+  };
+
+  it("caps user 17's in-app messages at one a calendar day in Europe/Berlin, the policy's default zone", async () => {
+    // the docs' moment is Sunday 06:00 in Berlin; 10:00 and 20:00 are outside the in-app quiet hours
+    const { capper, clock } = capperOf(policyDocument);
+    const sendAt = async (at: number, campaignId: string) => {
+      clock.set(at);
+      return (await capper.capBatch({ campaignId, channel: "inapp", userIds: [17], at })).decisions[0];
+    };
+    expect((await sendAt(EXAMPLES_NOW + 4 * HOUR, "welcome"))?.decision).toBe("allowed");
+    expect(await sendAt(EXAMPLES_NOW + 14 * HOUR, "reminder")).toMatchObject({
+      decision: "capped",
+      cap: { channel: "inapp", window: "day", max: 1 },
+    });
+    expect((await sendAt(EXAMPLES_NOW + DAY + 3 * HOUR, "tips"))?.decision).toBe("allowed");
+  });
+
+  it("runs the calendar fragment as written: a day, a week from Sunday and a rolling 6 hours", async () => {
+    expect(fragment).toBeDefined();
+    const { caps, weekStarts } = JSON.parse(`{${fragment}}`) as { caps: unknown; weekStarts: string };
+    const { capper, clock } = capperOf({ ...policyDocument, weekStarts, default: { name: "unsegmented", caps } });
+    // user 99 is in no segment: the fragment's caps, in Berlin (UTC+1 in November)
+    const sendAt = async (at: number, campaignId: string) => {
+      clock.set(at);
+      return (await capper.capBatch({ campaignId, channel: "push", userIds: [99], at })).decisions[0]?.decision;
+    };
+    const sunday10 = EXAMPLES_NOW + 4 * HOUR;
+    expect(await sendAt(sunday10, "a")).toBe("allowed");
+    expect(await sendAt(sunday10 + 7 * HOUR, "b")).toBe("capped");
+    expect(await sendAt(sunday10 + DAY, "c")).toBe("allowed");
+    expect(await sendAt(sunday10 + 2 * DAY, "d")).toBe("allowed");
+    expect(await sendAt(sunday10 + 3 * DAY, "e")).toBe("capped");
+    // the week from Sunday turns at next Sunday 00:00 in Berlin: 6 days and 14 hours after Sunday 10:00
+    clock.set(sunday10 + 3 * DAY);
+    const report = await capper.checkUser({ userId: 99, channel: "push", consume: false });
+    expect(report.retryAfterMs).toBe(6 * DAY + 14 * HOUR - 3 * DAY);
+    expect(report.windows[1]).toMatchObject({ window: "week", used: 3, resetAt: sunday10 + 6 * DAY + 14 * HOUR });
+  });
+});

@@ -48,7 +48,7 @@ describe("policy", () => {
       "*:7d:6",
     ]);
     // a channel without its own entry has only the "*" caps
-    expect(policy.capsFor(0, "inapp").map((c) => `${c.channel}:${c.window}`)).toEqual(["*:7d"]);
+    expect(policy.capsFor(0, "inapp").map((c) => `${c.channel}:${c.window}`)).toEqual(["inapp:day", "*:7d"]);
     expect(policy.capsFor(1, "email")).toEqual([]);
     expect(policy.capsFor(2, "push")).toEqual([{ channel: "*", window: "7d", windowMs: 7 * 86_400_000, max: 2 }]);
     expect(policy.backfillMs).toBe(7 * 86_400_000);
@@ -78,7 +78,9 @@ describe("policy", () => {
   it("names the field of a malformed window", () => {
     const document = valid();
     (document.segments[1]!.caps.push![0] as { window: string }).window = "1 week";
-    expect(issuesOf(document)).toEqual(['segments[1].caps.push[0].window: expected e.g. "7d"']);
+    expect(issuesOf(document)).toEqual([
+      'segments[1].caps.push[0].window: expected e.g. "7d", or a calendar window ("day", "week", "month")',
+    ]);
   });
 
   it("accepts windows from 1s to 30d and refuses the rest", () => {

@@ -16,16 +16,17 @@ const root = fileURLToPath(new URL("../../..", import.meta.url));
 const LUA = new URL("../../../lua/", import.meta.url);
 
 /**
- * sha256 of each split script's chunk: cap-sends since it tells a send displaced by a reserve from a capped one (reserve.lua), quota-sync since its
+/**
+ * sha256 of each split script's chunk: cap-sends since it counts calendar periods of the user's zone (calendar-window.lua), quota-sync since its
  * time is held within a bound of the store's clock (store-now.lua, store-time.lua) and a waiting approximate request is granted from what is left (want).
  * A change to a script changes its chunk and its library's name on purpose: update these with it.
  */
 const CHUNK_SHA256 = {
-  "cap-sends": "96fc14ec6ed1856e3bb9b0ea519cdca768531420ea6a0205aa1f99c467bd16e1",
+  "cap-sends": "19239de687c077419af52af334a2af14595a9dcf6836c489b59ecd5bda93ad1f",
   "quota-sync": "c0ffbc29d3cbe7d68d667f46d0dee1dca170bcd28c17f0a74cc6f8e262d228d6",
 };
 /** The libraries' names: a hash of their code, so the same name means the same chunks. */
-const LIBRARY_NAMES = { tollgate: "tollgate_eb7f818b", quota: "tollgate_41c316ca", limit: "tollgate_85c6648e" };
+const LIBRARY_NAMES = { tollgate: "tollgate_03186181", quota: "tollgate_41c316ca", limit: "tollgate_85c6648e" };
 
 /** No file under lua/ passes this many lines: a part holds one concern. */
 const MAX_FILE_LINES = 400;
