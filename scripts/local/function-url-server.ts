@@ -53,9 +53,10 @@ export interface FunctionUrlAuth {
   /** The clock signatures are dated against (default: the system's). */
   now?: () => number;
   /**
-   * Every request arrives as this caller, no signature checked: what the function sees on AWS, where the
-   * Function URL checks the signature before the function runs. For the bench, whose load generator does
-   * not sign; `credentials` are then unused.
+   * An unsigned request from a loopback address arrives as this caller: what the function sees on AWS,
+   * where the Function URL checks the signature before the function runs. For the bench, whose load
+   * generator does not sign. A request that carries a signature is checked against `credentials` as
+   * always (a bad one is a 403), and an unsigned one from any other address is a 403.
    */
   trustedCaller?: APIGatewayEventRequestContextIAMAuthorizer["iam"];
 }
@@ -73,7 +74,7 @@ export async function startFunctionUrlServer(
 ): Promise<{ url: string; server: Server; stop(): Promise<void> }> {
   const handler = dispatcher(Array.isArray(handlers) ? handlers : [handlers as FunctionUrlHandler], perEnvironment);
   const trusted = auth?.trustedCaller;
-  const verifier = auth && !trusted ? new SigV4Verifier(auth.credentials, auth.now) : undefined;
+  const verifier = auth ? new SigV4Verifier(auth.credentials, auth.now) : undefined;
   const server = createServer(async (request, response) => {
     try {
       const body = await readBody(request);
@@ -81,8 +82,10 @@ export async function startFunctionUrlServer(
         response.writeHead(413, { "content-type": "application/json" }).end('{"error":{"code":"payload_too_large"}}');
         return;
       }
-      let iam: APIGatewayEventRequestContextIAMAuthorizer["iam"] | undefined = trusted;
-      if (verifier) {
+      let iam: APIGatewayEventRequestContextIAMAuthorizer["iam"] | undefined;
+      if (trusted && request.headers.authorization === undefined && isLoopback(request.socket.remoteAddress)) {
+        iam = trusted;
+      } else if (verifier) {
         const verified = await verifier.verify({
           method: request.method ?? "GET",
           target: request.url ?? "/",
@@ -117,6 +120,13 @@ export async function startFunctionUrlServer(
   const address = server.address();
   const url = `http://127.0.0.1:${typeof address === "object" && address ? address.port : port}`;
   return { url, server, stop: () => new Promise((resolve) => server.close(() => resolve())) };
+}
+
+/** An address of this machine's loopback interface (IPv4 127/8, IPv6 ::1, or IPv4 127/8 mapped in IPv6). */
+export function isLoopback(address: string | undefined): boolean {
+  if (address === undefined) return false;
+  const v4 = address.startsWith("::ffff:") ? address.slice(7) : address;
+  return v4.startsWith("127.") || address === "::1";
 }
 
 function readBody(request: IncomingMessage): Promise<string | undefined> {
