@@ -191,7 +191,7 @@ export class RedisLimitStore implements LimitStore {
     };
     this.batcher = options.slotBatch
       ? new SlotBatcher<LimitCall, Buffer>({
-          one: (call) => this.runOne(call.algorithm, call.key, call.args),
+          one: (call) => this.runOne(call.algorithm, call.key, call.args, call.slot),
           many: (calls) => this.runBatch(calls),
           maxPerCall: options.slotBatch.maxPerCall,
         })
@@ -200,12 +200,12 @@ export class RedisLimitStore implements LimitStore {
 
   /** A peek (cost 0) goes to the algorithm's reader, which a node past maxmemory still runs. */
   runLimit(algorithm: Algorithm, key: string, args: Buffer): Promise<Buffer> {
-    return this.batcher
-      ? this.batcher.run(hashSlotOf(key), { algorithm, key, args })
-      : this.runOne(algorithm, key, args);
+    if (!this.batcher) return this.runOne(algorithm, key, args);
+    const slot = hashSlotOf(key);
+    return this.batcher.run(slot, { algorithm, key, args, slot });
   }
 
-  private runOne(algorithm: Algorithm, key: string, args: Buffer): Promise<Buffer> {
+  private runOne(algorithm: Algorithm, key: string, args: Buffer, slot?: number): Promise<Buffer> {
     const writer = LIMIT_FUNCTIONS[algorithm];
     if (!writer) throw new Error(`no limit function for ${algorithm}`);
     const name = peeks(args) ? readerOf(writer) : writer;
@@ -216,7 +216,7 @@ export class RedisLimitStore implements LimitStore {
         () => fcallBuffer(this.cluster, limitLibrary, name, declared, [args]),
         this.callOptions,
       );
-    return this.epoch ? this.epoch.run(key, (epochKey) => run([key, epochKey])) : run([key]);
+    return this.epoch ? this.epoch.run(key, (epochKey) => run([key, epochKey]), slot ?? hashSlotOf(key)) : run([key]);
   }
 
   /**
@@ -238,7 +238,8 @@ export class RedisLimitStore implements LimitStore {
         () => fcallBuffer(this.cluster, limitLibrary, name, declared, args) as unknown as Promise<(Buffer | number)[]>,
         this.callOptions,
       );
-    const replied = this.epoch ? this.epoch.run(first, (epochKey) => run([...keys, epochKey])) : run(keys);
+    const slot = (calls[0] as LimitCall).slot;
+    const replied = this.epoch ? this.epoch.run(first, (epochKey) => run([...keys, epochKey]), slot) : run(keys);
     return replied.then((reply) => {
       const packed = reply[0] as Buffer;
       if (!Buffer.isBuffer(packed) || packed.length !== LIMIT_REPLY_BYTES * calls.length)
@@ -278,6 +279,8 @@ interface LimitCall {
   algorithm: Algorithm;
   key: string;
   args: Buffer;
+  /** The hash slot of `key` (the batcher's, and its epoch key's). */
+  slot: number;
 }
 
 /** lua/limit.lua's reply: five little-endian doubles. */

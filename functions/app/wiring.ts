@@ -370,7 +370,8 @@ export function wireCheckApi(env: NodeJS.ProcessEnv, options: WiringOptions = {}
     frequency: (body) => capper.checkUser(body),
     ...(archive ? { archive } : {}),
     quotaSync: (body, tenant) => quotasOf(tenant).sync(body),
-    tenancy: async (request) => (await rules.current(request)).policy.tenancy,
+    // a then, not an async function awaiting: one promise layer fewer on every request
+    tenancy: (request) => rules.current(request).then((active) => active.policy.tenancy),
     routes: config.CHECK_API_ROUTES,
     health,
     logger,

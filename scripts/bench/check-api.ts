@@ -132,6 +132,9 @@ export async function runCheckApi(): Promise<string[]> {
         (environment) => (event: ReturnType<typeof localPrincipalEvent>) => environment.handler(event, context),
       ),
     );
+    // the managed-instances setting's one environment, all 32 invocations at once, no HTTP and no emulation:
+    // what the function itself does beside rate-limiter-flexible on one client
+    const managedEnvironment = managed.checkApiEnvironments[0] as (typeof environments)[number];
     const rlfPerEnvironment = oneCallEach(
       rlfContenders.environments.map((limiter) => (key: string) => limiter.consume(key)),
     );
@@ -141,6 +144,7 @@ export async function runCheckApi(): Promise<string[]> {
       limiterPerEnvironment: () => perEnvironment(parsed),
       // the event is built once, as the Lambda runtime (not the handler) builds it
       handler: () => handlers(event),
+      managedHandler: () => managedEnvironment.handler(event, context),
       rlf: () => rlf.consume("layers"),
       rlfPerEnvironment: () => rlfPerEnvironment("layers"),
     });
@@ -158,6 +162,7 @@ export async function runCheckApi(): Promise<string[]> {
     const httpRatio = ours.rps / theirs.rps;
     const lambdaRatio = ours.rps / theirsLambda.rps;
     const managedRatio = oursManaged.rps / theirs.rps;
+    const managedInProcess = layers.managedHandler.rps / layers.rlf.rps;
     const verdict = (met: boolean) => (met ? "met" : "not met");
     const us = (value: number) => `${value.toFixed(0)} µs`;
     /** theirs / ours, CPU per request (the server's, Redis', or both): above 1 when ours costs less. */
@@ -176,6 +181,7 @@ export async function runCheckApi(): Promise<string[]> {
       `| The same for rate-limiter-flexible: \`consume\` on ${n32} clients / on one | ${(layers.rlfPerEnvironment.rps / layers.rlf.rps).toFixed(2)}× (rounds ${span(perRound(layers.rlfPerEnvironment.rates, layers.rlf.rates))}×; by CPU per call ${(layers.rlf.cpuUs / layers.rlfPerEnvironment.cpuUs).toFixed(2)}×) |`,
       `| HTTP, both in the same ${n32} Lambda-like environments: local Function URL server, check API / rate-limiter-flexible | ${lambdaRatio.toFixed(2)}× (rounds ${span(perRound(ours.rates, theirsLambda.rates))}×; by CPU per request, server and Redis: ${cpuRatio(theirsLambda, ours)}) |`,
       `| HTTP, managed-instances setting (one environment, 32 invocations at once, checks of one slot sharing a script call) / rate-limiter-flexible behind a minimal server ≥ 1.0× | ${managedRatio.toFixed(2)}× (rounds ${span(perRound(oursManaged.rates, theirs.rates))}×; by CPU per request, server and Redis: ${cpuRatio(theirs, oursManaged)}): ${verdict(managedRatio >= 1)} |`,
+      `| In process, managed-instances setting: the handler (one environment, ${n32} invocations at once, no HTTP, no Function URL emulation) / \`RateLimiterRedis.consume\` on one client, ${n32} in flight | ${managedInProcess.toFixed(2)}× (rounds ${span(perRound(layers.managedHandler.rates, layers.rlf.rates))}×; by CPU per call ${(layers.rlf.cpuUs / layers.managedHandler.cpuUs).toFixed(2)}×) |`,
       "",
       "2,000 sequential requests per row after 200 warm-up ones (1,000 for a fresh block), the handler called in process (payload 2.0 events, Powertools logger), on the bench cluster.",
       "",
@@ -212,6 +218,11 @@ export async function runCheckApi(): Promise<string[]> {
         layers.handler,
         `${(layers.handler.rps / layers.limiterPerEnvironment.rps).toFixed(2)}× the line above: the handler layer ` +
           `(by CPU per call: ${(layers.limiterPerEnvironment.cpuUs / layers.handler.cpuUs).toFixed(2)}×)`,
+      ),
+      layer(
+        `the handler, managed-instances setting: one execution environment, ${n32} invocations at once (CHECK_SLOT_BATCH=${n32})`,
+        layers.managedHandler,
+        `${managedInProcess.toFixed(2)}× \`RateLimiterRedis.consume\` on one client (by CPU per call: ${(layers.rlf.cpuUs / layers.managedHandler.cpuUs).toFixed(2)}×)`,
       ),
       layer(
         `\`RateLimiterRedis.consume\`, one Redis client (${baseline === "plain" ? "ioredis defaults" : "autopipelining"})`,

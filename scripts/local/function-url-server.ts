@@ -3,7 +3,7 @@
 // signature is checked (sigv4-verify.ts), a bad one is answered 403 without invoking the function, and the
 // event carries the caller in requestContext.authorizer.iam; without, auth NONE (no caller).
 import { randomUUID } from "node:crypto";
-import { createServer, type IncomingMessage, type Server } from "node:http";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type {
   APIGatewayEventRequestContextIAMAuthorizer,
   APIGatewayProxyEventV2,
@@ -35,15 +35,31 @@ export function dispatcher(handlers: readonly FunctionUrlHandler[], perEnvironme
   // a handler is here once per invocation it can still take
   const idle = Array.from({ length: perEnvironment }, () => handlers).flat();
   const waiting: ((handler: FunctionUrlHandler) => void)[] = [];
-  return async (event, context) => {
-    const handler = idle.pop() ?? (await new Promise<FunctionUrlHandler>((resolve) => waiting.push(resolve)));
+  // not async: an async function awaiting the handler in a try/finally cost several promises per invocation
+  const release = (handler: FunctionUrlHandler) => {
+    const next = waiting.shift();
+    if (next) next(handler);
+    else idle.push(handler);
+  };
+  const invoke = (handler: FunctionUrlHandler, event: APIGatewayProxyEventV2, context: Context) => {
+    let result: Promise<APIGatewayProxyStructuredResultV2>;
     try {
-      return await handler(event, context);
-    } finally {
-      const next = waiting.shift();
-      if (next) next(handler);
-      else idle.push(handler);
+      result = handler(event, context);
+    } catch (error) {
+      result = Promise.reject(error);
     }
+    result.then(
+      () => release(handler),
+      () => release(handler),
+    );
+    return result;
+  };
+  return (event, context) => {
+    const handler = idle.pop();
+    if (handler !== undefined) return invoke(handler, event, context);
+    return new Promise<FunctionUrlHandler>((resolve) => waiting.push(resolve)).then((free) =>
+      invoke(free, event, context),
+    );
   };
 }
 
@@ -53,9 +69,10 @@ export interface FunctionUrlAuth {
   /** The clock signatures are dated against (default: the system's). */
   now?: () => number;
   /**
-   * Every request arrives as this caller, no signature checked: what the function sees on AWS, where the
-   * Function URL checks the signature before the function runs. For the bench, whose load generator does
-   * not sign; `credentials` are then unused.
+   * An unsigned request from a loopback address arrives as this caller: what the function sees on AWS,
+   * where the Function URL checks the signature before the function runs. For the bench, whose load
+   * generator does not sign. A request that carries a signature is checked against `credentials` as
+   * always (a bad one is a 403), and an unsigned one from any other address is a 403.
    */
   trustedCaller?: APIGatewayEventRequestContextIAMAuthorizer["iam"];
 }
@@ -73,45 +90,34 @@ export async function startFunctionUrlServer(
 ): Promise<{ url: string; server: Server; stop(): Promise<void> }> {
   const handler = dispatcher(Array.isArray(handlers) ? handlers : [handlers as FunctionUrlHandler], perEnvironment);
   const trusted = auth?.trustedCaller;
-  const verifier = auth && !trusted ? new SigV4Verifier(auth.credentials, auth.now) : undefined;
-  const server = createServer(async (request, response) => {
-    try {
-      const body = await readBody(request);
-      if (body === undefined) {
-        response.writeHead(413, { "content-type": "application/json" }).end('{"error":{"code":"payload_too_large"}}');
-        return;
+  const verifier = auth ? new SigV4Verifier(auth.credentials, auth.now) : undefined;
+  // Callbacks and thens, not an async function awaiting the body and the invocation, and no closure named
+  // per request: the promises and functions of those were emulation work the function never pays for on AWS.
+  const invocation: Invocation = { handler, functionName };
+  const server = createServer((request, response) => {
+    readBody(request, response, (body) => {
+      if (trusted && request.headers.authorization === undefined && isLoopback(request.socket.remoteAddress)) {
+        invoke(invocation, request, response, body, trusted);
+      } else if (!verifier) {
+        invoke(invocation, request, response, body, undefined);
+      } else {
+        verifier
+          .verify({
+            method: request.method ?? "GET",
+            target: request.url ?? "/",
+            headers: request.headers as Record<string, string>,
+            body,
+          })
+          .then(
+            (verified) => {
+              // what a Function URL with AWS_IAM answers an unsigned or badly signed request: the function never runs
+              if (verified.ok) invoke(invocation, request, response, body, verified.iam);
+              else response.writeHead(403, { "content-type": "application/json" }).end('{"Message":"Forbidden"}');
+            },
+            (error: unknown) => handlerFailed(response, error),
+          );
       }
-      let iam: APIGatewayEventRequestContextIAMAuthorizer["iam"] | undefined = trusted;
-      if (verifier) {
-        const verified = await verifier.verify({
-          method: request.method ?? "GET",
-          target: request.url ?? "/",
-          headers: request.headers as Record<string, string>,
-          body,
-        });
-        // what a Function URL with AWS_IAM answers an unsigned or badly signed request: the function never runs
-        if (!verified.ok) {
-          response.writeHead(403, { "content-type": "application/json" }).end('{"Message":"Forbidden"}');
-          return;
-        }
-        iam = verified.iam;
-      }
-      const result = await handler(toEvent(request, body, iam), lambdaContext(30_000, functionName));
-      const payload = result.isBase64Encoded ? Buffer.from(result.body ?? "", "base64") : (result.body ?? "");
-      // A Function URL buffers the function's whole result: the body goes out with its length, head and
-      // body in one write, not in chunked transfer coding (a head, then a chunk, its size and the last one).
-      // Not for HEAD, whose length is the GET's (RFC 9110), which the empty body here does not tell.
-      const headers =
-        request.method === "HEAD"
-          ? result.headers
-          : Object.assign({ "content-length": String(Buffer.byteLength(payload)) }, result.headers);
-      response.writeHead(result.statusCode ?? 200, headers as Record<string, string>);
-      response.end(payload);
-    } catch (error) {
-      response
-        .writeHead(502, { "content-type": "application/json" })
-        .end(JSON.stringify({ error: { code: "handler_failed", message: (error as Error).message } }));
-    }
+    });
   });
   await new Promise<void>((resolve) => server.listen(port, "127.0.0.1", resolve));
   const address = server.address();
@@ -119,22 +125,79 @@ export async function startFunctionUrlServer(
   return { url, server, stop: () => new Promise((resolve) => server.close(() => resolve())) };
 }
 
-function readBody(request: IncomingMessage): Promise<string | undefined> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    request.on("data", (chunk: Buffer) => {
-      size += chunk.length;
-      if (size <= MAX_REQUEST_BYTES) chunks.push(chunk);
-    });
-    request.on("end", () => {
-      if (size > MAX_REQUEST_BYTES) resolve(undefined);
-      // a small body arrives in one chunk: decoded as it is, not copied into a new buffer first
-      else
-        resolve(chunks.length === 1 ? (chunks[0] as Buffer).toString("utf8") : Buffer.concat(chunks).toString("utf8"));
-    });
-    request.on("error", reject);
+/** An address of this machine's loopback interface (IPv4 127/8, IPv6 ::1, or IPv4 127/8 mapped in IPv6). */
+export function isLoopback(address: string | undefined): boolean {
+  if (address === undefined) return false;
+  const v4 = address.startsWith("::ffff:") ? address.slice(7) : address;
+  return v4.startsWith("127.") || address === "::1";
+}
+
+/** The function behind a Function URL: its execution environments (a dispatcher), and its name. */
+interface Invocation {
+  handler: FunctionUrlHandler;
+  functionName: string;
+}
+
+/** One invocation for `request`, its result (or its fault, a 502) written to `response`. */
+function invoke(
+  { handler, functionName }: Invocation,
+  request: IncomingMessage,
+  response: ServerResponse,
+  body: string,
+  iam: APIGatewayEventRequestContextIAMAuthorizer["iam"] | undefined,
+): void {
+  let result: Promise<APIGatewayProxyStructuredResultV2>;
+  try {
+    result = handler(toEvent(request, body, iam), lambdaContext(30_000, functionName));
+  } catch (error) {
+    handlerFailed(response, error);
+    return;
+  }
+  result.then(
+    (made) => respond(request.method, response, made),
+    (error: unknown) => handlerFailed(response, error),
+  );
+}
+
+/** What the server answers when the function failed (threw or rejected): a 502. */
+function handlerFailed(response: ServerResponse, error: unknown): void {
+  response
+    .writeHead(502, { "content-type": "application/json" })
+    .end(JSON.stringify({ error: { code: "handler_failed", message: (error as Error).message } }));
+}
+
+/** The function's result as the HTTP response. */
+function respond(method: string | undefined, response: ServerResponse, result: APIGatewayProxyStructuredResultV2) {
+  const payload = result.isBase64Encoded ? Buffer.from(result.body ?? "", "base64") : (result.body ?? "");
+  // A Function URL buffers the function's whole result: the body goes out with its length, head and
+  // body in one write, not in chunked transfer coding (a head, then a chunk, its size and the last one).
+  // Not for HEAD, whose length is the GET's (RFC 9110), which the empty body here does not tell.
+  const headers =
+    method === "HEAD"
+      ? result.headers
+      : Object.assign({ "content-length": String(Buffer.byteLength(payload)) }, result.headers);
+  response.writeHead(result.statusCode ?? 200, headers as Record<string, string>);
+  response.end(payload);
+}
+
+/**
+ * The request's body as text to `done`; a body over MAX_REQUEST_BYTES is answered 413 and a stream error
+ * 502 here, `done` never called.
+ */
+function readBody(request: IncomingMessage, response: ServerResponse, done: (body: string) => void): void {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  request.on("data", (chunk: Buffer) => {
+    size += chunk.length;
+    if (size <= MAX_REQUEST_BYTES) chunks.push(chunk);
   });
+  request.on("end", () => {
+    if (size > MAX_REQUEST_BYTES)
+      response.writeHead(413, { "content-type": "application/json" }).end('{"error":{"code":"payload_too_large"}}');
+    // a small body arrives in one chunk: decoded as it is, not copied into a new buffer first
+    else done(chunks.length === 1 ? (chunks[0] as Buffer).toString("utf8") : Buffer.concat(chunks).toString("utf8"));
+  });
+  request.on("error", (error) => handlerFailed(response, error));
 }
 
 function toEvent(

@@ -3,7 +3,7 @@
 // (Redis) and then a marker object beside the policy (S3): a marker means every slot was written, so a slot
 // without its key lost its state since. Scripts check their slot's key in the call that counts; a loss comes
 // back as StoreLostError, and the policy's `onStoreLoss` says what follows.
-import { hashSlotOf, storeEpochKey, storeEpochKeyFor } from "../../../sdk/src/protocol/index.ts";
+import { hashSlotOf, storeEpochKey } from "../../../sdk/src/protocol/index.ts";
 import type { Clock } from "./clock.ts";
 import { StoreLostError, StoreUnavailableError, WriteConflictError } from "./errors.ts";
 import type { ConditionalObjectStore } from "./object-store.ts";
@@ -166,12 +166,15 @@ export class StoreEpochGuard {
     return this.opening;
   }
 
-  /** `call` with the epoch key of `key`'s slot (declared beside `key` in the same script call). */
-  run<T>(key: string, call: (epochKey: string) => Promise<T>): Promise<T> {
+  /**
+   * `call` with the epoch key of `key`'s slot (declared beside `key` in the same script call); `slot`, that
+   * slot when the caller has it already (hashed once per check, not once per layer).
+   */
+  run<T>(key: string, call: (epochKey: string) => Promise<T>, slot = hashSlotOf(key)): Promise<T> {
     if (!this.marker) {
       // nothing was sent: the call waits for the marker, and fails as "not run" without it
       return this.open().then(
-        () => this.run(key, call),
+        () => this.run(key, call, slot),
         (error: unknown) => {
           throw new StoreUnavailableError(`the store epoch is not known yet: ${(error as Error).message}`, {
             cause: error,
@@ -180,7 +183,7 @@ export class StoreEpochGuard {
         },
       );
     }
-    const epochKey = storeEpochKeyFor(this.options.namespace, key);
+    const epochKey = storeEpochKey(this.options.namespace, slot);
     const result = call(epochKey).catch((error: unknown) => this.onError(error, epochKey, call));
     // a slot found lost is reported until a call on it is answered again (after acknowledge)
     return this.lost.size === 0 ? result : result.then((value) => this.answered(epochKey, value));

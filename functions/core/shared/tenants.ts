@@ -149,9 +149,11 @@ export class Tenancy {
   }
 }
 
+/** A refusal of an operation (a module function: a closure per call cost more than the checks themselves). */
+const refuse = (message: string): Refusal => ({ code: "operation_not_allowed", message });
+
 /** Why `tenant` may not do `intent`, if it may not. */
 export function refusalOf(tenant: Tenant, intent: Intent): Refusal | undefined {
-  const refuse = (message: string): Refusal => ({ code: "operation_not_allowed", message });
   if (tenant.operator) return refuse(`tenant "${tenant.name}" is an operator: it changes rules, it calls no route`);
   if (!tenant.operations.has(intent.operation)) return refuse(`tenant "${tenant.name}" may not ${intent.operation}`);
   if (intent.changes && tenant.peekOnly) return refuse(`tenant "${tenant.name}" may only peek (cost 0, no consume)`);

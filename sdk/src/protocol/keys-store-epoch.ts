@@ -33,6 +33,18 @@ function crc16(bytes: Uint8Array, start: number, end: number): number {
 
 /** The hash slot of `key`, as Redis Cluster finds it: its hash tag's (the text inside the first non-empty {...}) or the whole key's. */
 export function hashSlotOf(key: string): number {
+  // an ASCII key (every key the builders make of ASCII names) is its own UTF-8: hashed from the string,
+  // without a buffer per call (this runs for every check, twice with the store epoch)
+  for (let i = 0; i < key.length; i++) if (key.charCodeAt(i) > 0x7f) return utf8SlotOf(key);
+  const open = key.indexOf("{");
+  if (open !== -1) {
+    const close = key.indexOf("}", open + 1);
+    if (close > open + 1) return crc16Ascii(key, open + 1, close) % HASH_SLOTS;
+  }
+  return crc16Ascii(key, 0, key.length) % HASH_SLOTS;
+}
+
+function utf8SlotOf(key: string): number {
   const bytes = Buffer.from(key, "utf8");
   const open = bytes.indexOf(0x7b);
   if (open !== -1) {
@@ -40,6 +52,14 @@ export function hashSlotOf(key: string): number {
     if (close > open + 1) return crc16(bytes, open + 1, close) % HASH_SLOTS;
   }
   return crc16(bytes, 0, bytes.length) % HASH_SLOTS;
+}
+
+/** crc16 of the characters of an ASCII string (each its one UTF-8 byte). */
+function crc16Ascii(text: string, start: number, end: number): number {
+  let crc = 0;
+  for (let i = start; i < end; i++)
+    crc = ((crc << 8) ^ (CRC_TABLE[((crc >> 8) ^ text.charCodeAt(i)) & 0xff] as number)) & 0xffff;
+  return crc;
 }
 
 let tagsBySlot: string[] | undefined;

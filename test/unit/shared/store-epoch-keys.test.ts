@@ -42,6 +42,18 @@ describe("store epoch keys", () => {
     );
   });
 
+  // ASCII keys take a path of their own (hashed from the string, no buffer): the same slots
+  it("find an ASCII key's slot as Redis Cluster does, printable and control characters alike", () => {
+    fc.assert(
+      fc.property(fc.string({ unit: fc.integer({ min: 0, max: 0x7f }).map((c) => String.fromCharCode(c)) }), (key) => {
+        fc.pre(key.indexOf("{") === -1 || key[key.indexOf("{") + 1] !== "}");
+        expect(hashSlotOf(key)).toBe(calculateSlot(key));
+      }),
+      { numRuns: 2_000 },
+    );
+    expect(hashSlotOf("tg:l:fw:{user-1}:x")).toBe(calculateSlot("tg:l:fw:{user-1}:x"));
+  });
+
   it("give a rate-limit key the epoch key of its slot, whatever its tag", () => {
     for (const key of ["login:1.2.3.4", "{odd}", "ünïcode", ""]) {
       const state = limitKey("tg:t:team-a", "gcra", key);
