@@ -5,6 +5,7 @@
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RedisCapStore, type TollgateCluster } from "../../../functions/adapters/redis-cluster.ts";
+import { campaignDecisionLines } from "../../../functions/core/capping/archive-lines.ts";
 import type { CampaignBatch } from "../../../functions/core/capping/campaign-batch.ts";
 import { Capper } from "../../../functions/core/capping/capper.ts";
 import type { CapBatchResult, CapDecision } from "../../../functions/core/capping/decisions.ts";
@@ -227,9 +228,14 @@ describe("capped sends of a deferring campaign, named cases", () => {
   it("maxMs 0 drops a capped send at once, with its cap and eligibleAt", async () => {
     const s = stack([{ window: "1h", max: 1 }]);
     await decide(s, { campaignId: "c0", channel: "push", userIds: [5] }, T0);
-    const d = await decide(s, { campaignId: "d", channel: "push", userIds: [5], defer: { maxMs: 0 } }, T0);
+    const batch: CampaignBatch = { campaignId: "d", channel: "push", userIds: [5], defer: { maxMs: 0 } };
+    const d = await decide(s, batch, T0);
     expect(d.result.decisions[0]).toMatchObject({ decision: "dropped", eligibleAt: T0 + HOUR, cap: s.caps[0] });
     expect(d.deferred).toEqual([]);
+    // archived with its reason: the cap, not quiet hours
+    const lines: string[] = [];
+    campaignDecisionLines(batch, d.result, T0, (line) => lines.push(line));
+    expect(lines.join("")).toContain('"decision":"dropped","reason":"cap","cap":"push:1h"');
   });
 
   it("a cap of 0 never admits: dropped without an eligibleAt", async () => {
