@@ -57,7 +57,7 @@ export interface WhatIfSegment {
   /** Repeats of a user counted before (by this campaign, or earlier in its list). */
   duplicate: number;
   exempt: number;
-  /** Held by quiet hours and deferred to their end (a capped send is dropped, not deferred). */
+  /** Held by quiet hours, or capped with `defer`, and deferred to when they end or the caps admit it. */
   deferred: number;
   /** Held by quiet hours and not sent: the campaign has no `defer`, or its end is past `defer.maxMs`. */
   quiet: number;

@@ -91,6 +91,11 @@ export function makeCampaignConsumerHandler(deps: CampaignConsumerHandlerDeps) {
           single.addMetric("allowed", MetricUnit.Count, totals.allowed);
           single.addMetric("capped", MetricUnit.Count, totals.capped);
           if (totals.displaced) single.addMetric("displaced", MetricUnit.Count, totals.displaced);
+          // capped or displaced sends of a deferring campaign: deferred to their eligibleAt, or dropped past it
+          const cappedDeferred = Object.values(totals.deferredBy ?? {}).reduce((sum, n) => sum + n, 0);
+          const cappedDropped = Object.values(totals.droppedBy ?? {}).reduce((sum, n) => sum + n, 0);
+          if (cappedDeferred > 0) single.addMetric("cappedDeferred", MetricUnit.Count, cappedDeferred);
+          if (cappedDropped > 0) single.addMetric("cappedDropped", MetricUnit.Count, cappedDropped);
           single.addMetric("duplicate", MetricUnit.Count, totals.duplicate);
           single.addMetric("exempt", MetricUnit.Count, totals.exempt);
         }

@@ -4,6 +4,7 @@
 import type { Command } from "commander";
 import type { WhatIfReport, WhatIfSegment } from "../../functions/app/campaign-what-if.ts";
 import { campaignWhatIfOn } from "../../functions/app/operator-actions.ts";
+import { MAX_DEFER_MS } from "../../functions/core/capping/campaign-batch.ts";
 import { DEFAULT_POLICY_KEY } from "../../functions/core/capping/policy.ts";
 import { systemClock } from "../../functions/core/shared/clock.ts";
 import { ValidationError } from "../../functions/core/shared/errors.ts";
@@ -23,6 +24,7 @@ type WhatIfOptions = AwsOptions &
     at?: number;
     exempt?: boolean;
     countExempt?: boolean;
+    deferMaxMs?: number;
     eligibleSample: number;
     json?: boolean;
   };
@@ -41,6 +43,11 @@ export function addWhatIfCommand(program: Command): void {
         .option("--range <from-to>", "user IDs FROM..TO")
         .option("--ids-file <file>", "file of user IDs")
         .option("--at <ms>", "send time, ms since the epoch (default: now)", integerIn(0, Number.MAX_SAFE_INTEGER))
+        .option(
+          "--defer-max-ms <ms>",
+          "defer capped and quiet sends up to this long (the batch's defer.maxMs)",
+          integerIn(0, MAX_DEFER_MS),
+        )
         .option("--exempt", "skip the caps (transactional)")
         .option("--count-exempt", "with --exempt: count the sends anyway")
         .option(
@@ -66,6 +73,7 @@ export function addWhatIfCommand(program: Command): void {
           userIds,
           ...(options.at === undefined ? {} : { at: options.at }),
           ...(options.exempt ? { exempt: true } : {}),
+          ...(options.deferMaxMs === undefined ? {} : { defer: { maxMs: options.deferMaxMs } }),
           ...(options.countExempt ? { countExempt: true } : {}),
         },
         { clock: systemClock, eligibleSample: options.eligibleSample },
@@ -100,7 +108,7 @@ export function whatIfText(report: WhatIfReport): string {
   }
   lines.push(row("total", report.total));
   lines.push(
-    "allowed includes exempt sends; deferred: held by quiet hours until they end; held: in quiet hours and not sent (no defer, or past its maxMs); a capped send is dropped, not deferred",
+    "allowed includes exempt sends; deferred: held by quiet hours or a cap until it admits them (--defer-max-ms); held: in quiet hours and not sent, or dropped past maxMs",
   );
   return lines.join("\n");
 }

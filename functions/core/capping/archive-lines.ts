@@ -58,12 +58,15 @@ class BatchLine {
           : `${decision}|${zone}|${eligibleAt}`
         : decision === "displaced"
           ? displacedKey(cap)
-          : cap;
+          : decision === "capped"
+            ? cap
+            : `${decision}|${capLabel(cap)}|${cap.windowMs}|${cap.max}`;
     let code = bySegment.get(key);
     if (code === undefined) {
       if (this.classes.length === CLASS_CODES.length) return -1;
       code = this.classes.length;
-      this.classes.push(classJson(segment, decision, cap, eligibleAt === undefined ? undefined : { zone, eligibleAt }));
+      const held = cap === undefined && eligibleAt !== undefined ? { zone, eligibleAt } : undefined;
+      this.classes.push(classJson(segment, decision, cap, held));
       bySegment.set(key, code);
     }
     return code;
@@ -105,6 +108,12 @@ function classJson(
   if (held)
     return `${fields},"reason":"quiet_hours","zone":${JSON.stringify(held.zone ?? null)},"eligibleAt":${held.eligibleAt}}`;
   if (!cap) return `${fields}}`;
+  if (decision === "deferred" || decision === "dropped")
+    // a capped or displaced send of a deferring campaign: capUsed unknown (a displaced one's window held fewer)
+    return (
+      `${fields},"reason":"cap","cap":${JSON.stringify(capLabel(cap))},"capChannel":${JSON.stringify(cap.channel)},` +
+      `"capWindowMs":${cap.windowMs},"capMax":${cap.max},"capUsed":null}`
+    );
   if (decision === "displaced")
     // capUsed unknown: the window held at least the room the send's priority sees and fewer than max
     return (

@@ -7,11 +7,12 @@ import { prioritySchema } from "./priority.ts";
 export const MAX_DEFER_MS = 7 * 86_400_000;
 
 /**
- * `defer`: a send inside quiet hours is re-decided at its eligibleAt if that is at most `maxMs` after
- * `since` (the first decision of the send; the deferred message carries it), otherwise dropped.
+ * `defer`: a send inside quiet hours, or capped, is re-decided at its eligibleAt if that is at most `maxMs`
+ * after `since` (the first decision of the send; the deferred message carries it), otherwise dropped (0:
+ * every such send is dropped with its reason at once).
  */
 export const deferSchema = z.strictObject({
-  maxMs: z.int(`expected ms from 1 to ${MAX_DEFER_MS}`).min(1).max(MAX_DEFER_MS),
+  maxMs: z.int(`expected ms from 0 to ${MAX_DEFER_MS}`).min(0).max(MAX_DEFER_MS),
   since: z.int("expected ms since the epoch").min(0).optional(),
 });
 

@@ -18,6 +18,7 @@ import {
   type UserWindows,
   Verdicts,
 } from "./cap-sends-script.ts";
+import { type CappedEligible, cappedEligibleAt } from "./capped-deferral.ts";
 import type {
   CapBatchResult,
   CapDecision,
@@ -232,28 +233,27 @@ export class Capper {
         verdicts,
         holds,
         answered,
+        capDefer,
       });
+    const call = {
+      namespace: this.namespace,
+      now,
+      at,
+      hotRecords: this.hotRecords,
+      horizonMs: keptHorizonMs(policy, this.redeliveryMs),
+      channel: batch.channel,
+      campaignId: batch.campaignId,
+      profiles,
+      forced: batch.exempt === true,
+    };
+    let capDefer: { eligible: CappedEligible; deadline: number } | undefined;
     const { verdicts, windows } =
       decided.sortedIds.length === 0
         ? { verdicts: Verdicts.allExempt(0), windows: new Map<number, UserWindows>() }
         : batch.exempt === true && batch.countExempt !== true
           ? { verdicts: Verdicts.allExempt(sortedIds.length), windows: new Map<number, UserWindows>() }
           : await this.calls
-              .run({
-                namespace: this.namespace,
-                now,
-                at,
-                mode,
-                withWindows,
-                hotRecords: this.hotRecords,
-                horizonMs: keptHorizonMs(policy, this.redeliveryMs),
-                channel: batch.channel,
-                campaignId: batch.campaignId,
-                profiles,
-                sortedIds: decided.sortedIds,
-                segmentOf: profileOf,
-                forced: batch.exempt === true,
-              })
+              .run({ ...call, mode, withWindows, sortedIds: decided.sortedIds, segmentOf: profileOf })
               .catch((error: unknown) => {
                 if (!(error instanceof PartlyDecidedError)) throw error;
                 // a peek counted nothing: its callers see the fault itself
@@ -264,6 +264,36 @@ export class Capper {
                 const decisions = partial.decisions.filter((decision) => decision !== undefined);
                 throw new PartlyDecidedError<CapBatchResult>({ ...partial, decisions }, error.cause);
               });
+    // a campaign that defers: its capped sends wait for the instant every cap admits them again
+    const judgedAt = Math.max(at, now);
+    if (batch.defer && batch.exempt !== true && decided.sortedIds.length > 0) {
+      const eligible = await cappedEligibleAt({
+        verdicts,
+        sortedIds: decided.sortedIds,
+        segmentOf: decided.segmentOf,
+        profileOf,
+        judgedAt,
+        policy,
+        zones,
+        channel: batch.channel,
+        peek: (ids, profilesOf) =>
+          this.calls
+            .run({
+              ...call,
+              mode: "peek",
+              withWindows: true,
+              sortedIds: ids,
+              segmentOf: profilesOf,
+            })
+            .then((reply) => reply.windows),
+      }).catch((error: unknown) => {
+        const cause = error instanceof PartlyDecidedError ? error.cause : error;
+        // counted sends stay counted: the caller forwards them, then retries (the capped ones decide again)
+        if (mode === "peek") throw cause;
+        throw new PartlyDecidedError<CapBatchResult>(reportOf(verdicts), cause);
+      });
+      if (eligible) capDefer = { eligible, deadline: (batch.defer.since ?? judgedAt) + batch.defer.maxMs };
+    }
     return { result: reportOf(verdicts), windows, sortedIds };
   }
 
@@ -324,8 +354,11 @@ export class Capper {
     judgedAt: number;
     /** Only these decided users (1 each, by the script's numbering) are reported; the others are left out. */
     answered?: Uint8Array;
+    /** A deferring campaign's capped sends: when each is admitted again (by the script's numbering), the bound. */
+    capDefer?: { eligible: CappedEligible; deadline: number };
   }): CapBatchResult {
-    const { policy, at, judgedAt, channel, sortedIds, positions, segmentOf, verdicts, holds, answered } = state;
+    const { policy, at, judgedAt, channel, sortedIds, positions, segmentOf, verdicts, holds, answered, capDefer } =
+      state;
     const zoneTotals: Record<string, ZoneTotals> = {};
     const deferred = new Map<number, number[]>();
     // the script decided only the sends not held: its verdicts are numbered without them
@@ -341,6 +374,7 @@ export class Capper {
     let previous: DecisionKind = "allowed";
     let previousCap = 0;
     let previousAnswered = true;
+    let previousSource = 0;
     for (let j = 0; j < sortedIds.length; j++) {
       const segment = segmentOf[j] as number;
       const held = holds ? (holds.kinds[j] as number) : NOT_HELD;
@@ -362,12 +396,15 @@ export class Capper {
       let kind = verdicts.decision(v);
       let capIndex = kind === "capped" || kind === "displaced" ? verdicts.capIndex(v) : 0;
       let isAnswered = answered === undefined || answered[v] === 1;
+      let source = v;
       if (j > 0 && sortedIds[j] === sortedIds[j - 1]) {
         // A repeat of an ID in the same batch: once the first is counted, the rest are duplicates.
         kind = previous === "allowed" || previous === "duplicate" ? "duplicate" : previous;
         capIndex = previousCap;
         isAnswered = previousAnswered;
+        source = previousSource;
       }
+      previousSource = source;
       previous = kind;
       previousCap = capIndex;
       previousAnswered = isAnswered;
@@ -387,7 +424,23 @@ export class Capper {
         const named = caps[capIndex];
         if (!named) throw new Error(`cap-sends named cap ${capIndex}, which the policy does not have`);
         decision.cap = named.cap;
-        if (kind === "capped") {
+        const eligibleAt = capDefer ? (capDefer.eligible[source] as number) : Number.NaN;
+        if (capDefer) {
+          // deferred to when every cap admits it again, within the bound; else dropped (never: no eligibleAt)
+          const deferredKind = eligibleAt <= capDefer.deadline ? "deferred" : "dropped";
+          decision.decision = deferredKind;
+          if (!Number.isNaN(eligibleAt)) decision.eligibleAt = eligibleAt;
+          counts[deferredKind] = (counts[deferredKind] ?? 0) + 1;
+          const byKey = deferredKind === "deferred" ? "deferredBy" : "droppedBy";
+          counts[byKey] ??= {};
+          const by = counts[byKey];
+          by[named.label] = (by[named.label] ?? 0) + 1;
+          if (deferredKind === "deferred" && source === v) {
+            const users = deferred.get(eligibleAt) ?? [];
+            if (users.length === 0) deferred.set(eligibleAt, users);
+            users.push(sortedIds[j] as number);
+          }
+        } else if (kind === "capped") {
           counts.capped++;
           counts.cappedBy[named.label] = (counts.cappedBy[named.label] ?? 0) + 1;
         } else {
@@ -406,7 +459,7 @@ export class Capper {
       if (counts.allowed + counts.capped + counts.duplicate + counts.exempt + held > 0) totals[name] = counts;
     });
     const result: CapBatchResult = { at, policyVersion: policy.version, decisions, totals };
-    if (holds) {
+    if (holds || capDefer) {
       const groups: DeferredSends[] = [...deferred]
         .sort(([a], [b]) => a - b)
         .map(([eligibleAt, userIds]) => ({ eligibleAt, userIds }));

@@ -4,9 +4,10 @@ import type { CapRule } from "./policy.ts";
 
 /**
  * `displaced`: refused by the room a cap reserves for higher priorities (the caps' own maxima had room);
- * `quiet`: inside quiet hours and not deferred (dropped); `deferred`: inside quiet hours, re-decided at its
- * `eligibleAt`; `dropped`: inside quiet hours with an `eligibleAt` past the campaign's deferral bound. None of
- * the three is counted or delivered.
+ * `quiet`: inside quiet hours and not deferred (dropped); `deferred`: inside quiet hours, or capped or
+ * displaced in a campaign that defers (then with its `cap`), re-decided at its `eligibleAt`; `dropped`: the
+ * same with an `eligibleAt` past the campaign's deferral bound (or none: a cap of 0). None of these is
+ * counted or delivered.
  */
 export type DecisionKind =
   | "allowed"
@@ -18,7 +19,7 @@ export type DecisionKind =
   | "deferred"
   | "dropped";
 
-/** Decisions held back by quiet hours (never counted, never delivered now). */
+/** Decisions held back by quiet hours or deferred caps (never counted, never delivered now). */
 export const HELD_KINDS: ReadonlySet<DecisionKind> = new Set(["quiet", "deferred", "dropped"]);
 
 export interface CapDecision {
@@ -30,7 +31,10 @@ export interface CapDecision {
    * the first whose room for the send's priority (max less the reserve above it) was full.
    */
   cap?: CapRule;
-  /** Held by quiet hours: the earliest instant outside them, in the user's zone. */
+  /**
+   * Held by quiet hours: the earliest instant outside them, in the user's zone. Deferred or dropped by a cap:
+   * the earliest instant at which every cap admits the send, past quiet hours at that instant.
+   */
   eligibleAt?: number;
   /** Held by quiet hours: the user's zone. */
   zone?: string;
@@ -49,10 +53,16 @@ export interface SegmentTotals {
    */
   displaced?: number;
   displacedBy?: Record<string, number>;
-  /** Held by quiet hours (present only when some were): dropped, deferred, dropped past the deferral bound. */
+  /**
+   * Held by quiet hours or deferred caps (present only when some were): dropped, deferred, dropped past the
+   * deferral bound.
+   */
   quiet?: number;
   deferred?: number;
   dropped?: number;
+  /** Of `deferred` and `dropped`, the capped or displaced sends, by the cap that bit (labelled as `cappedBy`'s). */
+  deferredBy?: Record<string, number>;
+  droppedBy?: Record<string, number>;
 }
 
 /** What quiet hours held back in one zone. */
@@ -75,9 +85,12 @@ export interface CapBatchResult {
   /** One per input user ID, in input order. */
   decisions: CapDecision[];
   totals: Record<string, SegmentTotals>;
-  /** Present when quiet hours held sends back: by zone, and the deferred ones by their eligibleAt (ascending). */
+  /**
+   * Present when quiet hours held sends back or a deferring campaign had capped sends: quiet hours' by zone,
+   * and every deferred one by its eligibleAt (ascending).
+   */
   held?: {
-    /** The instant quiet hours were judged at: the later of `at` and the clock's reading. */
+    /** The instant quiet hours and deferrals were judged at: the later of `at` and the clock's reading. */
     judgedAt: number;
     zones: Record<string, ZoneTotals>;
     deferred: DeferredSends[];

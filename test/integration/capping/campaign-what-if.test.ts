@@ -29,10 +29,15 @@ describe("campaign what-if against the live caps", () => {
   const clock = fixedClock(T0);
   const pushed = new Map<string, Totals>();
   let namespace: string;
-  const whatIf = (campaignId: string, userIds: number[], options: { eligibleSample?: number } = {}) =>
+  const whatIf = (
+    campaignId: string,
+    userIds: number[],
+    options: { eligibleSample?: number } = {},
+    defer?: { maxMs: number },
+  ) =>
     campaignWhatIfOn(
       { s3: clientsOf(stack).s3, bucket: stack.endpoints.bucket, cluster: stack.consumer.cluster, namespace },
-      { campaignId, channel: "push", userIds, at: T0 + HOUR },
+      { campaignId, channel: "push", userIds, at: T0 + HOUR, ...(defer ? { defer } : {}) },
       { clock, ...options },
     );
   const push = async (campaignId: string, userIds: number[], at: number) => {
@@ -135,5 +140,13 @@ describe("campaign what-if against the live caps", () => {
     expect(sampled.total.eligibleAt).toMatchObject({ read: 10, of: 100 });
     const read = sampled.total.eligibleAt;
     expect(read.buckets.reduce((sum, b) => sum + b.users, read.later + read.never)).toBe(10);
+  });
+
+  it("with defer, reports the capped users as deferred to when push:1d admits them, or dropped past maxMs", async () => {
+    // "new" (0-49) had c1's push at T0: push:1d admits them again at T0 + 1d, 23 hours after the what-if's at
+    const within = await whatIf("c9", first.slice(0, 50), {}, { maxMs: 24 * HOUR });
+    expect(within.total).toMatchObject({ capped: 0, deferred: 50, dropped: 0 });
+    const past = await whatIf("c9", first.slice(0, 50), {}, { maxMs: 22 * HOUR });
+    expect(past.total).toMatchObject({ capped: 0, deferred: 0, dropped: 50 });
   });
 });

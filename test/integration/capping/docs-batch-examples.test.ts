@@ -7,7 +7,7 @@ import { Capper } from "../../../functions/core/capping/capper.ts";
 import { fixedClock } from "../../../functions/core/shared/clock.ts";
 import { connectCluster, uniqueNamespace } from "../../support/cluster.ts";
 import { EXAMPLES_NOW, readDoc } from "../../support/docs-examples.ts";
-import { rulesOf } from "../../support/rules.ts";
+import { HOUR, rulesOf } from "../../support/rules.ts";
 
 const doc = readDoc("docs/api.md");
 /** The ```json blocks between a heading and the next heading of its level or above. */
@@ -74,6 +74,25 @@ describe("the policy and campaign batches of docs/api.md", () => {
       cap: { channel: "sms", window: "1d", max: 2 },
     });
     expect((await capper.capBatch(reset as never)).decisions[0]?.decision).toBe("allowed");
+  });
+
+  it("defers the flash sale's capped push to the instant push:1d admits it, within its six hours", async () => {
+    const { capper, clock } = capperAt();
+    const flash = batches.find((batch) => (batch as { campaignId?: string }).campaignId === "flash-sale-2026-11");
+    expect(flash).toMatchObject({ defer: { maxMs: 6 * HOUR } });
+    // user 42 ("new": 2 pushes a day) had two pushes 20 and 19 hours before
+    for (const [campaignId, ago] of [
+      ["morning", 20 * HOUR],
+      ["noon", 19 * HOUR],
+    ] as const)
+      await capper.capBatch({ campaignId, channel: "push", userIds: [42], at: EXAMPLES_NOW - ago });
+    clock.set(EXAMPLES_NOW);
+    const result = await capper.capBatch(flash as never);
+    const of42 = result.decisions.find((decision) => decision.userId === 42);
+    expect(of42).toMatchObject({ decision: "deferred", eligibleAt: EXAMPLES_NOW + 4 * HOUR });
+    expect(of42?.cap).toMatchObject({ channel: "push", window: "1d", max: 2 });
+    expect(result.decisions.find((decision) => decision.userId === 17)?.decision).toBe("allowed");
+    expect(result.held?.deferred).toEqual([{ eligibleAt: EXAMPLES_NOW + 4 * HOUR, userIds: [42] }]);
   });
 });
 
