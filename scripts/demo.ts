@@ -148,8 +148,14 @@ async function main(): Promise<void> {
       }
     }
     printTable([["campaign", "segment", "sent", "capped", "cap that bit"], ...rows]);
+    // held by caps: capped, or (the campaign defers) dropped because a cap frees later than its 12 h allow
+    const byCap = (counts: Record<string, number> | undefined) =>
+      Object.values(counts ?? {}).reduce((sum, n) => sum + n, 0);
     const nightOwlsCapped = () =>
-      Object.values(decided.get("night-owl") ?? {}).reduce((sum, totals) => sum + totals.capped, 0);
+      Object.values(decided.get("night-owl") ?? {}).reduce(
+        (sum, totals) => sum + totals.capped + byCap(totals.droppedBy),
+        0,
+      );
     await nightOwls(
       stack,
       sqs,
@@ -209,7 +215,7 @@ async function nightOwls(
   const [eligibleAt] = await stack.pendingDeferrals();
   if (eligibleAt === undefined) throw new Error("night-owl: nothing was deferred");
   console.log(
-    `  now: ${sentNow} sent, ${cappedNow} capped (their "*" caps); ${NIGHT_OWLS} deferred to ` +
+    `  now: ${sentNow} sent, ${cappedNow} held by their "*" caps (dropped: the caps free later than 12 h); ${NIGHT_OWLS} deferred to ` +
       `${new Date(eligibleAt).toISOString()} (08:00 in ${nightZone})`,
   );
   moveClock(eligibleAt - Date.now());
@@ -222,7 +228,7 @@ async function nightOwls(
     arrived = await countSends(sqs, endpoints.deliveryQueueUrl);
   }
   console.log(
-    `  arrived: ${arrived} sends and ${capped() - cappedNow} capped, decided at ${localTime(nightZone, eligibleAt)} ` +
+    `  arrived: ${arrived} sends and ${capped() - cappedNow} held by caps, decided at ${localTime(nightZone, eligibleAt)} ` +
       `in ${nightZone}, after quiet hours`,
   );
 }
