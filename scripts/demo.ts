@@ -104,6 +104,10 @@ async function main(): Promise<void> {
         sum.duplicate += t.duplicate;
         sum.exempt += t.exempt;
         for (const [cap, n] of Object.entries(t.cappedBy)) sum.cappedBy[cap] = (sum.cappedBy[cap] ?? 0) + n;
+        for (const [cap, n] of Object.entries(t.droppedBy ?? {})) {
+          sum.droppedBy ??= {};
+          sum.droppedBy[cap] = (sum.droppedBy[cap] ?? 0) + n;
+        }
       }
       decided.set(outcome.campaignId, totals);
     },
