@@ -8,7 +8,6 @@ import { RedisCapStore, type TollgateCluster } from "../../../functions/adapters
 import { WEEK_STARTS } from "../../../functions/core/capping/calendar-windows.ts";
 import { Capper } from "../../../functions/core/capping/capper.ts";
 import type { CapDecision } from "../../../functions/core/capping/decisions.ts";
-import { zoneOffsetMs } from "../../../functions/core/capping/quiet-hours.ts";
 import { buildSegments } from "../../../functions/core/capping/segment-builder.ts";
 import { parseBitmap, ZoneIndex } from "../../../functions/core/capping/segment-index.ts";
 import { fixedClock, MAX_FUTURE_MS } from "../../../functions/core/shared/clock.ts";
@@ -20,12 +19,12 @@ import {
 } from "../../support/calendar-model.ts";
 import { connectCluster, uniqueNamespace } from "../../support/cluster.ts";
 import { rulesOf } from "../../support/rules.ts";
+import { transitionsOf, YEAR_START } from "../../support/zone-transitions.ts";
 
 const MINUTE = 60_000;
 const HOUR = 60 * MINUTE;
 const DAY = 24 * HOUR;
 const ZONES = [...Intl.supportedValuesOf("timeZone"), "UTC"];
-const YEAR_START = Date.UTC(2026, 0, 1);
 
 let cluster: TollgateCluster;
 beforeAll(() => {
@@ -73,22 +72,6 @@ function stack(
   return { capper, clock, caps: rules.policy.capsFor(rules.policy.defaultSegment, "push") };
 }
 
-/** The first instant of 2026 at which `zone`'s offset changes (to the second), if it does. */
-function firstTransition(zone: string): number | undefined {
-  for (let t = YEAR_START; t < YEAR_START + 365 * DAY; t += 6 * HOUR) {
-    if (zoneOffsetMs(zone, t) === zoneOffsetMs(zone, t + 6 * HOUR)) continue;
-    let low = t;
-    let high = t + 6 * HOUR;
-    while (high - low > 1000) {
-      const middle = low + Math.floor((high - low) / 2000) * 1000;
-      if (zoneOffsetMs(zone, middle) === zoneOffsetMs(zone, t)) low = middle;
-      else high = middle;
-    }
-    return high;
-  }
-  return undefined;
-}
-
 const zoneArb = fc.constantFrom(...ZONES, "America/New_York", "Europe/Berlin", "Australia/Lord_Howe", "Asia/Kathmandu");
 const capArb: fc.Arbitrary<ModelCalendarCap> = fc.oneof(
   fc.record({ window: fc.constantFrom("day", "week", "month"), max: fc.integer({ min: 1, max: 3 }) }),
@@ -129,7 +112,7 @@ describe("calendar windows against the reference model", () => {
         fc.array(stepArb, { minLength: 1, maxLength: 14 }),
         async ([zoneA, zoneB, defaultZone], capDocs, weekStarts, nearTransition, anywhere, steps) => {
           // start near the first zone's DST change when it has one: its 23- or 25-hour day is in the run
-          const transition = firstTransition(zoneA);
+          const transition = transitionsOf(zoneA)[0];
           const start = transition === undefined ? anywhere : transition + nearTransition;
           const { capper, clock, caps } = stack(capDocs, [zoneA, zoneB], defaultZone, start, weekStarts);
           const model = new CalendarModel(capDocs, weekStarts);

@@ -11,35 +11,13 @@ import {
   WEEK_STARTS,
   type WeekStart,
 } from "../../../functions/core/capping/calendar-windows.ts";
-import { zoneOffsetMs } from "../../../functions/core/capping/quiet-hours.ts";
 import { modelPeriod } from "../../support/calendar-model.ts";
+import { transitionsOf, YEAR_START } from "../../support/zone-transitions.ts";
 
 // pinned: instants handed to the pure period functions, never compared with the calendar
 const HOUR = 3_600_000;
 const DAY = 24 * HOUR;
 const ZONES = [...Intl.supportedValuesOf("timeZone"), "UTC"];
-const YEAR_START = Date.UTC(2026, 0, 1);
-
-const transitions = new Map<string, number[]>();
-/** The instants of 2026 at which `zone`'s offset changes (to 6 hours, then to the second). */
-function transitionsOf(zone: string): number[] {
-  const known = transitions.get(zone);
-  if (known) return known;
-  const found: number[] = [];
-  transitions.set(zone, found);
-  for (let t = YEAR_START; t < YEAR_START + 365 * DAY; t += 6 * HOUR) {
-    if (zoneOffsetMs(zone, t) === zoneOffsetMs(zone, t + 6 * HOUR)) continue;
-    let low = t;
-    let high = t + 6 * HOUR;
-    while (high - low > 1000) {
-      const middle = low + Math.floor((high - low) / 2000) * 1000;
-      if (zoneOffsetMs(zone, middle) === zoneOffsetMs(zone, t)) low = middle;
-      else high = middle;
-    }
-    found.push(high);
-  }
-  return found;
-}
 
 const ZONES_WITH_DST = ["America/New_York", "Europe/Berlin", "Australia/Lord_Howe", "America/Santiago", "Asia/Beirut"];
 
