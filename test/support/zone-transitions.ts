@@ -3,6 +3,7 @@ import { zoneOffsetMs } from "../../functions/core/capping/quiet-hours.ts";
 
 const HOUR = 3_600_000;
 const DAY = 24 * HOUR;
+// pinned: the year the zone data is searched, not the calendar the tests run on
 export const YEAR_START = Date.UTC(2026, 0, 1);
 
 const transitions = new Map<string, number[]>();
