@@ -125,6 +125,84 @@ do
     return joined
   end
 
+  -- The sends of a chunked record that windows in (reach, before) can hold, as a record read in place across
+  -- its window part and the chunks whose times overlap that span, joined nowhere: a search reads a chunk (one
+  -- HGET, once a call) only when it reaches into it, and finds the chunk by the directory's times and counts.
+  -- The record itself when no chunk overlaps; false when the parts are not in time order (a backfill landed
+  -- among older sends: chunkedSends() joins and sorts them then). Fields: spanned, count, tail, timeAt(i),
+  -- firstAfter(t).
+  local function spannedSends(head, reach, before)
+    local info, parts = head.chunked, {}
+    for _, chunk in ipairs(info.chunks) do
+      if chunk.max > reach and chunk.min < before then
+        parts[#parts + 1] = { min = chunk.min, max = chunk.max, count = chunk.count,
+          field = chunkField(info.userId, chunk.seq) }
+      end
+    end
+    if #parts == 0 then return head end
+    table.sort(parts, function(a, b) return a.min < b.min end)
+    if head.count > 0 then
+      parts[#parts + 1] = { min = sendTime(head, 1), max = sendTime(head, head.count), count = head.count,
+        value = head.value, start = head.start, stride = head.stride }
+    end
+    local total = 0
+    for k, part in ipairs(parts) do
+      if k > 1 and parts[k - 1].max > part.min then return false end
+      part.first, total = total + 1, total + part.count
+    end
+    call.chunkValues = call.chunkValues or {}
+    local hash = rangeHashOf(info.userId)
+    local function loaded(part)
+      if not part.value then
+        local value = call.chunkValues[part.field]
+        if value == nil then
+          value = redis.call('HGET', hash, part.field)
+          call.chunkValues[part.field] = value
+        end
+        -- the directory and its chunks are written in one command: a directory naming a missing chunk is a
+        -- record no search can read in place
+        if not value then error('cap-sends: chunk ' .. part.field .. ' of a hot user record is missing') end
+        part.value, part.start, part.stride = value, 2, 6 + byte(value, 1)
+      end
+      return part
+    end
+    -- the part holding send i: a binary search over the parts' first indices
+    local function partOf(i)
+      local low, high = 1, #parts
+      while low < high do
+        local middle = floor((low + high + 1) / 2)
+        if parts[middle].first <= i then low = middle else high = middle - 1 end
+      end
+      return parts[low]
+    end
+    local spanned = { spanned = true, count = total, tail = head.tail }
+    spanned.timeAt = function(i)
+      local part = loaded(partOf(i))
+      return readTime(part.value, part.start + (i - part.first) * part.stride)
+    end
+    -- the first send later than t (count + 1 when none is): the part by its newest time (the newest part
+    -- looked at first: most windows around `at` end in it), then inside it
+    spanned.firstAfter = function(t)
+      local low, high = 1, #parts + 1
+      if parts[#parts].min <= t then low = #parts end
+      while low < high do
+        local middle = floor((low + high) / 2)
+        if parts[middle].max > t then high = middle else low = middle + 1 end
+      end
+      local part = parts[low]
+      if part == nil then return total + 1 end
+      if part.min > t then return part.first end
+      loaded(part)
+      local first, last = 1, part.count
+      while first < last do
+        local middle = floor((first + last) / 2)
+        if readTime(part.value, part.start + (middle - 1) * part.stride) > t then last = middle else first = middle + 1 end
+      end
+      return part.first + first - 1
+    end
+    return spanned
+  end
+
   -- The record value of a chunked record whose window part is `window` (`count` sends of `width`-byte numbers):
   -- the oldest SPILL_SENDS at a time go to new chunks while it holds more than HEAD_SENDS.
   local function encodeChunked(info, chunks, directory, spilled, width, window, count, tail)
@@ -231,5 +309,5 @@ do
     return chunkedWith(record, profile, t, number)
   end
 
-  hot.read, hot.sends, hot.recordWith = readChunked, chunkedSends, recordWithChunks
+  hot.read, hot.sends, hot.spanned, hot.recordWith = readChunked, chunkedSends, spannedSends, recordWithChunks
 end

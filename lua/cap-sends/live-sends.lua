@@ -34,13 +34,34 @@ end
 
 -- The window sends lo..hi of a record as an ascending list read in place: list[i] decodes one time on demand
 -- (a binary search touches log n of them), nothing is copied. With `withAt`, the call's own send at `at` is
--- in the list too, after the sends at or before it. Fields: inPlace, record, lo, hi.
+-- in the list too, after the sends at or before it. Fields: inPlace, record, lo, hi; for a record spanning
+-- chunks (hot.spanned()) also upTo(t), countUpTo()'s figure found by the record's own search, which reads at
+-- most the one chunk holding t.
 local function inPlaceList(record, lo, hi, withAt)
-  local value, stride = record.value, record.stride
-  local base = record.start + (lo - 2) * stride
   local atIndex = math.huge
   if withAt then atIndex = math.min(math.max(firstAfter(record, at), lo), hi + 1) - lo + 1 end
   local list = { inPlace = true, record = record, lo = lo, hi = hi }
+  if record.spanned then
+    local timeAt, known = record.timeAt, {}
+    -- (the caps' searches ask for the same times again: `at`, and each window's ends around it)
+    list.upTo = function(t)
+      local sends = known[t]
+      if sends == nil then
+        sends = math.min(math.max(firstAfter(record, t) - lo, 0), hi - lo + 1)
+        known[t] = sends
+      end
+      return (withAt and at <= t) and sends + 1 or sends
+    end
+    return setmetatable(list, { __index = function(_, i)
+      if i < atIndex then return timeAt(lo + i - 1) end
+      if i == atIndex then return at end
+      return timeAt(lo + i - 2)
+    end })
+  end
+  local value, stride = record.value, record.stride
+  local base = record.start + (lo - 2) * stride
+  -- present, so that countUpTo()'s look at it never reaches __index
+  list.upTo = false
   return setmetatable(list, { __index = function(_, i)
     if i < atIndex then return readTime(value, base + i * stride) end
     if i == atIndex then return at end
@@ -71,15 +92,31 @@ end
 
 -- Whether the window sends lo..hi of a record can be counted without their identities for `profile`: every
 -- cap counts every channel's sends, or they all name one identity of the call's channel (a user's checks
--- without a campaign ID, or one campaign's resends).
-local function countableInPlace(profile, record, lo, hi)
+-- without a campaign ID, or one campaign's resends). `record` read from a chunked `head`'s chunks
+-- (hot.spanned(), hot.sends()): its sends come from the head's window part and from chunks whose identities
+-- the head lists, so that list naming one identity and the window part holding only it suffice, whatever the
+-- chunks hold (no chunk is read for it).
+local function countableInPlace(profile, record, lo, hi, head)
   local every = true
   for cap = 1, #profile.windows do every = every and profile.everyChannel[cap] end
   if every or hi < lo then return true end
-  local number = sendNumber(record, lo)
+  local acrossChunks, number = head ~= record and head.chunked, nil
+  if acrossChunks then
+    for spilledNumber in pairs(head.chunked.spilled) do
+      if number and spilledNumber ~= number then return false end
+      number = spilledNumber
+    end
+    if head.count > 0 then
+      if number and sendNumber(head, 1) ~= number then return false end
+      number = sendNumber(head, 1)
+      if not allOfNumber(head, 1, head.count, number) then return false end
+    end
+  else
+    number = sendNumber(record, lo)
+  end
   -- the call's own identity (its number is read with the records) is on its channel: no lookup
   local onChannel = number == call.myNumber or isOnCallChannel(identityOfNumber(number) or '')
-  return onChannel and allOfNumber(record, lo, hi, number)
+  return onChannel and (acrossChunks or allOfNumber(record, lo, hi, number))
 end
 
 -- A user's live sends as parallel arrays, from a block class (may be nil) and a record (may be nil), and
@@ -100,12 +137,14 @@ local function liveSends(profile, block, class, record, onward)
   local before = onward and math.huge or at + profile.longest
   -- a chunked record: its window part and the chunks in reach (its spilled identities answer a duplicate)
   local head = record
-  if record and record.chunked then record = hot.sends(record, reach, before, false) end
+  if record and record.chunked then record = hot.spanned(record, reach, before) or hot.sends(record, reach, before, false) end
   if record and not (block and class > 0) and not (record.tail and record.tail.newest > reach) then
     local lo = firstAfter(record, reach)
     local hi = math.max(onward and record.count or firstAfter(record, before - 1) - 1, lo - 1)
-    if countableInPlace(profile, record, lo, hi) then times, n = inPlaceList(record, lo, hi, false), hi - lo + 1 end
+    if countableInPlace(profile, record, lo, hi, head) then times, n = inPlaceList(record, lo, hi, false), hi - lo + 1 end
   end
+  -- not countable in place: a record spanning chunks is read joined
+  if record and record.spanned and not times.inPlace then record = hot.sends(head, reach, before, false) end
   if block and class > 0 then
     for _, e in ipairs(eventsOfClass(block.classes[class], block.width)) do
       local t = block.times[e]
@@ -149,6 +188,7 @@ end
 -- How many of list[1..count] (ascending) are at or before t: a binary search, after a look at both ends
 -- (a window around `at` mostly starts before every send and ends after every one).
 local function countUpTo(list, count, t)
+  if list.upTo then return list.upTo(t) end
   if count == 0 or list[1] > t then return 0 end
   if list[count] <= t then return count end
   local low, high = 2, count

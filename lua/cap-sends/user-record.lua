@@ -106,6 +106,7 @@ end
 -- The first window send later than `t` (count + 1 when none is): a binary search, after a look at both ends
 -- (most calls ask for a time before every send or after every send: one read each, whatever the count).
 local function firstAfter(record, t)
+  if record.spanned then return record.firstAfter(t) end
   local count = record.count
   if count == 0 or sendTime(record, 1) > t then return 1 end
   if sendTime(record, count) <= t then return count + 1 end

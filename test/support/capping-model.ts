@@ -122,24 +122,43 @@ export function modelWindows(
   capped: boolean,
 ): ModelWindows {
   const timesOf = caps.map((cap) =>
-    log.filter((send) => cap.channel === "*" || send.channel === cap.channel).map((send) => send.at),
+    log
+      .filter((send) => cap.channel === "*" || send.channel === cap.channel)
+      .map((send) => send.at)
+      .sort((a, b) => a - b),
   );
-  const inside = (times: number[], y: number, windowMs: number) => times.filter((t) => t > y - windowMs && t <= y);
+  // how many of the ascending `times` are at or before t (a binary search: the brute force below stays fast)
+  const upTo = (times: number[], t: number) => {
+    let low = 0;
+    let high = times.length;
+    while (low < high) {
+      const middle = (low + high) >> 1;
+      if ((times[middle] as number) <= t) low = middle + 1;
+      else high = middle;
+    }
+    return low;
+  };
+  const inside = (times: number[], y: number, windowMs: number) => upTo(times, y) - upTo(times, y - windowMs);
   const result: ModelWindows = {
     caps: caps.map((cap, i) => {
       const times = timesOf[i] as number[];
-      let fullest: number[] = [];
+      let used = 0;
+      let oldest = 0;
       for (let y = at; y < at + cap.windowMs; y++) {
         const held = inside(times, y, cap.windowMs);
-        if (held.length > fullest.length) fullest = held;
+        if (held > used) [used, oldest] = [held, times[upTo(times, y - cap.windowMs)] as number];
       }
-      return { used: fullest.length, resetAt: fullest.length > 0 ? Math.min(...fullest) + cap.windowMs : at };
+      return { used, resetAt: used > 0 ? oldest + cap.windowMs : at };
     }),
   };
   if (!capped || caps.some((cap) => cap.max === 0)) return result;
   // a window around x can only be fullest at y = x or at a send's time: the count rises only there
-  const fullestAround = (times: number[], x: number, windowMs: number) =>
-    Math.max(...[x, ...times.filter((t) => t > x && t < x + windowMs)].map((y) => inside(times, y, windowMs).length));
+  const fullestAround = (times: number[], x: number, windowMs: number) => {
+    let fullest = inside(times, x, windowMs);
+    for (let k = upTo(times, x); k < times.length && (times[k] as number) < x + windowMs; k++)
+      fullest = Math.max(fullest, inside(times, times[k] as number, windowMs));
+    return fullest;
+  };
   const last = Math.max(...log.map((send) => send.at)) + Math.max(...caps.map((cap) => cap.windowMs));
   for (let x = at + 1; x <= last + 1; x++) {
     if (caps.every((cap, i) => fullestAround(timesOf[i] as number[], x, cap.windowMs) < cap.max)) {

@@ -13,7 +13,7 @@ import { type Policy, parsePolicy } from "../../../functions/core/capping/policy
 import { fixedClock } from "../../../functions/core/shared/clock.ts";
 import { capIdentityKey, capRecordKey, capTagOf, recordRangeOf } from "../../../sdk/src/protocol/index.ts";
 import { runScript } from "../../support/cap-sends-runner.ts";
-import { CappingModel, type ModelCall } from "../../support/capping-model.ts";
+import { CappingModel, type ModelCall, modelWindows } from "../../support/capping-model.ts";
 import { connectCluster, uniqueNamespace } from "../../support/cluster.ts";
 import { rulesOf, T0 } from "../../support/rules.ts";
 
@@ -132,6 +132,138 @@ describe("a hot user's record", () => {
     // its sends are all kept: 10,003 after the checks, the oldest 18 × 512 in chunk fields beside the two records
     expect(await cluster.hlen(recordKey)).toBe(2 + 18);
   });
+
+  it("a capped check of a hot user reads only the chunks its searches reach, not every chunk its window holds", async () => {
+    // repro: 1s max 10000 at its max; each check read and joined the ~20 chunks of its second, twice (1.9 ms)
+    const namespace = uniqueNamespace();
+    const clock = fixedClock(T0);
+    const rules = rulesOf({ version: "v", channels: ["a"], segments: [], default: { name: "rest", caps: TIGHTEST } });
+    const capper = new Capper({ store, rules: () => rules, clock, namespace, hotRecords: true });
+    const userId = 4_096 * 256 + 7;
+    const spread = (count: number, from: number, to: number) =>
+      Array.from({ length: count }, (_, i) => ({ at: from + Math.floor((i * (to - from)) / count), identity: "a:" }));
+    const recordKey = await seedRecord(
+      namespace,
+      userId,
+      [...spread(20_000, T0 - 60 * SECOND, T0 - SECOND), ...spread(9_880, T0 - 879, T0)],
+      T0,
+    );
+    // 120 allowed checks fill the second (and turn the record into chunks); the next one is capped
+    for (let i = 0; i < 120; i++) {
+      clock.set(T0 + i);
+      expect((await capper.checkUser({ userId, channel: "a" })).decision).toBe("allowed");
+    }
+    expect((await cluster.hgetBuffer(recordKey, String(userId)))?.[0]).toBeGreaterThanOrEqual(192);
+    // the second before T0 + 120 holds 10,000 sends, about 19 chunks of 512 besides the record's newest
+    expect(await cluster.hlen(recordKey)).toBeGreaterThan(40);
+    clock.set(T0 + 120);
+    let report: Awaited<ReturnType<Capper["checkUser"]>> | undefined;
+    const work = await workOf(ownerOf(recordKey), async () => {
+      report = await capper.checkUser({ userId, channel: "a" });
+    });
+    expect(report?.decision).toBe("capped");
+    expect(report?.windows[0]?.used).toBe(10_000);
+    // the oldest send of the full second (T0 - 879) leaves it at T0 + 121
+    expect(report?.retryAfterMs).toBe(1);
+    // beside a capped check of a user with 5 sends: the same commands, and at most 3 chunks read by HGET
+    const light = { namespace: uniqueNamespace(), userId: 4_096 * 256 + 9 };
+    const lightRules = rulesOf({
+      version: "v",
+      channels: ["a"],
+      segments: [],
+      default: { name: "rest", caps: { a: [{ window: "1s", max: 5 }] } },
+    });
+    const lightKey = await seedRecord(light.namespace, light.userId, spread(5, T0 - 500, T0), T0);
+    const lightCapper = new Capper({ store, rules: () => lightRules, clock, namespace: light.namespace });
+    const lightWork = await workOf(ownerOf(lightKey), async () => {
+      expect((await lightCapper.checkUser({ userId: light.userId, channel: "a" })).decision).toBe("capped");
+    });
+    const { hget: chunkReads = 0, ...others } = work.calls;
+    const { hget: lightReads = 0, ...lightOthers } = lightWork.calls;
+    expect(others).toEqual(lightOthers);
+    expect(chunkReads - lightReads).toBeLessThanOrEqual(3);
+  });
+
+  it("reports a hot user's windows and retry time as the model does, read across its chunks", async () => {
+    const caps = { a: [{ window: "1s", max: 400 }], "*": [{ window: "2s", max: 700 }] };
+    const rules = rulesOf({ version: "hot", channels: ["a"], segments: [], default: { name: "r", caps } });
+    const policy = rules.policy;
+    const stepArbitrary = fc.record({
+      elapsed: fc.integer({ min: 0, max: 400 }),
+      offset: fc.integer({ min: -2_000, max: 3_000 }),
+      consume: fc.boolean(),
+    });
+    let chunkedRuns = 0;
+    await fc.assert(
+      fc.asyncProperty(
+        fc.integer({ min: 1_300, max: 2_400 }),
+        fc.integer({ min: 0, max: 2 ** 31 }),
+        fc.array(stepArbitrary, { minLength: 5, maxLength: 25 }),
+        async (count, seed, steps) => {
+          const namespace = uniqueNamespace();
+          const userId = 9 * 256 + 1;
+          const clock = fixedClock(T0);
+          const capper = new Capper({ store, rules: () => rules, clock, namespace, hotRecords: true });
+          const model = new CappingModel(policy, () => 0, 10 * 60_000);
+          let state = seed;
+          const next = () => {
+            state = (state * 1_103_515_245 + 12_345) % 2 ** 31;
+            return state;
+          };
+          // anonymous sends (one identity: counted in place) over the 4 s before T0 and the second after it
+          const sends = Array.from({ length: count }, () => ({
+            at: T0 - 4 * SECOND + (next() % (5 * SECOND)),
+            identity: "a:",
+          }));
+          const recordKey = await seedRecord(namespace, userId, sends, T0);
+          for (const send of sends) model.sendsOf(userId).push({ at: send.at, channel: "a", campaignId: "" });
+          // allowed checks far ahead of every window turn the record chunked first
+          for (let i = 0; i < 4; i++) {
+            const at = T0 + 30 * SECOND + i;
+            await capper.checkUser({ userId, channel: "a", at });
+            model.apply({
+              mode: "count",
+              now: T0,
+              at,
+              channel: "a",
+              campaignId: "",
+              exemptCounted: false,
+              users: [userId],
+            });
+          }
+          let now = T0;
+          for (const step of steps) {
+            now += step.elapsed;
+            clock.set(now);
+            const at = now + step.offset;
+            const report = await capper.checkUser({ userId, channel: "a", at, consume: step.consume });
+            const [decision] = model.apply({
+              mode: step.consume ? "count" : "peek",
+              now,
+              at,
+              channel: "a",
+              campaignId: "",
+              exemptCounted: false,
+              users: [userId],
+            });
+            const capped = typeof decision === "object";
+            expect(report.decision).toBe(capped ? "capped" : decision);
+            const policyCaps = policy.capsFor(0, "a");
+            const expected = modelWindows(model.sendsOf(userId), policyCaps, at, capped);
+            expect(report.windows.map((w) => [w.used, w.resetAt])).toEqual(
+              expected.caps.map((c) => [c.used, c.resetAt]),
+            );
+            expect(report.retryAfterMs).toBe(
+              expected.retryAt === undefined ? undefined : Math.max(1, expected.retryAt - at),
+            );
+          }
+          if (((await cluster.hgetBuffer(recordKey, String(userId)))?.[0] ?? 0) >= 192) chunkedRuns += 1;
+        },
+      ),
+      { numRuns: 12, endOnFailure: true },
+    );
+    expect(chunkedRuns).toBeGreaterThan(0);
+  }, 120_000);
 
   it("stays in the earlier record format without hotRecords, which a function of the release before reads", async () => {
     // repro: v0.2.0's script reads a format-3 header (192) as format 2 of width 9; the layout waits for CAP_HOT_RECORDS=on
