@@ -4,17 +4,20 @@
 --   byte 1      CHUNKED_HEADER + window number width - 1
 --   bytes 2-5   the user ID (its chunks are named by it, so no two users' records are the same bytes)
 --   bytes 6-8   the next chunk's sequence number
---   varint K, then K × 17 bytes: per chunk its oldest and newest time (6 bytes each), send count (2), sequence (3)
+--   varint K, then K × 17 bytes: per chunk its oldest and newest time (6 bytes each), 2 bytes: its send count
+--             + 4096 × (its number width - 1) + 32768 while its identities are not yet listed below, sequence (3)
 --   varint I, then I × 10 bytes: each identity number in the chunks (4 bytes) and its newest send there (6)
 --   byte T: the tail's number width (0: none), then a varint length and the tail of the format-2 record it was
 --             made from (parseTail()), only ever shortened: its expired sends dropped as the user is written
 --   the window part: the sends not spilled, ascending, a 6-byte time and a width-byte number each
--- Chunk q of user U is field "<U>:<q>" of U's range hash: a byte of number width, then sends as a window part.
--- A record of format 2 becomes one when it reaches HEAD_SENDS sends, by slices of its bytes (nothing decoded);
--- a call spills at most SPILLS_PER_CALL chunks, so a big record drains into chunks over its next writes.
+-- Chunk q of user U is field "<U>:<q>" of U's range hash: its sends as a window part (the directory gives the width).
+-- A record of format 2 becomes one when it reaches HEAD_SENDS sends, by slices of its bytes (nothing decoded):
+-- all but its newest sends go to chunks in that write, those past the first SPILLS_PER_CALL unlisted (their
+-- identities not read); each later write lists at most SPILLS_PER_CALL of them, and until then a duplicate
+-- is looked for in their bytes. A chunked record spills at most SPILLS_PER_CALL chunks a write.
 -- (its helpers are locals of this block: the chunk's top level keeps its locals for the rest)
 do
-  local SPILL_SENDS, CHUNK_ENTRY, SPILLS_PER_CALL = 512, 17, 2
+  local SPILL_SENDS, CHUNK_ENTRY, SPILLS_PER_CALL, UNLISTED, WIDTH_STEP = 512, 17, 2, 32768, 4096
 
   local function chunkField(userId, seq) return format('%d:%d', userId, seq) end
   local function rangeHashOf(userId) return format('%sr:%d', call.keyPrefix, floor(userId / 536870912)) end
@@ -28,13 +31,34 @@ do
     return edits
   end
 
+  local function entryBytes(chunk)
+    local counts = chunk.count + (chunk.width - 1) * WIDTH_STEP + (chunk.unlisted and UNLISTED or 0)
+    return timeBytes(chunk.min) .. timeBytes(chunk.max) .. fixedNumber(counts, 2) .. fixedNumber(chunk.seq, 3)
+  end
+  -- Each identity's newest send in the chunk bytes `bytes` (ascending sends of `width`-byte numbers) into
+  -- `spilled`: the first met from its end (a time read once per identity).
+  local function listIdentities(bytes, width, spilled)
+    local stride, met = 6 + width, {}
+    for position = #bytes - stride + 1, 1, -stride do
+      local number = readFixed(bytes, position + 6, width)
+      if not met[number] then
+        met[number] = true
+        local t = readTime(bytes, position)
+        if (spilled[number] or -1) < t then spilled[number] = t end
+      end
+    end
+  end
+
   local function readChunked(value)
     local width, userId, nextSeq = byte(value, 1) - CHUNKED_HEADER + 1, readFixed(value, 2, 4), readFixed(value, 6, 3)
     local count, position = readVarint(value, 9)
-    local chunks, directoryAt = {}, position
+    local chunks, directoryAt, unlisted = {}, position, 0
     for i = 1, count do
-      chunks[i] = { min = readTime(value, position), max = readTime(value, position + 6),
-        count = readFixed(value, position + 12, 2), seq = readFixed(value, position + 14, 3) }
+      local counts = readFixed(value, position + 12, 2)
+      local listed = counts % UNLISTED
+      chunks[i] = { min = readTime(value, position), max = readTime(value, position + 6), count = listed % WIDTH_STEP,
+        width = floor(listed / WIDTH_STEP) + 1, unlisted = counts >= UNLISTED, seq = readFixed(value, position + 14, 3) }
+      if counts >= UNLISTED then unlisted = unlisted + 1 end
       position = position + CHUNK_ENTRY
     end
     local directory = sub(value, directoryAt, position - 1)
@@ -56,7 +80,8 @@ do
     local stride = 6 + width
     return { value = value, width = width, stride = stride, start = position, count = (#value - position + 1) / stride,
       tail = tail,
-      chunked = { userId = userId, nextSeq = nextSeq, chunks = chunks, directory = directory, spilled = spilled } }
+      chunked = { userId = userId, nextSeq = nextSeq, chunks = chunks, directory = directory, spilled = spilled,
+        unlisted = unlisted } }
   end
 
   -- The sends of `sources` (records read in place, each ascending) as one record: their bytes joined when they
@@ -87,11 +112,10 @@ do
     return { value = value, width = width, stride = 6 + width, start = 1, count = count }
   end
 
-  -- A chunk's value read in place as a record.
-  local function chunkRecord(value)
-    local width = byte(value, 1)
+  -- A chunk's value (its sends of `width`-byte numbers) read in place as a record.
+  local function chunkRecord(value, width)
     local stride = 6 + width
-    local record = { value = value, width = width, stride = stride, start = 2, count = (#value - 1) / stride }
+    local record = { value = value, width = width, stride = stride, start = 1, count = #value / stride }
     record.first, record.last = sendTime(record, 1), sendTime(record, record.count)
     return record
   end
@@ -101,9 +125,11 @@ do
   -- With `every`, all chunks (a block absorbing the user): their fields are then deleted with the record.
   local function chunkedSends(head, reach, before, every)
     local info = head.chunked
-    local fields = {}
+    local fields, picked = {}, {}
     for _, chunk in ipairs(info.chunks) do
-      if every or (chunk.max > reach and chunk.min < before) then fields[#fields + 1] = chunkField(info.userId, chunk.seq) end
+      if every or (chunk.max > reach and chunk.min < before) then
+        fields[#fields + 1], picked[#fields + 1] = chunkField(info.userId, chunk.seq), chunk
+      end
     end
     if #fields == 0 then return head end
     if every then
@@ -116,8 +142,8 @@ do
         first = sendTime(head, 1), last = sendTime(head, head.count) }
     end
     -- a chunk missing from the hash (the store lost it) holds nothing
-    for _, value in ipairs(redis.call('HMGET', rangeHashOf(info.userId), unpackList(fields))) do
-      if value then sources[#sources + 1] = chunkRecord(value) end
+    for i, value in ipairs(redis.call('HMGET', rangeHashOf(info.userId), unpackList(fields))) do
+      if value then sources[#sources + 1] = chunkRecord(value, picked[i].width) end
     end
     if #sources == 0 then return head end
     local joined = joinedSends(sources)
@@ -135,7 +161,7 @@ do
     local info, parts = head.chunked, {}
     for _, chunk in ipairs(info.chunks) do
       if chunk.max > reach and chunk.min < before then
-        parts[#parts + 1] = { min = chunk.min, max = chunk.max, count = chunk.count,
+        parts[#parts + 1] = { min = chunk.min, max = chunk.max, count = chunk.count, width = chunk.width,
           field = chunkField(info.userId, chunk.seq) }
       end
     end
@@ -162,7 +188,7 @@ do
         -- the directory and its chunks are written in one command: a directory naming a missing chunk is a
         -- record no search can read in place
         if not value then error('cap-sends: chunk ' .. part.field .. ' of a hot user record is missing') end
-        part.value, part.start, part.stride = value, 2, 6 + byte(value, 1)
+        part.value, part.start, part.stride = value, 1, 6 + part.width
       end
       return part
     end
@@ -203,35 +229,25 @@ do
     return spanned
   end
 
-  -- The record value of a chunked record whose window part is `window` (`count` sends of `width`-byte numbers):
-  -- the oldest SPILL_SENDS at a time go to new chunks while it holds more than HEAD_SENDS.
-  local function encodeChunked(info, chunks, directory, spilled, width, window, count, tail)
+  -- The record value of a chunked record whose window part is `window` (sends of `width`-byte numbers), with the
+  -- sends `pieces` (each SPILL_SENDS ascending sends, oldest first) written to new chunks, those past the first
+  -- SPILLS_PER_CALL unlisted.
+  local function encodeChunked(info, chunks, directory, spilled, width, pieces, window, tail)
     local stride, nextSeq = 6 + width, info.nextSeq
-    local writes = chunkEditsOf(info.userId).writes
-    local spills = 0
-    while count > HEAD_SENDS and spills < SPILLS_PER_CALL do
-      spills = spills + 1
-      -- the window part is ascending: a chunk's oldest and newest are its ends
-      local bytes = sub(window, 1, SPILL_SENDS * stride)
-      local entry = { min = readTime(bytes, 1), max = readTime(bytes, #bytes - stride + 1), count = SPILL_SENDS,
-        seq = nextSeq }
-      -- each identity's newest send in the chunk: the first met from its end (a time read once per identity)
-      local met = {}
-      for position = #bytes - stride + 1, 1, -stride do
-        local number = readFixed(bytes, position + 6, width)
-        if not met[number] then
-          met[number] = true
-          local t = readTime(bytes, position)
-          if (spilled[number] or -1) < t then spilled[number] = t end
-        end
+    if #pieces > 0 then
+      local writes, entries = chunkEditsOf(info.userId).writes, { directory }
+      for k, bytes in ipairs(pieces) do
+        -- a piece is ascending: its oldest and newest are its ends
+        local entry = { min = readTime(bytes, 1), max = readTime(bytes, #bytes - stride + 1), count = SPILL_SENDS,
+          width = width, seq = nextSeq, unlisted = k > SPILLS_PER_CALL }
+        if not entry.unlisted then listIdentities(bytes, width, spilled) end
+        writes[#writes + 1] = chunkField(info.userId, nextSeq)
+        writes[#writes + 1] = bytes
+        chunks[#chunks + 1] = entry
+        entries[#entries + 1] = entryBytes(entry)
+        nextSeq = nextSeq + 1
       end
-      writes[#writes + 1] = chunkField(info.userId, nextSeq)
-      writes[#writes + 1] = char(width) .. bytes
-      chunks[#chunks + 1] = entry
-      directory = directory .. timeBytes(entry.min) .. timeBytes(entry.max) .. fixedNumber(entry.count, 2) ..
-        fixedNumber(entry.seq, 3)
-      nextSeq = nextSeq + 1
-      window, count = sub(window, SPILL_SENDS * stride + 1), count - SPILL_SENDS
+      directory = concat(entries)
     end
     local ids, idCount = {}, 0
     for number, newest in pairs(spilled) do
@@ -264,38 +280,67 @@ do
         deletes[#deletes + 1] = chunkField(info.userId, chunk.seq)
       end
     end
-    if deletes then
-      local entries = {}
-      for i, chunk in ipairs(chunks) do
-        entries[i] = timeBytes(chunk.min) .. timeBytes(chunk.max) .. fixedNumber(chunk.count, 2) .. fixedNumber(chunk.seq, 3)
-      end
-      directory = concat(entries)
-    end
     local spilled = {}
     for spilledNumber, newest in pairs(info.spilled) do
       if newest > cutoff then spilled[spilledNumber] = newest end
     end
+    -- at most SPILLS_PER_CALL unlisted chunks have their identities listed
+    local listing = {}
+    for _, chunk in ipairs(chunks) do
+      if chunk.unlisted and #listing < SPILLS_PER_CALL then listing[#listing + 1] = chunk end
+    end
+    if #listing > 0 then
+      local fields = {}
+      for i, chunk in ipairs(listing) do fields[i] = chunkField(info.userId, chunk.seq) end
+      for i, value in ipairs(redis.call('HMGET', rangeHashOf(info.userId), unpackList(fields))) do
+        -- a chunk missing from the hash (the store lost it) holds nothing to list
+        if value then listIdentities(value, listing[i].width, spilled) end
+        listing[i].unlisted = false
+      end
+    end
+    if deletes or #listing > 0 then
+      local entries = {}
+      for i, chunk in ipairs(chunks) do entries[i] = entryBytes(chunk) end
+      directory = concat(entries)
+    end
     local width, from = math.max(head.width, widthOf(number)), firstAfter(head, cutoff)
-    local kept
-    local keptCount = head.count - from + 1
+    local keptCount, stride = head.count - from + 1, 6 + width
+    -- the kept sends: value[base ..], keptCount sends of `width`-byte numbers
+    local value, base = head.value, head.start + (from - 1) * head.stride
     if width > head.width then
       local sends = {}
       for i = from, head.count do sends[#sends + 1] = { sendTime(head, i), sendNumber(head, i) } end
-      kept = windowBytes(sends, width)
-    else
-      kept = sub(head.value, head.start + (from - 1) * head.stride, head.start + head.count * head.stride - 1)
+      value, base = windowBytes(sends, width), 1
     end
-    -- the send in time order (mostly the newest: the last kept send is looked at first)
-    local stride = 6 + width
+    -- where the send goes in time order (mostly last: the last kept send is looked at first)
     local low, high = 0, keptCount
-    if keptCount > 0 and readTime(kept, (keptCount - 1) * stride + 1) <= t then low = keptCount end
+    if keptCount > 0 and readTime(value, base + (keptCount - 1) * stride) <= t then low = keptCount end
     while low < high do
       local middle = floor((low + high + 1) / 2)
-      if readTime(kept, (middle - 1) * stride + 1) <= t then low = middle else high = middle - 1 end
+      if readTime(value, base + (middle - 1) * stride) <= t then low = middle else high = middle - 1 end
     end
-    local window = sub(kept, 1, low * stride) .. timeBytes(t) .. fixedNumber(number, width) .. sub(kept, low * stride + 1)
+    -- the oldest SPILL_SENDS at a time go to chunks while more than HEAD_SENDS stay: at most SPILLS_PER_CALL
+    -- chunks, or every one when the record is made from an earlier format, each a slice of the kept bytes
+    local spills = 0
+    while keptCount + 1 - spills * SPILL_SENDS > HEAD_SENDS and (spills < SPILLS_PER_CALL or info.converting) do
+      spills = spills + 1
+    end
+    local send, total = timeBytes(t) .. fixedNumber(number, width), keptCount
+    if low < spills * SPILL_SENDS then
+      -- the send lands among those spilled (a backfill): the bytes with it in place are sliced
+      value = sub(value, base, base + low * stride - 1) .. send .. sub(value, base + low * stride, base + keptCount * stride - 1)
+      base, send, total = 1, nil, keptCount + 1
+    end
+    local pieces, piece = {}, SPILL_SENDS * stride
+    for k = 1, spills do pieces[k] = sub(value, base + (k - 1) * piece, base + k * piece - 1) end
+    local rest, window = base + spills * piece
+    if send then
+      window = sub(value, rest, base + low * stride - 1) .. send .. sub(value, base + low * stride, base + keptCount * stride - 1)
+    else
+      window = sub(value, rest, base + total * stride - 1)
+    end
     local tail = head.tail and tailAfter(head.tail, cutoff, {})
-    return encodeChunked(info, chunks, directory, spilled, width, window, keptCount + 1, tail)
+    return encodeChunked(info, chunks, directory, spilled, width, pieces, window, tail)
   end
 
   -- The record after a send, for a hot user: a chunked record written on, or a big record of an earlier format
@@ -304,10 +349,35 @@ do
     if not record.chunked then
       record = { value = record.value, width = record.width, stride = record.stride, start = record.start,
         count = record.count, tail = record.tail,
-        chunked = { userId = userId, nextSeq = 1, chunks = {}, directory = '', spilled = {} } }
+        chunked = { userId = userId, nextSeq = 1, chunks = {}, directory = '', spilled = {}, unlisted = 0,
+          converting = true } }
     end
     return chunkedWith(record, profile, t, number)
   end
 
-  hot.read, hot.sends, hot.spanned, hot.recordWith = readChunked, chunkedSends, spannedSends, recordWithChunks
+  -- Whether an unlisted chunk of a chunked record holds a send of identity `number` later than `cutoff`: its
+  -- bytes searched (windowHas()), the chunks read once a call.
+  local function unlistedHas(head, number, cutoff)
+    local info = head.chunked
+    if info.unlisted == 0 then return false end
+    call.chunkValues = call.chunkValues or {}
+    local fields = {}
+    for _, chunk in ipairs(info.chunks) do
+      local field = chunkField(info.userId, chunk.seq)
+      if chunk.unlisted and chunk.max > cutoff and call.chunkValues[field] == nil then fields[#fields + 1] = field end
+    end
+    if #fields > 0 then
+      for i, value in ipairs(redis.call('HMGET', rangeHashOf(info.userId), unpackList(fields))) do
+        call.chunkValues[fields[i]] = value
+      end
+    end
+    for _, chunk in ipairs(info.chunks) do
+      local value = chunk.unlisted and chunk.max > cutoff and call.chunkValues[chunkField(info.userId, chunk.seq)]
+      if value and windowHas(chunkRecord(value, chunk.width), number, cutoff) then return true end
+    end
+    return false
+  end
+
+  hot.read, hot.sends, hot.spanned, hot.recordWith, hot.unlistedHas = readChunked, chunkedSends, spannedSends,
+    recordWithChunks, unlistedHas
 end

@@ -101,6 +101,8 @@ local function countableInPlace(profile, record, lo, hi, head)
   for cap = 1, #profile.windows do every = every and profile.everyChannel[cap] end
   if every or hi < lo then return true end
   local acrossChunks, number = head ~= record and head.chunked, nil
+  -- (a chunk whose identities are not listed yet could hold any)
+  if acrossChunks and head.chunked.unlisted > 0 then return false end
   if acrossChunks then
     for spilledNumber in pairs(head.chunked.spilled) do
       if number and spilledNumber ~= number then return false end
@@ -178,7 +180,7 @@ local function liveSends(profile, block, class, record, onward)
     local mine = myIdentityNumber(false)
     local spilled = head.chunked and head.chunked.spilled[mine]
     if mine and (windowHas(head, mine, profile.cutoff) or tailHas(head.tail, mine, profile.cutoff) or
-      (spilled and spilled > profile.cutoff)) then
+      (spilled and spilled > profile.cutoff) or (head.chunked and hot.unlistedHas(head, mine, profile.cutoff))) then
       return n, times, onChannel, isMine, true
     end
   end

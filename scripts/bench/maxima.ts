@@ -189,8 +189,20 @@ export async function runMaxima(cluster: TollgateCluster): Promise<string[]> {
   );
   row(
     "sends per user",
-    "hot user, 1s max 10,000, 100,000 kept sends (5 min) written before format 3: its first 100 checks (they turn it into format 3, 1,024 sends a write)",
+    "hot user, 1s max 10,000, 100,000 kept sends (5 min) written before format 3: its first 100 checks (the first turns it into format 3: all but its newest sends to chunks)",
     await byLayout("bench-max-hot-100k-first", hotUser(lastFiveMinutes(100_000), 0, 100)),
+  );
+  // the floor under the row above: reading a record of 100,000 sends (700 kB) into a script costs this alone
+  const readRecord = "local value = redis.call('HGET', KEYS[1], ARGV[1]) return value and #value or 0";
+  const readFigures = await twice(primaries, "bench-max-hot-read", async (namespace) => {
+    await seedRecord(cluster, namespace, user, lastFiveMinutes(100_000), "push:");
+    const key = capRecordKey(namespace, capTagOf(user), recordRangeOf(user));
+    for (let i = 0; i < 20; i++) await cluster.eval(readRecord, 1, key, String(user));
+  });
+  row(
+    "sends per user",
+    "control for the row above: a script that only reads that record (one HGET of 700 kB; identical calls: one figure)",
+    { current: readFigures },
   );
   row(
     "sends per user",

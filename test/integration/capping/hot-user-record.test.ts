@@ -184,6 +184,33 @@ describe("a hot user's record", () => {
     expect(chunkReads - lightReads).toBeLessThanOrEqual(3);
   });
 
+  it("a resend whose first send lies in a chunk whose identities are not listed yet is a duplicate", async () => {
+    const namespace = uniqueNamespace();
+    const clock = fixedClock(T0);
+    const rules = rulesOf({ version: "v", channels: ["a"], segments: [], default: { name: "rest", caps: TIGHTEST } });
+    const capper = new Capper({ store, rules: () => rules, clock, namespace, hotRecords: true });
+    const userId = 4_096 * 256 + 11;
+    // 3,000 sends over the minute before T0, those of campaign c9 only at 1,100-1,110: the write that makes the
+    // record chunked spills 4 chunks, the 3rd and 4th (sends 1,025-2,048) with their identities not listed
+    const sends = Array.from({ length: 3_000 }, (_, i) => ({
+      at: T0 - 60 * SECOND + i * 20,
+      identity: i >= 1_100 && i <= 1_110 ? "a:c9" : "a:",
+    }));
+    const recordKey = await seedRecord(namespace, userId, sends, T0);
+    expect((await capper.checkUser({ userId, channel: "a" })).decision).toBe("allowed");
+    expect((await cluster.hgetBuffer(recordKey, String(userId)))?.[0]).toBeGreaterThanOrEqual(192);
+    expect(await cluster.hlen(recordKey)).toBe(1 + 4);
+    clock.advance(1);
+    expect((await capper.checkUser({ userId, channel: "a", campaignId: "c9", consume: false })).decision).toBe(
+      "duplicate",
+    );
+    // the next write lists them; the resend is still one
+    expect((await capper.checkUser({ userId, channel: "a" })).decision).toBe("allowed");
+    clock.advance(1);
+    expect((await capper.checkUser({ userId, channel: "a", campaignId: "c9" })).decision).toBe("duplicate");
+    expect((await capper.checkUser({ userId, channel: "a", campaignId: "c8" })).decision).toBe("allowed");
+  });
+
   it("reports a hot user's windows and retry time as the model does, read across its chunks", async () => {
     const caps = { a: [{ window: "1s", max: 400 }], "*": [{ window: "2s", max: 700 }] };
     const rules = rulesOf({ version: "hot", channels: ["a"], segments: [], default: { name: "r", caps } });
