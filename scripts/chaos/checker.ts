@@ -117,7 +117,7 @@ function settledPhaseAt(phases: readonly ContractPhase[], t: number): ContractPh
 
 export interface DenialCount {
   denied: number;
-  /** Denials after the instance's ready() while the rule's every past window had room for the request. */
+  /** Denials of requests made after the instance's ready() while the rule's every past window had room. */
   underLimit: number;
   /** Decisions after ready() outside the ignored spans (what `underLimit` is a share of). */
   judged: number;
@@ -136,7 +136,8 @@ export function denialsUnderLimit(
   for (const d of history.decisions) {
     if (!d.allowed) denied++;
     const ready = history.readyAt.get(d.instance);
-    if (ready === undefined || d.at < ready) continue;
+    // the promise is for requests made after ready(): one made before it and decided after is not judged
+    if (ready === undefined || (d.askedAt ?? d.at) < ready) continue;
     if (ignore.some(([from, to]) => d.at >= from && d.at < to)) continue;
     const phase = settledPhaseAt(phases, d.at);
     if (!phase || phase.removed) continue;

@@ -5,6 +5,8 @@
 /** One decision of one instance, `at` in ms on the reference clock (CLOCK_MONOTONIC, from the run's origin). */
 export interface Decision {
   at: number;
+  /** When the request was made (the SDK asked), if before `at`: a request may wait for a sync to be decided. */
+  askedAt?: number;
   instance: number;
   allowed: boolean;
   /** Tokens the check asked for (the load asks 1). */

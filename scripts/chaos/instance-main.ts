@@ -77,18 +77,21 @@ async function run(start: StartMessage, quotas: Quotas): Promise<void> {
   const schedule = arrivals(seededRandom(start.seed), start.perSecond, start.from, start.to, start.gaps);
   let at: number[] = [];
   let allowed: number[] = [];
+  let askedAt: number[] = [];
   const flush = () => {
     if (at.length === 0) return;
-    send({ type: "decisions", at, allowed });
+    send({ type: "decisions", at, allowed, askedAt });
     at = [];
     allowed = [];
+    askedAt = [];
   };
   const flusher = setInterval(flush, 100);
   let next = 0;
   const waiting = new Set<Promise<void>>();
-  const record = (isAllowed: boolean) => {
+  const record = (isAllowed: boolean, asked: number) => {
     at.push(now());
     allowed.push(isAllowed ? 1 : 0);
+    askedAt.push(asked);
   };
   await new Promise<void>((done) => {
     const tick = () => {
@@ -97,14 +100,15 @@ async function run(start: StartMessage, quotas: Quotas): Promise<void> {
       // decided as the middleware decides (`decide`: a key with no allowance here waits for one sync of its
       // group), and recorded when decided
       while (next < schedule.length && (schedule[next] as number) <= t) {
+        const asked = now();
         const decision = quotas.decide(config.rule, config.key, 1);
         if (decision instanceof Promise) {
           const settled: Promise<void> = decision.then((d) => {
-            record(d.allowed);
+            record(d.allowed, asked);
             waiting.delete(settled);
           });
           waiting.add(settled);
-        } else record(decision.allowed);
+        } else record(decision.allowed, asked);
         next++;
       }
       if (t >= start.to) done();

@@ -66,7 +66,14 @@ export class Instance {
         return;
       case "decisions":
         message.at.forEach((at, i) => {
-          this.decisions.push({ at, instance: index, allowed: message.allowed[i] === 1, cost: 1 });
+          const askedAt = message.askedAt?.[i];
+          this.decisions.push({
+            at,
+            ...(askedAt !== undefined && askedAt < at ? { askedAt } : {}),
+            instance: index,
+            allowed: message.allowed[i] === 1,
+            cost: 1,
+          });
         });
         return;
       case "syncs":

@@ -44,7 +44,8 @@ export interface StartMessage {
 /** Instance → harness. `allowed` is 1 or 0 per decision time in `at`. */
 export type InstanceMessage =
   | { type: "ready"; at: number }
-  | { type: "decisions"; at: number[]; allowed: number[] }
+  // askedAt: when each request was made, where it waited to be decided (absent: at `at`)
+  | { type: "decisions"; at: number[]; allowed: number[]; askedAt?: number[] }
   | { type: "syncs"; at: number; latencyMs: number[]; errors: number; lastError?: string }
   | { type: "done" };
 

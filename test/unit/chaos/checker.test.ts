@@ -127,6 +127,13 @@ describe("chaos checker: no denial under the limit after ready()", () => {
     expect(denialsUnderLimit(history([deny(500)]), strict10, [[400, 600]]).underLimit).toBe(0);
   });
 
+  it("judges a request by when it was made: asked before ready() and decided after it, it is not judged", () => {
+    const waited = history([{ ...deny(150, 1), askedAt: 90 }], { readyAt: new Map([[1, 100]]) });
+    expect(denialsUnderLimit(waited, strict10)).toEqual({ denied: 1, underLimit: 0, judged: 0 });
+    const askedAfter = history([{ ...deny(150, 1), askedAt: 110 }], { readyAt: new Map([[1, 100]]) });
+    expect(denialsUnderLimit(askedAfter, strict10)).toEqual({ denied: 1, underLimit: 1, judged: 1 });
+  });
+
   it("fails the verdict past the allowed share and passes within it", () => {
     const decisions = [...admits(98, 0, 10), deny(985), deny(990)];
     expect(check(history(decisions), strict10, { underLimitShare: 0.01 }).pass).toBe(false);
