@@ -74,7 +74,9 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageName)
   local classesDecided, countPlans, eventsBefore = {}, {}, #times
   local function countPlanOf(profile)
     local windows, maxima, everyChannel, cutoff = profile.windows, profile.maxima, profile.everyChannel, profile.cutoff
-    local plan = { count = 0, maxima = {}, sets = {} }
+    -- the sets match 1-byte event numbers: a wider block's plan only says which caps are kept (allowsEvery())
+    local byteSets = block.width == 1
+    local plan = { count = 0, maxima = {}, sets = {}, byteSets = byteSets }
     for cap = 1, #windows do
       local max, set = maxima[cap], false
       if max == 0 then
@@ -90,7 +92,7 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageName)
         end
         if #members >= max then
           -- every event of the page: a class's count is its length
-          set = #members == eventsBefore or '[' .. patternSet(members) .. ']'
+          set = #members == eventsBefore or not byteSets or '[' .. patternSet(members) .. ']'
         end
       end
       if set then
@@ -114,8 +116,8 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageName)
         plan = countPlanOf(profile)
         countPlans[profileNumber] = plan
       end
-      local maxima, sets, undecided = plan.maxima, plan.sets, false
-      for k = 1, plan.count do
+      local maxima, sets, undecided = plan.maxima, plan.sets, not plan.byteSets
+      for k = 1, undecided and 0 or plan.count do
         local max, set = maxima[k], sets[k]
         if max == 0 then return set end
         if n >= max then

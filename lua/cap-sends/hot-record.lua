@@ -268,7 +268,8 @@ do
 
   -- The chunked record after a send (t, number) is counted for a user of `profile`: chunks whose every send is at
   -- or before the profile's cutoff are deleted, so are such sends of the window part, and the send is inserted
-  -- in time order. The work is the window part's and the directory's bytes, whatever the chunks hold.
+  -- in time order (`t` nil: no send, the identities of unlisted chunks listed). The work is the window part's
+  -- and the directory's bytes, whatever the chunks hold.
   local function chunkedWith(head, profile, t, number)
     local info, cutoff = head.chunked, profile.cutoff
     local chunks, directory, deletes = {}, info.directory, nil
@@ -280,9 +281,12 @@ do
         deletes[#deletes + 1] = chunkField(info.userId, chunk.seq)
       end
     end
-    local spilled = {}
+    -- an identity stays listed while a chunk kept may hold a send of it (a chunk keeps its sends past the
+    -- cutoff until its newest is: a policy lengthening a window reaches them again)
+    local spilled, oldest = {}, math.huge
+    for _, chunk in ipairs(chunks) do oldest = math.min(oldest, chunk.min) end
     for spilledNumber, newest in pairs(info.spilled) do
-      if newest > cutoff then spilled[spilledNumber] = newest end
+      if newest >= oldest then spilled[spilledNumber] = newest end
     end
     -- at most SPILLS_PER_CALL unlisted chunks have their identities listed
     local listing = {}
@@ -303,7 +307,7 @@ do
       for i, chunk in ipairs(chunks) do entries[i] = entryBytes(chunk) end
       directory = concat(entries)
     end
-    local width, from = math.max(head.width, widthOf(number)), firstAfter(head, cutoff)
+    local width, from = t and math.max(head.width, widthOf(number)) or head.width, firstAfter(head, cutoff)
     local keptCount, stride = head.count - from + 1, 6 + width
     -- the kept sends: value[base ..], keptCount sends of `width`-byte numbers
     local value, base = head.value, head.start + (from - 1) * head.stride
@@ -313,8 +317,8 @@ do
       value, base = windowBytes(sends, width), 1
     end
     -- where the send goes in time order (mostly last: the last kept send is looked at first)
-    local low, high = 0, keptCount
-    if keptCount > 0 and readTime(value, base + (keptCount - 1) * stride) <= t then low = keptCount end
+    local low, high = 0, t and keptCount or 0
+    if t and keptCount > 0 and readTime(value, base + (keptCount - 1) * stride) <= t then low = keptCount end
     while low < high do
       local middle = floor((low + high + 1) / 2)
       if readTime(value, base + (middle - 1) * stride) <= t then low = middle else high = middle - 1 end
@@ -322,11 +326,12 @@ do
     -- the oldest SPILL_SENDS at a time go to chunks while more than HEAD_SENDS stay: at most SPILLS_PER_CALL
     -- chunks, or every one when the record is made from an earlier format, each a slice of the kept bytes
     local spills = 0
-    while keptCount + 1 - spills * SPILL_SENDS > HEAD_SENDS and (spills < SPILLS_PER_CALL or info.converting) do
+    local sends = keptCount + (t and 1 or 0)
+    while sends - spills * SPILL_SENDS > HEAD_SENDS and (spills < SPILLS_PER_CALL or info.converting) do
       spills = spills + 1
     end
-    local send, total = timeBytes(t) .. fixedNumber(number, width), keptCount
-    if low < spills * SPILL_SENDS then
+    local send, total = t and timeBytes(t) .. fixedNumber(number, width), keptCount
+    if send and low < spills * SPILL_SENDS then
       -- the send lands among those spilled (a backfill): the bytes with it in place are sliced
       value = sub(value, base, base + low * stride - 1) .. send .. sub(value, base + low * stride, base + keptCount * stride - 1)
       base, send, total = 1, nil, keptCount + 1
@@ -378,6 +383,14 @@ do
     return false
   end
 
-  hot.read, hot.sends, hot.spanned, hot.recordWith, hot.unlistedHas = readChunked, chunkedSends, spannedSends,
-    recordWithChunks, unlistedHas
+  -- A chunked record with unlisted chunks written again by a call that counts nothing for its user (capped,
+  -- or a duplicate): it lists SPILLS_PER_CALL of them, so a user who stays capped is not read through its
+  -- unlisted chunks for good. nil when there is nothing to list (or the call is a peek: it writes nothing).
+  local function listedRecord(record, profile)
+    if call.peek or not (record and record.chunked and record.chunked.unlisted > 0) then return nil end
+    return chunkedWith(record, profile, nil, nil)
+  end
+
+  hot.read, hot.sends, hot.spanned, hot.recordWith, hot.unlistedHas, hot.listed = readChunked, chunkedSends,
+    spannedSends, recordWithChunks, unlistedHas, listedRecord
 end

@@ -18,8 +18,8 @@ local function recordOutcome(profileNumber, profile, value, userId)
     local record = value and readRecord(value) or nil
     local n, times, onChannel, isMine, duplicate = liveSends(profile, nil, 0, record)
     local code = duplicate and REPLY_DUPLICATE or decide(profile, n, times, onChannel, isMine)
-    outcome = { code, isRecorded(code) and recordWith(record, profile, at, myIdentityNumber(true), userId) or false,
-      profile.retention }
+    outcome = { code, isRecorded(code) and recordWith(record, profile, at, myIdentityNumber(true), userId) or
+      hot.listed(record, profile) or false, profile.retention }
     -- a chunked record is the user's own (its ID is in it): not an outcome other users can share
     if not (outcome[2] and byte(outcome[2], 1) >= CHUNKED_HEADER) then byValue[value] = outcome end
   end
@@ -46,9 +46,11 @@ local function runRecordPage(spec, blockKey, hashIndex, pageBase, records, pageN
       local class = classOfUser and classOfUser[offset] or 0
       local n, times, onChannel, isMine, duplicate = liveSends(profile, block, class, record)
       code = duplicate and REPLY_DUPLICATE or decide(profile, n, times, onChannel, isMine)
-      written = isRecorded(code) and recordWith(record, profile, at, myIdentityNumber(true), userId)
+      local recorded = isRecorded(code)
+      written = recorded and recordWith(record, profile, at, myIdentityNumber(true), userId) or
+        hot.listed(record, profile)
       if call.withWindows then
-        reportWindows(profile, block, class, record, n, times, onChannel, code, written and true or false)
+        reportWindows(profile, block, class, record, n, times, onChannel, code, recorded)
       end
     else
       local outcome = recordOutcome(profileNumber, profile, value or NO_RECORD, userId)
