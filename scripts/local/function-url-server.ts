@@ -96,11 +96,10 @@ export async function startFunctionUrlServer(
   const invocation: Invocation = { handler, functionName };
   const server = createServer((request, response) => {
     readBody(request, response, (body) => {
-      const headers = eventHeaders(request);
-      if (trusted && headers.authorization === undefined && isLoopback(request.socket.remoteAddress)) {
-        invoke(invocation, request, headers, response, body, trusted);
+      if (trusted && request.headers.authorization === undefined && isLoopback(request.socket.remoteAddress)) {
+        invoke(invocation, request, response, body, trusted);
       } else if (!verifier) {
-        invoke(invocation, request, headers, response, body, undefined);
+        invoke(invocation, request, response, body, undefined);
       } else {
         verifier
           .verify({
@@ -112,7 +111,7 @@ export async function startFunctionUrlServer(
           .then(
             (verified) => {
               // what a Function URL with AWS_IAM answers an unsigned or badly signed request: the function never runs
-              if (verified.ok) invoke(invocation, request, headers, response, body, verified.iam);
+              if (verified.ok) invoke(invocation, request, response, body, verified.iam);
               else response.writeHead(403, { "content-type": "application/json" }).end('{"Message":"Forbidden"}');
             },
             (error: unknown) => handlerFailed(response, error),
@@ -139,26 +138,17 @@ interface Invocation {
   functionName: string;
 }
 
-/** One invocation for `request` (its `headers` as the event has them), its result (or its fault, a 502) written to `response`. */
+/** One invocation for `request`, its result (or its fault, a 502) written to `response`. */
 function invoke(
   { handler, functionName }: Invocation,
   request: IncomingMessage,
-  headers: Record<string, string>,
   response: ServerResponse,
   body: string,
   iam: APIGatewayEventRequestContextIAMAuthorizer["iam"] | undefined,
 ): void {
   let result: Promise<APIGatewayProxyStructuredResultV2>;
   try {
-    const event = functionUrlEvent(
-      request.method ?? "GET",
-      request.url ?? "/",
-      body,
-      headers,
-      request.socket.remoteAddress ?? "127.0.0.1",
-      iam,
-    );
-    result = handler(event, lambdaContext(30_000, functionName));
+    result = handler(toEvent(request, body, iam), lambdaContext(30_000, functionName));
   } catch (error) {
     handlerFailed(response, error);
     return;
@@ -210,30 +200,25 @@ function readBody(request: IncomingMessage, response: ServerResponse, done: (bod
   request.on("error", (error) => handlerFailed(response, error));
 }
 
-/**
- * The request's header fields as a Function URL event has them: names in lower case, a field given more than
- * once joined with commas. From the raw fields when no name repeats (every request of the bench): Node's
- * `request.headers`, built on first read, is a second object per request that the function never sees on AWS.
- */
-function eventHeaders(request: IncomingMessage): Record<string, string> {
-  const raw = request.rawHeaders;
-  const headers: Record<string, string> = {};
-  for (let i = 0; i < raw.length; i += 2) {
-    const name = (raw[i] as string).toLowerCase();
-    if (name in headers) return joinedHeaders(request);
-    headers[name] = raw[i + 1] as string;
-  }
-  return headers;
-}
-
-/** A request's header fields with a name given twice: as Node merged them, arrays joined with commas. */
-function joinedHeaders(request: IncomingMessage): Record<string, string> {
+function toEvent(
+  request: IncomingMessage,
+  body: string,
+  iam?: APIGatewayEventRequestContextIAMAuthorizer["iam"],
+): APIGatewayProxyEventV2 {
+  // a loop, not Object.fromEntries(Object.entries(...).map(...)): this is emulation work on every request
   const headers: Record<string, string> = {};
   for (const name in request.headers) {
     const value = request.headers[name];
     headers[name] = Array.isArray(value) ? value.join(",") : (value ?? "");
   }
-  return headers;
+  return functionUrlEvent(
+    request.method ?? "GET",
+    request.url ?? "/",
+    body,
+    headers,
+    request.socket.remoteAddress ?? "127.0.0.1",
+    iam,
+  );
 }
 
 /** A path that a WHATWG URL leaves as it is: segments of letters, digits, "-" and "_", no query. */
