@@ -165,7 +165,7 @@ export class RedisLimitStore implements LimitStore {
   /** Looked up once: the client's RedisCalls never changes. */
   private readonly calls: RedisCalls;
   private readonly epoch: StoreEpochGuard | undefined;
-  /** With `slotBatch`: one limit call in flight per hash slot, those arriving meanwhile joined (slot-batcher.ts). */
+  /** With `slotBatch`: one limit call in flight per hash slot, the checks of a turn and those arriving meanwhile joined (slot-batcher.ts). */
   private readonly batcher: SlotBatcher<LimitCall, Buffer> | undefined;
 
   constructor(
@@ -176,8 +176,9 @@ export class RedisLimitStore implements LimitStore {
       epoch?: StoreEpochGuard;
       /**
        * Several invocations at once in one execution environment (Lambda Managed Instances): POST /v1/limit
-       * checks whose keys share a hash slot, arriving while a call to that slot is in flight, go together as
-       * the next call (lua/limit-batch.lua), at most `maxPerCall` a call. Off (undefined): every check its own call.
+       * checks whose keys share a hash slot, made in one turn of the event loop or arriving while a call to
+       * that slot is in flight, go together as one call (lua/limit-batch.lua), at most `maxPerCall` a call.
+       * Off (undefined): every check its own call.
        */
       slotBatch?: { maxPerCall: number };
     },

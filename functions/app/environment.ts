@@ -177,7 +177,8 @@ export const checkApiEnvironmentSchema = z.object({
   /**
    * Several invocations at once in one execution environment (the stack's `checkApiCompute` =
    * `managed-instances` sets it to the environment's concurrency): POST /v1/limit checks of one hash slot
-   * arriving while a call to that slot is in flight share the next call, at most this many a call. 0 (the
+   * made in one turn of the event loop, or arriving while a call to that slot is in flight, share a call
+   * (slot-batcher.ts), at most this many a call. 0 (the
    * default, one invocation per environment): every check its own call.
    */
   CHECK_SLOT_BATCH: integer(0, 1_600, 0),

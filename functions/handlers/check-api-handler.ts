@@ -52,9 +52,10 @@ export interface CheckApiDeps {
   quotaSync?: (body: unknown, tenant: Tenant) => Promise<SyncReply>;
   /**
    * The tenants of the policy in service: who may call which route (docs/tenants.md). `quotaRule`, the rule
-   * a sync names: a source still on the previous policy looks again first (the rule may be new).
+   * a sync names: a source still on the previous policy looks again first (the rule may be new). The
+   * tenancy itself when the rules in service answer without a refresh (no promise to wait on per request).
    */
-  tenancy: (request: { quotaRule?: string }) => Promise<Tenancy>;
+  tenancy: (request: { quotaRule?: string }) => Tenancy | Promise<Tenancy>;
   /**
    * What this function serves: every route, or `quota-sync`, `POST /v1/quotas/sync` alone (every other route
    * 404), the stack's QuotaSync function, whose URL Quotas clients are granted (IAM cannot narrow a Function
@@ -63,7 +64,7 @@ export interface CheckApiDeps {
   routes?: CheckApiRoutes;
   negativeCache?: NegativeCache;
   /** The decision archive: a line per decision; what is due is written after the reply is made. */
-  archive?: DecisionLog & { flushDue(): Promise<void> };
+  archive?: DecisionLog & { flushDue(): Promise<void>; isFlushDue(): boolean };
   /** The clock a request without `at` is decided by (default: the system clock). */
   clock?: Clock;
   logger: Logger;
@@ -216,6 +217,9 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
   // the quota-sync function answers its health too: a load balancer or an operator probes its URL alone
   const served = deps.routes === "quota-sync" ? { ...quotaRoutes, ...healthRoute } : routes;
 
+  /** A made reply, once the archive's due writes are done (none due: at once): the decision never waits on them. */
+  const answered = (made: HttpResponse) => (archive?.isFlushDue() ? archive.flushDue().then(() => made) : made);
+
   // Not async: a request's refusals and faults, thrown before its action's promise or rejecting it, are
   // answered by `failed`; an async handler awaiting the action cost one more promise layer per request.
   const handler = (event: APIGatewayProxyEventV2): Promise<HttpResponse> => {
@@ -229,18 +233,28 @@ export function makeCheckApiHandler(deps: CheckApiDeps) {
         checkOnStoreError(body);
       }
       const intent = intentOf(event.rawPath, body);
-      // health is no tenant's; every other route runs as the caller's tenant, refused (403) before it
-      // reads or writes anything when the caller has none or its tenant may not do what the request asks
-      const principal = intent === undefined ? undefined : principalOf(event);
-      const reply =
-        intent === undefined
-          ? action(body, undefined).catch((error: unknown) => failed(error, event, body))
-          : deps
-              .tenancy(intent.rule === undefined ? {} : { quotaRule: intent.rule })
-              .then((tenancy) => action(body, authorizeRequest(tenancy, principal, intent)))
-              .catch((error: unknown) => failed(error, event, body));
-      // the archive's due writes after the reply is made: the decision never waits on them
-      return archive ? reply.then((made) => archive.flushDue().then(() => made)) : reply;
+      let reply: Promise<HttpResponse>;
+      if (intent === undefined) {
+        // health is no tenant's
+        reply = action(body, undefined);
+      } else {
+        // every other route runs as the caller's tenant, refused (403) before it reads or writes anything
+        // when the caller has none or its tenant may not do what the request asks
+        const principal = principalOf(event);
+        const tenancy = deps.tenancy(intent.rule === undefined ? {} : { quotaRule: intent.rule });
+        if (tenancy instanceof Promise) {
+          reply = tenancy.then((loaded) => action(body, authorizeRequest(loaded, principal, intent)));
+        } else {
+          // the rules in service at hand: no promise to wait on before the action (a refusal thrown is answered below)
+          try {
+            reply = action(body, authorizeRequest(tenancy, principal, intent));
+          } catch (error) {
+            reply = Promise.reject(error);
+          }
+        }
+      }
+      // one then for the answer, a refusal or fault included, and the archive's writes due after it
+      return reply.then(answered, (error: unknown) => answered(failed(error, event, body)));
     } catch (error) {
       return Promise.resolve(failed(error, event, body));
     }

@@ -135,23 +135,10 @@ export class RulesSource {
    * a message, and a newly added quota rule before answering a sync `norule`.
    */
   async current(request: { channel?: string; quotaRule?: string } = {}): Promise<Rules> {
-    const { clock, refreshMs } = this.options;
-    const active = this.active;
-    if (active) {
-      const now = clock.now();
-      const age = now - active.checkedAt;
-      const { policy } = active.rules;
-      const unknownChannel = request.channel !== undefined && !policy.channels.includes(request.channel);
-      // A sync for a just-added rule comes right after the upload, often within a second of this
-      // container's last check, and the SDK waits a second after a `norule`: so the gate is the last
-      // forced refresh, not the age of the last check.
-      const unknownRule =
-        request.quotaRule !== undefined &&
-        !policy.quotas.has(request.quotaRule) &&
-        now - this.forcedAt >= UNKNOWN_NAME_REFRESH_MS;
-      if (unknownRule) this.forcedAt = now;
-      else if (age < refreshMs && !(unknownChannel && age >= UNKNOWN_NAME_REFRESH_MS)) return active.rules;
-    }
+    const now = this.options.clock.now();
+    const fresh = this.freshAt(request, now);
+    if (fresh) return fresh;
+    if (this.forcesRefresh(request, now)) this.forcedAt = now;
     // one refresh at a time; every caller waits for it
     this.pending ??= this.refresh().finally(() => {
       this.pending = undefined;
@@ -159,6 +146,39 @@ export class RulesSource {
     await this.pending;
     if (!this.active) throw new Error("unreachable: refresh neither loaded rules nor threw");
     return this.active.rules;
+  }
+
+  /**
+   * The rules `current(request)` would answer now without a refresh, or undefined when it would refresh
+   * first (or none were loaded): for a caller on every request, which skips current()'s promise when it can.
+   */
+  fresh(request: { channel?: string; quotaRule?: string } = {}): Rules | undefined {
+    return this.freshAt(request, this.options.clock.now());
+  }
+
+  private freshAt(request: { channel?: string; quotaRule?: string }, now: number): Rules | undefined {
+    const active = this.active;
+    if (!active || this.forcesRefresh(request, now)) return undefined;
+    const age = now - active.checkedAt;
+    const unknownChannel = request.channel !== undefined && !active.rules.policy.channels.includes(request.channel);
+    return age < this.options.refreshMs && !(unknownChannel && age >= UNKNOWN_NAME_REFRESH_MS)
+      ? active.rules
+      : undefined;
+  }
+
+  /**
+   * A quota rule the rules in service do not list, and no refresh forced for one in the last second. A sync
+   * for a just-added rule comes right after the upload, often within a second of this container's last
+   * check, and the SDK waits a second after a `norule`: so the gate is the last forced refresh, not the age
+   * of the last check.
+   */
+  private forcesRefresh(request: { quotaRule?: string }, now: number): boolean {
+    return (
+      this.active !== undefined &&
+      request.quotaRule !== undefined &&
+      !this.active.rules.policy.quotas.has(request.quotaRule) &&
+      now - this.forcedAt >= UNKNOWN_NAME_REFRESH_MS
+    );
   }
 
   /** For health: the version in service (if any) and what the last refresh refused, with why. */

@@ -19,7 +19,12 @@ const MAX_GCRA_TOLERANCE_MS = 10 * 365 * 86_400_000;
 
 const positive = (max: number) =>
   z.int("expected a positive integer").min(1, "expected a positive integer").max(max, `at most ${max}`);
-const name = z.string("expected a string").min(1, "must not be empty").max(256, "at most 256 characters");
+/** The longest `key` (and scope name), in UTF-16 code units (what zod's max counts). */
+export const MAX_LIMIT_NAME_LENGTH = 256;
+const name = z
+  .string("expected a string")
+  .min(1, "must not be empty")
+  .max(MAX_LIMIT_NAME_LENGTH, `at most ${MAX_LIMIT_NAME_LENGTH} characters`);
 /** A limit's `key` (and a scope's name). */
 export const limitNameSchema = name;
 const cost = z

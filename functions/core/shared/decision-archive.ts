@@ -118,10 +118,23 @@ export class DecisionArchive implements DecisionLog {
    * most `withinMs`; returns at once when nothing is due. For a function between requests.
    */
   flushDue(withinMs = 100): Promise<void> {
-    const due = this.lines.length > 0 && this.clock.now() - this.openedAt >= this.maxAgeMs;
+    const due = this.linesDue();
     if (!due && this.sealed.length === 0 && this.inFlight.size === 0) return Promise.resolve();
     if (due) this.seal();
     return this.drain(withinMs);
+  }
+
+  /**
+   * Whether flushDue() has anything to write or wait for now: without, a function between requests skips
+   * its call and the promise it answers (the check API asks after every request).
+   */
+  isFlushDue(): boolean {
+    return this.sealed.length > 0 || this.inFlight.size > 0 || this.linesDue();
+  }
+
+  /** The open chunk's lines are older than maxAgeMs. */
+  private linesDue(): boolean {
+    return this.lines.length > 0 && this.clock.now() - this.openedAt >= this.maxAgeMs;
   }
 
   /** Writes everything held and waits for it, at most `withinMs` (what is left stays for the next flush). */

@@ -33,15 +33,24 @@ function crc16(bytes: Uint8Array, start: number, end: number): number {
 
 /** The hash slot of `key`, as Redis Cluster finds it: its hash tag's (the text inside the first non-empty {...}) or the whole key's. */
 export function hashSlotOf(key: string): number {
-  // an ASCII key (every key the builders make of ASCII names) is its own UTF-8: hashed from the string,
-  // without a buffer per call (this runs for every check, twice with the store epoch)
-  for (let i = 0; i < key.length; i++) if (key.charCodeAt(i) > 0x7f) return utf8SlotOf(key);
+  // the braces found in the string are the bytes' braces: no UTF-8 sequence of another character holds 0x7b
+  // or 0x7d, so the tag is the same text either way
   const open = key.indexOf("{");
   if (open !== -1) {
     const close = key.indexOf("}", open + 1);
-    if (close > open + 1) return crc16Ascii(key, open + 1, close) % HASH_SLOTS;
+    if (close > open + 1) return slotOfText(key, open + 1, close);
   }
-  return crc16Ascii(key, 0, key.length) % HASH_SLOTS;
+  return slotOfText(key, 0, key.length);
+}
+
+/**
+ * The slot of the hashed text `key[start, end)`. ASCII text (every tag the builders make of ASCII names) is
+ * its own UTF-8: hashed from the string, without a buffer per call, and only the hashed text is scanned
+ * for other characters (this runs for every check), not the namespace and algorithm around the tag.
+ */
+function slotOfText(key: string, start: number, end: number): number {
+  for (let i = start; i < end; i++) if (key.charCodeAt(i) > 0x7f) return utf8SlotOf(key);
+  return crc16Ascii(key, start, end) % HASH_SLOTS;
 }
 
 function utf8SlotOf(key: string): number {

@@ -1,7 +1,7 @@
 // POST /v1/limit checks of one hash slot sharing a script call (RedisLimitStore's slotBatch, lua/limit-batch.lua),
 // on the real cluster: concurrent checks answered exactly as the reference models answer them one after
 // another in arrival order, fewer FCALLs than checks (INFO commandstats of the slot's primary), a lone
-// check sent at once, a check Redis refuses failing alone, and a call's failure each check's, classified alike.
+// check sent alone, a check Redis refuses failing alone, and a call's failure each check's, classified alike.
 import fc from "fast-check";
 import type { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -82,8 +82,9 @@ describe("checks of one slot in flight together", () => {
     const serial = replies.map(() => checkOne(model, request.at, 1, request));
     expect(replies.map(asModel)).toEqual(serial);
     expect(replies.filter((r) => r.allowed)).toHaveLength(25);
-    // the first alone, then the 59 that waited for it in one call (other tests may add calls, never remove them)
-    expect(calls).toBeGreaterThanOrEqual(2);
+    // made in one turn of the event loop, the 60 go together, at most 64 a call: one FCALL (other tests
+    // may add calls, never remove them)
+    expect(calls).toBeGreaterThanOrEqual(1);
     expect(calls).toBeLessThan(60);
   });
 

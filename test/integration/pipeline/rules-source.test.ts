@@ -72,6 +72,26 @@ describe("rules source", () => {
     expect(activated).toEqual(["v1", "v2", "v2"]);
   });
 
+  it("answers fresh() with the rules current() would serve without a refresh, and nothing when one is due", async () => {
+    await bucketWith("fresh", "v1", [1]);
+    const clock = fixedClock(T0);
+    const source = new RulesSource({ store: new S3ObjectStore(s3, "fresh"), refreshMs: 60_000, clock });
+    // nothing loaded yet: only current() loads
+    expect(source.fresh()).toBeUndefined();
+    const first = await source.current();
+    expect(source.fresh()).toBe(first);
+    expect(source.fresh({ channel: "push" })).toBe(first);
+    // a quota rule the policy lacks forces a refresh (at most once a second): fresh() leaves it to current()
+    expect(source.fresh({ quotaRule: "new-rule" })).toBeUndefined();
+    await uploadObject(s3, "fresh", "config/policy.json", JSON.stringify(policy("v2")));
+    clock.advance(59_999);
+    expect(source.fresh()?.policy.version).toBe("v1");
+    clock.advance(1);
+    expect(source.fresh()).toBeUndefined();
+    expect((await source.current()).policy.version).toBe("v2");
+    expect(source.fresh()?.policy.version).toBe("v2");
+  });
+
   it("keeps the last good rules when a new policy or bitmap is invalid", async () => {
     await bucketWith("bad", "good", [5]);
     const clock = fixedClock(T0);

@@ -54,6 +54,12 @@ describe("store epoch keys", () => {
     expect(hashSlotOf("tg:l:fw:{user-1}:x")).toBe(calculateSlot("tg:l:fw:{user-1}:x"));
   });
 
+  // only the hashed text is scanned for characters past ASCII: around an ASCII tag they change nothing
+  it("find the slot of an ASCII tag among other characters, and of a tag that has them", () => {
+    for (const key of ["ünï:{user-1}:é", "😀{a}😀", "{é}a", "a{b}{é}", "é{a", "}é{x}"])
+      expect(hashSlotOf(key)).toBe(calculateSlot(key));
+  });
+
   it("give a rate-limit key the epoch key of its slot, whatever its tag", () => {
     for (const key of ["login:1.2.3.4", "{odd}", "ünïcode", ""]) {
       const state = limitKey("tg:t:team-a", "gcra", key);

@@ -1,6 +1,7 @@
 // The local stack's Lambda emulation keeps Lambda's contract while doing less per invocation: the Function
 // URL event's time in AWS's own format, a context whose remaining time counts down per invocation, and a
 // trusted caller (the bench's unsigned load) that never stands in for a bad signature or another address.
+import { request as httpRequest } from "node:http";
 import type { APIGatewayProxyEventV2 } from "aws-lambda";
 import { describe, expect, it } from "vitest";
 import {
@@ -26,6 +27,42 @@ describe("the local Function URL event", () => {
     const { time, timeEpoch } = event.requestContext;
     expect(time).toBe(requestTime(timeEpoch));
     expect(time).toMatch(/^\d{2}\/[A-Z][a-z]{2}\/\d{4}:\d{2}:\d{2}:\d{2} \+0000$/);
+  });
+});
+
+describe("the local Function URL event's header fields", () => {
+  /** The header fields the function was handed for one request with these raw fields (name, value, ...). */
+  async function headersFor(raw: string[]): Promise<Record<string, string>> {
+    const seen: Record<string, string>[] = [];
+    const server = await startFunctionUrlServer(async (event: APIGatewayProxyEventV2) => {
+      seen.push(event.headers as Record<string, string>);
+      return { statusCode: 200, body: "{}" };
+    });
+    try {
+      await new Promise<void>((resolve, reject) => {
+        // given raw, Node adds no field of its own: Host is one HTTP/1.1 asks for
+        const headers = ["Host", new URL(server.url).host, ...raw];
+        const request = httpRequest(`${server.url}/v1/health`, { method: "GET", headers }, (response) => {
+          response.resume();
+          response.on("end", resolve);
+        });
+        request.on("error", reject).end();
+      });
+      return seen[0] as Record<string, string>;
+    } finally {
+      await server.stop();
+    }
+  }
+
+  it("names each field in lower case with its value as sent", async () => {
+    const headers = await headersFor(["X-Mixed-Case", "Value As Sent", "Cookie", "a=1"]);
+    expect(headers).toMatchObject({ "x-mixed-case": "Value As Sent", cookie: "a=1" });
+    for (const name of Object.keys(headers)) expect(name).toBe(name.toLowerCase());
+  });
+
+  it("joins a field given twice, in any case, as Node reads it, and keeps a name that Object.prototype has", async () => {
+    const headers = await headersFor(["X-Twice", "1", "x-twice", "2", "Constructor", "c"]);
+    expect(headers).toMatchObject({ "x-twice": "1, 2", constructor: "c" });
   });
 });
 
