@@ -53,3 +53,9 @@ local function withoutHeld(spec)
   end
   return concat(kept)
 end
+-- How many held users a page argument holds: its profile bytes HELD_PROFILE, counted in C (an offset byte 255 can
+-- only be the last pair's, as offsets ascend).
+local function heldCountOf(spec)
+  local _, count = string.gsub(sub(spec, 6), HELD, HELD)
+  return count - (byte(spec, #spec - 1) == HELD_PROFILE and 1 or 0)
+end

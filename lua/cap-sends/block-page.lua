@@ -261,14 +261,14 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageName)
   -- ascend, so the pairs are offsets 0..255 in order). A user with a record, a call reporting windows, or a part
   -- of a page with something to write takes the per-user loop below. (every user has the first user's class
   -- when the bytes are the first user's repeated: strings are interned, so once the call made that string, the
-  -- comparison is one pointer's; the last user is looked at first, so a page whose histories diverged rarely
-  -- makes it)
+  -- comparison is one pointer's; the last user is looked at first, so a page whose histories diverged rarely makes it)
   local userClasses, classBytes = block.userClasses, sub(block.userClasses, 1, 2)
   if not call.withWindows and sub(userClasses, -2) == classBytes and userClasses == repeated(classBytes, PAGE_USERS)
     and not anyRecord(records) then
     local class = byte(classBytes, 1) * 256 + byte(classBytes, 2)
     local userCount, held = (#spec - 5) / 2, isProfileOf(spec, HELD_PROFILE)
-    local codeOf, outcomeOf, firstCode, alike, anyRecorded = { [HELD] = HELD }, {}, nil, not held, false
+    local replyCount = held and userCount - heldCountOf(spec) or userCount
+    local codeOf, outcomeOf, firstCode, alike, anyRecorded = { [HELD] = HELD }, {}, nil, true, false
     for profileNumber = 0, call.profileCount - 1 do
       if isProfileOf(spec, profileNumber) then
         local key = char(profileNumber)
@@ -285,10 +285,10 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageName)
     local wholePage = userCount == PAGE_USERS
     if firstCode == nil then return redis.error_reply('ERR cap-sends: unknown profile in ' .. blockKey) end
     if not anyRecorded or wholePage then
-      local codes = alike and repeated(char(firstCode), userCount) or string.gsub(sub(spec, 6), '.(.)', codeOf)
-      if #codes ~= userCount then return redis.error_reply('ERR cap-sends: unknown profile in ' .. blockKey) end
+      local codes = alike and repeated(char(firstCode), replyCount) or string.gsub(sub(spec, 6), '.(.)', codeOf)
+      if #codes ~= userCount and not alike then return redis.error_reply('ERR cap-sends: unknown profile in ' .. blockKey) end
       -- a held user's code is HELD (no reply code is that byte): dropped once the count is checked
-      if held then codes = string.gsub(codes, HELD, '') end
+      if held and not alike then codes = string.gsub(codes, HELD, '') end
       appendReply(codes)
       if not anyRecorded then return end
       local successorBytes, firstSuccessor, sameSuccessor = {}, nil, true
