@@ -43,7 +43,8 @@ ARGV[7]  caps of the call's profiles, msgpack: an array with per profile [window
          channel's; maxima: what the call's priority may fill, each cap's max less its reserve for higher
          priorities; fullMaxima, present (or nil) when some reserve applies: the caps' own maxima, reserve.lua;
          periods, present when a calendar cap applies: per cap its period boundaries in the users' zone, empty
-         for a rolling cap, calendar-window.lua)
+         for a rolling cap, calendar-window.lua); a profile may instead be [k, periods]: the first four of
+         the call's earlier profile k (0-based) with these periods (a segment's calendar caps in another zone)
 ARGV[8]  retentions of each profile, ","-separated, each "<kept ms>:<window ms>": a user's sends at or
          before now - kept are dropped whenever the user is written; in a user record, sends at or before
          now - window move to the tail, which a call reads only for a duplicate or when a window around

@@ -669,6 +669,18 @@ function buildCall(request: CapSendsRequest, tag: number, runs: PageRun[], held:
         return spec;
       });
   const profiles = callProfiles.map((p) => packedProfile(request.profiles[p] as ScriptProfile));
+  // a profile with the caps of an earlier one of the call and periods of its own (a segment's calendar caps in
+  // each of its users' zones) travels as [that one's number, its periods]: the script parses the caps once
+  const firstWithCaps = new Map<string, number>();
+  const packedCaps = profiles.map((profile, local) => {
+    if (profile.periods === undefined) return profile.caps;
+    const earlier = firstWithCaps.get(profile.capsKey);
+    if (earlier === undefined) {
+      firstWithCaps.set(profile.capsKey, local);
+      return profile.caps;
+    }
+    return Buffer.from(encode([earlier, profile.periods]));
+  });
   // one declared key (it routes the call); the script names the record hashes and blocks from the prefix
   const keys = [capIdentityKey(request.namespace, tag)];
   const args: (string | Buffer)[] = [
@@ -681,7 +693,7 @@ function buildCall(request: CapSendsRequest, tag: number, runs: PageRun[], held:
     // packed: the script unpacks it in C (text took 2 ms of Lua for 64 profiles × 32 caps)
     profiles.length === 1
       ? (profiles[0] as PackedProfile).single
-      : Buffer.concat([msgpackArrayHeader(profiles.length), ...profiles.map((profile) => profile.caps)]),
+      : Buffer.concat([msgpackArrayHeader(profiles.length), ...packedCaps]),
     profiles.length === 1
       ? (profiles[0] as PackedProfile).retentions
       : profiles.map((profile) => profile.retentions).join(","),
@@ -702,6 +714,10 @@ interface PackedProfile {
   /** The profile's content as text: segments whose profiles read the same share one number in a call. */
   content: string;
   caps: Buffer;
+  /** The first four arrays as text: profiles whose only difference is their periods share them in a call. */
+  capsKey: string;
+  /** The calendar periods (the fifth array), when a calendar cap applies. */
+  periods?: unknown[];
   /** ARGV[7] of a call whose users are all of this profile (a one-element array). */
   single: Buffer;
   retentions: string;
@@ -721,12 +737,16 @@ function packedProfile(profile: ScriptProfile): PackedProfile {
     const reserved = profile.caps.some((cap) => cap.fullMax !== undefined);
     const periods = profile.caps.some((cap) => cap.period !== undefined);
     if (reserved || periods) element.push(reserved ? profile.caps.map((cap) => cap.fullMax ?? cap.max) : null);
+    const capsKey = JSON.stringify(element);
     // the calendar periods only where a calendar cap applies (an empty array: a rolling cap)
-    if (periods) element.push(profile.caps.map((cap) => cap.period ?? []));
+    const periodArrays = periods ? profile.caps.map((cap) => cap.period ?? []) : undefined;
+    if (periodArrays) element.push(periodArrays);
     packed = {
       // stringified once per profile, not per call (a /v1/frequency check is one call)
       content: JSON.stringify(profile),
       caps: Buffer.from(encode(element)),
+      capsKey,
+      ...(periodArrays ? { periods: periodArrays } : {}),
       single: Buffer.from(encode([element])),
       retentions: `${profile.retentionMs}:${profile.windowRetentionMs}`,
     };
