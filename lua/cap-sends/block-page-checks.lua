@@ -44,3 +44,18 @@ local function anyRecord(records)
   end
   return false
 end
+-- A block-path page argument without its held users' pairs (profile HELD_PROFILE): for the per-user loop, which
+-- decides only the others and leaves a held user's class as it was.
+local function withoutHeld(spec)
+  local kept = { sub(spec, 1, 5) }
+  for u = 6, #spec, 2 do
+    if byte(spec, u + 1) ~= HELD_PROFILE then kept[#kept + 1] = sub(spec, u, u + 1) end
+  end
+  return concat(kept)
+end
+-- How many held users a page argument holds: its profile bytes HELD_PROFILE, counted in C (an offset byte 255 can
+-- only be the last pair's, as offsets ascend).
+local function heldCountOf(spec)
+  local _, count = string.gsub(sub(spec, 6), HELD, HELD)
+  return count - (byte(spec, #spec - 1) == HELD_PROFILE and 1 or 0)
+end

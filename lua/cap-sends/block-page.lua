@@ -253,22 +253,22 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageName)
     for _, userId in ipairs(absorbed) do storeRecord(hashIndex, userId, false, 0) end
   end
 
-  -- A page whose users all share one history (every page of a dense campaign, until segments' caps tell
-  -- them apart) is decided once per segment present, with no Lua per user: the reply and the new class
-  -- bytes are string.rep() of one code and one class when every segment present decides alike, else the
-  -- call's (offset, profile) bytes with each pair replaced by its profile's code and class (string.gsub).
-  -- New class bytes are written this way only when the call holds the whole page (its users ascend, so the
-  -- pairs are offsets 0..255 in order). A user with a record, a call reporting windows, or a part of a page
-  -- with something to write takes the per-user loop below.
-  -- (every user has the first user's class when the bytes are the first user's repeated: strings are
-  -- interned, so once the call made that string, the comparison is one pointer's; the last user is looked at
-  -- first, so a page whose histories diverged rarely makes it)
+  -- A page whose users all share one history (every page of a dense campaign, until segments' caps tell them apart)
+  -- is decided once per segment present, with no Lua per user: the reply and the new class bytes are string.rep()
+  -- of one code and one class when every segment present decides alike, else the call's (offset, profile) bytes
+  -- with each pair replaced by its profile's code and class (string.gsub; a held user's by HELD and its class).
+  -- New class bytes are written this way only when the call holds the whole page, held users included (its users
+  -- ascend, so the pairs are offsets 0..255 in order). A user with a record, a call reporting windows, or a part
+  -- of a page with something to write takes the per-user loop below. (every user has the first user's class
+  -- when the bytes are the first user's repeated: strings are interned, so once the call made that string, the
+  -- comparison is one pointer's; the last user is looked at first, so a page whose histories diverged rarely makes it)
   local userClasses, classBytes = block.userClasses, sub(block.userClasses, 1, 2)
   if not call.withWindows and sub(userClasses, -2) == classBytes and userClasses == repeated(classBytes, PAGE_USERS)
     and not anyRecord(records) then
     local class = byte(classBytes, 1) * 256 + byte(classBytes, 2)
-    local userCount = (#spec - 5) / 2
-    local codeOf, outcomeOf, firstCode, alike, anyRecorded = {}, {}, nil, true, false
+    local userCount, held = (#spec - 5) / 2, isProfileOf(spec, HELD_PROFILE)
+    local replyCount = held and userCount - heldCountOf(spec) or userCount
+    local codeOf, outcomeOf, firstCode, alike, anyRecorded = { [HELD] = HELD }, {}, nil, true, false
     for profileNumber = 0, call.profileCount - 1 do
       if isProfileOf(spec, profileNumber) then
         local key = char(profileNumber)
@@ -285,13 +285,10 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageName)
     local wholePage = userCount == PAGE_USERS
     if firstCode == nil then return redis.error_reply('ERR cap-sends: unknown profile in ' .. blockKey) end
     if not anyRecorded or wholePage then
-      local codes
-      if alike then
-        codes = repeated(char(firstCode), userCount)
-      else
-        codes = string.gsub(sub(spec, 6), '.(.)', codeOf)
-        if #codes ~= userCount then return redis.error_reply('ERR cap-sends: unknown profile in ' .. blockKey) end
-      end
+      local codes = alike and repeated(char(firstCode), replyCount) or string.gsub(sub(spec, 6), '.(.)', codeOf)
+      if #codes ~= userCount and not alike then return redis.error_reply('ERR cap-sends: unknown profile in ' .. blockKey) end
+      -- a held user's code is HELD (no reply code is that byte): dropped once the count is checked
+      if held and not alike then codes = string.gsub(codes, HELD, '') end
       appendReply(codes)
       if not anyRecorded then return end
       local successorBytes, firstSuccessor, sameSuccessor = {}, nil, true
@@ -306,11 +303,14 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageName)
         successorBytes[key] = bytes
         if firstSuccessor == nil then firstSuccessor = bytes elseif bytes ~= firstSuccessor then sameSuccessor = false end
       end
+      if held then successorBytes[HELD], sameSuccessor = classBytes, sameSuccessor and firstSuccessor == classBytes end
       if sameSuccessor then return writeBlock(repeated(firstSuccessor, PAGE_USERS), firstSuccessor) end
       return writeBlock((string.gsub(sub(spec, 6), '.(.)', successorBytes)))
     end
   end
 
+  -- held users keep their classes: only the others are in the loop (`records` holds only theirs)
+  if isProfileOf(spec, HELD_PROFILE) then spec = withoutHeld(spec) end
   -- the page's class numbers, 2 bytes per user (offset o: users[2o + 1] * 256 + users[2o + 2])
   local users = { byte(block.userClasses, 1, 2 * PAGE_USERS) }
   local specBytes = { byte(spec, 6, #spec) }

@@ -43,7 +43,8 @@ ARGV[7]  caps of the call's profiles, msgpack: an array with per profile [window
          channel's; maxima: what the call's priority may fill, each cap's max less its reserve for higher
          priorities; fullMaxima, present (or nil) when some reserve applies: the caps' own maxima, reserve.lua;
          periods, present when a calendar cap applies: per cap its period boundaries in the users' zone, empty
-         for a rolling cap, calendar-window.lua)
+         for a rolling cap, calendar-window.lua); a profile may instead be [k, periods]: the first four of
+         the call's earlier profile k (0-based) with these periods (a segment's calendar caps in another zone)
 ARGV[8]  retentions of each profile, ","-separated, each "<kept ms>:<window ms>": a user's sends at or
          before now - kept are dropped whenever the user is written; in a user record, sends at or before
          now - window move to the tail, which a call reads only for a duplicate or when a window around
@@ -54,13 +55,15 @@ ARGV[11] the size in bytes past which a record blob splits
 ARGV[11+p] page p (1..P, P = #ARGV - 11): byte 1 the index (1..S) of its record range, byte 2 the path
          (1: block, 0: user records), bytes 3-5 the page number (user ID / 256, big endian), then per user
          2 bytes: offset in the page (0..255) and profile number (0-based in ARGV[7]); offsets ascending, no
-         repeats; pages ascending
+         repeats; pages ascending. On a block-path page, profile 255 marks a held user (quiet hours): it gets
+         no send, keeps its class and has no reply byte; it makes a page the batch reached whole one whole
+         page (so it is decided once per profile and written with string functions), profiles then 0..254
          or, in a call whose pages all take the user records and which does not ask "+windows" (a sparse
          campaign's), ARGV[11+r] holds range r's users (r = 1..S, each range once): byte 1 r, byte 2 2, then
          each user's ID (4 bytes, big endian, ascending: a new blob takes them in this order), then each user's
          profile number (1 byte) in the same order; the script works on whole sections with C string
          functions (runSparseCall()), or makes the page arguments for the general path
-Reply    one byte per user in argument order: 0 allowed (counted), 1 duplicate, 2 exempt (counted without
+Reply    one byte per user in argument order (held users have none): 0 allowed (counted), 1 duplicate, 2 exempt (counted without
          checks), 3+i capped by cap i (0-based) of its profile, 35+i displaced by cap i's reserve (allowed
          under the caps' own maxima, refused under the call's). With "+windows", then a line per user in
          argument order, "<retry at> <used> <reset at> ...\n" with a pair per cap of its profile, as of the
@@ -99,6 +102,8 @@ local RANGE_USERS = 2
 local FORMAT, PAGE_USERS, MIN_COMPACT_AT, MIN_CLASS_LIMIT = 5, 256, 32, 256
 local FUTURE_BOUND_MS = 300000
 local REPLY_DUPLICATE, REPLY_EXEMPT, REPLY_FIRST_CAP = 1, 2, 3
+-- a page argument's profile byte of a held user (no send, its class kept), and that byte as a string
+local HELD_PROFILE, HELD = 255, '\255'
 -- the largest event count each width can number, and the compaction threshold kept under it
 local WIDTH_LIMIT = { 255, 65535, 16777215 }
 

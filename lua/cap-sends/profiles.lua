@@ -13,13 +13,25 @@ local function readProfiles(packedCaps, packedRetentions)
   call.profileCount = #specs
   for index = 0, #specs - 1 do
     local spec = specs[index + 1]
+    -- [k, periods]: the caps of the call's earlier profile k with periods of its own (calendar caps of another
+    -- zone), or the caps themselves
+    local shared = type(spec[1]) == 'number' and call.profiles[spec[1]]
+    if type(spec[1]) == 'number' and not (shared and spec[1] < index) then
+      return redis.error_reply('ERR cap-sends: profile ' .. index .. ' shares the caps of no earlier profile')
+    end
     local windows, maxima, scopes = spec[1], spec[2], spec[3]
     -- least: the smallest max (a user with fewer sends than that is under every cap); longest: the longest window
-    local everyChannel, least, longest = {}, math.huge, 0
-    for cap = 1, #maxima do
-      everyChannel[cap] = scopes[cap] == 1
-      if maxima[cap] < least then least = maxima[cap] end
-      if windows[cap] > longest then longest = windows[cap] end
+    local everyChannel, least, longest, fullMaxima, periods = {}, math.huge, 0, spec[4], spec[5]
+    if shared then
+      windows, maxima, everyChannel, least, longest = shared.windows, shared.maxima, shared.everyChannel, shared.least,
+        shared.longest
+      fullMaxima, periods = shared.full and shared.full.maxima, spec[2]
+    else
+      for cap = 1, #maxima do
+        everyChannel[cap] = scopes[cap] == 1
+        if maxima[cap] < least then least = maxima[cap] end
+        if windows[cap] > longest then longest = windows[cap] end
+      end
     end
     local retention, windowRetention = retentions[index + 1], windowRetentions[index + 1]
     if retention == nil then return redis.error_reply('ERR cap-sends: no retention for profile ' .. index) end
@@ -27,8 +39,8 @@ local function readProfiles(packedCaps, packedRetentions)
       windows = windows, maxima = maxima, everyChannel = everyChannel, least = least, longest = longest,
       retention = retention, cutoff = call.now - retention, windowCutoff = call.now - math.min(windowRetention, retention),
     }
-    profile.periods = periodsOf(spec[5], #maxima)
-    profile.full = fullProfileOf(profile, spec[4])
+    profile.periods = periodsOf(periods, #maxima)
+    profile.full = fullProfileOf(profile, fullMaxima)
     call.profiles[index] = profile
   end
 end

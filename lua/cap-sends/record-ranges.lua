@@ -251,10 +251,13 @@ end
 local function readPageRecords(hashIndex, pageBase, spec)
   if not call.ranges[hashIndex].hasRecords then return nil end
   local found, any = {}, false
+  -- a held user's record is left as it is (runBlockPage() decides the others): in step with the others only
   for u = 6, #spec, 2 do
-    local record = records[pageBase + byte(spec, u)] or false
-    found[#found + 1] = record
-    if record then any = true end
+    if byte(spec, u + 1) ~= HELD_PROFILE then
+      local record = records[pageBase + byte(spec, u)] or false
+      found[#found + 1] = record
+      if record then any = true end
+    end
   end
   return any and found or nil
 end

@@ -87,6 +87,8 @@ export class Verdicts {
 export const BLOCK_PATH_MIN_USERS = 16;
 /** Byte 2 of an argument holding a range's users (cap-sends.lua's header; a page argument's is its path, 0 or 1). */
 const RANGE_USERS = 2;
+/** The profile byte of a held user in a page argument (cap-sends.lua's header): no send, its history kept. */
+export const HELD_PROFILE = 255;
 /**
  * Keys one call reads and writes whatever their content, at most: the identity table, the record hashes and
  * the blocks of block-path pages (each block read, unpacked and written costs ~35 µs). A record-path page
@@ -191,6 +193,12 @@ export interface CapSendsRequest {
   /** User IDs ascending (repeats allowed: each is decided once) and each one's segment, in step. */
   sortedIds: Uint32Array;
   segmentOf: Uint8Array;
+  /**
+   * Users of the batch that get no send (quiet hours hold them), IDs ascending, none of `sortedIds`: never
+   * decided nor replied, but carried in their pages' block-path arguments (profile HELD_PROFILE), so a page
+   * the batch reaches whole is still one whole page to the script and shares a call with 3 others.
+   */
+  held?: Uint32Array;
   /** A record blob past this many bytes splits in two (default BLOB_SPLIT_BYTES; tests make splits small). */
   blobSplitBytes?: number;
 }
@@ -213,6 +221,10 @@ interface PageRun {
   first: number;
   last: number;
   count: number;
+  /** Its held users: indices heldFirst..heldFirst + heldCount - 1 into `held` (carried on the block path only). */
+  heldFirst: number;
+  heldCount: number;
+  blockPath: boolean;
 }
 
 /**
@@ -438,7 +450,7 @@ export class CapSendsCoalescer {
       return owner;
     };
     const first = (group[0] as PendingRequest).request;
-    const merged = { ...first, sortedIds, segmentOf };
+    const merged = { ...first, sortedIds, segmentOf, held: mergedHeld(group) };
     const codes = new Uint8Array(size);
     const answered = new Uint8Array(size);
     const failures = await runCalls(
@@ -467,6 +479,23 @@ export class CapSendsCoalescer {
   }
 }
 
+/** The held users of every request of a group, ascending, each once (a user held in two requests is held in both). */
+function mergedHeld(group: readonly PendingRequest[]): Uint32Array | undefined {
+  const lists = group.flatMap(({ request }) => (request.held && request.held.length > 0 ? [request.held] : []));
+  if (lists.length === 0) return undefined;
+  if (lists.length === 1) return lists[0];
+  const all = new Uint32Array(lists.reduce((sum, list) => sum + list.length, 0));
+  let k = 0;
+  for (const list of lists) {
+    all.set(list, k);
+    k += list.length;
+  }
+  all.sort();
+  let kept = 0;
+  for (let i = 0; i < all.length; i++) if (i === 0 || all[i] !== all[i - 1]) all[kept++] = all[i] as number;
+  return all.subarray(0, kept);
+}
+
 /** How planCapSends bounds a call (tests vary them to compare plans). */
 export interface CallBounds {
   partialPageUsers: number;
@@ -482,8 +511,10 @@ export function planCapSends(
   bounds: CallBounds = { partialPageUsers: MAX_PARTIAL_PAGE_USERS_PER_CALL },
 ): CapSendsCall[] {
   const { sortedIds } = request;
+  const held = heldOf(request);
   // pages by tag, in ascending page order (sortedIds is ascending, so a page's users are consecutive)
   const runsByTag = new Map<number, PageRun[]>();
+  const allRuns: PageRun[] = [];
   let run: PageRun | undefined;
   for (let i = 0; i < sortedIds.length; i++) {
     const id = sortedIds[i] as number;
@@ -494,11 +525,23 @@ export function planCapSends(
       run.count++;
       continue;
     }
-    run = { page, range: recordRangeOf(id), first: i, last: i, count: 1 };
+    run = { page, range: recordRangeOf(id), first: i, last: i, count: 1, heldFirst: 0, heldCount: 0, blockPath: false };
+    allRuns.push(run);
     const tag = capTagOf(id);
     const runs = runsByTag.get(tag);
     if (runs) runs.push(run);
     else runsByTag.set(tag, [run]);
+  }
+  // each page's held users (both lists ascending: one pass), and its path: a page the batch reaches densely,
+  // held users included, takes its block
+  let h = 0;
+  for (const pageRun of allRuns) {
+    while (h < held.length && pageOf(held[h] as number) < pageRun.page) h++;
+    pageRun.heldFirst = h;
+    while (h < held.length && pageOf(held[h] as number) === pageRun.page) h++;
+    pageRun.heldCount = h - pageRun.heldFirst;
+    pageRun.blockPath = pageRun.count + pageRun.heldCount >= BLOCK_PATH_MIN_USERS;
+    if (!pageRun.blockPath) pageRun.heldCount = 0;
   }
   const calls: CapSendsCall[] = [];
   for (const [tag, runs] of runsByTag) {
@@ -509,16 +552,18 @@ export function planCapSends(
     let blockPages = 0;
     for (const run of runs) {
       const extraRange = ranges.has(run.range) ? 0 : 1;
-      const blockPath = run.count >= BLOCK_PATH_MIN_USERS;
+      const blockPath = run.blockPath;
       const keys = 1 + ranges.size + extraRange + blockPages + (blockPath ? 1 : 0);
-      const partial = blockPath && run.count < USERS_PER_PAGE ? run.count : 0;
+      // a held user costs the script a pair of its page's argument, as a decided one does on a whole page
+      const pageUsers = run.count + run.heldCount;
+      const partial = blockPath && pageUsers < USERS_PER_PAGE ? pageUsers : 0;
       if (
         batch.length > 0 &&
         (keys > MAX_KEYS_PER_CALL ||
-          users + run.count > MAX_USERS_PER_CALL ||
+          users + pageUsers > MAX_USERS_PER_CALL ||
           (partial > 0 && partialUsers + partial > bounds.partialPageUsers))
       ) {
-        calls.push(buildCall(request, tag, batch, users));
+        calls.push(buildCall(request, tag, batch, held));
         batch = [];
         ranges = new Set();
         users = 0;
@@ -527,17 +572,28 @@ export function planCapSends(
       }
       batch.push(run);
       ranges.add(run.range);
-      users += run.count;
+      users += pageUsers;
       partialUsers += partial;
       if (blockPath) blockPages++;
     }
-    if (batch.length > 0) calls.push(buildCall(request, tag, batch, users));
+    if (batch.length > 0) calls.push(buildCall(request, tag, batch, held));
   }
   return calls;
 }
 
-function buildCall(request: CapSendsRequest, tag: number, runs: PageRun[], users: number): CapSendsCall {
+/**
+ * The request's held users as planned: none when the policy has so many profiles that HELD_PROFILE could be a
+ * call's profile number (the pages are then partial, as without the mask).
+ */
+function heldOf(request: CapSendsRequest): Uint32Array {
+  const held = request.held;
+  if (held === undefined || request.withWindows || request.profiles.length >= HELD_PROFILE) return new Uint32Array(0);
+  return held;
+}
+
+function buildCall(request: CapSendsRequest, tag: number, runs: PageRun[], held: Uint32Array): CapSendsCall {
   const { sortedIds, segmentOf } = request;
+  const users = runs.reduce((sum, run) => sum + run.count, 0);
   const rangeIndex = new Map<number, number>();
   for (const run of runs) if (!rangeIndex.has(run.range)) rangeIndex.set(run.range, rangeIndex.size + 1);
   // only the profiles of this call's users travel, renumbered: the script's cost never depends on the policy's size.
@@ -564,7 +620,7 @@ function buildCall(request: CapSendsRequest, tag: number, runs: PageRun[], users
   // a call whose pages all take the user records, without "+windows" (a sparse campaign's): one argument per
   // range, its users' IDs as the range's blob holds them, then their profiles (the script extracts and compares
   // whole sections in C); otherwise one argument per page
-  const byRange = !request.withWindows && runs.every((run) => run.count < BLOCK_PATH_MIN_USERS);
+  const byRange = !request.withWindows && runs.every((run) => !run.blockPath);
   const userArgs = byRange
     ? [...rangeIndex.keys()].map((range) => {
         const ofRange = runs.filter((run) => run.range === range);
@@ -585,22 +641,46 @@ function buildCall(request: CapSendsRequest, tag: number, runs: PageRun[], users
         return arg;
       })
     : runs.map((run) => {
-        const spec = Buffer.allocUnsafe(5 + 2 * run.count);
+        const spec = Buffer.allocUnsafe(5 + 2 * (run.count + run.heldCount));
         spec[0] = rangeIndex.get(run.range) as number;
-        spec[1] = run.count >= BLOCK_PATH_MIN_USERS ? 1 : 0;
+        spec[1] = run.blockPath ? 1 : 0;
         spec.writeUIntBE(run.page, 2, 3);
-        // users ascending: the script relies on it (a whole page's pairs are offsets 0..255 in order)
+        // users ascending, held ones merged in: the script relies on it (a whole page's pairs are offsets
+        // 0..255 in order)
         let k = 5;
+        let h = run.heldFirst;
+        const heldEnd = run.heldFirst + run.heldCount;
         for (let i = run.first; i <= run.last; i++) {
           if (i > run.first && sortedIds[i] === sortedIds[i - 1]) continue;
-          spec[k] = (sortedIds[i] as number) % USERS_PER_PAGE;
+          const id = sortedIds[i] as number;
+          for (; h < heldEnd && (held[h] as number) < id; h++, k += 2) {
+            spec[k] = (held[h] as number) % USERS_PER_PAGE;
+            spec[k + 1] = HELD_PROFILE;
+          }
+          spec[k] = id % USERS_PER_PAGE;
           spec[k + 1] = localOf(segmentOf[i] as number);
           k += 2;
           members[m++] = i;
         }
+        for (; h < heldEnd; h++, k += 2) {
+          spec[k] = (held[h] as number) % USERS_PER_PAGE;
+          spec[k + 1] = HELD_PROFILE;
+        }
         return spec;
       });
   const profiles = callProfiles.map((p) => packedProfile(request.profiles[p] as ScriptProfile));
+  // a profile with the caps of an earlier one of the call and periods of its own (a segment's calendar caps in
+  // each of its users' zones) travels as [that one's number, its periods]: the script parses the caps once
+  const firstWithCaps = new Map<string, number>();
+  const packedCaps = profiles.map((profile, local) => {
+    if (profile.periods === undefined) return profile.caps;
+    const earlier = firstWithCaps.get(profile.capsKey);
+    if (earlier === undefined) {
+      firstWithCaps.set(profile.capsKey, local);
+      return profile.caps;
+    }
+    return Buffer.from(encode([earlier, profile.periods]));
+  });
   // one declared key (it routes the call); the script names the record hashes and blocks from the prefix
   const keys = [capIdentityKey(request.namespace, tag)];
   const args: (string | Buffer)[] = [
@@ -613,7 +693,7 @@ function buildCall(request: CapSendsRequest, tag: number, runs: PageRun[], users
     // packed: the script unpacks it in C (text took 2 ms of Lua for 64 profiles × 32 caps)
     profiles.length === 1
       ? (profiles[0] as PackedProfile).single
-      : Buffer.concat([msgpackArrayHeader(profiles.length), ...profiles.map((profile) => profile.caps)]),
+      : Buffer.concat([msgpackArrayHeader(profiles.length), ...packedCaps]),
     profiles.length === 1
       ? (profiles[0] as PackedProfile).retentions
       : profiles.map((profile) => profile.retentions).join(","),
@@ -634,6 +714,10 @@ interface PackedProfile {
   /** The profile's content as text: segments whose profiles read the same share one number in a call. */
   content: string;
   caps: Buffer;
+  /** The first four arrays as text: profiles whose only difference is their periods share them in a call. */
+  capsKey: string;
+  /** The calendar periods (the fifth array), when a calendar cap applies. */
+  periods?: unknown[];
   /** ARGV[7] of a call whose users are all of this profile (a one-element array). */
   single: Buffer;
   retentions: string;
@@ -653,12 +737,16 @@ function packedProfile(profile: ScriptProfile): PackedProfile {
     const reserved = profile.caps.some((cap) => cap.fullMax !== undefined);
     const periods = profile.caps.some((cap) => cap.period !== undefined);
     if (reserved || periods) element.push(reserved ? profile.caps.map((cap) => cap.fullMax ?? cap.max) : null);
+    const capsKey = JSON.stringify(element);
     // the calendar periods only where a calendar cap applies (an empty array: a rolling cap)
-    if (periods) element.push(profile.caps.map((cap) => cap.period ?? []));
+    const periodArrays = periods ? profile.caps.map((cap) => cap.period ?? []) : undefined;
+    if (periodArrays) element.push(periodArrays);
     packed = {
       // stringified once per profile, not per call (a /v1/frequency check is one call)
       content: JSON.stringify(profile),
       caps: Buffer.from(encode(element)),
+      capsKey,
+      ...(periodArrays ? { periods: periodArrays } : {}),
       single: Buffer.from(encode([element])),
       retentions: `${profile.retentionMs}:${profile.windowRetentionMs}`,
     };

@@ -211,7 +211,7 @@ export class Capper {
             segmentOf,
           })
         : undefined;
-    const decided = holds ? withoutHeld(sortedIds, segmentOf, holds) : { sortedIds, segmentOf };
+    const decided = holds ? withoutHeld(sortedIds, segmentOf, holds) : { sortedIds, segmentOf, held: undefined };
     const priority = batch.priority ?? DEFAULT_PRIORITY;
     let profiles = this.profiles(policy, batch.channel, priority);
     // the script's profile of each decided user: its segment's, or with calendar caps its segment's in its zone
@@ -253,7 +253,15 @@ export class Capper {
         : batch.exempt === true && batch.countExempt !== true
           ? { verdicts: Verdicts.allExempt(sortedIds.length), windows: new Map<number, UserWindows>() }
           : await this.calls
-              .run({ ...call, mode, withWindows, sortedIds: decided.sortedIds, segmentOf: profileOf })
+              // the held users ride along in their pages (no send): a page the batch reaches whole stays whole
+              .run({
+                ...call,
+                mode,
+                withWindows,
+                sortedIds: decided.sortedIds,
+                segmentOf: profileOf,
+                ...(decided.held ? { held: decided.held } : {}),
+              })
               .catch((error: unknown) => {
                 if (!(error instanceof PartlyDecidedError)) throw error;
                 // a peek counted nothing: its callers see the fault itself
@@ -496,22 +504,29 @@ export class Capper {
   }
 }
 
-/** The sorted sends quiet hours do not hold back, for the script. */
+/** The sorted sends quiet hours do not hold back, for the script, and the held users (each once). */
 function withoutHeld(
   sortedIds: Uint32Array,
   segmentOf: Uint8Array,
   holds: QuietHolds,
-): { sortedIds: Uint32Array; segmentOf: Uint8Array } {
+): { sortedIds: Uint32Array; segmentOf: Uint8Array; held: Uint32Array } {
   const kept = sortedIds.length - holds.count;
   const ids = new Uint32Array(kept);
   const segments = new Uint8Array(kept);
+  const held = new Uint32Array(holds.count);
   let k = 0;
+  let h = 0;
   for (let j = 0; j < sortedIds.length; j++) {
-    if (holds.kinds[j] !== NOT_HELD) continue;
-    ids[k] = sortedIds[j] as number;
+    const id = sortedIds[j] as number;
+    if (holds.kinds[j] !== NOT_HELD) {
+      // a repeated ID is held at every occurrence (the same segment and zone)
+      if (h === 0 || held[h - 1] !== id) held[h++] = id;
+      continue;
+    }
+    ids[k] = id;
     segments[k++] = segmentOf[j] as number;
   }
-  return { sortedIds: ids, segmentOf: segments };
+  return { sortedIds: ids, segmentOf: segments, held: held.subarray(0, h) };
 }
 
 /** Sorts user IDs ascending, remembering each one's input position. */

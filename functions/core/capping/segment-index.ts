@@ -1,6 +1,6 @@
 // Which segment, and which time zone, each user is in: one roaring bitmap per listed segment or published
-// zone, resolved a whole batch at a time (one intersection per bitmap instead of one lookup per user and
-// bitmap).
+// zone, resolved a whole batch at a time (one range or intersection per bitmap instead of one lookup per user
+// and bitmap).
 // roaring-wasm, not the native `roaring` addon: WebAssembly loads on any Node and CPU, so the Lambda bundle
 // works on the runtime and architecture it declares whatever machine built it
 // (docs/decisions/0034-bundles-pure-javascript-and-wasm-arm64.md).
@@ -33,6 +33,37 @@ export function parseBitmap(bytes: Uint8Array, source: string): Bitmap {
   return bitmap;
 }
 
+/** A batch whose IDs span at most this many times its length reads each bitmap's range (a dense campaign's). */
+const DENSE_SPAN_PER_ID = 4;
+
+/**
+ * `each(i, members)` for each bitmap, with its members from the lowest to the highest of `sortedIds` (ascending,
+ * not empty), ascending: a dense batch reads each bitmap's range (a fourth of the cost of the intersection, with
+ * no bitmap made), any other intersects a bitmap of the batch, since a range would list every member between
+ * its IDs. The members may include IDs between the batch's.
+ */
+function forEachMembers(
+  bitmaps: readonly Bitmap[],
+  sortedIds: Uint32Array,
+  each: (index: number, members: ArrayLike<number>) => void,
+): void {
+  const lowest = sortedIds[0] as number;
+  const end = (sortedIds[sortedIds.length - 1] as number) + 1;
+  if (end - lowest <= DENSE_SPAN_PER_ID * sortedIds.length) {
+    for (let i = 0; i < bitmaps.length; i++) each(i, (bitmaps[i] as Bitmap).rangeArray(lowest, end));
+    return;
+  }
+  // the temporaries are freed at once rather than left to the finalizer: a busy consumer makes many
+  const batch = new RoaringBitmap32(sortedIds);
+  for (let i = 0; i < bitmaps.length; i++) {
+    const intersection = RoaringBitmap32.and(batch, bitmaps[i] as Bitmap);
+    const members = intersection.toUint32Array();
+    intersection.dispose();
+    each(i, members);
+  }
+  batch.dispose();
+}
+
 export class SegmentIndex {
   /** One bitmap per listed segment, in policy order; users in none get `defaultSegment`. */
   private readonly bitmaps: readonly Bitmap[];
@@ -50,13 +81,9 @@ export class SegmentIndex {
   resolveSorted(sortedIds: Uint32Array): Uint8Array {
     const result = new Uint8Array(sortedIds.length).fill(this.defaultSegment);
     if (sortedIds.length === 0 || this.bitmaps.length === 0) return result;
-    // the temporaries are freed at once rather than left to the finalizer: a busy consumer makes many
-    const batch = new RoaringBitmap32(sortedIds);
-    for (let segment = 0; segment < this.bitmaps.length; segment++) {
-      const intersection = RoaringBitmap32.and(batch, this.bitmaps[segment] as Bitmap);
-      const members = intersection.toUint32Array();
-      intersection.dispose();
-      // Both lists ascend: one merge walk assigns every member (and its repeats) not claimed earlier.
+    forEachMembers(this.bitmaps, sortedIds, (segment, members) => {
+      // Both lists ascend: one merge walk assigns every member (and its repeats) not claimed earlier; a member
+      // between the batch's IDs matches none.
       let j = 0;
       for (let k = 0; k < members.length; k++) {
         const id = members[k] as number;
@@ -65,8 +92,7 @@ export class SegmentIndex {
           if (result[r] === this.defaultSegment) result[r] = segment;
         }
       }
-    }
-    batch.dispose();
+    });
     return result;
   }
 
@@ -108,19 +134,14 @@ export class ZoneIndex {
   resolveSorted(sortedIds: Uint32Array): Uint16Array {
     const result = new Uint16Array(sortedIds.length).fill(this.defaultZone);
     if (sortedIds.length === 0 || this.bitmaps.length === 0) return result;
-    const batch = new RoaringBitmap32(sortedIds);
-    for (let zone = 0; zone < this.bitmaps.length; zone++) {
-      const intersection = RoaringBitmap32.and(batch, this.bitmaps[zone] as Bitmap);
-      const members = intersection.toUint32Array();
-      intersection.dispose();
+    forEachMembers(this.bitmaps, sortedIds, (zone, members) => {
       let j = 0;
       for (let k = 0; k < members.length; k++) {
         const id = members[k] as number;
         while ((sortedIds[j] as number) < id) j++;
         for (let r = j; r < sortedIds.length && sortedIds[r] === id; r++) result[r] = zone;
       }
-    }
-    batch.dispose();
+    });
     return result;
   }
 }

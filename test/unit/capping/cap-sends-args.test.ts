@@ -60,4 +60,52 @@ describe("cap-sends call arguments", () => {
       { numRuns: 100 },
     );
   });
+
+  it("carry a profile that differs from an earlier one of the call only by its periods as [that one's number, its periods]", () => {
+    const cap = (windowMs: number, max: number, period?: number[]) => ({
+      windowMs,
+      max,
+      everyChannel: false,
+      ...(period ? { period } : {}),
+    });
+    const profile = (caps: ReturnType<typeof cap>[]): ScriptProfile => ({
+      caps,
+      retentionMs: 100,
+      windowRetentionMs: 90,
+    });
+    // three zones' periods of one segment's calendar caps, and a segment of other caps with periods
+    const profiles = [
+      profile([cap(60, 1), cap(86_400_000, 1, [0, 10])]),
+      profile([cap(60, 1), cap(86_400_000, 1, [5, 15])]),
+      profile([cap(60, 2), cap(86_400_000, 1, [5, 15])]),
+      profile([cap(60, 1), cap(86_400_000, 1, [7, 17])]),
+    ];
+    const sortedIds = Uint32Array.from({ length: 4 }, (_, i) => i);
+    const [call] = planCapSends({
+      namespace: "t",
+      now: 1,
+      at: 1,
+      mode: "count",
+      channel: "push",
+      campaignId: "",
+      forced: false,
+      horizonMs: 1,
+      profiles,
+      sortedIds,
+      segmentOf: Uint8Array.of(0, 1, 2, 3),
+    });
+    const caps = (p: ScriptProfile) => [
+      p.caps.map((c) => c.windowMs),
+      p.caps.map((c) => c.max),
+      p.caps.map(() => 0),
+      null,
+      p.caps.map((c) => c.period ?? []),
+    ];
+    expect(decode(call?.args[6] as Buffer)).toEqual([
+      caps(profiles[0] as ScriptProfile),
+      [0, [[], [5, 15]]],
+      caps(profiles[2] as ScriptProfile),
+      [0, [[], [7, 17]]],
+    ]);
+  });
 });

@@ -1,12 +1,18 @@
 import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import fc from "fast-check";
 import { RoaringBitmap32 } from "roaring-wasm";
 import { describe, expect, it } from "vitest";
 import { FileObjectStore } from "../../../functions/adapters/file-object-store.ts";
 import { parsePolicy } from "../../../functions/core/capping/policy.ts";
 import { buildSegments, parseUserIdList } from "../../../functions/core/capping/segment-builder.ts";
-import { loadSegmentIndex, parseBitmap, SegmentIndex } from "../../../functions/core/capping/segment-index.ts";
+import {
+  loadSegmentIndex,
+  parseBitmap,
+  SegmentIndex,
+  ZoneIndex,
+} from "../../../functions/core/capping/segment-index.ts";
 import {
   CorruptBitmapError,
   ObjectNotFoundError,
@@ -57,6 +63,50 @@ describe("segment index", () => {
     const ids = Uint32Array.from([0, 1, 5, 5, 6, 9, 10, 4_000_000_000]);
     expect(Array.from(index.resolveSorted(ids))).toEqual([2, 0, 0, 0, 1, 0, 2, 1]);
     expect(index.defaultSegment).toBe(2);
+  });
+
+  it("resolves dense batches (a bitmap's range read) and sparse ones (an intersection) as a lookup per user does", () => {
+    // IDs near 0 and near the top of the range, so dense batches end at 4294967295 too
+    const id = fc.oneof(fc.integer({ min: 0, max: 3000 }), fc.integer({ min: 2 ** 32 - 3000, max: 2 ** 32 - 1 }));
+    fc.assert(
+      fc.property(
+        fc.array(fc.array(id, { maxLength: 400 }), { minLength: 1, maxLength: 4 }),
+        fc.oneof(
+          fc.array(id, { minLength: 1, maxLength: 300 }),
+          // consecutive IDs with repeats and gaps: a dense batch
+          fc
+            .tuple(id, fc.array(fc.integer({ min: 0, max: 2 }), { minLength: 1, maxLength: 300 }))
+            .map(([first, steps]) => {
+              const ids = [first];
+              for (const step of steps) ids.push(Math.min(2 ** 32 - 1, (ids.at(-1) as number) + step));
+              return ids;
+            }),
+        ),
+        (memberLists, batch) => {
+          const bitmaps = memberLists.map((members) => new RoaringBitmap32(members));
+          const sortedIds = Uint32Array.from(batch).sort();
+          const lookup = (user: number) => {
+            const found = bitmaps.findIndex((bitmap) => bitmap.has(user));
+            return found < 0 ? bitmaps.length : found;
+          };
+          const expected = Array.from(sortedIds, lookup);
+          expect(Array.from(new SegmentIndex(bitmaps).resolveSorted(sortedIds))).toEqual(expected);
+          // zone bitmaps may not overlap (the index refuses it): each user kept in the first that holds it
+          const disjoint = bitmaps.map((bitmap, i) => {
+            const own = bitmap.clone();
+            for (const earlier of bitmaps.slice(0, i)) own.andNotInPlace(earlier);
+            return own;
+          });
+          const zoneNames = disjoint.map((_, i) => `Etc/GMT+${i}`);
+          const zoneExpected = Array.from(sortedIds, (user) => {
+            const found = disjoint.findIndex((bitmap) => bitmap.has(user));
+            return found < 0 ? disjoint.length : found;
+          });
+          expect(Array.from(new ZoneIndex(disjoint, zoneNames).resolveSorted(sortedIds))).toEqual(zoneExpected);
+        },
+      ),
+      { numRuns: 200 },
+    );
   });
 
   it("gives every user the default segment when the policy lists none", () => {
