@@ -74,6 +74,48 @@ interface Check {
   consume: boolean;
 }
 
+/** A fresh namespace, clock at T0, a Capper with hot records, and the model, for one run of a property. */
+function hotUserRun(rules: ReturnType<typeof rulesOf>) {
+  const namespace = uniqueNamespace();
+  const clock = fixedClock(T0);
+  const capper = new Capper({
+    store,
+    rules: () => rules,
+    clock,
+    namespace,
+    hotRecords: true,
+    redeliveryMs: REDELIVERY,
+  });
+  return { namespace, clock, capper, model: new CappingModel(rules.policy, () => 0, REDELIVERY) };
+}
+
+/** Each step checked by checkBoth() at the time its `elapsed` moves the clock to; the time after the last. */
+async function checkSteps(
+  capper: Capper,
+  model: CappingModel,
+  rules: ReturnType<typeof rulesOf>,
+  userId: number,
+  clock: ReturnType<typeof fixedClock>,
+  steps: readonly (Omit<Check, "at" | "now"> & { elapsed: number; offset: number })[],
+  from: number,
+): Promise<number> {
+  let now = from;
+  for (const [i, step] of steps.entries()) {
+    now += step.elapsed;
+    clock.set(now);
+    const { channel, campaignId, consume } = step;
+    await checkBoth(
+      capper,
+      model,
+      rules,
+      userId,
+      { now, at: now + step.offset, channel, campaignId, consume },
+      `step ${i}`,
+    );
+  }
+  return now;
+}
+
 /** A check by the Capper and by the model, their decision, windows and retry time compared. */
 async function checkBoth(
   capper: Capper,
@@ -149,18 +191,8 @@ describe("attacks on a hot user's record", () => {
         fc.constantFrom(6, 20, 300),
         fc.array(checkArbitrary, { minLength: 5, maxLength: 30 }),
         async (count, seed, fillers, spanSeconds, steps) => {
-          const namespace = uniqueNamespace();
           const userId = 5 * 256 + 3;
-          const clock = fixedClock(T0);
-          const capper = new Capper({
-            store,
-            rules: () => rules,
-            clock,
-            namespace,
-            hotRecords: true,
-            redeliveryMs: REDELIVERY,
-          });
-          const model = new CappingModel(rules.policy, () => 0, REDELIVERY);
+          const { namespace, clock, capper, model } = hotUserRun(rules);
           const next = lcg(seed);
           const span = spanSeconds * SECOND;
           const filler = Array.from({ length: fillers }, (_, i) => `${i % 2 ? "b" : "a"}:f${i}`);
@@ -186,24 +218,7 @@ describe("attacks on a hot user's record", () => {
             model.sendsOf(userId).push({ at: send.at, channel, campaignId });
           }
           let now = T0;
-          for (const [i, step] of steps.entries()) {
-            now += step.elapsed;
-            clock.set(now);
-            await checkBoth(
-              capper,
-              model,
-              rules,
-              userId,
-              {
-                now,
-                at: now + step.offset,
-                channel: step.channel,
-                campaignId: step.campaignId,
-                consume: step.consume,
-              },
-              `step ${i}`,
-            );
-          }
+          now = await checkSteps(capper, model, rules, userId, clock, steps, now);
           if (((await cluster.hgetBuffer(recordKey, String(userId)))?.[0] ?? 0) >= 192) chunked += 1;
         },
       ),
@@ -479,36 +494,15 @@ describe("attacks on a hot user's record: counted in place", () => {
         fc.constantFrom(2, 4, 8),
         fc.array(stepArbitrary, { minLength: 5, maxLength: 30 }),
         async (count, seed, spanSeconds, steps) => {
-          const namespace = uniqueNamespace();
           const userId = 5 * 256 + 9;
-          const clock = fixedClock(T0);
-          const capper = new Capper({
-            store,
-            rules: () => rules,
-            clock,
-            namespace,
-            hotRecords: true,
-            redeliveryMs: REDELIVERY,
-          });
-          const model = new CappingModel(rules.policy, () => 0, REDELIVERY);
+          const { namespace, clock, capper, model } = hotUserRun(rules);
           const next = lcg(seed);
           const span = spanSeconds * SECOND;
           const sends = Array.from({ length: count }, () => ({ at: T0 - span + (next() % span), identity: "a:" }));
           await seedFormat2(namespace, userId, sends, T0);
           for (const send of sends) model.sendsOf(userId).push({ at: send.at, channel: "a", campaignId: "" });
           let now = T0;
-          for (const [i, step] of steps.entries()) {
-            now += step.elapsed;
-            clock.set(now);
-            await checkBoth(
-              capper,
-              model,
-              rules,
-              userId,
-              { now, at: now + step.offset, channel: step.channel, campaignId: step.campaignId, consume: step.consume },
-              `step ${i}`,
-            );
-          }
+          now = await checkSteps(capper, model, rules, userId, clock, steps, now);
         },
       ),
       { numRuns: 40, endOnFailure: true },
@@ -649,18 +643,7 @@ describe("attacks on a hot user's record: a format-2 tail", () => {
               `cold ${i}`,
             );
           }
-          for (const [i, step] of steps.entries()) {
-            now += step.elapsed;
-            clock.set(now);
-            await checkBoth(
-              capper,
-              model,
-              rules,
-              userId,
-              { now, at: now + step.offset, channel: step.channel, campaignId: step.campaignId, consume: step.consume },
-              `step ${i}`,
-            );
-          }
+          now = await checkSteps(capper, model, rules, userId, clock, steps, now);
         },
       ),
       { numRuns: 30, endOnFailure: true },
@@ -688,18 +671,8 @@ describe("attacks on a hot user's record: retention over unlisted chunks", () =>
           { minLength: 5, maxLength: 30 },
         ),
         async (count, seed, steps) => {
-          const namespace = uniqueNamespace();
           const userId = 5 * 256 + 31;
-          const clock = fixedClock(T0);
-          const capper = new Capper({
-            store,
-            rules: () => rules,
-            clock,
-            namespace,
-            hotRecords: true,
-            redeliveryMs: REDELIVERY,
-          });
-          const model = new CappingModel(rules.policy, () => 0, REDELIVERY);
+          const { namespace, clock, capper, model } = hotUserRun(rules);
           const next = lcg(seed);
           // over the 15 minutes before T0 (the retention: 15m01s), campaign k<i> only in the i-th 24th of it
           const span = 900 * SECOND;
@@ -721,18 +694,7 @@ describe("attacks on a hot user's record: retention over unlisted chunks", () =>
             model.sendsOf(userId).push({ at: send.at, channel, campaignId });
           }
           let now = T0;
-          for (const [i, step] of steps.entries()) {
-            now += step.elapsed;
-            clock.set(now);
-            await checkBoth(
-              capper,
-              model,
-              rules,
-              userId,
-              { now, at: now + step.offset, channel: step.channel, campaignId: step.campaignId, consume: step.consume },
-              `step ${i}`,
-            );
-          }
+          now = await checkSteps(capper, model, rules, userId, clock, steps, now);
         },
       ),
       { numRuns: 40, endOnFailure: true },
