@@ -172,6 +172,12 @@ export const checkApiEnvironmentSchema = z.object({
   ...commonEnvironment,
   /** Per request: a slow store never holds a caller longer. */
   CHECK_TIMEOUT_MS: integer(5, 10_000, 50),
+  /**
+   * `POST /v1/quotas/sync`: how long a sync waits for Redis. Off the callers' request path (the SDK waits
+   * at most its `waitMs`, 500 ms by default, for a sync), and a 503 puts the SDK in degraded mode, where
+   * strict spends only the tokens it holds: a late answer serves better than none.
+   */
+  QUOTA_SYNC_TIMEOUT_MS: integer(5, 10_000, 250),
   /** Answer keys known to be denied until they may pass again, without a Redis call. */
   NEGATIVE_CACHE: flag("true"),
   /**

@@ -332,7 +332,7 @@ export function wireCheckApi(env: NodeJS.ProcessEnv, options: WiringOptions = {}
     if (!service) {
       const namespace = tenantNamespace(config.KEY_NAMESPACE, tenant.namespace);
       service = new QuotaSyncService({
-        store: new RedisQuotaStore(cluster, namespace, config.CHECK_TIMEOUT_MS),
+        store: new RedisQuotaStore(cluster, namespace, config.QUOTA_SYNC_TIMEOUT_MS),
         rules: async (quotaRule) => {
           const active = await rules.current(quotaRule === undefined ? {} : { quotaRule });
           // a tenant taken out of the policy syncs nothing any more

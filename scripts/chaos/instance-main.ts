@@ -40,10 +40,13 @@ function transportOf(): { transport: QuotaTransport; close(): void } {
   return { transport: redisTransport({ redis, tenant: namespace }), close: () => redis.disconnect() };
 }
 
-/** `ready()` where the SDK has it; else the documented wait for a key's first allowance (checkFresh, cost 0). */
+/**
+ * `ready()` for the instance's rule, as docs/quotas.md shows it (a `ready()` naming no rule, in a process with
+ * no key yet, has nothing to wait for); else the documented wait for a key's first allowance (checkFresh, cost 0).
+ */
 async function ready(quotas: Quotas): Promise<void> {
-  const withReady = quotas as Quotas & { ready?: () => Promise<unknown> };
-  if (typeof withReady.ready === "function") await withReady.ready();
+  const withReady = quotas as Quotas & { ready?: (options: { rules: string[] }) => Promise<unknown> };
+  if (typeof withReady.ready === "function") await withReady.ready({ rules: [config.rule] });
   else await quotas.checkFresh(config.rule, config.key, 0);
 }
 
@@ -145,7 +148,10 @@ async function main(): Promise<void> {
       if (message.type === "start") resolve(message);
     }),
   );
-  // the load starts when the harness says, ready or not: decisions before ready() are recorded, not judged
+  // the load starts when the harness says, ready or not: decisions before ready() are recorded, not judged.
+  // A process joining a run is sent its load once it runs (a balancer sends requests to a process once it
+  // listens): the harness waits for this message
+  send({ type: "up", at: now() });
   ready(quotas).then(
     () => send({ type: "ready", at: now() }),
     () => {},

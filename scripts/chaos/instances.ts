@@ -35,6 +35,8 @@ export interface InstanceOptions {
 export class Instance {
   readonly decisions: Decision[] = [];
   readyAt: number | undefined;
+  /** When the process reported it runs (before its ready()). */
+  upAt: number | undefined;
   /** Sync round trips, ms, each with when it was reported (reference ms). */
   latencies: { at: number; ms: number }[] = [];
   syncErrors = 0;
@@ -42,6 +44,7 @@ export class Instance {
   private readonly child: ChildProcess;
   private readonly done: Promise<void>;
   private readyWaiters: (() => void)[] = [];
+  private upWaiters: (() => void)[] = [];
 
   constructor(readonly options: InstanceOptions) {
     const { config, clockFile } = options;
@@ -59,6 +62,11 @@ export class Instance {
   private receive(message: InstanceMessage): void {
     const index = this.options.config.index;
     switch (message.type) {
+      case "up":
+        this.upAt = message.at;
+        for (const waiter of this.upWaiters) waiter();
+        this.upWaiters = [];
+        return;
       case "ready":
         this.readyAt = message.at;
         for (const waiter of this.readyWaiters) waiter();
@@ -92,6 +100,18 @@ export class Instance {
     return new Promise((resolve) => {
       const timer = setTimeout(() => resolve(false), timeoutMs);
       this.readyWaiters.push(() => {
+        clearTimeout(timer);
+        resolve(true);
+      });
+    });
+  }
+
+  /** Resolves when the process runs (its modules loaded, before its ready()), or after `timeoutMs` (false then). */
+  up(timeoutMs: number): Promise<boolean> {
+    if (this.upAt !== undefined) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => resolve(false), timeoutMs);
+      this.upWaiters.push(() => {
         clearTimeout(timer);
         resolve(true);
       });

@@ -43,6 +43,7 @@ export interface StartMessage {
 
 /** Instance → harness. `allowed` is 1 or 0 per decision time in `at`. */
 export type InstanceMessage =
+  | { type: "up"; at: number }
   | { type: "ready"; at: number }
   // askedAt: when each request was made, where it waited to be decided (absent: at `at`)
   | { type: "decisions"; at: number[]; allowed: number[]; askedAt?: number[] }

@@ -71,10 +71,6 @@ export const KNOWN_FAILING: Readonly<Record<string, string>> = {
   "steady-97pct/strict/http": "24 of 571 denied under the limit",
   "steady-97pct/approximate/redis": "34 of 589 denied under the limit (50 ms buckets and reservations)",
   "steady-97pct/approximate/http": "24 of 545 denied under the limit",
-  "fresh-process/strict/redis": "0-4 of ~365 denied under the limit over four runs",
-  "fresh-process/strict/http": "37 of 383 denied under the limit",
-  "fresh-process/approximate/redis": "0-12 of ~355 denied under the limit over four runs",
-  "fresh-process/approximate/http": "22 of 370 denied under the limit",
 };
 
 /** The scenarios whose id contains one of `filters` (all when none), in grid order. */

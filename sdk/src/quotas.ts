@@ -37,9 +37,8 @@ export interface QuotasOptions extends Omit<EngineOptions, "instanceId" | "syncI
   /** Called with every failed sync (the SDK carries on degraded); default: nothing. */
   onError?: (error: Error) => void;
   /**
-   * How long `decide` (the middleware) waits for the sync of a key it has no allowance for (default 500 ms,
-   * the direct transport's timeout: a process's first call may open its connections); past it the request is
-   * decided by what the key holds then.
+   * How long `decide` (the middleware) waits for the syncs of a key it has no allowance for (default 500 ms,
+   * the direct transport's timeout); past it the request is decided by what the key holds then.
    */
   waitMs?: number;
   /**
@@ -52,6 +51,7 @@ export interface QuotasOptions extends Omit<EngineOptions, "instanceId" | "syncI
 
 /** Node's longest timer: a longer delay (Infinity included) fires after 1 ms instead. */
 const MAX_TIMER_MS = 2_147_483_647;
+const WAIT_SYNCS = 6; // the most syncs one `decide` waits for, within its `waitMs`
 
 export class Quotas {
   readonly engine: QuotaEngine;
@@ -132,8 +132,8 @@ export class Quotas {
    * `check` for callers that can wait one round trip now and then (the middleware): decided at once, with
    * no I/O, when the key's allowance admits it or the denial is the store's (its window is full, it has no
    * such rule, or it is unreachable and the fallback decides); otherwise (a key that never had an allowance
-   * here, or whose allowance is spent while the store may have more) one sync of its slot group carries the request's
-   * demand first, at most `waitMs` (default 500 ms), and the answer decides. So under its limit a key is
+   * here, or whose allowance is spent while the store may have more) syncs of its slot group carry the request's
+   * demand first, at most `waitMs` (default 500 ms), and the answers decide. So under its limit a key is
    * not denied for want of a local allowance. Returns the Decision itself when decided at once (nothing
    * allocated), a promise of a copy when it waited.
    */
@@ -198,9 +198,10 @@ export class Quotas {
       });
     });
     try {
-      // twice at most: the first reply may be the one that brought the rule (a key of a rule not known yet
-      // asked for no strict tokens), or another waiter may have spent what it brought
-      for (let attempt = 0; attempt < 2 && !late; attempt++) {
+      // again while the wait lasts: a reply may only bring the rule (no strict tokens yet), or a short grant
+      // (an instance's share of what is left) that waiters asking together spend before the last of them.
+      // Each is one call of the group, shared by its waiters; a full window (denyUntil) ends it
+      for (let attempt = 0; attempt < WAIT_SYNCS && !late; attempt++) {
         handle.waiting += cost;
         await Promise.race([this.syncGroupNow(handle.group), waited]);
         if (this.engine.admits(handle, cost) || !this.engine.mayGrant(handle, this.clock.now())) break;

@@ -122,6 +122,23 @@ describe("new keys under their limit", () => {
     await quotas.stop();
   });
 
+  it("requests waiting together that a short grant leaves without a token ask again within the wait, and are admitted", async () => {
+    // a process joining with a burst of waiting requests got its share of what was left, twice, and denied the rest
+    const namespace = uniqueNamespace();
+    await publishRule(cluster, namespace, "api", strict, "v1");
+    const fleet = Array.from({ length: 2 }, () =>
+      createQuotas({ transport: redisTransport({ redis: cluster, namespace }), scheduler: neverScheduler }),
+    );
+    const [busy, joining] = fleet as [ReturnType<typeof createQuotas>, ReturnType<typeof createQuotas>];
+    // the busy instance's demand makes its share of the key most of it: 20 of 40 admitted and reported
+    for (let i = 0; i < 20; i++) expect((await busy.decide("api", "shared")).allowed).toBe(true);
+    await busy.sync();
+    // 15 requests at once on the joining instance: room for 20 in the window, its share of it less
+    const burst = await Promise.all(Array.from({ length: 15 }, () => joining.decide("api", "shared")));
+    expect(burst.filter((d) => !d.allowed).length).toBe(0);
+    for (const quotas of fleet) await quotas.stop();
+  });
+
   it("a strict key over its limit is still denied by decide: the store's full window is final, not waited for again", async () => {
     const namespace = uniqueNamespace();
     await publishRule(cluster, namespace, "api", strict, "v1");

@@ -99,6 +99,7 @@ describe("check API environment", () => {
   it("serves every route unless told quota-sync (the QuotaSync function), and names a bad value", () => {
     expect(parseCheckApiEnvironment(common)).toMatchObject({
       CHECK_TIMEOUT_MS: 50,
+      QUOTA_SYNC_TIMEOUT_MS: 250,
       NEGATIVE_CACHE: true,
       CHECK_API_ROUTES: "all",
     });
