@@ -126,17 +126,27 @@ describe("new keys under their limit", () => {
     // a process joining with a burst of waiting requests got its share of what was left, twice, and denied the rest
     const namespace = uniqueNamespace();
     await publishRule(cluster, namespace, "api", strict, "v1");
-    const fleet = Array.from({ length: 2 }, () =>
-      createQuotas({ transport: redisTransport({ redis: cluster, namespace }), scheduler: neverScheduler }),
+    const transport = redisTransport({ redis: cluster, namespace });
+    // another instance's demand makes its share of the key most of it: 20 of 40 granted, then reported spent
+    const busy = { instanceId: "i-busy", rule: "api", group: 0, configVersion: "" };
+    const granted = await transport.sync(
+      { ...busy, seq: 1, entries: [{ key: "shared", usage: [], refunds: [], offered: 20, want: 20 }] },
+      Date.now(),
     );
-    const [busy, joining] = fleet as [ReturnType<typeof createQuotas>, ReturnType<typeof createQuotas>];
-    // the busy instance's demand makes its share of the key most of it: 20 of 40 admitted and reported
-    for (let i = 0; i < 20; i++) expect((await busy.decide("api", "shared")).allowed).toBe(true);
-    await busy.sync();
-    // 15 requests at once on the joining instance: room for 20 in the window, its share of it less
+    expect(granted.entries[0]).toMatchObject({ tokens: 20 });
+    const spent = {
+      key: "shared",
+      usage: [[granted.serverTime, 20]] as [number, number][],
+      refunds: [],
+      offered: 0,
+      want: 0,
+    };
+    await transport.sync({ ...busy, seq: 2, entries: [spent] }, Date.now());
+    // 15 requests at once on a new instance: room for 20 in the window, its share of that less than 15
+    const joining = createQuotas({ transport, scheduler: neverScheduler });
     const burst = await Promise.all(Array.from({ length: 15 }, () => joining.decide("api", "shared")));
     expect(burst.filter((d) => !d.allowed).length).toBe(0);
-    for (const quotas of fleet) await quotas.stop();
+    await joining.stop();
   });
 
   it("a strict key over its limit is still denied by decide: the store's full window is final, not waited for again", async () => {
