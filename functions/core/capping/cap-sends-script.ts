@@ -744,7 +744,7 @@ function packedProfile(profile: ScriptProfile): PackedProfile {
     const periodArrays = periods ? profile.caps.map((cap) => cap.period ?? []) : undefined;
     if (periodArrays) element.push(periodArrays);
     // by the earlier profile's number in the call (below 256): encoded once each, not once per call (a dense
-    // campaign's calls of 1,024 users carry about 25 of them with 6 zones' calendar caps)
+    // campaign with 6 zones' calendar caps carries 5 in each call of 1,024 users)
     const withCaps: Buffer[] = [];
     packed = {
       // stringified once per profile, not per call (a /v1/frequency check is one call)
