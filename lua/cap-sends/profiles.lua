@@ -38,8 +38,9 @@ local function readProfiles(packedCaps, packedRetentions)
     local profile = {
       windows = windows, maxima = maxima, everyChannel = everyChannel, least = least, longest = longest,
       retention = retention, cutoff = call.now - retention, windowCutoff = call.now - math.min(windowRetention, retention),
+      -- in the constructor: a field added after it grows the table's hash part
+      periods = periodsOf(periods, #maxima),
     }
-    profile.periods = periodsOf(periods, #maxima)
     profile.full = fullProfileOf(profile, fullMaxima)
     call.profiles[index] = profile
   end
