@@ -136,49 +136,53 @@ export async function runQuietHours(connect: () => TollgateCluster): Promise<str
   });
   const baseline = await baselineEngine();
   const before = "missing" in baseline ? undefined : baseline;
-  if (before)
-    await measure(primaries, batches, baselineWork(before, cluster, members, clock, "bench-quiet-warm-before"));
   // the rows take turns, ROUNDS times, each time on fresh namespaces: the median is what the table shows, so
   // a burst of load on the shared machine moves one round of one row, not the ratio. The earlier engine runs
   // beside "none configured", first in one round and second in the next, so neither has the other's place.
   const rounds: Phase[][] = ROWS.map(() => []);
   const beforeRounds: Phase[] = [];
-  for (let round = 0; round < Math.max(ROUNDS, before ? PAIRS : 0); round++) {
-    const turns: (number | "before")[] = ROWS.map((_, i) => i).filter((i) => round < ROUNDS || i === 0);
-    if (before && round < PAIRS) turns.splice(round % 2, 0, "before");
-    for (const i of turns) {
-      if (i === "before") {
-        const phase = await measure(
-          primaries,
-          batches,
-          baselineWork(before as BaselineEngine, cluster, members, clock, `bench-quiet-${round}-before`),
-        );
-        beforeRounds.push(phase);
-        console.log(`round ${round + 1}, engine at ${BEFORE_QUIET_HOURS}: ${perDecision(phase)}`);
-        continue;
+  // the earlier engine's tree is deleted however the rounds end
+  try {
+    if (before)
+      await measure(primaries, batches, baselineWork(before, cluster, members, clock, "bench-quiet-warm-before"));
+    for (let round = 0; round < Math.max(ROUNDS, before ? PAIRS : 0); round++) {
+      const turns: (number | "before")[] = ROWS.map((_, i) => i).filter((i) => round < ROUNDS || i === 0);
+      if (before && round < PAIRS) turns.splice(round % 2, 0, "before");
+      for (const i of turns) {
+        if (i === "before") {
+          const phase = await measure(
+            primaries,
+            batches,
+            baselineWork(before as BaselineEngine, cluster, members, clock, `bench-quiet-${round}-before`),
+          );
+          beforeRounds.push(phase);
+          console.log(`round ${round + 1}, engine at ${BEFORE_QUIET_HOURS}: ${perDecision(phase)}`);
+          continue;
+        }
+        const row = ROWS[i] as Row;
+        const policy = rowPolicy(row);
+        const capper = new Capper({
+          store: new RedisCapStore(cluster),
+          rules: () => ({ policy, segments, zones }),
+          clock,
+          namespace: `bench-quiet-${round}-${i}`,
+        });
+        const phase = await measure(primaries, batches, async (userIds) => {
+          const batch: CampaignBatch = {
+            campaignId: "quiet",
+            channel: "push",
+            userIds,
+            ...(row.defer ? { defer: row.defer } : {}),
+          };
+          return deferralMessages(batch, await capper.capBatch(batch)).length;
+        });
+        rounds[i]?.push(phase);
+        console.log(`round ${round + 1}, ${row.label}: ${perDecision(phase)}`);
       }
-      const row = ROWS[i] as Row;
-      const policy = rowPolicy(row);
-      const capper = new Capper({
-        store: new RedisCapStore(cluster),
-        rules: () => ({ policy, segments, zones }),
-        clock,
-        namespace: `bench-quiet-${round}-${i}`,
-      });
-      const phase = await measure(primaries, batches, async (userIds) => {
-        const batch: CampaignBatch = {
-          campaignId: "quiet",
-          channel: "push",
-          userIds,
-          ...(row.defer ? { defer: row.defer } : {}),
-        };
-        return deferralMessages(batch, await capper.capBatch(batch)).length;
-      });
-      rounds[i]?.push(phase);
-      console.log(`round ${round + 1}, ${row.label}: ${perDecision(phase)}`);
     }
+  } finally {
+    before?.close();
   }
-  before?.close();
   const phases = rounds.map(medianPhase);
   const beforePhase = before ? medianPhase(beforeRounds) : undefined;
   // each pair's ratios: the round's "none configured" over the earlier engine in the same round
