@@ -84,7 +84,7 @@ async function main(only: Section | undefined): Promise<void> {
       engineRate = rate;
       publish("capping", lines);
     }
-    if (runs("quiet-hours")) publish("quiet-hours", await runQuietHours(connect, engineRate));
+    if (runs("quiet-hours")) publish("quiet-hours", await runQuietHours(connect));
     if (runs("workloads")) publish("workloads", await runCappingWorkloads(connect()));
     if (runs("maxima")) publish("maxima", await runMaxima(connect()));
     if (runs("pipeline")) publish("pipeline", await runPipeline(engineRate));

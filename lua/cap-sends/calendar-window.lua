@@ -4,14 +4,16 @@
 -- in the period holding its own time, and one at `at` is allowed only while [b[1], b[2]) holds fewer than max:
 -- one window, no right ends to try. After b[k] nothing is known of the zone's periods: [b[k], ...) is one.
 
--- Per cap of a profile, its boundaries, or false for a rolling cap.
+-- Per cap of a profile, its boundaries, or false for a rolling cap: the unpacked array itself, a rolling cap's
+-- empty array replaced (a new table grown cap by cap cost more than the rest of a profile's parse); without
+-- periods, an empty table (every cap rolling).
 local function periodsOf(packed, caps)
-  local periods = {}
+  if not packed then return {} end
   for cap = 1, caps do
-    local period = packed and packed[cap]
-    periods[cap] = type(period) == 'table' and period[1] ~= nil and period
+    local period = packed[cap]
+    if type(period) ~= 'table' or period[1] == nil then packed[cap] = false end
   end
-  return periods
+  return packed
 end
 
 -- Whether the period holding `at` holds `max` of the sends times[events[i]] (i = 1..n; `events` nil: 1..n)

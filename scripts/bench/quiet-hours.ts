@@ -1,7 +1,8 @@
 // The quiet-hours section: the dense campaign of the capping section (fresh logs each row) with none of the
 // user's-day features configured, with zones and quiet hours (nobody quiet, then two zones of seven quiet and
 // deferred), with zones and calendar caps (and quiet hours, nobody quiet), and a million users deferred to one instant: the messages it takes and the time to re-decide
-// them all at that instant. One row per configuration: a later feature adds its row to ROWS.
+// them all at that instant. One row per configuration: a later feature adds its row to ROWS. Beside them, taking
+// turns with "none configured", the engine as it was before the issue (baseline-engine.ts), the target's "today".
 import { cpus, loadavg } from "node:os";
 import type { Redis } from "ioredis";
 import { RoaringBitmap32 } from "roaring-wasm";
@@ -11,14 +12,21 @@ import { Capper } from "../../functions/core/capping/capper.ts";
 import { deferralMessages } from "../../functions/core/capping/deferral.ts";
 import { parsePolicy } from "../../functions/core/capping/policy.ts";
 import { SegmentIndex, ZoneIndex } from "../../functions/core/capping/segment-index.ts";
-import { fixedClock } from "../../functions/core/shared/clock.ts";
+import { type Clock, fixedClock } from "../../functions/core/shared/clock.ts";
+import { type BaselineEngine, BEFORE_QUIET_HOURS, baselineEngine } from "./baseline-engine.ts";
 import { BATCH, policyDocument, SEGMENTS, segmentOfUser, T0, USERS } from "./campaign.ts";
-import { redisVersion, usedMemory } from "./redis-stats.ts";
+import { cpuSeconds, redisVersion, usedMemory } from "./redis-stats.ts";
 import { n, today } from "./tables.ts";
 
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 4);
 /** BENCH_QUIET_ROUNDS (3): how many times each row runs. */
 const ROUNDS = Number(process.env.BENCH_QUIET_ROUNDS ?? 3);
+/**
+ * BENCH_QUIET_PAIRS (9): how many times the earlier engine and "none configured" take turns (the first
+ * ROUNDS of them among every row). Their ratio is a few per cent, and the shared machine's load moves a round
+ * by more: each pair runs back to back, and the target's ratio is the median of the pairs' ratios.
+ */
+const PAIRS = Number(process.env.BENCH_QUIET_PAIRS ?? 9);
 const HOUR = 3_600_000;
 /** At T0 (09:00 UTC): 09:00, 10:00, 14:30, 04:00, 01:00, 18:00 local, and 09:00 in the default zone (UTC). */
 const ZONES = [
@@ -87,12 +95,15 @@ interface Phase {
   seconds: number;
   decisions: number;
   bytes: number;
+  /** CPU time of this process (the deciding side) and of the Redis primaries over the phase. */
+  processSeconds: number;
+  redisSeconds: number;
   /** What `work` returned, summed: deferred messages, or allowed sends. */
   counted: number;
 }
 
-/** The section's table; `engineRate`: the capping section's campaign 1 decisions/s in this run, if it ran. */
-export async function runQuietHours(connect: () => TollgateCluster, engineRate?: number): Promise<string[]> {
+/** The section's table. */
+export async function runQuietHours(connect: () => TollgateCluster): Promise<string[]> {
   const batches: number[][] = [];
   for (let start = 0; start < USERS; start += BATCH) {
     batches.push(Array.from({ length: Math.min(BATCH, USERS - start) }, (_, i) => start + i));
@@ -123,34 +134,61 @@ export async function runQuietHours(connect: () => TollgateCluster, engineRate?:
     await warmCapper.capBatch({ campaignId: "warm", channel: "push", userIds });
     return 0;
   });
+  const baseline = await baselineEngine();
+  const before = "missing" in baseline ? undefined : baseline;
   // the rows take turns, ROUNDS times, each time on fresh namespaces: the median is what the table shows, so
-  // a burst of load on the shared machine moves one round of one row, not the ratio
+  // a burst of load on the shared machine moves one round of one row, not the ratio. The earlier engine runs
+  // beside "none configured", first in one round and second in the next, so neither has the other's place.
   const rounds: Phase[][] = ROWS.map(() => []);
-  for (let round = 0; round < ROUNDS; round++) {
-    for (const [i, row] of ROWS.entries()) {
-      const policy = rowPolicy(row);
-      const capper = new Capper({
-        store: new RedisCapStore(cluster),
-        rules: () => ({ policy, segments, zones }),
-        clock,
-        namespace: `bench-quiet-${round}-${i}`,
-      });
-      const phase = await measure(primaries, batches, async (userIds) => {
-        const batch: CampaignBatch = {
-          campaignId: "quiet",
-          channel: "push",
-          userIds,
-          ...(row.defer ? { defer: row.defer } : {}),
-        };
-        return deferralMessages(batch, await capper.capBatch(batch)).length;
-      });
-      rounds[i]?.push(phase);
-      console.log(
-        `round ${round + 1}, ${row.label}: ${n(phase.decisions / phase.seconds)} decisions/s, ${(phase.bytes / USERS).toFixed(2)} B/user`,
-      );
+  const beforeRounds: Phase[] = [];
+  // the earlier engine's tree is deleted however the rounds end
+  try {
+    if (before)
+      await measure(primaries, batches, baselineWork(before, cluster, members, clock, "bench-quiet-warm-before"));
+    for (let round = 0; round < Math.max(ROUNDS, before ? PAIRS : 0); round++) {
+      const turns: (number | "before")[] = ROWS.map((_, i) => i).filter((i) => round < ROUNDS || i === 0);
+      if (before && round < PAIRS) turns.splice(round % 2, 0, "before");
+      for (const i of turns) {
+        if (i === "before") {
+          const phase = await measure(
+            primaries,
+            batches,
+            baselineWork(before as BaselineEngine, cluster, members, clock, `bench-quiet-${round}-before`),
+          );
+          beforeRounds.push(phase);
+          console.log(`round ${round + 1}, engine at ${BEFORE_QUIET_HOURS}: ${perDecision(phase)}`);
+          continue;
+        }
+        const row = ROWS[i] as Row;
+        const policy = rowPolicy(row);
+        const capper = new Capper({
+          store: new RedisCapStore(cluster),
+          rules: () => ({ policy, segments, zones }),
+          clock,
+          namespace: `bench-quiet-${round}-${i}`,
+        });
+        const phase = await measure(primaries, batches, async (userIds) => {
+          const batch: CampaignBatch = {
+            campaignId: "quiet",
+            channel: "push",
+            userIds,
+            ...(row.defer ? { defer: row.defer } : {}),
+          };
+          return deferralMessages(batch, await capper.capBatch(batch)).length;
+        });
+        rounds[i]?.push(phase);
+        console.log(`round ${round + 1}, ${row.label}: ${perDecision(phase)}`);
+      }
     }
+  } finally {
+    before?.close();
   }
   const phases = rounds.map(medianPhase);
+  const beforePhase = before ? medianPhase(beforeRounds) : undefined;
+  // each pair's ratios: the round's "none configured" over the earlier engine in the same round
+  const paired = beforeRounds.map((phase, round) => [phase, rounds[0]?.[round] as Phase] as const);
+  const pairRatio = (ratio: (before: Phase, today: Phase) => number) =>
+    median(paired.map(([before, today]) => ratio(before, today)));
 
   // a million users deferred to one instant: everyone in the default zone, decided at 04:00 UTC
   const night = parsePolicy({ ...policyDocument(), quietHours: { push: [{ from: "21:00", to: "08:00" }] } });
@@ -184,29 +222,63 @@ export async function runQuietHours(connect: () => TollgateCluster, engineRate?:
   const load = loadavg()
     .map((value) => value.toFixed(2))
     .join(" / ");
+  const figures = (phase: Phase) =>
+    `${n(rate(phase))} | ${x(rate(phase) / rate(none))} | ${us(cpuPerDecision(phase))} (${us(phase.processSeconds / phase.decisions)} + ${us(phase.redisSeconds / phase.decisions)}) | ${x(cpuPerDecision(phase) / cpuPerDecision(none))} | ${(phase.bytes / USERS).toFixed(2)} B | ${((phase.bytes - none.bytes) / USERS).toFixed(2)} B more | ${n(phase.counted)}`;
+  const beforeLabel = `engine at ${BEFORE_QUIET_HOURS}, before the quiet hours issue`;
+  const beforeTarget = beforePhase
+    ? `this run ${x(pairRatio((before, today) => rate(today) / rate(before)))} by decisions/s and ` +
+      `${x(pairRatio((before, today) => cpuPerDecision(before) / cpuPerDecision(today)))} by CPU per decision ` +
+      `(the earlier engine's CPU per decision over today's), the medians of ${paired.length} back-to-back pairs`
+    : `not measured: ${(baseline as { missing: string }).missing}`;
   return [
     `Measured ${today()} by \`npm run bench\` (BENCH_USERS=${USERS}, ${CONCURRENCY} batches of ${BATCH} in flight), ` +
       `Node ${process.version}, ${cpus().length} × ${cpus()[0]?.model ?? "cpu"}, ${await redisVersion(primaries)}, ` +
       `3 primaries + 3 replicas on loopback, one Node process, load average ${load} at the end. The Tollgate engine; ` +
-      `each row one campaign to every user on its own namespace (empty logs); the rows take turns ${ROUNDS} times after an untimed one, and the table shows the median round of each figure.`,
+      `each row one campaign to every user on its own namespace (empty logs); the rows take turns ${ROUNDS} times after an untimed one, and the table shows the median round of each figure (the first two rows' over their ${PAIRS} rounds). ` +
+      `The first row is the engine at commit ${BEFORE_QUIET_HOURS}, the last before the quiet hours issue's first change (1c0a7be), in the same process on the same cluster (its own library), ` +
+      `taking turns with "none configured" ${PAIRS} times (first in one round, second in the next; the first ${ROUNDS} among the other rows). ` +
+      "CPU per decision: this process's user + system time (the deciding side) plus the Redis primaries' (`INFO cpu`), over the decisions.",
     "",
-    "| Dense campaign | Decisions/s | vs none configured | Redis memory per user | vs none configured | Deferred messages |",
-    "|---|---|---|---|---|---|",
-    ...ROWS.map((row, i) => {
-      const phase = phases[i] as Phase;
-      return `| ${row.label} | ${n(rate(phase))} | ${x(rate(phase) / rate(none))} | ${(phase.bytes / USERS).toFixed(2)} B | ${((phase.bytes - none.bytes) / USERS).toFixed(2)} B more | ${n(phase.counted)} |`;
-    }),
+    "| Dense campaign | Decisions/s | vs none configured | CPU per decision (Node + primaries) | vs none configured | Redis memory per user | vs none configured | Deferred messages |",
+    "|---|---|---|---|---|---|---|---|",
+    beforePhase ? `| ${beforeLabel} | ${figures(beforePhase)} |` : `| ${beforeLabel} | ${beforeTarget} | | | | | | |`,
+    ...ROWS.map((row, i) => `| ${row.label} | ${figures(phases[i] as Phase)} |`),
     "",
     `${n(USERS)} users deferred to one instant (08:00 UTC, decided at 04:00): ${n(bodies.length)} deferred messages ` +
       `(${instants.size} instant), re-decided at the instant in ${redecide.seconds.toFixed(1)} s ` +
       `(${n(redecide.counted)} allowed).`,
     "",
-    "Targets (quiet hours issue): none configured ≥ 0.95× the capping section's campaign 1 — this run " +
-      (engineRate === undefined ? "not measured (capping section not run)" : x(rate(none) / engineRate)) +
-      ` (same code, so this bounds run-to-run drift, not a build without quiet hours); zones + quiet hours ≥ 0.75× — this run ${x(Math.min(...phases.slice(1).map((phase) => rate(phase) / rate(none))))}; ` +
+    `Targets (quiet hours issue): none configured ≥ 0.95× the engine before the issue, by decisions/s and by CPU per decision — ${beforeTarget}; ` +
+      `zones + quiet hours ≥ 0.75× — this run ${x(Math.min(...phases.slice(1).map((phase) => rate(phase) / rate(none))))}` +
+      (beforePhase
+        ? ` (against the engine before the issue: ${x(Math.min(...phases.slice(1).map((phase) => rate(phase) / rate(beforePhase))))})`
+        : "") +
+      "; " +
       `≤ 2 B per user more — this run ${Math.max(...phases.slice(1).map((phase) => (phase.bytes - none.bytes) / USERS)).toFixed(2)} B; ` +
       `≤ 200 messages and ≤ 60 s to re-decide a million deferred users — this run ${bodies.length} and ${redecide.seconds.toFixed(1)} s.`,
   ];
+}
+
+/** CPU seconds of this process and the primaries per decision. */
+const cpuPerDecision = (phase: Phase) => (phase.processSeconds + phase.redisSeconds) / phase.decisions;
+const us = (seconds: number) => `${(seconds * 1e6).toFixed(2)} µs`;
+const perDecision = (phase: Phase) =>
+  `${n(phase.decisions / phase.seconds)} decisions/s, ${us(cpuPerDecision(phase))} CPU/decision ` +
+  `(${us(phase.processSeconds / phase.decisions)} + ${us(phase.redisSeconds / phase.decisions)}), ${(phase.bytes / USERS).toFixed(2)} B/user`;
+
+/** The earlier engine's dense campaign, none configured, on its own namespace: `measure`'s work. */
+function baselineWork(
+  engine: BaselineEngine,
+  cluster: TollgateCluster,
+  bitmaps: readonly RoaringBitmap32[],
+  clock: Clock,
+  namespace: string,
+): (userIds: number[]) => Promise<number> {
+  const capper = engine.capper({ cluster, document: policyDocument(), bitmaps, clock, namespace });
+  return async (userIds) => {
+    await capper.capBatch({ campaignId: "quiet", channel: "push", userIds });
+    return 0;
+  };
 }
 
 /** Runs `work` over every batch, CONCURRENCY at a time, with the primaries' used memory before and after. */
@@ -216,6 +288,8 @@ async function measure(
   work: (userIds: number[]) => Promise<number>,
 ): Promise<Phase> {
   const memoryBefore = await usedMemory(primaries);
+  const redisBefore = await cpuSeconds(primaries);
+  const processBefore = process.cpuUsage();
   const started = performance.now();
   let next = 0;
   let decisions = 0;
@@ -230,19 +304,28 @@ async function measure(
   };
   await Promise.all(Array.from({ length: CONCURRENCY }, worker));
   const seconds = (performance.now() - started) / 1000;
+  const { user, system } = process.cpuUsage(processBefore);
+  const redisSeconds = (await cpuSeconds(primaries)) - redisBefore;
   const bytes = (await usedMemory(primaries)) - memoryBefore;
-  return { seconds, decisions, bytes, counted };
+  return { seconds, decisions, bytes, counted, processSeconds: (user + system) / 1e6, redisSeconds };
 }
+
+const median = (values: number[]) => values.sort((a, b) => a - b)[Math.floor(values.length / 2)] as number;
 
 /** The median of each figure over the rounds of one row. */
 function medianPhase(phases: readonly Phase[]): Phase {
-  const median = (values: number[]) => values.sort((a, b) => a - b)[Math.floor(values.length / 2)] as number;
   const rate = median(phases.map((phase) => phase.decisions / phase.seconds));
   const decisions = phases[0]?.decisions ?? 0;
+  // the round of the median CPU per decision, so the two parts shown add up to the figure
+  const cpuRound = [...phases].sort((a, b) => cpuPerDecision(a) - cpuPerDecision(b))[
+    Math.floor(phases.length / 2)
+  ] as Phase;
   return {
     decisions,
     seconds: decisions / rate,
     bytes: median(phases.map((phase) => phase.bytes)),
     counted: median(phases.map((phase) => phase.counted)),
+    processSeconds: cpuRound.processSeconds,
+    redisSeconds: cpuRound.redisSeconds,
   };
 }

@@ -107,5 +107,26 @@ describe("cap-sends call arguments", () => {
       caps(profiles[2] as ScriptProfile),
       [0, [[], [7, 17]]],
     ]);
+    // a later call where the same profiles come in another order: each travels by its earlier profile's
+    // number in that call (the packed [number, periods] kept from the first call are not reused for another)
+    const [later] = planCapSends({
+      namespace: "t",
+      now: 1,
+      at: 1,
+      mode: "count",
+      channel: "push",
+      campaignId: "",
+      forced: false,
+      horizonMs: 1,
+      profiles,
+      sortedIds,
+      segmentOf: Uint8Array.of(2, 3, 0, 1),
+    });
+    expect(decode(later?.args[6] as Buffer)).toEqual([
+      caps(profiles[2] as ScriptProfile),
+      caps(profiles[3] as ScriptProfile),
+      [1, [[], [0, 10]]],
+      [1, [[], [5, 15]]],
+    ]);
   });
 });
