@@ -198,13 +198,14 @@ export class Quotas {
       });
     });
     try {
-      // again while the wait lasts: a reply may only bring the rule (no strict tokens yet), or a short grant
-      // (an instance's share of what is left) that waiters asking together spend before the last of them.
-      // Each is one call of the group, shared by its waiters; a full window (denyUntil) ends it
+      // again while the wait lasts: a reply may only bring the rule, or a short grant (an instance's share of
+      // what is left) that waiters asking together spend before the last of them; one call shared by them
       for (let attempt = 0; attempt < WAIT_SYNCS && !late; attempt++) {
         handle.waiting += cost;
         await Promise.race([this.syncGroupNow(handle.group), waited]);
+        // done when admitted, when the store will not grant, refused the sync, or has less left than the cost
         if (this.engine.admits(handle, cost) || !this.engine.mayGrant(handle, this.clock.now())) break;
+        if (handle.group.refused || handle.left + handle.headroom < cost) break;
       }
     } finally {
       timer?.cancel();
