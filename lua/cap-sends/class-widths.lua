@@ -8,7 +8,10 @@ local storedClasses = {}
 do
   local COMPACT_FORMAT = 6
   local PACKED_BITS = { [128] = 4, [64] = 2, [32] = 1 }
-  local PACKED_MATCH = { [4] = '..', [2] = '....', [1] = '........' }
+  -- a packed byte's users as 2 bytes each: what string.gsub matches when packing (literals: the library's top
+  -- level runs without `string`)
+  local PACKED_MATCH = { [4] = '....', [2] = '........', [1] = '................' }
+  -- per width: each byte's users as 2 bytes each, and the inverse
   local unpackOf, packOf = {}, {}
   local function packTables(bits)
     local expand = unpackOf[bits]
@@ -16,13 +19,14 @@ do
       expand = {}
       local pack, perByte, base = {}, 8 / bits, 2 ^ bits
       for value = 0, 255 do
-        local wide, narrow, rest = {}, {}, value
+        local wide, rest = {}, value
         for k = perByte, 1, -1 do
           local number = rest % base
           rest = (rest - number) / base
-          wide[k], narrow[k] = '\0' .. char(number), char(number)
+          wide[k] = '\0' .. char(number)
         end
-        expand[char(value)], pack[concat(narrow)] = concat(wide), char(value)
+        local users = concat(wide)
+        expand[char(value)], pack[users] = users, char(value)
       end
       unpackOf[bits], packOf[bits] = expand, pack
     end
@@ -42,16 +46,17 @@ do
     return (string.gsub(userClasses, '.', (packTables(bits))))
   end
 
-  -- The page's class bytes (2 a user) at the narrowest width, and the format that stores them: format 5 when
-  -- that is 2 bytes. `classCount` bounds every number (a class number indexes the block's classes).
+  -- The page's class bytes (2 a user) at the narrowest width `classCount` fits (a class number indexes the
+  -- block's classes, so none is larger), and the format that stores them: format 5 when that is 2 bytes.
   local function narrowClasses(userClasses, classCount)
     if classCount > 255 then return userClasses, FORMAT end
-    local low = string.gsub(userClasses, '.(.)', '%1')
-    local bits = not find(low, '[\2-\255]') and 1 or not find(low, '[\4-\255]') and 2
-      or not find(low, '[\16-\255]') and 4 or nil
-    if bits == nil then return low, COMPACT_FORMAT end
+    if classCount > 15 then return (string.gsub(userClasses, '.(.)', '%1')), COMPACT_FORMAT end
+    local bits = classCount > 3 and 4 or (classCount > 1 and 2 or 1)
     local _, pack = packTables(bits)
-    return (string.gsub(low, PACKED_MATCH[bits], pack)), COMPACT_FORMAT
+    -- a packed byte from each of its users' 2 bytes: PAGE_USERS * bits / 8 matches
+    local packed = string.gsub(userClasses, PACKED_MATCH[bits], pack)
+    if #packed ~= PAGE_USERS * bits / 8 then return userClasses, FORMAT end
+    return packed, COMPACT_FORMAT
   end
 
   -- A block's stored value: format 5, or with "+compact" format 6 when its class numbers fit a narrower width

@@ -22,11 +22,11 @@ const LUA = new URL("../../../lua/", import.meta.url);
  * A change to a script changes its chunk and its library's name on purpose: update these with it.
  */
 const CHUNK_SHA256 = {
-  "cap-sends": "be77d15e5699cf8b843dbc743a1754a256357dac57df186db115f918129bc642",
+  "cap-sends": "39d18b36d2c6dd259807fa04a1ff58fe14fbd987fed22b5ec5801e5b1bc9953e",
   "quota-sync": "c0ffbc29d3cbe7d68d667f46d0dee1dca170bcd28c17f0a74cc6f8e262d228d6",
 };
 /** The libraries' names: a hash of their code, so the same name means the same chunks. */
-const LIBRARY_NAMES = { tollgate: "tollgate_f9843e20", quota: "tollgate_41c316ca", limit: "tollgate_85c6648e" };
+const LIBRARY_NAMES = { tollgate: "tollgate_cb9e3ae9", quota: "tollgate_41c316ca", limit: "tollgate_85c6648e" };
 
 /** No file under lua/ passes this many lines: a part holds one concern. */
 const MAX_FILE_LINES = 400;
