@@ -149,6 +149,7 @@ describe("page blocks with compact classes (CAP_COMPACT_CLASSES)", () => {
   });
 
   it("never merges requests with different rollout switches into one call (the call's mode carries them)", async () => {
+    // repro: the coalescer keyed on neither switch, so a merged call ran with the first request's (hotRecords included)
     const namespace = uniqueNamespace();
     const modes: string[] = [];
     const recording = {
@@ -167,9 +168,11 @@ describe("page blocks with compact classes (CAP_COMPACT_CLASSES)", () => {
       { hotRecords: true, compactClasses: false },
       { hotRecords: true, compactClasses: true },
     ];
+    // one profiles array for all (the coalescer compares profiles by identity, as the capper makes them once)
+    const { profiles } = request(call, [], false);
     const results = await Promise.all(
       quarters.map((users, q) =>
-        coalescer.run({ ...request({ ...call, users }, [], false), ...switches[q], namespace }),
+        coalescer.run({ ...request({ ...call, users }, [], false), profiles, ...switches[q], namespace }),
       ),
     );
     expect(modes.sort()).toEqual(["count", "count+compact", "count+hot", "count+hot+compact"]);
