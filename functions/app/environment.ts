@@ -89,6 +89,12 @@ const commonEnvironment = {
    */
   CAP_HOT_RECORDS: z.enum(["on", "off"], 'expected "on" or "off"').default("off"),
   /**
+   * "on": page blocks store their users' class numbers at the narrowest width (format 6), about half the
+   * memory of a page whose held users kept their history. Functions of a release before it refuse such blocks:
+   * turn it on once none runs.
+   */
+  CAP_COMPACT_CLASSES: z.enum(["on", "off"], 'expected "on" or "off"').default("off"),
+  /**
    * Where every decision is archived: `firehose:<delivery stream>` (AWS), `s3://<bucket>/<prefix>/` (the
    * same objects written directly: the local stack), or "" (no archive).
    */

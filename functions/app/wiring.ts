@@ -208,6 +208,7 @@ export function wireCampaignConsumer(
     namespace: config.KEY_NAMESPACE,
     redeliveryMs: config.CAMPAIGN_REDELIVERY_SECONDS * 1000,
     hotRecords: config.CAP_HOT_RECORDS === "on",
+    compactClasses: config.CAP_COMPACT_CLASSES === "on",
     clock,
   });
   const consumer = new CampaignConsumer({
@@ -284,6 +285,7 @@ export function wireCheckApi(env: NodeJS.ProcessEnv, options: WiringOptions = {}
     namespace: config.KEY_NAMESPACE,
     redeliveryMs: config.CAMPAIGN_REDELIVERY_SECONDS * 1000,
     hotRecords: config.CAP_HOT_RECORDS === "on",
+    compactClasses: config.CAP_COMPACT_CLASSES === "on",
     clock,
   });
   const health = async (): Promise<HealthReport> => {

@@ -9,6 +9,7 @@ local function beginCall(keys, args)
   call.peek = sub(args[3], 1, 4) == 'peek'
   call.withWindows = sub(args[3], -8) == '+windows'
   call.hotRecords = find(args[3], '+hot', 1, true) ~= nil
+  call.compactClasses = find(args[3], '+compact', 1, true) ~= nil
   call.identity = args[4]
   call.channel = string.match(call.identity, '^[^:]*')
   call.anonymous = #call.identity == #call.channel + 1

@@ -248,8 +248,7 @@ local function runBlockPage(spec, blockKey, hashIndex, pageBase, pageName)
     -- the marker that tells record-path calls to read this block lives at least as long as the block
     if not existed then call.markedPagesToWrite[#call.markedPagesToWrite + 1] = pageName end
     call.identityTableTtl = math.max(call.identityTableTtl, ttl)
-    redis.call('SET', blockKey, cmsgpack.pack(FORMAT, block.width, block.compactAt, block.classLimit,
-      block.identities, block.times, block.eventIdentities, block.classes, uniform or userClasses), 'PX', ttl)
+    redis.call('SET', blockKey, storedClasses.packed(block, userClasses, uniform), 'PX', ttl)
     for _, userId in ipairs(absorbed) do storeRecord(hashIndex, userId, false, 0) end
   end
 

@@ -33,7 +33,8 @@ before anything is written, and the call answers TRYAGAIN when one is not on thi
 ARGV[1]  now: the caller's clock (ms); retention and TTLs are measured from it, never from `at`
 ARGV[2]  at: the send time (ms) being decided; may be ahead of now (skew) or behind it (backfill)
 ARGV[3]  mode: "count" records allowed sends, "peek" writes nothing; "+windows" (last) appends each user's
-         windows; "+hot" lets a record reaching HEAD_SENDS sends become a hot user's (hot-record.lua)
+         windows; "+hot" lets a record reaching HEAD_SENDS sends become a hot user's (hot-record.lua);
+         "+compact" writes a page block's class numbers at their narrowest width (format 6, class-widths.lua)
 ARGV[4]  identity: "<channel>:<campaign ID>"; an empty campaign ID is anonymous (no idempotency)
 ARGV[5]  "1": exempt but counted (no cap is checked), "0": capped
 ARGV[6]  horizon ms: the longest retention of any profile of the policy; a block compaction drops sends
@@ -74,10 +75,11 @@ Exactness: a send at `at` is allowed only if, for each cap (window W, max m), ev
 contains `at` holds fewer than m counted sends, so sends stamped ahead of `at` count as well as sends
 behind it; for a calendar cap, the period holding `at` does.
 
-Block value: cmsgpack of (format 4, width, compactAt, classLimit, identities, times, eventIdentities,
+Block value: cmsgpack of (format 5, width, compactAt, classLimit, identities, times, eventIdentities,
 classes, userClasses): event e is (times[e], identities[eventIdentities[e]]); a class is a string of
 `width`-byte event numbers; userClasses is 2 bytes per user (class number, 0 = no sends), or only 2 bytes
-when every user of the page has that class (a dense campaign's page; format 4 always had 512). Numbers stay
+when every user of the page has that class (a dense campaign's page; format 4 always had 512); format 6
+(written with "+compact") is format 5 with the class numbers at the narrowest width (class-widths.lua). Numbers stay
 stable between compactions, which happen when the event count reaches compactAt (never beyond what
 `width` can hold) or the class count reaches classLimit.
 ]=]
@@ -122,6 +124,7 @@ local WIDTH_LIMIT = { 255, 65535, 16777215 }
 
 --- @include "repeats"
 
+--- @include "class-widths"
 --- @include "page-block"
 --- @include "key-ttls"
 

@@ -7,7 +7,8 @@ local function readBlock(key)
   if not blob then return nil end
   local format, width, compactAt, classLimit, identities, times, eventIdentities, classes, userClasses =
     cmsgpack.unpack(blob)
-  if format ~= FORMAT and format ~= 4 then return redis.error_reply('ERR cap-sends: unknown block format in ' .. key) end
+  userClasses = storedClasses.read(userClasses, format)
+  if userClasses == nil then return redis.error_reply('ERR cap-sends: unknown block format in ' .. key) end
   -- one class for the whole page: the page's bytes are the same string at every page of the call
   if #userClasses == 2 then userClasses = repeated(userClasses, PAGE_USERS) end
   return { width = width, compactAt = compactAt, classLimit = classLimit, identities = identities,

@@ -1,6 +1,6 @@
 // The quiet-hours section: the dense campaign of the capping section (fresh logs each row) with none of the
 // user's-day features configured, with zones and quiet hours (nobody quiet, then two zones of seven quiet and
-// deferred), with zones and calendar caps (and quiet hours, nobody quiet), and a million users deferred to one instant: the messages it takes and the time to re-decide
+// deferred, also with CAP_COMPACT_CLASSES=on), with zones and calendar caps (and quiet hours, nobody quiet), and a million users deferred to one instant: the messages it takes and the time to re-decide
 // them all at that instant. One row per configuration: a later feature adds its row to ROWS. Beside them, taking
 // turns with "none configured", the engine as it was before the issue (baseline-engine.ts), the target's "today".
 import { cpus, loadavg } from "node:os";
@@ -47,6 +47,8 @@ interface Row {
   defer?: { maxMs: number };
   /** Caps added to every segment's push caps (calendar windows). */
   caps?: { window: string; max: number }[];
+  /** The capper's compactClasses (CAP_COMPACT_CLASSES=on: page blocks of format 6). */
+  compactClasses?: boolean;
 }
 
 /** One push a calendar day and 3 a calendar week in the user's zone, beside the dense campaign's own caps. */
@@ -66,6 +68,12 @@ const ROWS: Row[] = [
     label: "zones + quiet hours 21:00-08:00, 2 zones of 7 quiet, deferred",
     document: { zones: ZONES, defaultZone: "UTC", quietHours: { push: [{ from: "21:00", to: "08:00" }] } },
     defer: { maxMs: 12 * HOUR },
+  },
+  {
+    label: "zones + quiet hours 21:00-08:00, 2 zones of 7 quiet, deferred, CAP_COMPACT_CLASSES=on",
+    document: { zones: ZONES, defaultZone: "UTC", quietHours: { push: [{ from: "21:00", to: "08:00" }] } },
+    defer: { maxMs: 12 * HOUR },
+    compactClasses: true,
   },
   {
     label: "zones + calendar caps (day 1, week 3)",
@@ -166,6 +174,7 @@ export async function runQuietHours(connect: () => TollgateCluster): Promise<str
           rules: () => ({ policy, segments, zones }),
           clock,
           namespace: `bench-quiet-${round}-${i}`,
+          compactClasses: row.compactClasses === true,
         });
         const phase = await measure(primaries, batches, async (userIds) => {
           const batch: CampaignBatch = {
@@ -224,6 +233,11 @@ export async function runQuietHours(connect: () => TollgateCluster): Promise<str
     .join(" / ");
   const figures = (phase: Phase) =>
     `${n(rate(phase))} | ${x(rate(phase) / rate(none))} | ${us(cpuPerDecision(phase))} (${us(phase.processSeconds / phase.decisions)} + ${us(phase.redisSeconds / phase.decisions)}) | ${x(cpuPerDecision(phase) / cpuPerDecision(none))} | ${(phase.bytes / USERS).toFixed(2)} B | ${((phase.bytes - none.bytes) / USERS).toFixed(2)} B more | ${n(phase.counted)}`;
+  // the most bytes per user any row of those `which` picks (not "none configured") takes beyond it
+  const moreBytes = (which: (row: Row) => boolean) =>
+    Math.max(
+      ...phases.flatMap((phase, i) => (i > 0 && which(ROWS[i] as Row) ? [(phase.bytes - none.bytes) / USERS] : [])),
+    ).toFixed(2);
   const beforeLabel = `engine at ${BEFORE_QUIET_HOURS}, before the quiet hours issue`;
   const beforeTarget = beforePhase
     ? `this run ${x(pairRatio((before, today) => rate(today) / rate(before)))} by decisions/s and ` +
@@ -254,7 +268,7 @@ export async function runQuietHours(connect: () => TollgateCluster): Promise<str
         ? ` (against the engine before the issue: ${x(Math.min(...phases.slice(1).map((phase) => rate(phase) / rate(beforePhase))))})`
         : "") +
       "; " +
-      `≤ 2 B per user more — this run ${Math.max(...phases.slice(1).map((phase) => (phase.bytes - none.bytes) / USERS)).toFixed(2)} B; ` +
+      `≤ 2 B per user more — this run ${moreBytes((row) => !row.compactClasses)} B, ${moreBytes((row) => row.compactClasses === true)} B with CAP_COMPACT_CLASSES=on; ` +
       `≤ 200 messages and ≤ 60 s to re-decide a million deferred users — this run ${bodies.length} and ${redecide.seconds.toFixed(1)} s.`,
   ];
 }

@@ -1,4 +1,4 @@
-// Reads what lua/cap-sends/ stores (a page block, format 5 or 4, and a user record) so tests can check it.
+// Reads what lua/cap-sends/ stores (a page block, format 6, 5 or 4, and a user record) so tests can check it.
 import { decodeMulti } from "@msgpack/msgpack";
 import type { Redis } from "ioredis";
 import { capBlobKey, capRecordKey, capTagOf, recordRangeOf } from "../../sdk/src/protocol/index.ts";
@@ -18,7 +18,7 @@ export function decodeBlock(value: Buffer): Block {
   const [format, width, compactAt, classLimit, identities, times, eventIdentities, classes, users] = [
     ...decodeMulti(value, { rawStrings: true }),
   ] as [number, number, number, number, Uint8Array[], number[], number[], Uint8Array[], Uint8Array];
-  if (format !== 5 && format !== 4) throw new Error(`unknown block format ${format}`);
+  if (format !== 6 && format !== 5 && format !== 4) throw new Error(`unknown block format ${format}`);
   const text = (bytes: Uint8Array) => Buffer.from(bytes).toString("latin1");
   const events = times.map((at, e) => ({
     at,
@@ -27,8 +27,7 @@ export function decodeBlock(value: Buffer): Block {
   const decodedClasses = classes.map((bytes) =>
     Array.from({ length: bytes.length / width }, (_, i) => Buffer.from(bytes).readUIntBE(width * i, width)),
   );
-  // format 5: 2 bytes alone when every user of the page has that class
-  const classOf = (offset: number) => Buffer.from(users).readUInt16BE(users.length === 2 ? 0 : 2 * offset);
+  const classOf = (offset: number) => classNumberOf(users, offset);
   return {
     width,
     compactAt,
@@ -43,6 +42,23 @@ export function decodeBlock(value: Buffer): Block {
         : (decodedClasses[c - 1] as number[]).map((e) => (events[e - 1] as { identity: string }).identity);
     },
   };
+}
+
+/** Bits per user of a page's class numbers by the length of their bytes (format 6 stores the narrowest width). */
+const CLASS_BITS: Record<number, number> = { 512: 16, 256: 8, 128: 4, 64: 2, 32: 1 };
+
+/** The class number of the user at `offset` of a block's class bytes (2 bytes alone: every user's). */
+export function classNumberOf(users: Uint8Array, offset: number): number {
+  const bytes = Buffer.from(users);
+  if (bytes.length === 2) return bytes.readUInt16BE(0);
+  const bits = CLASS_BITS[bytes.length];
+  if (bits === undefined) throw new Error(`no class width for ${bytes.length} bytes`);
+  if (bits === 16) return bytes.readUInt16BE(2 * offset);
+  if (bits === 8) return bytes[offset] as number;
+  const perByte = 8 / bits;
+  const byte = bytes[Math.floor(offset / perByte)] as number;
+  // the first user of a byte in its high bits
+  return (byte >> (8 - bits * ((offset % perByte) + 1))) & ((1 << bits) - 1);
 }
 
 export interface RecordSend {

@@ -91,6 +91,8 @@ export interface Step extends ModelCall {
   byPrevious?: boolean;
   /** Let a record reaching 1,024 sends become a hot user's (format 3; Capper's hotRecords). */
   hotRecords?: boolean;
+  /** Write page blocks with their class numbers at the narrowest width (format 6; Capper's compactClasses). */
+  compactClasses?: boolean;
 }
 
 /** One call (or a check) through the protocol module and the real script; decisions in the call's user order. */
@@ -112,6 +114,7 @@ export async function runScript(
     mode: call.mode,
     ...(call.withWindows ? { withWindows: true } : {}),
     ...(call.hotRecords ? { hotRecords: true } : {}),
+    ...(call.compactClasses ? { compactClasses: true } : {}),
     channel: call.channel,
     campaignId: call.campaignId,
     forced: call.exemptCounted,

@@ -181,6 +181,11 @@ export interface CapSendsRequest {
    * once no function of a release before it runs, since those misread it.
    */
   hotRecords?: boolean;
+  /**
+   * Page blocks may be written with their class numbers at the narrowest width (format 6, docs/decisions/0195):
+   * only once no function of a release before it runs, since those refuse such blocks.
+   */
+  compactClasses?: boolean;
   channel: string;
   /** Empty: anonymous, every send counts. */
   campaignId: string;
@@ -384,7 +389,9 @@ export class CapSendsCoalescer {
       this.profileIds.set(request.profiles, profiles);
     }
     const { namespace, now, at, mode, channel, campaignId, forced, horizonMs } = request;
-    return JSON.stringify([namespace, now, at, mode, channel, campaignId, forced, horizonMs, profiles]);
+    // the rollout switches too: one call carries one mode, so requests with different switches stay apart
+    const switches = [request.hotRecords === true, request.compactClasses === true];
+    return JSON.stringify([namespace, now, at, mode, channel, campaignId, forced, horizonMs, profiles, switches]);
   }
 
   private flush(): void {
@@ -686,7 +693,7 @@ function buildCall(request: CapSendsRequest, tag: number, runs: PageRun[], held:
   const args: (string | Buffer)[] = [
     String(request.now),
     String(request.at),
-    `${request.mode}${request.hotRecords ? "+hot" : ""}${request.withWindows ? "+windows" : ""}`,
+    `${request.mode}${request.hotRecords ? "+hot" : ""}${request.compactClasses ? "+compact" : ""}${request.withWindows ? "+windows" : ""}`,
     `${request.channel}:${request.campaignId}`,
     request.forced ? "1" : "0",
     String(request.horizonMs),

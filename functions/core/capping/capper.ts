@@ -49,6 +49,11 @@ export interface CapperOptions {
   redeliveryMs?: number;
   /** Write hot users' records in chunks (format 3, docs/decisions/0095; CAP_HOT_RECORDS). Default false. */
   hotRecords?: boolean;
+  /**
+   * Write page blocks with their users' class numbers at the narrowest width (format 6, docs/decisions/0195;
+   * CAP_COMPACT_CLASSES). Default false. Reading every format needs no switch.
+   */
+  compactClasses?: boolean;
 }
 
 /**
@@ -85,6 +90,7 @@ export class Capper {
   private readonly namespace: string;
   private readonly redeliveryMs: number;
   private readonly hotRecords: boolean;
+  private readonly compactClasses: boolean;
   private readonly profileCache = new WeakMap<Policy, Map<string, ScriptProfile[]>>();
   /** The calendar profiles of the latest decision instants (batches decided together share one). */
   private readonly calendarCache = new WeakMap<Policy, Map<string, CalendarProfiles>>();
@@ -96,6 +102,7 @@ export class Capper {
     this.namespace = checkNamespace(options.namespace ?? DEFAULT_NAMESPACE);
     this.redeliveryMs = options.redeliveryMs ?? DEFAULT_REDELIVERY_MS;
     this.hotRecords = options.hotRecords ?? false;
+    this.compactClasses = options.compactClasses ?? false;
   }
 
   /**
@@ -240,6 +247,7 @@ export class Capper {
       now,
       at,
       hotRecords: this.hotRecords,
+      compactClasses: this.compactClasses,
       horizonMs: keptHorizonMs(policy, this.redeliveryMs),
       channel: batch.channel,
       campaignId: batch.campaignId,

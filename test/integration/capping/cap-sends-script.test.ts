@@ -38,6 +38,8 @@ afterAll(async () => {
 const CHANNELS = POLICY_CHANNELS;
 /** How long a counted send's message may come back here: short, so a run sees sends expire from the tail. */
 const REDELIVERY_MS = 10 * 60_000;
+/** The property tests of page blocks run with blocks written at 2 bytes a user (format 5) and at the narrowest width (format 6). */
+const COMPACT_CLASSES = [false, true] as const;
 // 40 users of page 0 (a call with 16 or more of them goes through the page block), a user of another page
 // of the same tag, and sparse users: four more of tag 0 on pages of their own in one record hash (a call
 // decides each distinct record once and shares the outcome: their records must stay apart), and others
@@ -72,6 +74,7 @@ async function runScript(
   call: ModelCall,
   bounds?: CallBounds,
   blobSplitBytes?: number,
+  compactClasses = false,
 ): Promise<ModelDecision[]> {
   const sortedIds = Uint32Array.from(call.users).sort();
   const calls = planCapSends(
@@ -80,6 +83,7 @@ async function runScript(
       now: call.now,
       at: call.at,
       mode: call.mode,
+      ...(compactClasses ? { compactClasses } : {}),
       channel: call.channel,
       campaignId: call.campaignId,
       forced: call.exemptCounted,
@@ -102,45 +106,51 @@ async function runScript(
 }
 
 describe("cap-sends against the reference model", () => {
-  it("decides as the model does (idempotency for the redelivery bound included), and no window ever holds more than max counted sends", async () => {
-    await fc.assert(
-      fc.asyncProperty(
-        policyArbitrary,
-        fc.integer({ min: 0, max: 5 }),
-        fc.array(callArbitrary, { minLength: 5, maxLength: 25 }),
-        async (policy, seed, calls) => {
-          const namespace = uniqueNamespace();
-          const segmentOf = (user: number) => (user + seed) % policy.segments.length;
-          const model = new CappingModel(policy, segmentOf, REDELIVERY_MS);
-          let now = T0;
-          for (const step of calls) {
-            now += step.elapsed;
-            const reach = step.skew < 0 ? policy.backfillMs : Math.min(300_000, 3 * policy.backfillMs);
-            const call: ModelCall = {
-              mode: step.mode as "count" | "peek",
-              now,
-              at: now + Math.round(step.skew * reach),
-              channel: step.channel,
-              campaignId: step.campaignId,
-              exemptCounted: false,
-              users: step.users,
-            };
-            expect(await runScript(namespace, policy, segmentOf, call)).toEqual(model.apply(call));
-          }
-          for (const user of model.users()) {
-            const sends = model.sendsOf(user);
-            for (const channel of CHANNELS) {
-              for (const cap of policy.capsFor(segmentOf(user), channel)) {
-                const counted = sends.filter((s) => cap.channel === "*" || s.channel === cap.channel).map((s) => s.at);
-                expect(fullestWindow(counted, cap.windowMs)).toBeLessThanOrEqual(cap.max);
+  for (const compactClasses of COMPACT_CLASSES) {
+    it(`decides as the model does (idempotency for the redelivery bound included), and no window ever holds more than max counted sends (compact classes ${compactClasses ? "on" : "off"})`, async () => {
+      await fc.assert(
+        fc.asyncProperty(
+          policyArbitrary,
+          fc.integer({ min: 0, max: 5 }),
+          fc.array(callArbitrary, { minLength: 5, maxLength: 25 }),
+          async (policy, seed, calls) => {
+            const namespace = uniqueNamespace();
+            const segmentOf = (user: number) => (user + seed) % policy.segments.length;
+            const model = new CappingModel(policy, segmentOf, REDELIVERY_MS);
+            let now = T0;
+            for (const step of calls) {
+              now += step.elapsed;
+              const reach = step.skew < 0 ? policy.backfillMs : Math.min(300_000, 3 * policy.backfillMs);
+              const call: ModelCall = {
+                mode: step.mode as "count" | "peek",
+                now,
+                at: now + Math.round(step.skew * reach),
+                channel: step.channel,
+                campaignId: step.campaignId,
+                exemptCounted: false,
+                users: step.users,
+              };
+              expect(await runScript(namespace, policy, segmentOf, call, undefined, undefined, compactClasses)).toEqual(
+                model.apply(call),
+              );
+            }
+            for (const user of model.users()) {
+              const sends = model.sendsOf(user);
+              for (const channel of CHANNELS) {
+                for (const cap of policy.capsFor(segmentOf(user), channel)) {
+                  const counted = sends
+                    .filter((s) => cap.channel === "*" || s.channel === cap.channel)
+                    .map((s) => s.at);
+                  expect(fullestWindow(counted, cap.windowMs)).toBeLessThanOrEqual(cap.max);
+                }
               }
             }
-          }
-        },
-      ),
-      { numRuns: 25 },
-    );
-  });
+          },
+        ),
+        { numRuns: 25 },
+      );
+    });
+  }
 });
 
 // Sparse users of tag 0, one per page, most in one record range (one blob), some in the next range: many users
@@ -296,91 +306,101 @@ const longCallArbitrary = fc.record({
 });
 
 describe("a page block over days (compactions, divergent histories, sends ageing out)", () => {
-  it("decides as the model does through class and event compactions", async () => {
-    await fc.assert(
-      fc.asyncProperty(
-        longPolicyArbitrary,
-        fc.array(longCallArbitrary, { minLength: 40, maxLength: 60 }),
-        async (policy, calls) => {
-          const namespace = uniqueNamespace();
-          const segmentOf = (user: number) => user % policy.segments.length;
-          const model = new CappingModel(policy, segmentOf, REDELIVERY_MS);
-          let now = T0;
-          for (const step of calls) {
-            now += step.elapsed;
-            const reach = step.skew < 0 ? policy.backfillMs : 300_000;
-            // about half the page, a different half each call
-            const users = PAGE.filter((user) => halfOf(user, step.seed));
-            const call: ModelCall = {
-              mode: step.mode as "count" | "peek",
-              now,
-              at: now + Math.round(step.skew * reach),
-              channel: step.channel,
-              campaignId: step.campaignId,
-              exemptCounted: step.exemptCounted,
-              users: users.length >= 16 ? users : PAGE,
-            };
-            expect(await runScript(namespace, policy, segmentOf, call)).toEqual(model.apply(call));
-          }
-        },
-      ),
-      { numRuns: 6 },
-    );
-  });
+  for (const compactClasses of COMPACT_CLASSES) {
+    it(`decides as the model does through class and event compactions (compact classes ${compactClasses ? "on" : "off"})`, async () => {
+      await fc.assert(
+        fc.asyncProperty(
+          longPolicyArbitrary,
+          fc.array(longCallArbitrary, { minLength: 40, maxLength: 60 }),
+          async (policy, calls) => {
+            const namespace = uniqueNamespace();
+            const segmentOf = (user: number) => user % policy.segments.length;
+            const model = new CappingModel(policy, segmentOf, REDELIVERY_MS);
+            let now = T0;
+            for (const step of calls) {
+              now += step.elapsed;
+              const reach = step.skew < 0 ? policy.backfillMs : 300_000;
+              // about half the page, a different half each call
+              const users = PAGE.filter((user) => halfOf(user, step.seed));
+              const call: ModelCall = {
+                mode: step.mode as "count" | "peek",
+                now,
+                at: now + Math.round(step.skew * reach),
+                channel: step.channel,
+                campaignId: step.campaignId,
+                exemptCounted: step.exemptCounted,
+                users: users.length >= 16 ? users : PAGE,
+              };
+              expect(await runScript(namespace, policy, segmentOf, call, undefined, undefined, compactClasses)).toEqual(
+                model.apply(call),
+              );
+            }
+          },
+        ),
+        { numRuns: 6 },
+      );
+    });
+  }
 
   // A page whose histories diverged counts each class's sends near `at` against the set of the page's events
   // a window can hold, and leaves out a cap whose window holds fewer of them than its max. Here the window
   // holds exactly max events, one each from max calls to random halves: the users in every half are capped
   // (the count reaches max only at the bound), and with one call fewer nobody is.
-  it("caps a diverged page's users exactly when the events a window holds reach the max", async () => {
-    await fc.assert(
-      fc.asyncProperty(
-        fc.integer({ min: 2, max: 5 }),
-        fc.array(fc.integer({ min: 1, max: 2 ** 30 }), { minLength: 8, maxLength: 8 }),
-        fc.constantFrom("1h", "3h"),
-        async (max, seeds, window) => {
-          const policy = parsePolicy({
-            version: "prop-bound",
-            channels: CHANNELS,
-            segments: [],
-            default: { name: "rest", caps: { a: [{ window, max }] } },
-          });
-          const namespace = uniqueNamespace();
-          const model = new CappingModel(policy, () => 0, REDELIVERY_MS);
-          // a diverged page first (its own campaigns, aged out of the window), then max + 1 calls in the window
-          let now = T0;
-          for (const [i, seed] of seeds.entries()) {
+  for (const compactClasses of COMPACT_CLASSES) {
+    it(`caps a diverged page's users exactly when the events a window holds reach the max (compact classes ${compactClasses ? "on" : "off"})`, async () => {
+      await fc.assert(
+        fc.asyncProperty(
+          fc.integer({ min: 2, max: 5 }),
+          fc.array(fc.integer({ min: 1, max: 2 ** 30 }), { minLength: 8, maxLength: 8 }),
+          fc.constantFrom("1h", "3h"),
+          async (max, seeds, window) => {
+            const policy = parsePolicy({
+              version: "prop-bound",
+              channels: CHANNELS,
+              segments: [],
+              default: { name: "rest", caps: { a: [{ window, max }] } },
+            });
+            const namespace = uniqueNamespace();
+            const model = new CappingModel(policy, () => 0, REDELIVERY_MS);
+            // a diverged page first (its own campaigns, aged out of the window), then max + 1 calls in the window
+            let now = T0;
+            for (const [i, seed] of seeds.entries()) {
+              now += 4 * HOUR;
+              const call: ModelCall = {
+                mode: "count",
+                now,
+                at: now,
+                channel: "a",
+                campaignId: `old${i}`,
+                exemptCounted: false,
+                users: PAGE.filter((user) => halfOf(user, seed)),
+              };
+              expect(await runScript(namespace, policy, () => 0, call, undefined, undefined, compactClasses)).toEqual(
+                model.apply(call),
+              );
+            }
             now += 4 * HOUR;
-            const call: ModelCall = {
-              mode: "count",
-              now,
-              at: now,
-              channel: "a",
-              campaignId: `old${i}`,
-              exemptCounted: false,
-              users: PAGE.filter((user) => halfOf(user, seed)),
-            };
-            expect(await runScript(namespace, policy, () => 0, call)).toEqual(model.apply(call));
-          }
-          now += 4 * HOUR;
-          for (let i = 0; i <= max; i++) {
-            now += 60_000;
-            const call: ModelCall = {
-              mode: "count",
-              now,
-              at: now,
-              channel: "a",
-              campaignId: `new${i}`,
-              exemptCounted: false,
-              users: PAGE.filter((user) => halfOf(user, (seeds[i] as number) ^ 0x5bd1e995)),
-            };
-            expect(await runScript(namespace, policy, () => 0, call)).toEqual(model.apply(call));
-          }
-        },
-      ),
-      { numRuns: 6 },
-    );
-  });
+            for (let i = 0; i <= max; i++) {
+              now += 60_000;
+              const call: ModelCall = {
+                mode: "count",
+                now,
+                at: now,
+                channel: "a",
+                campaignId: `new${i}`,
+                exemptCounted: false,
+                users: PAGE.filter((user) => halfOf(user, (seeds[i] as number) ^ 0x5bd1e995)),
+              };
+              expect(await runScript(namespace, policy, () => 0, call, undefined, undefined, compactClasses)).toEqual(
+                model.apply(call),
+              );
+            }
+          },
+        ),
+        { numRuns: 6 },
+      );
+    });
+  }
 });
 
 // Whole pages of 256 users in one call: while the page's users share one history, the script decides each
@@ -489,37 +509,41 @@ describe("page blocks as stored", () => {
 });
 
 describe("whole pages decided per segment", () => {
-  it("decides as the model does whether the page's users share a history or not", async () => {
-    await fc.assert(
-      fc.asyncProperty(
-        wholePagePolicyArbitrary,
-        fc.integer({ min: 1, max: 256 }),
-        fc.array(wholePageCallArbitrary, { minLength: 4, maxLength: 12 }),
-        async (policy, stride, calls) => {
-          const namespace = uniqueNamespace();
-          // runs of `stride` users per segment: a page holds one segment or several
-          const segmentOf = (user: number) => Math.floor(user / stride) % policy.segments.length;
-          const model = new CappingModel(policy, segmentOf, REDELIVERY_MS);
-          let now = T0;
-          for (const step of calls) {
-            now += step.elapsed;
-            const reach = step.skew < 0 ? policy.backfillMs : Math.min(300_000, 3 * policy.backfillMs);
-            const call: ModelCall = {
-              mode: step.mode as "count" | "peek",
-              now,
-              at: now + Math.round(step.skew * reach),
-              channel: step.channel,
-              campaignId: step.campaignId,
-              exemptCounted: step.exemptCounted,
-              users: step.users,
-            };
-            expect(await runScript(namespace, policy, segmentOf, call)).toEqual(model.apply(call));
-          }
-        },
-      ),
-      { numRuns: 15 },
-    );
-  });
+  for (const compactClasses of COMPACT_CLASSES) {
+    it(`decides as the model does whether the page's users share a history or not (compact classes ${compactClasses ? "on" : "off"})`, async () => {
+      await fc.assert(
+        fc.asyncProperty(
+          wholePagePolicyArbitrary,
+          fc.integer({ min: 1, max: 256 }),
+          fc.array(wholePageCallArbitrary, { minLength: 4, maxLength: 12 }),
+          async (policy, stride, calls) => {
+            const namespace = uniqueNamespace();
+            // runs of `stride` users per segment: a page holds one segment or several
+            const segmentOf = (user: number) => Math.floor(user / stride) % policy.segments.length;
+            const model = new CappingModel(policy, segmentOf, REDELIVERY_MS);
+            let now = T0;
+            for (const step of calls) {
+              now += step.elapsed;
+              const reach = step.skew < 0 ? policy.backfillMs : Math.min(300_000, 3 * policy.backfillMs);
+              const call: ModelCall = {
+                mode: step.mode as "count" | "peek",
+                now,
+                at: now + Math.round(step.skew * reach),
+                channel: step.channel,
+                campaignId: step.campaignId,
+                exemptCounted: step.exemptCounted,
+                users: step.users,
+              };
+              expect(await runScript(namespace, policy, segmentOf, call, undefined, undefined, compactClasses)).toEqual(
+                model.apply(call),
+              );
+            }
+          },
+        ),
+        { numRuns: 15 },
+      );
+    });
+  }
 });
 
 // Segments that repeat one another's caps (a policy may give several segments the same caps): the plan sends

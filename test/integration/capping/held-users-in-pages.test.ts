@@ -33,7 +33,13 @@ const REDELIVERY_MS = 10 * 60_000;
 const PAGE = Array.from({ length: 256 }, (_, i) => i);
 const USERS = [...PAGE, ...Array.from({ length: 40 }, (_, i) => 256 + i), 300_000];
 
-function request(policy: Policy, call: ModelCall, segmentOf: (user: number) => number, held: readonly number[]) {
+function request(
+  policy: Policy,
+  call: ModelCall,
+  segmentOf: (user: number) => number,
+  held: readonly number[],
+  compactClasses = false,
+) {
   const heldSet = new Set(held);
   const sortedIds = Uint32Array.from(call.users.filter((user) => !heldSet.has(user))).sort();
   return {
@@ -41,6 +47,7 @@ function request(policy: Policy, call: ModelCall, segmentOf: (user: number) => n
     now: call.now,
     at: call.at,
     mode: call.mode,
+    compactClasses,
     channel: call.channel,
     campaignId: call.campaignId,
     forced: call.exemptCounted,
@@ -59,8 +66,9 @@ async function runWithHeld(
   segmentOf: (user: number) => number,
   call: ModelCall,
   held: readonly number[],
+  compactClasses: boolean,
 ): Promise<Map<number, ModelDecision>> {
-  const planned = request(policy, call, segmentOf, held);
+  const planned = request(policy, call, segmentOf, held, compactClasses);
   const byUser = new Map<number, ModelDecision>();
   for (const one of planCapSends({ ...planned, namespace })) {
     const { codes } = readCapSendsReply(await store.capSends(one.keys, one.args), one.members.length);
@@ -86,43 +94,46 @@ const stepArbitrary = fc.record({
 });
 
 describe("held users in their pages' arguments", () => {
-  it("leaves the held users' histories as they were and decides the others as the model decides a call without them", async () => {
-    await fc.assert(
-      fc.asyncProperty(
-        policyArbitrary,
-        fc.integer({ min: 0, max: 5 }),
-        fc.array(stepArbitrary, { minLength: 4, maxLength: 14 }),
-        async (policy, seed, steps) => {
-          const namespace = uniqueNamespace();
-          const segmentOf = (user: number) => (user + seed) % policy.segments.length;
-          const model = new CappingModel(policy, segmentOf, REDELIVERY_MS);
-          let now = T0;
-          for (const step of steps) {
-            now += step.elapsed;
-            const held = step.users.filter(
-              (user) => ((Math.imul(user ^ step.heldSeed, 0x2545f491) >>> 0) % 1000) / 1000 < step.heldShare,
-            );
-            const heldSet = new Set(held);
-            const call: ModelCall = {
-              mode: step.mode as "count" | "peek",
-              now,
-              at: now,
-              channel: step.channel,
-              campaignId: step.campaignId,
-              exemptCounted: false,
-              users: step.users,
-            };
-            const decided = step.users.filter((user) => !heldSet.has(user));
-            const expected = model.apply({ ...call, users: decided });
-            const byUser = await runWithHeld(namespace, policy, segmentOf, call, held);
-            expect(decided.map((user) => byUser.get(user))).toEqual(expected);
-            expect(held.filter((user) => byUser.has(user))).toEqual([]);
-          }
-        },
-      ),
-      { numRuns: 20 },
-    );
-  });
+  // blocks written at 2 bytes a user (format 5) and at the narrowest width (format 6)
+  for (const compactClasses of [false, true]) {
+    it(`leaves the held users' histories as they were and decides the others as the model decides a call without them (compact classes ${compactClasses ? "on" : "off"})`, async () => {
+      await fc.assert(
+        fc.asyncProperty(
+          policyArbitrary,
+          fc.integer({ min: 0, max: 5 }),
+          fc.array(stepArbitrary, { minLength: 4, maxLength: 14 }),
+          async (policy, seed, steps) => {
+            const namespace = uniqueNamespace();
+            const segmentOf = (user: number) => (user + seed) % policy.segments.length;
+            const model = new CappingModel(policy, segmentOf, REDELIVERY_MS);
+            let now = T0;
+            for (const step of steps) {
+              now += step.elapsed;
+              const held = step.users.filter(
+                (user) => ((Math.imul(user ^ step.heldSeed, 0x2545f491) >>> 0) % 1000) / 1000 < step.heldShare,
+              );
+              const heldSet = new Set(held);
+              const call: ModelCall = {
+                mode: step.mode as "count" | "peek",
+                now,
+                at: now,
+                channel: step.channel,
+                campaignId: step.campaignId,
+                exemptCounted: false,
+                users: step.users,
+              };
+              const decided = step.users.filter((user) => !heldSet.has(user));
+              const expected = model.apply({ ...call, users: decided });
+              const byUser = await runWithHeld(namespace, policy, segmentOf, call, held, compactClasses);
+              expect(decided.map((user) => byUser.get(user))).toEqual(expected);
+              expect(held.filter((user) => byUser.has(user))).toEqual([]);
+            }
+          },
+        ),
+        { numRuns: 20 },
+      );
+    });
+  }
 
   it("plans a page reached whole with held users as one whole-page argument, 4 such pages a call", () => {
     const policy = parsePolicy({

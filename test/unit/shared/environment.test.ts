@@ -32,6 +32,7 @@ describe("consumer environment", () => {
       KEY_NAMESPACE: "tg",
       CAMPAIGN_REDELIVERY_SECONDS: 1800,
       CAP_HOT_RECORDS: "off",
+      CAP_COMPACT_CLASSES: "off",
       TIME_BUDGET_MARGIN_MS: 15000,
       RECORDS_IN_FLIGHT: 10,
       AWS_REGION: "us-east-1",
@@ -59,6 +60,7 @@ describe("consumer environment", () => {
       ["REFRESH_SECONDS", "-1"],
       ["CAMPAIGN_REDELIVERY_SECONDS", "1209601"],
       ["CAP_HOT_RECORDS", "true"],
+      ["CAP_COMPACT_CLASSES", "yes"],
       ["KEY_NAMESPACE", "{tg}"],
       // 61 characters: no room left for `:t:` and a tenant namespace in a key's 64
       ["KEY_NAMESPACE", "n".repeat(61)],

@@ -17,16 +17,16 @@ const LUA = new URL("../../../lua/", import.meta.url);
 
 /**
 /**
- * sha256 of each split script's chunk: cap-sends since it counts calendar periods of the user's zone (calendar-window.lua), quota-sync since its
+ * sha256 of each split script's chunk: cap-sends since it may write a block's class numbers at their narrowest width (class-widths.lua), quota-sync since its
  * time is held within a bound of the store's clock (store-now.lua, store-time.lua) and a waiting approximate request is granted from what is left (want).
  * A change to a script changes its chunk and its library's name on purpose: update these with it.
  */
 const CHUNK_SHA256 = {
-  "cap-sends": "39bd8d30a79bcf51411967e564be7c451564b0bc90c296b6690deec4e96085f9",
+  "cap-sends": "39d18b36d2c6dd259807fa04a1ff58fe14fbd987fed22b5ec5801e5b1bc9953e",
   "quota-sync": "c0ffbc29d3cbe7d68d667f46d0dee1dca170bcd28c17f0a74cc6f8e262d228d6",
 };
 /** The libraries' names: a hash of their code, so the same name means the same chunks. */
-const LIBRARY_NAMES = { tollgate: "tollgate_87c5dd39", quota: "tollgate_41c316ca", limit: "tollgate_85c6648e" };
+const LIBRARY_NAMES = { tollgate: "tollgate_cb9e3ae9", quota: "tollgate_41c316ca", limit: "tollgate_85c6648e" };
 
 /** No file under lua/ passes this many lines: a part holds one concern. */
 const MAX_FILE_LINES = 400;
