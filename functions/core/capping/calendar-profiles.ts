@@ -10,6 +10,9 @@ import type { ZoneIndex } from "./segment-index.ts";
 /** The script numbers a user's profile in one byte. */
 export const MAX_CALENDAR_PROFILES = 256;
 
+/** A batch's users need more profiles than one numbering holds: the capper decides it in parts (batch-parts.ts). */
+export class ProfileLimitError extends Error {}
+
 /**
  * Profiles of one decision instant (`at`, `now`), growing as batches bring new segment and zone pairs: batches
  * decided together with one instant share the same array, so their script calls can be shared too.
@@ -30,22 +33,32 @@ export class CalendarProfiles {
   /** Each user's profile number (sortedIds' zones by `zones`; without an index, everyone's in the default zone). */
   profileOf(sortedIds: Uint32Array, segmentOf: Uint8Array, zones: ZoneIndex | undefined): Uint8Array {
     const zoneNames = [...this.policy.zones, this.policy.defaultZone];
-    const zoneOf = zones ? zones.resolveSorted(sortedIds) : undefined;
+    const pairOf = this.pairsOf(sortedIds, segmentOf, zones);
     const result = new Uint8Array(sortedIds.length);
     // each segment and zone pair's number, looked up once per batch (-1: not yet)
-    const pairs = new Int16Array(this.policy.segments.length * zoneNames.length).fill(-1);
+    const numbers = new Int16Array(this.policy.segments.length * zoneNames.length).fill(-1);
     for (let j = 0; j < sortedIds.length; j++) {
-      const segment = segmentOf[j] as number;
-      const zone = zoneOf ? (zoneOf[j] as number) : this.policy.zones.length;
-      const pair = segment * zoneNames.length + zone;
-      let number = pairs[pair] as number;
+      const pair = pairOf[j] as number;
+      let number = numbers[pair] as number;
       if (number < 0) {
-        number = this.numberFor(segment, zoneNames[zone] as string);
-        pairs[pair] = number;
+        number = this.numberFor(Math.floor(pair / zoneNames.length), zoneNames[pair % zoneNames.length] as string);
+        numbers[pair] = number;
       }
       result[j] = number;
     }
     return result;
+  }
+
+  /** Each user's segment and zone pair: segment × (zones + 1) + zone, the default zone last. */
+  pairsOf(sortedIds: Uint32Array, segmentOf: Uint8Array, zones: ZoneIndex | undefined): Uint32Array {
+    const zoneCount = this.policy.zones.length + 1;
+    const zoneOf = zones ? zones.resolveSorted(sortedIds) : undefined;
+    const pairs = new Uint32Array(sortedIds.length);
+    for (let j = 0; j < sortedIds.length; j++) {
+      const zone = zoneOf ? (zoneOf[j] as number) : this.policy.zones.length;
+      pairs[j] = (segmentOf[j] as number) * zoneCount + zone;
+    }
+    return pairs;
   }
 
   private numberFor(segment: number, zone: string): number {
@@ -57,7 +70,7 @@ export class CalendarProfiles {
     if (number === undefined) {
       number = this.profiles.length;
       if (number >= MAX_CALENDAR_PROFILES)
-        throw new Error(
+        throw new ProfileLimitError(
           `a batch needs more than ${MAX_CALENDAR_PROFILES} profiles (segments × zones with distinct calendar periods)`,
         );
       const base = this.base[segment] as ScriptProfile;

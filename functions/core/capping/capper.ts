@@ -7,7 +7,8 @@ import { decisionTime, systemClock } from "../shared/clock.ts";
 import { PartlyDecidedError, ValidationError } from "../shared/errors.ts";
 import { checkNamespace } from "../shared/namespace.ts";
 import { parseOrThrow } from "../shared/validation.ts";
-import { CalendarProfiles, countedUntil } from "./calendar-profiles.ts";
+import { mergeDecided, mergeParts, partsByPair } from "./batch-parts.ts";
+import { CalendarProfiles, countedUntil, MAX_CALENDAR_PROFILES, ProfileLimitError } from "./calendar-profiles.ts";
 import { type CampaignBatch, type CampaignBatchInput, campaignBatchSchema } from "./campaign-batch.ts";
 import {
   type AnsweredVerdicts,
@@ -77,6 +78,13 @@ export interface CapBatchOptions {
    * the same reading (and the same `at`, campaign and channel) share their script calls.
    */
   now?: number;
+}
+
+/** A batch's decisions, each decided user's windows when asked for (by index in sortedIds), its sorted IDs. */
+interface Decided {
+  result: CapBatchResult;
+  windows: Map<number, UserWindows>;
+  sortedIds: Uint32Array;
 }
 
 /** Sort key = userId * 2^20 + input position: exact in a double because user IDs have 32 bits. */
@@ -192,8 +200,9 @@ export class Capper {
       beforeCount,
       now = this.clock.now(),
       quiet = true,
-    }: { beforeCount?: (sends: PlannedSends) => void; now?: number; quiet?: boolean } = {},
-  ): Promise<{ result: CapBatchResult; windows: Map<number, UserWindows>; sortedIds: Uint32Array }> {
+      ownProfiles = false,
+    }: { beforeCount?: (sends: PlannedSends) => void; now?: number; quiet?: boolean; ownProfiles?: boolean } = {},
+  ): Promise<Decided> {
     if (!policy.channels.includes(batch.channel)) {
       throw new ValidationError(
         "channel",
@@ -224,8 +233,17 @@ export class Capper {
     // the script's profile of each decided user: its segment's, or with calendar caps its segment's in its zone
     let profileOf = decided.segmentOf;
     if (decided.sortedIds.length > 0 && policy.hasCalendarCaps(batch.channel)) {
-      const calendar = this.calendarProfiles(policy, batch.channel, priority, profiles, at, now);
-      profileOf = calendar.profileOf(decided.sortedIds, decided.segmentOf, zones);
+      // a part of a batch numbers its own profiles: the shared numbering was full
+      const calendar = ownProfiles
+        ? new CalendarProfiles(policy, profiles, at, countedUntil(at, now))
+        : this.calendarProfiles(policy, batch.channel, priority, profiles, at, now);
+      try {
+        profileOf = calendar.profileOf(decided.sortedIds, decided.segmentOf, zones);
+      } catch (error) {
+        if (!(error instanceof ProfileLimitError) || ownProfiles) throw error;
+        const parts = partsByPair(calendar.pairsOf(sortedIds, segmentOf, zones), positions, MAX_CALENDAR_PROFILES);
+        return this.runInParts(batch, mode, { policy, segments, zones }, withWindows, { now, quiet }, parts);
+      }
       profiles = calendar.profiles;
     }
     const reportOf = (verdicts: Verdicts, answered?: Uint8Array) =>
@@ -311,6 +329,42 @@ export class Capper {
       if (eligible) capDefer = { eligible, deadline: (batch.defer.since ?? judgedAt) + batch.defer.maxMs };
     }
     return { result: reportOf(verdicts), windows, sortedIds };
+  }
+
+  /**
+   * A batch decided in parts (batch-parts.ts), one after another, each numbering its own profiles; nothing is
+   * checked again (`beforeCount` saw the whole batch). A part that fails after others counted reports what
+   * was counted, for the caller to forward before it retries the batch.
+   */
+  private async runInParts(
+    batch: Parameters<Capper["run"]>[0],
+    mode: "count" | "peek",
+    rules: Rules,
+    withWindows: boolean,
+    options: { now: number; quiet: boolean },
+    parts: number[][],
+  ): Promise<Decided> {
+    const done: { positions: number[]; result: CapBatchResult }[] = [];
+    const windows = new Map<number, UserWindows>();
+    const ids: number[] = [];
+    for (const positions of parts) {
+      const part = { ...batch, userIds: positions.map((position) => batch.userIds[position] as number) };
+      let answer: Decided;
+      try {
+        answer = await this.run(part, mode, rules, withWindows, { ...options, ownProfiles: true });
+      } catch (error) {
+        if (mode === "peek") throw error;
+        const results = done.map((d) => d.result);
+        if (error instanceof PartlyDecidedError)
+          throw new PartlyDecidedError<CapBatchResult>(mergeDecided(results, error.decided), error.cause);
+        if (done.length > 0) throw new PartlyDecidedError<CapBatchResult>(mergeDecided(results), error);
+        throw error;
+      }
+      for (const [j, figures] of answer.windows) windows.set(ids.length + j, figures);
+      ids.push(...answer.sortedIds);
+      done.push({ positions, result: answer.result });
+    }
+    return { result: mergeParts(batch.userIds.length, done), windows, sortedIds: Uint32Array.from(ids) };
   }
 
   /**
