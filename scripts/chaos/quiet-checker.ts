@@ -147,8 +147,9 @@ export function checkQuietPipeline(output: QuietOutput, contract: QuietContract)
   }
   const examples: Record<string, string[]> = {};
   const note = (rule: string, text: string) => {
-    const list = (examples[rule] ??= []);
+    const list = examples[rule] ?? [];
     if (list.length < 3) list.push(text);
+    examples[rule] = list;
   };
 
   // quiet and deferral: a delivery is decided at or after its message's `at` and before the delivery queue
