@@ -177,7 +177,8 @@ export function checkQuietPipeline(output: QuietOutput, contract: QuietContract)
       note("deferral", `user ${d.userId} of message ${d.seq} delivered ${free - firstHold} ms past its first hold`);
     }
   }
-  // a drop by quiet hours whose night ended within maxMs of the message's `at` (so of any first hold)
+  // a drop by quiet hours whose night, quiet at the message's `at`, ended within maxMs of it (so of any first
+  // hold); a drop of a send whose `at` was free is judged by the later clock, which may be in the next night
   let droppedWithinBound = 0;
   const droppedQuiet = new Set<string>();
   for (const r of output.reports) {
@@ -185,7 +186,9 @@ export function checkQuietPipeline(output: QuietOutput, contract: QuietContract)
     const m = bySeq.get(r.seq);
     if (!m || m.deferMaxMs === undefined || droppedQuiet.has(keyOf(r.seq, r.userId))) continue;
     droppedQuiet.add(keyOf(r.seq, r.userId));
-    if (freeAt(m, r.userId) - m.at <= m.deferMaxMs) {
+    const free = freeAt(m, r.userId);
+    // `at` quiet: every first hold lies in that night, at most `free − at` before its end
+    if (free > m.at && free - m.at <= m.deferMaxMs) {
       droppedWithinBound++;
       note("deferral", `user ${r.userId} of message ${r.seq} dropped though its night ended within maxMs`);
     }

@@ -4,7 +4,7 @@
 // QUIET_EDGE New York's night ends and Shanghai's begins, so a run of seconds sees sends held, deferred by SQS
 // delay to the end of the night and re-decided, others dropped past `maxMs`, and others delivered.
 import type { CapRule } from "./pipeline-checker.ts";
-import { PIPELINE_USERS } from "./pipeline-input.ts";
+import { PIPELINE_POLICY, PIPELINE_USERS } from "./pipeline-input.ts";
 import { seededRandom } from "./seeded.ts";
 
 /** 2027-01-15 13:00 UTC: 08:00 in New York, 21:00 in Shanghai, 22:00 in Tokyo, 18:30 in Kolkata. */
@@ -28,13 +28,22 @@ export function quietZoneMembers(): { name: string; userIds: number[] }[] {
   return QUIET_ZONES.map((zone) => ({ name: zone, userIds: PIPELINE_USERS.filter((u) => quietZoneOf(u) === zone) }));
 }
 
-/** The policy's part for this family (merged into PIPELINE_POLICY): zones, quiet hours, inapp's cap. */
-export const QUIET_POLICY_PART = {
+/**
+ * The policy every pipeline scenario's consumers run: PIPELINE_POLICY with zones, and quiet hours and a cap
+ * on inapp, a channel only this family's campaigns use (push and email have no quiet hours, so the other
+ * scenarios' batches resolve no zone).
+ */
+export const PIPELINE_POLICY_WITH_QUIET = {
+  ...PIPELINE_POLICY,
+  channels: [...PIPELINE_POLICY.channels, QUIET_CHANNEL],
+  default: {
+    ...PIPELINE_POLICY.default,
+    caps: { ...PIPELINE_POLICY.default.caps, [QUIET_CHANNEL]: [{ window: "2s", max: 1 }] },
+  },
   defaultZone: "UTC",
   zones: [...QUIET_ZONES],
   quietHours: { [QUIET_CHANNEL]: QUIET_WINDOWS.map((w) => ({ ...w })) },
 };
-export const QUIET_CHANNEL_CAPS = [{ window: "2s", max: 1 }];
 
 /** The caps as the checker reads them: inapp's own, email's and "*" (the policy's default segment). */
 export const QUIET_CAPS: readonly CapRule[] = [

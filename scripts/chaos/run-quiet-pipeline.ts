@@ -1,0 +1,146 @@
+// One quiet-hours pipeline scenario (`pipeline-quiet/<nemesis>`): the pipeline's consumers deciding by the
+// harness's clock, which reads QUIET_EDGE − QUIET_LEAD_MS when the stream starts, so in seconds the run goes
+// through the end of New York's night and the start of Shanghai's. A seeded stream of campaigns on inapp (quiet
+// hours) and email, most deferring; the nemesis 3 s in; then the queue drained (deferrals wait out their SQS
+// delay there), the dead letters redriven once, and the deliveries (with when the delivery queue took each),
+// the consumers' reports of held sends, and the DLQ judged by quiet-checker.ts.
+import { writeFileSync } from "node:fs";
+import { resolve } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import type { ClusterControl } from "./cluster-control.ts";
+import type { CappedSend } from "./pipeline-checker.ts";
+import type { ConsumerReports, PipelineStack } from "./pipeline-stack.ts";
+import { checkQuietPipeline, type HeldReport, type QuietCheck, type QuietPushed } from "./quiet-checker.ts";
+import {
+  QUIET_CAPS,
+  QUIET_CHANNEL,
+  QUIET_EDGE,
+  QUIET_LEAD_MS,
+  QUIET_WINDOWS,
+  quietStream,
+  quietZoneOf,
+} from "./quiet-input.ts";
+import { PIPELINE_NEMESES, type PipelineContext } from "./run-pipeline.ts";
+import { seedOf } from "./seeded.ts";
+import type { ProductNemesis } from "./store-nemeses.ts";
+
+const INJECT_AFTER_MS = 3000;
+const STREAM_MS = 8000;
+const OBSERVE_AFTER_HEAL_MS = 2000;
+const CONSUMERS = 2;
+/** How long the consumers get to start before the harness's clock reaches QUIET_EDGE − QUIET_LEAD_MS. */
+const START_MS = 6000;
+const DRAIN_MS = 90_000;
+
+/** The nemeses this family runs under: none, a primary killed, consumers killed mid-batch, a redelivery storm. */
+export const QUIET_NEMESES: readonly ProductNemesis<PipelineContext>[] = PIPELINE_NEMESES.filter((n) =>
+  ["none", "kill-9-primary", "consumer-killed-mid-batch", "redelivery-storm"].includes(n.name),
+);
+
+export interface QuietPipelineResult {
+  id: string;
+  check: QuietCheck;
+  wallMs: number;
+}
+
+export async function runQuietPipelineScenario(
+  nemesis: ProductNemesis<PipelineContext>,
+  parts: { cluster: ClusterControl; stack: PipelineStack; runId: string; index: number; seed: number },
+): Promise<QuietPipelineResult> {
+  const id = `pipeline-quiet/${nemesis.name}`;
+  const began = Date.now();
+  const namespace = `q${parts.runId}-${parts.index}`;
+  const queues = await parts.stack.queues(namespace);
+  const capped: CappedSend[] = [];
+  const held: HeldReport[] = [];
+  const reports: ConsumerReports = { decided: [], storeLostAt: [], held };
+  // the harness's clock: the system's plus this, reading QUIET_EDGE − QUIET_LEAD_MS once the consumers run
+  const plannedStart = Date.now() + START_MS;
+  const offsetMs = QUIET_EDGE - QUIET_LEAD_MS - plannedStart;
+  const now = () => Date.now() + offsetMs;
+  const consumers = Array.from({ length: CONSUMERS }, () =>
+    parts.stack.consumer(queues, namespace, capped, reports, offsetMs),
+  );
+  const context: PipelineContext = {
+    cluster: parts.cluster,
+    pattern: `${namespace}:*`,
+    state: {},
+    stack: parts.stack,
+    queues,
+    consumers,
+  };
+  const pushed: QuietPushed[] = [];
+  try {
+    await Promise.all(consumers.map((consumer) => consumer.start()));
+    await sleep(Math.max(0, plannedStart - Date.now()));
+    const stream = quietStream(
+      seedOf(parts.seed, id),
+      Math.max(STREAM_MS, INJECT_AFTER_MS + nemesis.durationMs + OBSERVE_AFTER_HEAL_MS),
+    );
+    const t0 = Date.now();
+    process.stderr.write(`[chaos] ${id}: the stream starts ${QUIET_EDGE - now()} ms before the night's edge\n`);
+    const pushing = (async () => {
+      for (const campaign of stream) {
+        await sleep(Math.max(0, t0 + campaign.offsetMs - Date.now()));
+        const at = now();
+        const messages = campaign.messages.map((userIds, j) => ({
+          seq: pushed.length + j,
+          campaignId: campaign.campaignId,
+          channel: campaign.channel,
+          userIds,
+          at,
+          deferMaxMs: campaign.deferMaxMs,
+        }));
+        pushed.push(...messages);
+        await parts.stack.push(queues.campaign.url, messages);
+      }
+    })();
+    await sleep(Math.max(0, t0 + INJECT_AFTER_MS - Date.now()));
+    try {
+      await nemesis.inject(context);
+      await sleep(Math.max(0, t0 + INJECT_AFTER_MS + nemesis.durationMs - Date.now()));
+    } finally {
+      await nemesis.heal(context);
+    }
+    await pushing;
+    await parts.cluster.waitReady();
+    const drained =
+      (await parts.stack.drained(queues.campaign.url, DRAIN_MS)) &&
+      ((await parts.stack.redriveAll(queues)) === 0 || (await parts.stack.drained(queues.campaign.url, DRAIN_MS)));
+    await Promise.all(consumers.map((consumer) => consumer.stop()));
+    // a capped send of a campaign that does not defer is reported `capped`: its last word
+    const cappedReports: HeldReport[] = capped.map((c) => ({
+      seq: c.seq,
+      userId: c.userId,
+      decision: "capped",
+      byCap: true,
+      decidedAt: c.decidedAt ?? 0,
+    }));
+    const output = {
+      pushed,
+      delivered: await parts.stack.drainTimedDelivery(queues.delivery, offsetMs),
+      reports: [...held, ...cappedReports],
+      deadLettered: await parts.stack.drainDeadLetters(queues.dlq),
+    };
+    // what came out, for a closer look than the table gives
+    writeFileSync(resolve(".local", "chaos", `${namespace}-quiet.json`), JSON.stringify({ id, offsetMs, ...output }));
+    const check = checkQuietPipeline(output, {
+      caps: QUIET_CAPS,
+      channel: QUIET_CHANNEL,
+      windows: QUIET_WINDOWS,
+      zoneOf: quietZoneOf,
+    });
+    const fail = (detail: string) => {
+      check.verdicts.push({ rule: "run", pass: false, detail });
+      check.pass = false;
+    };
+    if (!drained) fail(`the campaign queue still held messages ${DRAIN_MS / 1000} s after the stream`);
+    if (check.figures.delivered === 0) fail(`none of ${check.figures.pushedSends} sends delivered`);
+    // the scenario is about held sends: a run in which none was deferred and delivered later proves nothing
+    if (check.figures.deferredDelivered === 0) fail("no send deferred by quiet hours was delivered after its night");
+    if (context.state.notTheScenario) fail(context.state.notTheScenario);
+    return { id, check, wallMs: Date.now() - began };
+  } finally {
+    await Promise.all(consumers.map((consumer) => consumer.kill9()));
+  }
+}
