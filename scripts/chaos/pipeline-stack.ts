@@ -14,8 +14,9 @@ import {
 } from "@aws-sdk/client-sqs";
 import { buildApp as buildFauxqs } from "fauxqs";
 import { createAwsClients } from "../../functions/adapters/aws-clients.ts";
+import { S3Schedules } from "../../functions/adapters/local-schedules.ts";
 import { createRedisCluster } from "../../functions/adapters/redis-cluster.ts";
-import { chunkEntries } from "../../functions/adapters/sqs-sinks.ts";
+import { chunkEntries, SqsCampaignQueue } from "../../functions/adapters/sqs-sinks.ts";
 import { publishPolicy, uploadObject } from "../../functions/app/operator-actions.ts";
 import { acknowledgeStoreLoss } from "../../functions/app/store-actions.ts";
 import type { DeliveryMessage } from "../../functions/core/capping/delivery.ts";
@@ -157,16 +158,28 @@ export class PipelineStack {
 
   /**
    * A consumer's environment: the deployed contract (infra/functions.ts), S3 through the fault proxy, deferrals
-   * by the campaign queue's delays (no scheduler here: a scenario defers within 15 minutes), and its clock
-   * `clockOffsetMs` ahead of the system's.
+   * by the campaign queue's delays (no EventBridge Scheduler here: a scenario defers within 15 minutes) or in
+   * the bucket under `schedulesPrefix`, and its clock `clockOffsetMs` ahead of the system's.
    */
   consumer(
     queues: PipelineQueues,
     namespace: string,
     capped: CappedSend[],
     reports?: ConsumerReports,
-    clockOffsetMs = 0,
+    options: { clockOffsetMs?: number; schedulesPrefix?: string } = {},
   ): ConsumerProcess {
+    // with a schedules prefix, every deferral waits in the bucket (the local stack's scheduler), fired by
+    // fireDeferrals() on the harness's clock
+    const deferrals = options.schedulesPrefix
+      ? { DEFERRALS: `s3://${BUCKET}/${options.schedulesPrefix}` }
+      : {
+          DEFERRALS: "aws",
+          CAMPAIGN_QUEUE_URL: queues.campaign.url,
+          CAMPAIGN_QUEUE_ARN: queues.campaign.arn,
+          DEFERRAL_SCHEDULE_GROUP: "tollgate-chaos",
+          DEFERRAL_ROLE_ARN: "arn:aws:iam::000000000000:role/tollgate-chaos-unused",
+          DEFERRAL_DLQ_ARN: queues.dlqArn,
+        };
     return new ConsumerProcess(
       {
         ...process.env,
@@ -183,13 +196,8 @@ export class PipelineStack {
         DELIVERY_BATCH_SIZE: "20",
         CHAOS_CAMPAIGN_QUEUE_URL: queues.campaign.url,
         CHAOS_CAMPAIGN_QUEUE_ARN: queues.campaign.arn,
-        CHAOS_CLOCK_OFFSET_MS: String(clockOffsetMs),
-        DEFERRALS: "aws",
-        CAMPAIGN_QUEUE_URL: queues.campaign.url,
-        CAMPAIGN_QUEUE_ARN: queues.campaign.arn,
-        DEFERRAL_SCHEDULE_GROUP: "tollgate-chaos",
-        DEFERRAL_ROLE_ARN: "arn:aws:iam::000000000000:role/tollgate-chaos-unused",
-        DEFERRAL_DLQ_ARN: queues.dlqArn,
+        CHAOS_CLOCK_OFFSET_MS: String(options.clockOffsetMs ?? 0),
+        ...deferrals,
         POWERTOOLS_LOG_LEVEL: "ERROR",
         POWERTOOLS_METRICS_DISABLED: "true",
       },
@@ -216,8 +224,8 @@ export class PipelineStack {
 
   /** The campaign tool: each message onto the campaign queue, its `seq` in the payload. */
   async push(queueUrl: string, messages: readonly QuietPushed[]): Promise<void> {
-    const entries = messages.map((m) => ({
-      Id: String(m.seq),
+    const entries = messages.map((m, i) => ({
+      Id: String(i),
       MessageBody: JSON.stringify({
         campaignId: m.campaignId,
         channel: m.channel,
@@ -230,6 +238,16 @@ export class PipelineStack {
     for (const chunk of chunkEntries(entries)) {
       await this.sqs.send(new SendMessageBatchCommand({ QueueUrl: queueUrl, Entries: chunk }));
     }
+  }
+
+  /** The local scheduler's part: the deferrals under `prefix` due at `now` sent to the campaign queue; how many. */
+  fireDeferrals(prefix: string, now: number, queueUrl: string): Promise<number> {
+    return new S3Schedules(this.s3, BUCKET, prefix).fireDue(now, new SqsCampaignQueue(this.sqs, queueUrl));
+  }
+
+  /** How many deferrals still wait under `prefix`. */
+  async pendingDeferrals(prefix: string): Promise<number> {
+    return (await new S3Schedules(this.s3, BUCKET, prefix).pending()).length;
   }
 
   async setVisibility(queueUrl: string, seconds: number): Promise<void> {

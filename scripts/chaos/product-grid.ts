@@ -9,7 +9,12 @@ import { PipelineStack } from "./pipeline-stack.ts";
 import { PIPELINE_POLICY_WITH_QUIET } from "./quiet-input.ts";
 import { CHECK_API_NEMESES, type CheckApiResult, runCheckApiScenario } from "./run-check-api.ts";
 import { PIPELINE_NEMESES, type PipelineResult, runPipelineScenario } from "./run-pipeline.ts";
-import { QUIET_NEMESES, type QuietPipelineResult, runQuietPipelineScenario } from "./run-quiet-pipeline.ts";
+import {
+  QUIET_NEMESES,
+  type QuietPipelineResult,
+  runQuietPipelineScenario,
+  SCHEDULER_NEMESES,
+} from "./run-quiet-pipeline.ts";
 import { KNOWN_FAILING } from "./scenarios.ts";
 import { ChaosStack } from "./stack.ts";
 
@@ -53,7 +58,13 @@ export const PRODUCT_SCENARIOS: readonly ProductScenario[] = [
     id: `pipeline-quiet/${n.name}`,
     product: "pipeline-quiet" as const,
     nemesis: n.name,
-    summary: `quiet hours and deferral (zones, inapp 21:00-08:00, defer 8 s): ${n.summary}`,
+    summary: `quiet hours and deferral (zones, inapp 21:00-08:00, defer 8 s; SQS delays): ${n.summary}`,
+  })),
+  ...QUIET_NEMESES.filter((n) => SCHEDULER_NEMESES.includes(n.name)).map((n) => ({
+    id: `pipeline-quiet/${n.name}/scheduler`,
+    product: "pipeline-quiet" as const,
+    nemesis: n.name,
+    summary: `the same, deferrals in the local scheduler's bucket fired by the harness's clock: ${n.summary}`,
   })),
   ...CHECK_API_NEMESES.map((n) => ({
     id: `check-api/${n.name}`,
@@ -152,10 +163,12 @@ async function runOne(
     return { product: "pipeline", id: result.id, known, wallMs: result.wallMs, check: result.check };
   }
   if (scenario.product === "pipeline-quiet") {
-    const result = await runQuietPipelineScenario(named(QUIET_NEMESES), {
-      ...parts,
-      stack: parts.pipeline as PipelineStack,
-    });
+    const path = scenario.id.endsWith("/scheduler") ? "scheduler" : "sqs-delay";
+    const result = await runQuietPipelineScenario(
+      named(QUIET_NEMESES),
+      { ...parts, stack: parts.pipeline as PipelineStack },
+      path,
+    );
     return { product: "pipeline-quiet", id: result.id, known, wallMs: result.wallMs, check: result.check };
   }
   const result = await runCheckApiScenario(

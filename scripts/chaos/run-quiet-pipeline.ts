@@ -29,7 +29,10 @@ const STREAM_MS = 8000;
 const OBSERVE_AFTER_HEAL_MS = 2000;
 const CONSUMERS = 2;
 /** How long the consumers get to start before the harness's clock reaches QUIET_EDGE − QUIET_LEAD_MS. */
-const START_MS = 6000;
+const START_MS = 8000;
+/** Campaign messages decided before the stream, so the consumers' first batches (rules, connections) are behind. */
+const WARM_UP_MESSAGES = 4;
+const WARM_UP_SEQ = -2;
 const DRAIN_MS = 90_000;
 
 /** The nemeses this family runs under: none, a primary killed, consumers killed mid-batch, a redelivery storm. */
@@ -43,11 +46,18 @@ export interface QuietPipelineResult {
   wallMs: number;
 }
 
+/** Where deferrals wait: the campaign queue's delays, or the local scheduler's bucket fired by the harness's clock. */
+export type DeferralPath = "sqs-delay" | "scheduler";
+/** The nemeses the scheduler path runs under too. */
+export const SCHEDULER_NEMESES = ["none", "consumer-killed-mid-batch"];
+const FIRE_EVERY_MS = 200;
+
 export async function runQuietPipelineScenario(
   nemesis: ProductNemesis<PipelineContext>,
   parts: { cluster: ClusterControl; stack: PipelineStack; runId: string; index: number; seed: number },
+  path: DeferralPath = "sqs-delay",
 ): Promise<QuietPipelineResult> {
-  const id = `pipeline-quiet/${nemesis.name}`;
+  const id = `pipeline-quiet/${nemesis.name}${path === "scheduler" ? "/scheduler" : ""}`;
   const began = Date.now();
   const namespace = `q${parts.runId}-${parts.index}`;
   const queues = await parts.stack.queues(namespace);
@@ -58,9 +68,32 @@ export async function runQuietPipelineScenario(
   const plannedStart = Date.now() + START_MS;
   const offsetMs = QUIET_EDGE - QUIET_LEAD_MS - plannedStart;
   const now = () => Date.now() + offsetMs;
+  const schedulesPrefix = path === "scheduler" ? `schedules/${namespace}/` : undefined;
   const consumers = Array.from({ length: CONSUMERS }, () =>
-    parts.stack.consumer(queues, namespace, capped, reports, offsetMs),
+    parts.stack.consumer(queues, namespace, capped, reports, {
+      clockOffsetMs: offsetMs,
+      ...(schedulesPrefix ? { schedulesPrefix } : {}),
+    }),
   );
+  // the local scheduler: what is due by the harness's clock fired onto the campaign queue, until the run ends
+  let firing = schedulesPrefix !== undefined;
+  const fired = (async () => {
+    while (firing && schedulesPrefix) {
+      await parts.stack.fireDeferrals(schedulesPrefix, now(), queues.campaign.url).catch(() => 0);
+      await sleep(FIRE_EVERY_MS);
+    }
+  })();
+  /** The queue empty and, on the scheduler path, no deferral waiting in the bucket. */
+  const drainedAll = async (timeoutMs: number): Promise<boolean> => {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const left = Math.max(0, deadline - Date.now());
+      if (!(await parts.stack.drained(queues.campaign.url, left))) return false;
+      if (!schedulesPrefix || (await parts.stack.pendingDeferrals(schedulesPrefix)) === 0) return true;
+      if (Date.now() > deadline) return false;
+      await sleep(FIRE_EVERY_MS);
+    }
+  };
   const context: PipelineContext = {
     cluster: parts.cluster,
     pattern: `${namespace}:*`,
@@ -72,6 +105,7 @@ export async function runQuietPipelineScenario(
   const pushed: QuietPushed[] = [];
   try {
     await Promise.all(consumers.map((consumer) => consumer.start()));
+    await warmUp(parts.stack, queues.campaign.url, reports, now);
     await sleep(Math.max(0, plannedStart - Date.now()));
     const stream = quietStream(
       seedOf(parts.seed, id),
@@ -105,8 +139,7 @@ export async function runQuietPipelineScenario(
     await pushing;
     await parts.cluster.waitReady();
     const drained =
-      (await parts.stack.drained(queues.campaign.url, DRAIN_MS)) &&
-      ((await parts.stack.redriveAll(queues)) === 0 || (await parts.stack.drained(queues.campaign.url, DRAIN_MS)));
+      (await drainedAll(DRAIN_MS)) && ((await parts.stack.redriveAll(queues)) === 0 || (await drainedAll(DRAIN_MS)));
     await Promise.all(consumers.map((consumer) => consumer.stop()));
     // a capped send of a campaign that does not defer is reported `capped`: its last word
     const cappedReports: HeldReport[] = capped.map((c) => ({
@@ -118,7 +151,7 @@ export async function runQuietPipelineScenario(
     }));
     const output = {
       pushed,
-      delivered: await parts.stack.drainTimedDelivery(queues.delivery, offsetMs),
+      delivered: (await parts.stack.drainTimedDelivery(queues.delivery, offsetMs)).filter((d) => d.seq >= 0),
       reports: [...held, ...cappedReports],
       deadLettered: await parts.stack.drainDeadLetters(queues.dlq),
     };
@@ -141,6 +174,23 @@ export async function runQuietPipelineScenario(
     if (context.state.notTheScenario) fail(context.state.notTheScenario);
     return { id, check, wallMs: Date.now() - began };
   } finally {
+    firing = false;
+    await fired;
     await Promise.all(consumers.map((consumer) => consumer.kill9()));
   }
+}
+
+/** Warm-up messages (a user outside the stream, on email) pushed and waited for, at most START_MS. */
+async function warmUp(stack: PipelineStack, queueUrl: string, reports: ConsumerReports, now: () => number) {
+  const messages = Array.from({ length: WARM_UP_MESSAGES }, (_, i) => ({
+    seq: WARM_UP_SEQ,
+    campaignId: `warm-up-${i}`,
+    channel: "email",
+    userIds: [999_999],
+    at: now(),
+  }));
+  await stack.push(queueUrl, messages);
+  const deadline = Date.now() + START_MS;
+  const warmed = () => reports.decided.filter((d) => d.seq === WARM_UP_SEQ).length >= WARM_UP_MESSAGES;
+  while (!warmed() && Date.now() < deadline) await sleep(50);
 }
