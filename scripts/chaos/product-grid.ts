@@ -83,6 +83,7 @@ export const PRODUCT_SHORT_RUN: readonly string[] = [
   "pipeline/flushall",
   "pipeline/redelivery-storm",
   "pipeline/consumer-killed-mid-batch",
+  "pipeline-quiet/redelivery-storm",
   "check-api/kill-9-primary",
 ];
 
