@@ -19,7 +19,7 @@ export interface ConsumerMessage {
   }[];
   /**
    * "decided": the record, the users it allowed and those the store already held as sent (`duplicate`: counted
-   * by an earlier attempt), when the consumer had decided them (true clock, ms).
+   * by an earlier attempt), when the consumer had decided them (its clock, ms: the true one unless CHAOS_CLOCK_OFFSET_MS moves it).
    */
   decided?: { seq: number; allowed: number[]; duplicate: number[]; decidedAt: number };
   /** "held": sends decided `quiet`, `deferred` or `dropped` (`byCap`: by a cap, not quiet hours), when (harness clock). */
