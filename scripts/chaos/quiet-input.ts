@@ -10,7 +10,7 @@ import { seededRandom } from "./seeded.ts";
 /** 2027-01-15 13:00 UTC: 08:00 in New York, 21:00 in Shanghai, 22:00 in Tokyo, 18:30 in Kolkata. */
 export const QUIET_EDGE = Date.UTC(2027, 0, 15, 13, 0, 0);
 /** The harness's clock reads QUIET_EDGE less this when the stream starts. */
-export const QUIET_LEAD_MS = 5000;
+export const QUIET_LEAD_MS = 6000;
 export const QUIET_CHANNEL = "inapp";
 export const QUIET_WINDOWS: readonly { from: string; to: string }[] = [{ from: "21:00", to: "08:00" }];
 export const QUIET_ZONES = ["America/New_York", "Asia/Shanghai", "Asia/Tokyo", "Asia/Kolkata"] as const;
@@ -61,7 +61,7 @@ export interface QuietCampaign {
   deferMaxMs: number | undefined;
 }
 
-/** A campaign every `gapMs` over `durationMs`: ¾ on inapp, 4 in 5 deferring, each user in with probability 0.4. */
+/** A campaign every `gapMs` over `durationMs`: ¾ on inapp, 9 in 10 deferring, each user in with probability 0.4. */
 export function quietStream(seed: number, durationMs: number, gapMs = 400): QuietCampaign[] {
   const random = seededRandom(seed);
   const campaigns: QuietCampaign[] = [];
@@ -75,7 +75,7 @@ export function quietStream(seed: number, durationMs: number, gapMs = 400): Quie
       campaignId: `q${k}`,
       channel: random() < 0.75 ? QUIET_CHANNEL : "email",
       messages: messages.filter((m) => m.length > 0),
-      deferMaxMs: random() < 0.8 ? QUIET_MAX_MS : undefined,
+      deferMaxMs: random() < 0.9 ? QUIET_MAX_MS : undefined,
     });
   }
   return campaigns;

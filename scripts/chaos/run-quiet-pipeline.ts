@@ -152,7 +152,7 @@ export async function runQuietPipelineScenario(
     const output = {
       pushed,
       delivered: (await parts.stack.drainTimedDelivery(queues.delivery, offsetMs)).filter((d) => d.seq >= 0),
-      reports: [...held, ...cappedReports],
+      reports: [...held, ...cappedReports].filter((r) => r.seq >= 0),
       deadLettered: await parts.stack.drainDeadLetters(queues.dlq),
     };
     // what came out, for a closer look than the table gives
