@@ -134,7 +134,7 @@ async function main(argv: string[]): Promise<void> {
         DOC,
         "<!-- chaos:quiet -->",
         "<!-- /chaos:quiet -->",
-        `Run: ${today()}, \`${command}\`, ${engine}.\n\n${quiet}`,
+        `Run: ${today()}, \`${command}\`, ${engine}, ${minutes} min (the whole command).\n\n${quiet}`,
       );
   }
   if (productResults.some((r) => r.product !== "pipeline-quiet")) {
