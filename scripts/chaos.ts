@@ -15,7 +15,13 @@ import {
   runProductGrid,
   selectProductScenarios,
 } from "./chaos/product-grid.ts";
-import { checkApiTable, pipelineTable, productFailures, productVerdictCell } from "./chaos/product-report.ts";
+import {
+  checkApiTable,
+  pipelineTable,
+  productFailures,
+  productVerdictCell,
+  quietTable,
+} from "./chaos/product-report.ts";
 import { failures, gridTable, verdictCell } from "./chaos/report.ts";
 import type { ScenarioResult } from "./chaos/run-scenario.ts";
 import { SCENARIOS, SHORT_RUN } from "./chaos/scenarios.ts";
@@ -117,10 +123,24 @@ async function main(argv: string[]): Promise<void> {
         `Run: ${today()}, \`${command}\`, ${engine}, ${minutes} min; L = 100 per 1 s, 3 instances, 2× the limit unless the nemesis says otherwise.\n\n${table}`,
       );
   }
-  if (productResults.length > 0) {
+  const quietResults = productResults.filter((r) => r.product === "pipeline-quiet");
+  if (quietResults.length > 0) {
+    const quiet = quietTable(quietResults);
+    console.log(`\n**Quiet hours and deferral**\n\n${quiet}`);
+    const failedQuiet = productFailures(quietResults);
+    if (failedQuiet.length > 0) console.log(`\n${failedQuiet.join("\n")}`);
+    if (options.write)
+      replaceBetween(
+        DOC,
+        "<!-- chaos:quiet -->",
+        "<!-- /chaos:quiet -->",
+        `Run: ${today()}, \`${command}\`, ${engine}, ${minutes} min (the whole command).\n\n${quiet}`,
+      );
+  }
+  if (productResults.some((r) => r.product !== "pipeline-quiet")) {
     const tables = `**Campaign pipeline**\n\n${pipelineTable(productResults)}\n\n**Check API**\n\n${checkApiTable(productResults)}`;
     console.log(`\n${tables}`);
-    const failed = productFailures(productResults);
+    const failed = productFailures(productResults.filter((r) => r.product !== "pipeline-quiet"));
     if (failed.length > 0) console.log(`\n${failed.join("\n")}`);
     if (options.write)
       replaceBetween(

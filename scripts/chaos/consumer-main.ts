@@ -4,12 +4,13 @@
 // URLs, AWS_ENDPOINT_URL, ...) comes from the harness; CHAOS_CAMPAIGN_QUEUE_URL and _ARN name the queue it
 // polls. It tells the harness over IPC of each capped decision (the delivery queue shows only what went out),
 // when each record's sends were decided, and each hash slot its store epoch finds lost (what the StoreLost
-// metric counts).
+// metric counts). With CHAOS_CLOCK_OFFSET_MS it decides by the harness's clock (the system's plus that offset),
+// and tells of every send it held or deferred (the quiet-hours family).
 import { wireCampaignConsumer } from "../../functions/app/wiring.ts";
 import { SqsPoller } from "../local/sqs-poller.ts";
 
 export interface ConsumerMessage {
-  type: "ready" | "capped" | "decided" | "store-lost";
+  type: "ready" | "capped" | "decided" | "store-lost" | "held";
   capped?: {
     seq: number;
     userId: number;
@@ -18,9 +19,17 @@ export interface ConsumerMessage {
   }[];
   /**
    * "decided": the record, the users it allowed and those the store already held as sent (`duplicate`: counted
-   * by an earlier attempt), when the consumer had decided them (true clock, ms).
+   * by an earlier attempt), when the consumer had decided them (its clock, ms: the true one unless CHAOS_CLOCK_OFFSET_MS moves it).
    */
   decided?: { seq: number; allowed: number[]; duplicate: number[]; decidedAt: number };
+  /** "held": sends decided `quiet`, `deferred` or `dropped` (`byCap`: by a cap, not quiet hours), when (harness clock). */
+  held?: {
+    seq: number;
+    userId: number;
+    decision: "quiet" | "deferred" | "dropped";
+    byCap: boolean;
+    decidedAt: number;
+  }[];
   /** "store-lost": the slots lost since the process started, and when it first found one. */
   storeLost?: { slotsLostSinceStart: number; firstLossAt: string | undefined };
 }
@@ -31,11 +40,14 @@ function seqOf(body: string): number {
 }
 
 async function main(): Promise<void> {
+  const offsetMs = Number(process.env.CHAOS_CLOCK_OFFSET_MS ?? 0);
+  const clock = { now: () => Date.now() + offsetMs };
   const wired = wireCampaignConsumer(process.env, {
+    clock,
     onOutcome: (outcome, record) => {
       if (outcome.kind !== "forwarded") return;
       const seq = seqOf(record.body);
-      const decidedAt = Date.now();
+      const decidedAt = clock.now();
       const capped = outcome.result.decisions.flatMap((d) =>
         d.decision === "capped" && d.cap
           ? [
@@ -49,6 +61,12 @@ async function main(): Promise<void> {
           : [],
       );
       if (capped.length > 0) process.send?.({ type: "capped", capped } satisfies ConsumerMessage);
+      const held = outcome.result.decisions.flatMap((d) =>
+        d.decision === "quiet" || d.decision === "deferred" || d.decision === "dropped"
+          ? [{ seq, userId: d.userId, decision: d.decision, byCap: d.cap !== undefined, decidedAt }]
+          : [],
+      );
+      if (held.length > 0) process.send?.({ type: "held", held } satisfies ConsumerMessage);
       const users = (kind: string) => outcome.result.decisions.filter((d) => d.decision === kind).map((d) => d.userId);
       const decided = { seq, allowed: users("allowed"), duplicate: users("duplicate"), decidedAt };
       process.send?.({ type: "decided", decided } satisfies ConsumerMessage);

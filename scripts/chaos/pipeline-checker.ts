@@ -26,7 +26,7 @@ export interface CappedSend {
   seq: number;
   userId: number;
   cap: { channel: string; windowMs: number; max: number };
-  /** When the consumer had decided it (true clock, ms), if it said. */
+  /** When the consumer had decided it (its clock, ms: the true one unless the scenario offsets it), if it said. */
   decidedAt?: number;
 }
 

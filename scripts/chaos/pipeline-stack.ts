@@ -14,16 +14,21 @@ import {
 } from "@aws-sdk/client-sqs";
 import { buildApp as buildFauxqs } from "fauxqs";
 import { createAwsClients } from "../../functions/adapters/aws-clients.ts";
+import { S3Schedules } from "../../functions/adapters/local-schedules.ts";
 import { createRedisCluster } from "../../functions/adapters/redis-cluster.ts";
-import { chunkEntries } from "../../functions/adapters/sqs-sinks.ts";
-import { publishPolicy } from "../../functions/app/operator-actions.ts";
+import { chunkEntries, SqsCampaignQueue } from "../../functions/adapters/sqs-sinks.ts";
+import { publishPolicy, uploadObject } from "../../functions/app/operator-actions.ts";
 import { acknowledgeStoreLoss } from "../../functions/app/store-actions.ts";
 import type { DeliveryMessage } from "../../functions/core/capping/delivery.ts";
+import { zoneBitmapKey } from "../../functions/core/capping/policy.ts";
+import { buildSegments } from "../../functions/core/capping/segment-builder.ts";
 import { deadLetterOf, redriveDeadLetters } from "../dead-letter-queue.ts";
 import { readDelivery } from "../delivery-queue.ts";
 import type { ConsumerMessage } from "./consumer-main.ts";
 import { type FaultProxy, startFaultProxy } from "./fault-proxy.ts";
-import type { CappedSend, DeadLetteredMessage, DeliveredSend, PushedMessage } from "./pipeline-checker.ts";
+import type { CappedSend, DeadLetteredMessage, DeliveredSend } from "./pipeline-checker.ts";
+import type { HeldReport, QuietPushed, TimedDelivery } from "./quiet-checker.ts";
+import { quietZoneMembers } from "./quiet-input.ts";
 
 const REGION = "us-east-1";
 const BUCKET = "tollgate-chaos-pipeline";
@@ -35,6 +40,7 @@ export const MAX_RECEIVE_COUNT = 5;
 export interface PipelineQueues {
   campaign: { url: string; arn: string };
   dlq: string;
+  dlqArn: string;
   delivery: string;
 }
 
@@ -43,6 +49,8 @@ export interface ConsumerReports {
   decided: NonNullable<ConsumerMessage["decided"]>[];
   /** When a consumer told of a hash slot lost (true clock, ms): the StoreLost alarm as the operator sees it. */
   storeLostAt: number[];
+  /** The sends a consumer held or deferred (quiet hours, or caps of a deferring campaign). */
+  held?: HeldReport[];
 }
 
 /** A consumer process: kill -9 and start again; every capped decision it reported stays in `capped`. */
@@ -67,6 +75,7 @@ export class ConsumerProcess {
       if (message.type === "capped") this.capped.push(...(message.capped ?? []));
       if (message.type === "decided" && message.decided) this.reports?.decided.push(message.decided);
       if (message.type === "store-lost") this.reports?.storeLostAt.push(Date.now());
+      if (message.type === "held") this.reports?.held?.push(...(message.held ?? []));
     });
     await new Promise<void>((resolve, reject) => {
       child.once("message", () => resolve());
@@ -115,6 +124,9 @@ export class PipelineStack {
     this.stopAws = () => fauxqs.close();
     ({ s3: this.s3, sqs: this.sqs } = createAwsClients({ region: REGION, endpoint: this.awsEndpoint }));
     await this.s3.send(new CreateBucketCommand({ Bucket: BUCKET }));
+    // the quiet-hours family's zones, published before the policy that names them
+    for (const [zone, bitmap] of buildSegments(quietZoneMembers()))
+      await uploadObject(this.s3, BUCKET, zoneBitmapKey(zone), bitmap);
     await publishPolicy(this.s3, BUCKET, JSON.stringify(policy));
     this.s3Proxy = await startFaultProxy(
       () => this.awsEndpoint,
@@ -141,16 +153,33 @@ export class PipelineStack {
       RedrivePolicy: JSON.stringify({ deadLetterTargetArn: dlq.arn, maxReceiveCount: MAX_RECEIVE_COUNT }),
     });
     const delivery = await create(`${prefix}-delivery`, {});
-    return { campaign, dlq: dlq.url, delivery: delivery.url };
+    return { campaign, dlq: dlq.url, dlqArn: dlq.arn, delivery: delivery.url };
   }
 
-  /** A consumer's environment: the deployed contract (infra/functions.ts), S3 through the fault proxy. */
+  /**
+   * A consumer's environment: the deployed contract (infra/functions.ts), S3 through the fault proxy, deferrals
+   * by the campaign queue's delays (no EventBridge Scheduler here: a scenario defers within 15 minutes) or in
+   * the bucket under `schedulesPrefix`, and its clock `clockOffsetMs` ahead of the system's.
+   */
   consumer(
     queues: PipelineQueues,
     namespace: string,
     capped: CappedSend[],
     reports?: ConsumerReports,
+    options: { clockOffsetMs?: number; schedulesPrefix?: string } = {},
   ): ConsumerProcess {
+    // with a schedules prefix, every deferral waits in the bucket (the local stack's scheduler), fired by
+    // fireDeferrals() on the harness's clock
+    const deferrals = options.schedulesPrefix
+      ? { DEFERRALS: `s3://${BUCKET}/${options.schedulesPrefix}` }
+      : {
+          DEFERRALS: "aws",
+          CAMPAIGN_QUEUE_URL: queues.campaign.url,
+          CAMPAIGN_QUEUE_ARN: queues.campaign.arn,
+          DEFERRAL_SCHEDULE_GROUP: "tollgate-chaos",
+          DEFERRAL_ROLE_ARN: "arn:aws:iam::000000000000:role/tollgate-chaos-unused",
+          DEFERRAL_DLQ_ARN: queues.dlqArn,
+        };
     return new ConsumerProcess(
       {
         ...process.env,
@@ -167,6 +196,8 @@ export class PipelineStack {
         DELIVERY_BATCH_SIZE: "20",
         CHAOS_CAMPAIGN_QUEUE_URL: queues.campaign.url,
         CHAOS_CAMPAIGN_QUEUE_ARN: queues.campaign.arn,
+        CHAOS_CLOCK_OFFSET_MS: String(options.clockOffsetMs ?? 0),
+        ...deferrals,
         POWERTOOLS_LOG_LEVEL: "ERROR",
         POWERTOOLS_METRICS_DISABLED: "true",
       },
@@ -192,20 +223,31 @@ export class PipelineStack {
   }
 
   /** The campaign tool: each message onto the campaign queue, its `seq` in the payload. */
-  async push(queueUrl: string, messages: readonly PushedMessage[]): Promise<void> {
-    const entries = messages.map((m) => ({
-      Id: String(m.seq),
+  async push(queueUrl: string, messages: readonly QuietPushed[]): Promise<void> {
+    const entries = messages.map((m, i) => ({
+      Id: String(i),
       MessageBody: JSON.stringify({
         campaignId: m.campaignId,
         channel: m.channel,
         userIds: m.userIds,
         at: m.at,
+        ...(m.deferMaxMs === undefined ? {} : { defer: { maxMs: m.deferMaxMs } }),
         payload: { seq: m.seq },
       }),
     }));
     for (const chunk of chunkEntries(entries)) {
       await this.sqs.send(new SendMessageBatchCommand({ QueueUrl: queueUrl, Entries: chunk }));
     }
+  }
+
+  /** The local scheduler's part: the deferrals under `prefix` due at `now` sent to the campaign queue; how many. */
+  fireDeferrals(prefix: string, now: number, queueUrl: string): Promise<number> {
+    return new S3Schedules(this.s3, BUCKET, prefix).fireDue(now, new SqsCampaignQueue(this.sqs, queueUrl));
+  }
+
+  /** How many deferrals still wait under `prefix`. */
+  async pendingDeferrals(prefix: string): Promise<number> {
+    return (await new S3Schedules(this.s3, BUCKET, prefix).pending()).length;
   }
 
   async setVisibility(queueUrl: string, seconds: number): Promise<void> {
@@ -264,6 +306,42 @@ export class PipelineStack {
       },
     });
     return sends;
+  }
+
+  /** Every send of the delivery queue with when the queue took it (plus `offsetMs`: the harness's clock). */
+  async drainTimedDelivery(queueUrl: string, offsetMs: number): Promise<TimedDelivery[]> {
+    const sends: TimedDelivery[] = [];
+    for (;;) {
+      const { Messages = [] } = await this.sqs.send(
+        new ReceiveMessageCommand({
+          QueueUrl: queueUrl,
+          MaxNumberOfMessages: 10,
+          VisibilityTimeout: 120,
+          MessageSystemAttributeNames: ["SentTimestamp"],
+        }),
+      );
+      if (Messages.length === 0) return sends;
+      for (const received of Messages) {
+        const message = JSON.parse(received.Body ?? "{}") as DeliveryMessage;
+        const seq = (message.payload as { seq?: number } | undefined)?.seq ?? -1;
+        const sentAt = Number(received.Attributes?.SentTimestamp) + offsetMs;
+        for (const send of message.sends)
+          sends.push({
+            seq,
+            campaignId: message.campaignId,
+            channel: message.channel,
+            userId: send.userId,
+            dedupeId: send.dedupeId,
+            sentAt,
+          });
+      }
+      await this.sqs.send(
+        new DeleteMessageBatchCommand({
+          QueueUrl: queueUrl,
+          Entries: Messages.map((m, i) => ({ Id: String(i), ReceiptHandle: m.ReceiptHandle as string })),
+        }),
+      );
+    }
   }
 
   /** Every message of the DLQ with its reason, read and deleted. */

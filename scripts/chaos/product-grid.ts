@@ -5,10 +5,16 @@ import { closeSync, mkdirSync, openSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { Engine } from "../redis-cluster.ts";
 import { ClusterControl } from "./cluster-control.ts";
-import { PIPELINE_POLICY } from "./pipeline-input.ts";
 import { PipelineStack } from "./pipeline-stack.ts";
+import { PIPELINE_POLICY_WITH_QUIET } from "./quiet-input.ts";
 import { CHECK_API_NEMESES, type CheckApiResult, runCheckApiScenario } from "./run-check-api.ts";
 import { PIPELINE_NEMESES, type PipelineResult, runPipelineScenario } from "./run-pipeline.ts";
+import {
+  QUIET_NEMESES,
+  type QuietPipelineResult,
+  runQuietPipelineScenario,
+  SCHEDULER_NEMESES,
+} from "./run-quiet-pipeline.ts";
 import { KNOWN_FAILING } from "./scenarios.ts";
 import { ChaosStack } from "./stack.ts";
 
@@ -27,6 +33,7 @@ interface Common {
 
 export type ProductResult =
   | (Common & { product: "pipeline"; check: PipelineResult["check"] | RunFailure })
+  | (Common & { product: "pipeline-quiet"; check: QuietPipelineResult["check"] | RunFailure })
   | (Common & {
       product: "check-api";
       check: CheckApiResult["check"] | RunFailure;
@@ -35,7 +42,7 @@ export type ProductResult =
 
 export interface ProductScenario {
   id: string;
-  product: "pipeline" | "check-api";
+  product: "pipeline" | "pipeline-quiet" | "check-api";
   nemesis: string;
   summary: string;
 }
@@ -46,6 +53,18 @@ export const PRODUCT_SCENARIOS: readonly ProductScenario[] = [
     product: "pipeline" as const,
     nemesis: n.name,
     summary: n.summary,
+  })),
+  ...QUIET_NEMESES.map((n) => ({
+    id: `pipeline-quiet/${n.name}`,
+    product: "pipeline-quiet" as const,
+    nemesis: n.name,
+    summary: `quiet hours and deferral (zones, inapp 21:00-08:00, defer 8 s; SQS delays): ${n.summary}`,
+  })),
+  ...QUIET_NEMESES.filter((n) => SCHEDULER_NEMESES.includes(n.name)).map((n) => ({
+    id: `pipeline-quiet/${n.name}/scheduler`,
+    product: "pipeline-quiet" as const,
+    nemesis: n.name,
+    summary: `the same, deferrals in the local scheduler's bucket fired by the harness's clock: ${n.summary}`,
   })),
   ...CHECK_API_NEMESES.map((n) => ({
     id: `check-api/${n.name}`,
@@ -64,6 +83,7 @@ export const PRODUCT_SHORT_RUN: readonly string[] = [
   "pipeline/flushall",
   "pipeline/redelivery-storm",
   "pipeline/consumer-killed-mid-batch",
+  "pipeline-quiet/redelivery-storm",
   "check-api/kill-9-primary",
 ];
 
@@ -87,12 +107,12 @@ export async function runProductGrid(options: ProductGridOptions): Promise<Produ
   const cluster = new ClusterControl(options.basePort, options.engine);
   await cluster.start();
   const wants = (product: ProductScenario["product"]) => options.scenarios.some((s) => s.product === product);
-  const pipeline = wants("pipeline") ? new PipelineStack(cluster.nodes, logFile) : undefined;
+  const pipeline = wants("pipeline") || wants("pipeline-quiet") ? new PipelineStack(cluster.nodes, logFile) : undefined;
   const checkApi = wants("check-api") ? new ChaosStack(cluster.nodes, logFile, "all") : undefined;
   const results: ProductResult[] = [];
   const runId = Date.now().toString(36);
   try {
-    await pipeline?.start(PIPELINE_POLICY);
+    await pipeline?.start(PIPELINE_POLICY_WITH_QUIET);
     await checkApi?.start();
     for (const [index, scenario] of options.scenarios.entries()) {
       const known = KNOWN_FAILING[scenario.id];
@@ -142,6 +162,15 @@ async function runOne(
       known,
     );
     return { product: "pipeline", id: result.id, known, wallMs: result.wallMs, check: result.check };
+  }
+  if (scenario.product === "pipeline-quiet") {
+    const path = scenario.id.endsWith("/scheduler") ? "scheduler" : "sqs-delay";
+    const result = await runQuietPipelineScenario(
+      named(QUIET_NEMESES),
+      { ...parts, stack: parts.pipeline as PipelineStack },
+      path,
+    );
+    return { product: "pipeline-quiet", id: result.id, known, wallMs: result.wallMs, check: result.check };
   }
   const result = await runCheckApiScenario(
     named(CHECK_API_NEMESES),

@@ -59,6 +59,44 @@ export function pipelineTable(results: readonly ProductResult[]): string {
   );
 }
 
+/** The quiet-hours family: what was held, deferred and re-decided, and the contract's verdicts. */
+export function quietTable(results: readonly ProductResult[]): string {
+  const rows = results.flatMap((r) => {
+    if (r.product !== "pipeline-quiet") return [];
+    const f = r.check.figures;
+    if (!f) return [[nemesisOf(r), dash, dash, dash, dash, dash, dash, dash, dash, productVerdictCell(r)]];
+    return [
+      [
+        nemesisOf(r),
+        `${f.pushedSends} (${f.pushedInQuiet})`,
+        `${f.delivered} (+${f.repeats})`,
+        `${f.deferredQuiet} (${f.deferredDelivered})`,
+        String(f.deferredByCap),
+        `${f.dropped}, ${f.quiet}, ${f.capped}`,
+        String(f.deadLettered),
+        String(f.deliveredInQuiet + f.deliveredEarly + f.pastBound + f.droppedWithinBound),
+        `${f.lost}, ${f.badDedupe}, ${f.windowsOverMax}`,
+        productVerdictCell(r),
+      ],
+    ];
+  });
+  return table(
+    [
+      "Nemesis",
+      "Pushed sends (at in quiet hours)",
+      "Delivered (+ repeats)",
+      "Deferred by quiet hours (delivered after)",
+      "Deferred by a cap",
+      "Dropped, quiet, capped",
+      "Dead letters",
+      "Quiet or deferral breaches",
+      "Lost, bad dedupe, windows over max",
+      "Verdict",
+    ],
+    rows,
+  );
+}
+
 export function checkApiTable(results: readonly ProductResult[]): string {
   const rows = results.flatMap((r) => {
     if (r.product !== "check-api") return [];
