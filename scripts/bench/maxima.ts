@@ -14,8 +14,8 @@ import { RoaringBitmap32 } from "roaring-wasm";
 import { RedisCapStore, RedisLimitStore, type TollgateCluster } from "../../functions/adapters/redis-cluster.ts";
 import type { CapStore } from "../../functions/core/capping/cap-sends-script.ts";
 import { Capper } from "../../functions/core/capping/capper.ts";
-import { parsePolicy } from "../../functions/core/capping/policy.ts";
-import { SegmentIndex } from "../../functions/core/capping/segment-index.ts";
+import { MAX_ZONES, parsePolicy } from "../../functions/core/capping/policy.ts";
+import { SegmentIndex, ZoneIndex } from "../../functions/core/capping/segment-index.ts";
 import { Limiter } from "../../functions/core/limits/limiter.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
 import {
@@ -286,6 +286,64 @@ export async function runMaxima(cluster: TollgateCluster): Promise<string[]> {
         await capper.capBatch({ campaignId: `c${step}`, channel: "push", userIds });
       }
     }),
+  );
+
+  // Zones, calendar caps, reserves and quiet hours at their maxima: every zone ICU knows (up to 512), 64
+  // segments and the default with 32 caps each (a day, a week, a month, rolling), 20 deferring campaigns an
+  // hour apart: more segment and zone pairs than a call numbers, so each batch is decided in parts (0200)
+  const zoneNames = Intl.supportedValuesOf("timeZone").slice(0, MAX_ZONES);
+  const calendarCaps = (segment: number) => ({
+    push: Array.from({ length: 32 }, (_, i) =>
+      i < 12
+        ? { window: (["day", "week", "month"] as const)[i % 3], max: 3 + ((i + segment) % 3) * 4 }
+        : {
+            window: `${i - 11}h`,
+            max: 2 + ((i + segment) % 3),
+            ...(i % 4 === 0 ? { reserve: { transactional: 1 } } : {}),
+          },
+    ),
+  });
+  const zoned = {
+    policy: parsePolicy({
+      version: "bench-maxima-zones",
+      channels: ["push"],
+      segments: Array.from({ length: 64 }, (_, s) => ({
+        name: `s${s}`,
+        bitmap: `segments/s${s}.roaring`,
+        caps: calendarCaps(s),
+      })),
+      default: { name: "rest", caps: calendarCaps(64) },
+      zones: zoneNames,
+      quietHours: { push: [{ from: "21:00", to: "08:00" }] },
+    }),
+    segments: segmented.segments,
+    zones: new ZoneIndex(
+      zoneNames.map(
+        (_, z) =>
+          new RoaringBitmap32(Array.from({ length: 1_040 }, (_, u) => u).filter((u) => u % zoneNames.length === z)),
+      ),
+      zoneNames,
+    ),
+  };
+  const zonedFigures = await twice(primaries, "bench-max-zones", async (namespace) => {
+    const clock = fixedClock(T0);
+    const capper = new Capper({
+      store: stores["format 3"] as CapStore,
+      rules: () => zoned,
+      clock,
+      namespace,
+      hotRecords: true,
+    });
+    const userIds = Array.from({ length: 1_040 }, (_, i) => i);
+    for (let step = 0; step < 20; step++) {
+      clock.set(T0 + step * 3_600 * SECOND);
+      await capper.capBatch({ campaignId: `c${step}`, channel: "push", userIds, defer: { maxMs: 2 * DAY } });
+    }
+  });
+  row(
+    `zones (${zoneNames.length}), calendar caps, reserves, quiet hours`,
+    `1,040 users (16 per segment, 16 in none) over ${zoneNames.length} zones, 32 caps each (a day, a week, a month, rolling; reserves), quiet 21:00-08:00, 20 deferring campaigns 1 h apart`,
+    { current: zonedFigures },
   );
 
   // The sliding log at its most entries (one per ms over a 100 s window), then denials by the largest cost

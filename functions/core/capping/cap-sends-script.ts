@@ -99,6 +99,17 @@ export const MAX_KEYS_PER_CALL = 64;
 /** Users of one call at most: bounds one script's run time. */
 export const MAX_USERS_PER_CALL = 1024;
 /**
+ * A "+windows" call's users × the most caps of its profiles at most: a capped user's windows and retry time
+ * cost per cap (and per candidate instant of every cap), so such calls are bounded by caps, not users alone.
+ */
+export const MAX_WINDOW_CAPS_PER_CALL = 128;
+/**
+ * A call's profiles × the most caps of a profile at most: a page decides each of its profiles' histories on
+ * its own, so users of many profiles (a segment's calendar caps in many zones) cost per profile (65 × 32: the
+ * most segments, each with the most caps, fit one call).
+ */
+export const MAX_PROFILE_CAPS_PER_CALL = 2080;
+/**
  * Users of block-path pages that a call holds only in part, at most per call. A page reached by a part of a
  * campaign (30 campaigns a week, each to a random half) is where histories diverge, and a diverged user
  * costs its own decision and class; a whole page (a dense campaign) mostly shares one history. So a call of
@@ -230,6 +241,8 @@ interface PageRun {
   heldFirst: number;
   heldCount: number;
   blockPath: boolean;
+  /** The profile numbers of its users, each once. */
+  profiles: number[];
 }
 
 /**
@@ -519,20 +532,44 @@ export function planCapSends(
 ): CapSendsCall[] {
   const { sortedIds } = request;
   const held = heldOf(request);
-  // pages by tag, in ascending page order (sortedIds is ascending, so a page's users are consecutive)
+  const mostCaps = request.profiles.reduce((most, profile) => Math.max(most, profile.caps.length), 1);
+  const usersPerCall = request.withWindows
+    ? Math.max(1, Math.floor(MAX_WINDOW_CAPS_PER_CALL / mostCaps))
+    : MAX_USERS_PER_CALL;
+  const profilesPerCall = Math.max(1, Math.floor(MAX_PROFILE_CAPS_PER_CALL / mostCaps));
+  // pages by tag, in ascending page order (sortedIds is ascending, so a page's users are consecutive); a page
+  // whose users pass a call's users or profiles goes in runs of its own
   const runsByTag = new Map<number, PageRun[]>();
   const allRuns: PageRun[] = [];
+  const runOfProfile = new Int32Array(256).fill(-1);
   let run: PageRun | undefined;
   for (let i = 0; i < sortedIds.length; i++) {
     const id = sortedIds[i] as number;
     if (i > 0 && id === sortedIds[i - 1]) continue;
     const page = pageOf(id);
-    if (run?.page === page) {
+    const profile = request.segmentOf[i] as number;
+    const fresh = runOfProfile[profile] !== allRuns.length - 1;
+    if (run?.page === page && run.count < usersPerCall && !(fresh && run.profiles.length >= profilesPerCall)) {
       run.last = i;
       run.count++;
+      if (fresh) {
+        runOfProfile[profile] = allRuns.length - 1;
+        run.profiles.push(profile);
+      }
       continue;
     }
-    run = { page, range: recordRangeOf(id), first: i, last: i, count: 1, heldFirst: 0, heldCount: 0, blockPath: false };
+    runOfProfile[profile] = allRuns.length;
+    run = {
+      page,
+      range: recordRangeOf(id),
+      first: i,
+      last: i,
+      count: 1,
+      heldFirst: 0,
+      heldCount: 0,
+      blockPath: false,
+      profiles: [profile],
+    };
     allRuns.push(run);
     const tag = capTagOf(id);
     const runs = runsByTag.get(tag);
@@ -551,13 +588,20 @@ export function planCapSends(
     if (!pageRun.blockPath) pageRun.heldCount = 0;
   }
   const calls: CapSendsCall[] = [];
+  // the profiles of the call being planned: those stamped with its number
+  const callOfProfile = new Int32Array(256).fill(-1);
+  let callNumber = 0;
   for (const [tag, runs] of runsByTag) {
     let batch: PageRun[] = [];
     let ranges = new Set<number>();
     let users = 0;
     let partialUsers = 0;
     let blockPages = 0;
+    let callProfiles = 0;
+    callNumber++;
     for (const run of runs) {
+      let newProfiles = 0;
+      for (const profile of run.profiles) if (callOfProfile[profile] !== callNumber) newProfiles++;
       const extraRange = ranges.has(run.range) ? 0 : 1;
       const blockPath = run.blockPath;
       const keys = 1 + ranges.size + extraRange + blockPages + (blockPath ? 1 : 0);
@@ -567,7 +611,8 @@ export function planCapSends(
       if (
         batch.length > 0 &&
         (keys > MAX_KEYS_PER_CALL ||
-          users + pageUsers > MAX_USERS_PER_CALL ||
+          users + pageUsers > usersPerCall ||
+          callProfiles + newProfiles > profilesPerCall ||
           (partial > 0 && partialUsers + partial > bounds.partialPageUsers))
       ) {
         calls.push(buildCall(request, tag, batch, held));
@@ -576,7 +621,12 @@ export function planCapSends(
         users = 0;
         partialUsers = 0;
         blockPages = 0;
+        callProfiles = 0;
+        callNumber++;
+        newProfiles = run.profiles.length;
       }
+      for (const profile of run.profiles) callOfProfile[profile] = callNumber;
+      callProfiles += newProfiles;
       batch.push(run);
       ranges.add(run.range);
       users += pageUsers;
