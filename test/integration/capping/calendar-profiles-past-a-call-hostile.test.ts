@@ -1,0 +1,395 @@
+// Hostile but valid batches that need more calendar profiles than a script call numbers, so are decided in
+// parts (decision 0200), each held to the same users decided one segment at a time or to the contract itself.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { RedisCapStore, type TollgateCluster } from "../../../functions/adapters/redis-cluster.ts";
+import type { CampaignBatchInput } from "../../../functions/core/capping/campaign-batch.ts";
+import type { CapStore } from "../../../functions/core/capping/cap-sends-script.ts";
+import type { CapBatchResult, CapDecision } from "../../../functions/core/capping/decisions.ts";
+import { PartlyDecidedError, StoreUnavailableError } from "../../../functions/core/shared/errors.ts";
+import {
+  AT,
+  MINUTE,
+  SEGMENTS,
+  type Shape,
+  segmentOfUser,
+  shuffled,
+  stacks as stacksOn,
+  USERS,
+  userIds,
+  zoneOfUser,
+  zones,
+} from "../../support/calendar-profiles-parts.ts";
+import { connectCluster } from "../../support/cluster.ts";
+import { HOUR } from "../../support/rules.ts";
+
+let cluster: TollgateCluster;
+let redis: RedisCapStore;
+beforeAll(() => {
+  cluster = connectCluster();
+  redis = new RedisCapStore(cluster);
+});
+afterAll(async () => {
+  await cluster.quit();
+});
+
+const stacks = (shape: Shape, store?: CapStore) => stacksOn(redis, shape, store);
+
+const kindsOf = (result: CapBatchResult) => result.decisions.map((d) => d.decision);
+
+/** Decides `batch` whole and apart at `now`: both results, held to each other in full. */
+async function both(stack: ReturnType<typeof stacks>, batch: CampaignBatchInput & { userIds: number[] }, now: number) {
+  stack.clock.set(now);
+  const whole = await stack.gate.capBatch(batch);
+  const apart = await stack.apart(batch);
+  expect(whole.decisions).toEqual(apart.decisions);
+  expect(whole.totals).toEqual(apart.totals);
+  expect(whole.held).toEqual(apart.held);
+  return { whole, apart };
+}
+
+describe("a batch past 256 calendar profiles, attacked", () => {
+  it("has more segment and zone pairs than 256 (the parts path is reached)", () => {
+    expect(SEGMENTS * zones.length).toBeGreaterThan(256);
+  });
+
+  it("with quiet hours and defer: its held and deferred users, their zones and groups are those of the same users apart", async () => {
+    const stack = stacks({ quiet: true });
+    const defer = { maxMs: 20 * HOUR };
+    const first = await both(stack, { campaignId: "q0", channel: "push", userIds, at: AT, defer }, AT);
+    // some zones are in quiet hours at 12:00 UTC, others not: both occur
+    expect(new Set(kindsOf(first.whole))).toEqual(new Set(["allowed", "deferred"]));
+    const groups = first.whole.held?.deferred ?? [];
+    expect(groups.length).toBeGreaterThan(1);
+    const grouped = groups.flatMap((g) => g.userIds);
+    expect(new Set(grouped).size).toBe(grouped.length);
+    expect(groups.map((g) => g.eligibleAt)).toEqual([...groups.map((g) => g.eligibleAt)].sort((a, b) => a - b));
+    // 13 h later: quiet holds and capped deferral in one batch
+    const later = await both(
+      stack,
+      { campaignId: "q1", channel: "push", userIds, at: AT + 13 * HOUR, defer },
+      AT + 13 * HOUR,
+    );
+    expect(new Set(kindsOf(later.whole)).size).toBeGreaterThan(1);
+  });
+
+  it("with quiet hours and no defer: quiet users and zone figures as apart, and nothing held is counted", async () => {
+    const stack = stacks({ quiet: true });
+    const { whole } = await both(stack, { campaignId: "n0", channel: "push", userIds, at: AT }, AT);
+    const quiet = whole.decisions.filter((d) => d.decision === "quiet").map((d) => d.userId);
+    expect(quiet.length).toBeGreaterThan(0);
+    // out of quiet hours everywhere is not possible at one instant; the quiet users are fresh for another campaign
+    stack.clock.set(AT);
+    const peeked = await stack.gate.peek({ campaignId: "n1", channel: "push", userIds: quiet, at: AT, exempt: true });
+    expect(peeked.decisions.every((d) => d.decision === "exempt")).toBe(true);
+  });
+
+  it("capped sends deferred in parts: each at its zone's next day, the same instants and groups as apart", async () => {
+    const stack = stacks({});
+    await both(stack, { campaignId: "d0", channel: "push", userIds, at: AT }, AT);
+    const defer = { maxMs: 30 * HOUR };
+    const { whole } = await both(
+      stack,
+      { campaignId: "d1", channel: "push", userIds, at: AT + MINUTE, defer },
+      AT + MINUTE,
+    );
+    expect(whole.decisions.every((d) => d.decision === "deferred" && (d.eligibleAt as number) > AT + MINUTE)).toBe(
+      true,
+    );
+    // a user's eligibleAt is the next local midnight of its zone
+    for (const d of whole.decisions) {
+      const zone = zones[zoneOfUser(d.userId)] as string;
+      const day = (t: number) => new Intl.DateTimeFormat("en-CA", { timeZone: zone }).format(t);
+      const e = d.eligibleAt as number;
+      expect(day(e - 1), `user ${d.userId} in ${zone}`).toBe(day(AT + MINUTE));
+      expect(day(e)).not.toBe(day(AT + MINUTE));
+    }
+    expect(whole.held?.deferred.reduce((n, g) => n + g.userIds.length, 0)).toBe(USERS);
+  });
+
+  it("priority reserves: promotional displaced, transactional allowed then capped, as apart", async () => {
+    const stack = stacks({ caps: [{ window: "day", max: 2, reserve: { transactional: 1 } }] });
+    const a = await both(stack, { campaignId: "p0", channel: "push", userIds, at: AT }, AT);
+    expect(new Set(kindsOf(a.whole))).toEqual(new Set(["allowed"]));
+    const b = await both(stack, { campaignId: "p1", channel: "push", userIds, at: AT + 1 }, AT + 1);
+    expect(new Set(kindsOf(b.whole))).toEqual(new Set(["displaced"]));
+    expect(b.whole.totals.s0?.displacedBy).toEqual({ "push:day": USERS / SEGMENTS });
+    const c = await both(
+      stack,
+      { campaignId: "p2", channel: "push", userIds, at: AT + 2, priority: "transactional" },
+      AT + 2,
+    );
+    expect(new Set(kindsOf(c.whole))).toEqual(new Set(["allowed"]));
+    const d = await both(
+      stack,
+      { campaignId: "p3", channel: "push", userIds, at: AT + 3, priority: "transactional" },
+      AT + 3,
+    );
+    expect(new Set(kindsOf(d.whole))).toEqual(new Set(["capped"]));
+  });
+
+  it("displaced sends of a deferring campaign in parts are deferred as apart", async () => {
+    const stack = stacks({ caps: [{ window: "day", max: 2, reserve: { transactional: 1 } }] });
+    await both(stack, { campaignId: "r0", channel: "push", userIds, at: AT }, AT);
+    const { whole } = await both(
+      stack,
+      { campaignId: "r1", channel: "push", userIds, at: AT + 1, defer: { maxMs: 30 * HOUR } },
+      AT + 1,
+    );
+    expect(new Set(kindsOf(whole))).toEqual(new Set(["deferred"]));
+  });
+
+  it("exempt in quiet hours: every send exempt, none held, none counted; countExempt counts each once", async () => {
+    const stack = stacks({ quiet: true });
+    const input = [...userIds, ...userIds.slice(0, 50)];
+    const e = await both(stack, { campaignId: "e0", channel: "push", userIds: input, at: AT, exempt: true }, AT);
+    expect(e.whole.decisions.every((d) => d.decision === "exempt")).toBe(true);
+    expect(e.whole.held).toBeUndefined();
+    // not counted: a normal campaign outside quiet hours is still allowed (with quiet hours off for it: exempt peek)
+    const ce = await both(
+      stack,
+      { campaignId: "e1", channel: "push", userIds: input, at: AT + 1, exempt: true, countExempt: true },
+      AT + 1,
+    );
+    expect(ce.whole.decisions.every((d) => d.decision === "exempt")).toBe(true);
+    // counted once each: a normal campaign sees every user out of quiet hours capped by the day
+    const n = await both(stack, { campaignId: "e2", channel: "push", userIds, at: AT + 2 }, AT + 2);
+    expect(new Set(kindsOf(n.whole))).toEqual(new Set(["capped", "quiet"]));
+  });
+
+  it("repeated user IDs scattered through the input: first occurrence decides, repeats duplicate, deferred once", async () => {
+    const stack = stacks({ quiet: true });
+    const input = shuffled([...userIds, ...userIds, ...userIds.filter((u) => u % 3 === 0)]);
+    const defer = { maxMs: 20 * HOUR };
+    const { whole } = await both(stack, { campaignId: "x0", channel: "push", userIds: input, at: AT, defer }, AT);
+    expect(whole.decisions.map((d) => d.userId)).toEqual(input);
+    const seen = new Set<number>();
+    input.forEach((u, i) => {
+      const d = whole.decisions[i] as CapDecision;
+      if (!seen.has(u)) expect(["allowed", "deferred"]).toContain(d.decision);
+      else expect(["duplicate", "deferred"]).toContain(d.decision);
+      seen.add(u);
+    });
+    const grouped = (whole.held?.deferred ?? []).flatMap((g) => g.userIds);
+    expect(new Set(grouped).size).toBe(grouped.length);
+    // capped deferral with repeats, 13 h on
+    const later = await both(
+      stack,
+      { campaignId: "x1", channel: "push", userIds: input, at: AT + 13 * HOUR, defer },
+      AT + 13 * HOUR,
+    );
+    const laterGrouped = (later.whole.held?.deferred ?? []).flatMap((g) => g.userIds);
+    expect(new Set(laterGrouped).size).toBe(laterGrouped.length);
+  });
+
+  it("peek and peekEligible of such a batch count nothing and name each capped user's retry time as apart", async () => {
+    const stack = stacks({});
+    await both(stack, { campaignId: "k0", channel: "push", userIds, at: AT }, AT);
+    stack.clock.set(AT + MINUTE);
+    const batch = { campaignId: "k1", channel: "push", userIds: shuffled(userIds), at: AT + MINUTE };
+    const peeked = await stack.gate.peek(batch);
+    const { result, eligibleAt } = await stack.gate.peekEligible(batch);
+    expect(result).toEqual(peeked);
+    expect(new Set(kindsOf(result))).toEqual(new Set(["capped"]));
+    expect([...eligibleAt.keys()].sort((a, b) => a - b)).toEqual(userIds);
+    const reference = new Map<number, number>();
+    for (let s = 0; s < SEGMENTS; s++) {
+      const ids = userIds.filter((u) => segmentOfUser(u) === s);
+      const own = stack.make(stack.namespace);
+      for (const [u, t] of (await own.peekEligible({ ...batch, userIds: ids })).eligibleAt) reference.set(u, t);
+    }
+    expect(new Map([...eligibleAt].sort(([a], [b]) => a - b))).toEqual(
+      new Map([...reference].sort(([a], [b]) => a - b)),
+    );
+    // nothing counted: the same campaign at AT + MINUTE still finds each user capped, not duplicate
+    const after = await stack.gate.capBatch(batch);
+    expect(after.decisions).toEqual(peeked.decisions);
+  });
+
+  // bug: peekEligible keys the windows by the decided (unheld) users' index but reads them in all sorted users
+  it.fails("peekEligible with quiet hours: retry times only for capped users, each its own", async () => {
+    const stack = stacks({ quiet: true });
+    await both(stack, { campaignId: "w0", channel: "push", userIds, at: AT }, AT);
+    stack.clock.set(AT + HOUR);
+    const batch = { campaignId: "w1", channel: "push", userIds, at: AT + HOUR };
+    const { result, eligibleAt } = await stack.gate.peekEligible(batch);
+    const capped = result.decisions.filter((d) => d.decision === "capped").map((d) => d.userId);
+    expect(capped.length).toBeGreaterThan(0);
+    expect([...eligibleAt.keys()].sort((a, b) => a - b)).toEqual(capped.sort((a, b) => a - b));
+  });
+
+  // bug (before the parts too): the same index shift on a batch of one segment, decided whole
+  it.fails("peekEligible with quiet hours of a small batch (no parts): retry times only for capped users", async () => {
+    const stack = stacks({ quiet: true });
+    const ids = userIds.filter((u) => segmentOfUser(u) === 0);
+    stack.clock.set(AT);
+    await stack.gate.capBatch({ campaignId: "v0", channel: "push", userIds: ids, at: AT });
+    stack.clock.set(AT + HOUR);
+    const { result, eligibleAt } = await stack.gate.peekEligible({
+      campaignId: "v1",
+      channel: "push",
+      userIds: ids,
+      at: AT + HOUR,
+    });
+    const capped = result.decisions.filter((d) => d.decision === "capped").map((d) => d.userId);
+    expect(capped.length).toBeGreaterThan(0);
+    expect([...eligibleAt.keys()].sort((a, b) => a - b)).toEqual(capped.sort((a, b) => a - b));
+  });
+});
+
+describe("a batch past 256 calendar profiles, a fault in a later part", () => {
+  /** A store that fails calls `shouldFail` picks (`lost`: after running them). */
+  function faulty(shouldFail: (call: number, args: readonly (string | Buffer)[]) => boolean, lost = false) {
+    let calls = 0;
+    const log: { call: number; mode: string; failed: boolean }[] = [];
+    const store: CapStore = {
+      async capSends(keys, args) {
+        const call = ++calls;
+        const fail = shouldFail(call, args);
+        log.push({ call, mode: String(args[2]), failed: fail });
+        if (!fail) return redis.capSends(keys, args);
+        if (lost) {
+          await redis.capSends(keys, args);
+          throw new StoreUnavailableError("injected: reply lost", { mayHaveRun: true });
+        }
+        throw new StoreUnavailableError("injected: not run", { mayHaveRun: false });
+      },
+    };
+    return { store, log };
+  }
+
+  async function partly(promise: Promise<unknown>): Promise<PartlyDecidedError<CapBatchResult>> {
+    const error = await promise.then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(error).toBeInstanceOf(PartlyDecidedError);
+    return error as PartlyDecidedError<CapBatchResult>;
+  }
+
+  /**
+   * With defer and a capped user in the first part, the calls run: the first part's counts, its deferral
+   * peeks, the second part's counts, its peeks. A count after a peek is the second part's.
+   */
+  function phases() {
+    let peeked = false;
+    let countedAfterPeek = false;
+    return {
+      secondCount: (_call: number, args: readonly (string | Buffer)[]) => {
+        const peek = String(args[2]).startsWith("peek");
+        if (peek) peeked = true;
+        return !peek && peeked;
+      },
+      secondPeek: (_call: number, args: readonly (string | Buffer)[]) => {
+        const peek = String(args[2]).startsWith("peek");
+        if (!peek && peeked) countedAfterPeek = true;
+        if (peek) peeked = true;
+        return peek && countedAfterPeek;
+      },
+    };
+  }
+
+  /** Users 0 (segment 0, the first part) and 7 (segment 7, the second) already sent once: capped by the day. */
+  async function primed(shouldFail: (call: number, args: readonly (string | Buffer)[]) => boolean, lost = false) {
+    let armed = false;
+    const { store, log } = faulty((call, args) => armed && shouldFail(call, args), lost);
+    const stack = stacks({}, store);
+    stack.clock.set(AT);
+    await stack.gate.capBatch({ campaignId: "pre", channel: "push", userIds: [0, 7], at: AT });
+    armed = true;
+    return { stack, log };
+  }
+
+  for (const lost of [false, true]) {
+    it(`a fault in the second part's count reports what the first part counted, once each (${lost ? "reply lost" : "not run"})`, async () => {
+      const { stack, log } = await primed(phases().secondCount, lost);
+      const input = shuffled(userIds);
+      const batch = { campaignId: "f0", channel: "push", userIds: input, at: AT, defer: { maxMs: 30 * HOUR } };
+      const error = await partly(stack.gate.capBatch(batch));
+      expect(log.filter((l) => l.failed).length).toBeGreaterThan(0);
+      const decided = error.decided.decisions;
+      const ids = decided.map((d) => d.userId);
+      expect(new Set(ids).size).toBe(ids.length);
+      // the first part whole: its 256 pairs, two users each, user 0 deferred, user 7 not reported
+      expect(ids.length).toBe(512);
+      expect(ids).toContain(0);
+      expect(ids).not.toContain(7);
+      expect(decided.find((d) => d.userId === 0)?.decision).toBe("deferred");
+      const allowedInTotals = Object.values(error.decided.totals).reduce((n, t) => n + t.allowed, 0);
+      expect(allowedInTotals).toBe(ids.length - 1);
+      expect(error.decided.held?.deferred.flatMap((g) => g.userIds)).toEqual([0]);
+      // the retry on a sound store: the reported allowed ones are duplicates, the others decided afresh
+      const retry = await stack.make(stack.namespace, redis).capBatch(batch);
+      const reported = new Set(ids);
+      for (const d of retry.decisions) {
+        if (d.userId === 0 || d.userId === 7) expect(d.decision).toBe("deferred");
+        else if (reported.has(d.userId)) expect(d.decision, `user ${d.userId}`).toBe("duplicate");
+        else expect(d.decision, `user ${d.userId}`).toBe(lost ? "duplicate" : "allowed");
+      }
+      // counted once each: a second campaign finds every user capped
+      const next = await stack.make(stack.namespace, redis).capBatch({ ...batch, campaignId: "f1", at: AT + 1 });
+      expect(new Set(kindsOf(next))).toEqual(new Set(["deferred"]));
+      expect(next.totals.s0?.deferredBy).toEqual({ "push:day": USERS / SEGMENTS });
+    });
+  }
+
+  it("a fault in the second part's deferral peek reports every send both parts decided, none twice", async () => {
+    const { stack, log } = await primed(phases().secondPeek);
+    const batch = { campaignId: "g0", channel: "push", userIds, at: AT, defer: { maxMs: 30 * HOUR } };
+    const error = await partly(stack.gate.capBatch(batch));
+    expect(log.filter((l) => l.failed).length).toBeGreaterThan(0);
+    const decided = error.decided.decisions;
+    const ids = decided.map((d) => d.userId);
+    expect(new Set(ids).size).toBe(ids.length);
+    // both parts counted before the failing peek: every user is reported, all but 0 and 7 allowed
+    expect([...ids].sort((a, b) => a - b)).toEqual(userIds);
+    const notAllowed = decided.filter((d) => d.decision !== "allowed").map((d) => `${d.userId}:${d.decision}`);
+    expect(notAllowed.sort()).toEqual(["0:deferred", "7:capped"]);
+    const retry = await stack.make(stack.namespace, redis).capBatch(batch);
+    for (const d of retry.decisions) {
+      expect(d.decision, `user ${d.userId}`).toBe(d.userId === 0 || d.userId === 7 ? "deferred" : "duplicate");
+    }
+  });
+});
+
+describe("batches past 256 calendar profiles decided at one instant", () => {
+  it("a batch after others filled the shared numbering, and one decided beside them, decide as apart", async () => {
+    const stack = stacks({ caps: [{ window: "day", max: 3 }] });
+    stack.clock.set(AT);
+    const early = userIds.filter((u) => segmentOfUser(u) < 6);
+    const late = userIds.filter((u) => segmentOfUser(u) >= 6);
+    // 6 segments' pairs (about 228) then 2 more at the same instant: the shared numbering passes 256
+    const a = await stack.gate.capBatch({ campaignId: "s0", channel: "push", userIds: early, at: AT });
+    const b = await stack.gate.capBatch({ campaignId: "s0", channel: "push", userIds: late, at: AT });
+    expect(new Set([...kindsOf(a), ...kindsOf(b)])).toEqual(new Set(["allowed"]));
+    // concurrently: a whole batch and two small ones, all sharing the instant
+    const [whole, small1, small2] = await Promise.all([
+      stack.gate.capBatch({ campaignId: "s1", channel: "push", userIds, at: AT }),
+      stack.gate.capBatch({ campaignId: "s2", channel: "push", userIds: late, at: AT }),
+      stack.gate.capBatch({ campaignId: "s2", channel: "push", userIds: early, at: AT }),
+    ]);
+    expect(new Set([...kindsOf(whole), ...kindsOf(small1), ...kindsOf(small2)])).toEqual(new Set(["allowed"]));
+    // three sends each: a fourth campaign at the same instant is capped for everyone, a repeat a duplicate
+    const [capped, again] = await Promise.all([
+      stack.gate.capBatch({ campaignId: "s3", channel: "push", userIds, at: AT }),
+      stack.gate.capBatch({ campaignId: "s1", channel: "push", userIds: shuffled(userIds), at: AT }),
+    ]);
+    expect(new Set(kindsOf(capped))).toEqual(new Set(["capped"]));
+    expect(new Set(kindsOf(again))).toEqual(new Set(["duplicate"]));
+  });
+
+  it("checkUser after a batch in parts reports the send in its zone's day", async () => {
+    const stack = stacks({});
+    await both(stack, { campaignId: "u0", channel: "push", userIds, at: AT }, AT);
+    stack.clock.set(AT + HOUR);
+    for (const user of [0, USERS - 1, 7 + SEGMENTS * 20]) {
+      const report = await stack.gate.checkUser({ userId: user, channel: "push", consume: false, at: AT + HOUR });
+      expect(report.allowed, `user ${user}`).toBe(false);
+      const zone = zones[zoneOfUser(user)] as string;
+      const day = (t: number) => new Intl.DateTimeFormat("en-CA", { timeZone: zone }).format(t);
+      const window = report.windows[0] as { used: number; resetAt: number };
+      expect(window.used).toBe(1);
+      expect(day(window.resetAt - 1)).toBe(day(AT + HOUR));
+      expect(day(window.resetAt)).not.toBe(day(AT + HOUR));
+    }
+  });
+});
