@@ -5,7 +5,6 @@ import { RedisCapStore, type TollgateCluster } from "../../../functions/adapters
 import type { CampaignBatchInput } from "../../../functions/core/capping/campaign-batch.ts";
 import type { CapStore } from "../../../functions/core/capping/cap-sends-script.ts";
 import type { CapBatchResult, CapDecision } from "../../../functions/core/capping/decisions.ts";
-import { PartlyDecidedError, StoreUnavailableError } from "../../../functions/core/shared/errors.ts";
 import {
   AT,
   MINUTE,
@@ -233,121 +232,6 @@ describe("a batch past 256 calendar profiles, attacked", () => {
     const capped = result.decisions.filter((d) => d.decision === "capped").map((d) => d.userId);
     expect(capped.length).toBeGreaterThan(0);
     expect([...eligibleAt.keys()].sort((a, b) => a - b)).toEqual(capped.sort((a, b) => a - b));
-  });
-});
-
-describe("a batch past 256 calendar profiles, a fault in a later part", () => {
-  /** A store that fails calls `shouldFail` picks (`lost`: after running them). */
-  function faulty(shouldFail: (call: number, args: readonly (string | Buffer)[]) => boolean, lost = false) {
-    let calls = 0;
-    const log: { call: number; mode: string; failed: boolean }[] = [];
-    const store: CapStore = {
-      async capSends(keys, args) {
-        const call = ++calls;
-        const fail = shouldFail(call, args);
-        log.push({ call, mode: String(args[2]), failed: fail });
-        if (!fail) return redis.capSends(keys, args);
-        if (lost) {
-          await redis.capSends(keys, args);
-          throw new StoreUnavailableError("injected: reply lost", { mayHaveRun: true });
-        }
-        throw new StoreUnavailableError("injected: not run", { mayHaveRun: false });
-      },
-    };
-    return { store, log };
-  }
-
-  async function partly(promise: Promise<unknown>): Promise<PartlyDecidedError<CapBatchResult>> {
-    const error = await promise.then(
-      () => undefined,
-      (e: unknown) => e,
-    );
-    expect(error).toBeInstanceOf(PartlyDecidedError);
-    return error as PartlyDecidedError<CapBatchResult>;
-  }
-
-  /**
-   * With defer and a capped user in the first part, the calls run: the first part's counts, its deferral
-   * peeks, the second part's counts, its peeks. A count after a peek is the second part's.
-   */
-  function phases() {
-    let peeked = false;
-    let countedAfterPeek = false;
-    return {
-      secondCount: (_call: number, args: readonly (string | Buffer)[]) => {
-        const peek = String(args[2]).startsWith("peek");
-        if (peek) peeked = true;
-        return !peek && peeked;
-      },
-      secondPeek: (_call: number, args: readonly (string | Buffer)[]) => {
-        const peek = String(args[2]).startsWith("peek");
-        if (!peek && peeked) countedAfterPeek = true;
-        if (peek) peeked = true;
-        return peek && countedAfterPeek;
-      },
-    };
-  }
-
-  /** Users 0 (segment 0, the first part) and 7 (segment 7, the second) already sent once: capped by the day. */
-  async function primed(shouldFail: (call: number, args: readonly (string | Buffer)[]) => boolean, lost = false) {
-    let armed = false;
-    const { store, log } = faulty((call, args) => armed && shouldFail(call, args), lost);
-    const stack = stacks({}, store);
-    stack.clock.set(AT);
-    await stack.gate.capBatch({ campaignId: "pre", channel: "push", userIds: [0, 7], at: AT });
-    armed = true;
-    return { stack, log };
-  }
-
-  for (const lost of [false, true]) {
-    it(`a fault in the second part's count reports what the first part counted, once each (${lost ? "reply lost" : "not run"})`, async () => {
-      const { stack, log } = await primed(phases().secondCount, lost);
-      const input = shuffled(userIds);
-      const batch = { campaignId: "f0", channel: "push", userIds: input, at: AT, defer: { maxMs: 30 * HOUR } };
-      const error = await partly(stack.gate.capBatch(batch));
-      expect(log.filter((l) => l.failed).length).toBeGreaterThan(0);
-      const decided = error.decided.decisions;
-      const ids = decided.map((d) => d.userId);
-      expect(new Set(ids).size).toBe(ids.length);
-      // the first part whole: its 256 pairs, two users each, user 0 deferred, user 7 not reported
-      expect(ids.length).toBe(512);
-      expect(ids).toContain(0);
-      expect(ids).not.toContain(7);
-      expect(decided.find((d) => d.userId === 0)?.decision).toBe("deferred");
-      const allowedInTotals = Object.values(error.decided.totals).reduce((n, t) => n + t.allowed, 0);
-      expect(allowedInTotals).toBe(ids.length - 1);
-      expect(error.decided.held?.deferred.flatMap((g) => g.userIds)).toEqual([0]);
-      // the retry on a sound store: the reported allowed ones are duplicates, the others decided afresh
-      const retry = await stack.make(stack.namespace, redis).capBatch(batch);
-      const reported = new Set(ids);
-      for (const d of retry.decisions) {
-        if (d.userId === 0 || d.userId === 7) expect(d.decision).toBe("deferred");
-        else if (reported.has(d.userId)) expect(d.decision, `user ${d.userId}`).toBe("duplicate");
-        else expect(d.decision, `user ${d.userId}`).toBe(lost ? "duplicate" : "allowed");
-      }
-      // counted once each: a second campaign finds every user capped
-      const next = await stack.make(stack.namespace, redis).capBatch({ ...batch, campaignId: "f1", at: AT + 1 });
-      expect(new Set(kindsOf(next))).toEqual(new Set(["deferred"]));
-      expect(next.totals.s0?.deferredBy).toEqual({ "push:day": USERS / SEGMENTS });
-    });
-  }
-
-  it("a fault in the second part's deferral peek reports every send both parts decided, none twice", async () => {
-    const { stack, log } = await primed(phases().secondPeek);
-    const batch = { campaignId: "g0", channel: "push", userIds, at: AT, defer: { maxMs: 30 * HOUR } };
-    const error = await partly(stack.gate.capBatch(batch));
-    expect(log.filter((l) => l.failed).length).toBeGreaterThan(0);
-    const decided = error.decided.decisions;
-    const ids = decided.map((d) => d.userId);
-    expect(new Set(ids).size).toBe(ids.length);
-    // both parts counted before the failing peek: every user is reported, all but 0 and 7 allowed
-    expect([...ids].sort((a, b) => a - b)).toEqual(userIds);
-    const notAllowed = decided.filter((d) => d.decision !== "allowed").map((d) => `${d.userId}:${d.decision}`);
-    expect(notAllowed.sort()).toEqual(["0:deferred", "7:capped"]);
-    const retry = await stack.make(stack.namespace, redis).capBatch(batch);
-    for (const d of retry.decisions) {
-      expect(d.decision, `user ${d.userId}`).toBe(d.userId === 0 || d.userId === 7 ? "deferred" : "duplicate");
-    }
   });
 });
 
