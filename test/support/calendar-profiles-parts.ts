@@ -4,7 +4,7 @@
 import { RoaringBitmap32 } from "roaring-wasm";
 import type { CampaignBatchInput } from "../../functions/core/capping/campaign-batch.ts";
 import type { CapStore } from "../../functions/core/capping/cap-sends-script.ts";
-import { Capper } from "../../functions/core/capping/capper.ts";
+import { Capper, type CapperOptions } from "../../functions/core/capping/capper.ts";
 import type { CapBatchResult, CapDecision, ZoneTotals } from "../../functions/core/capping/decisions.ts";
 import { ZoneIndex } from "../../functions/core/capping/segment-index.ts";
 import { fixedClock } from "../../functions/core/shared/clock.ts";
@@ -37,6 +37,8 @@ export const zoneOfUser = (u: number) => Math.floor(u / SEGMENTS) % zones.length
 export interface Shape {
   caps?: unknown[];
   quiet?: boolean;
+  /** Page writes of the capper (hot records, compact classes), the same for both. */
+  writes?: Pick<CapperOptions, "hotRecords" | "compactClasses">;
 }
 
 export function rulesFor({ caps = [{ window: "day", max: 1 }], quiet = false }: Shape) {
@@ -69,7 +71,8 @@ export function stacks(redis: CapStore, shape: Shape, store: CapStore = redis) {
   const rules = rulesFor(shape);
   const clock = fixedClock(AT);
   const namespace = uniqueNamespace();
-  const make = (ns: string, s: CapStore = store) => new Capper({ store: s, rules: () => rules, clock, namespace: ns });
+  const make = (ns: string, s: CapStore = store) =>
+    new Capper({ store: s, rules: () => rules, clock, namespace: ns, ...shape.writes });
   const gate = make(namespace);
   const refNamespace = uniqueNamespace();
   const apart = async (batch: CampaignBatchInput & { userIds: number[] }) => {

@@ -276,4 +276,34 @@ describe("batches past 256 calendar profiles decided at one instant", () => {
       expect(day(window.resetAt)).not.toBe(day(AT + HOUR));
     }
   });
+
+  it("two whole batches of one campaign decided together count each user once between them", async () => {
+    const stack = stacks({});
+    stack.clock.set(AT);
+    const batch = { campaignId: "t0", channel: "push", at: AT };
+    const [a, b] = await Promise.all([
+      stack.gate.capBatch({ ...batch, userIds }, { now: AT }),
+      stack.gate.capBatch({ ...batch, userIds: shuffled(userIds, 11) }, { now: AT }),
+    ]);
+    const allowed = [...a.decisions, ...b.decisions].filter((d) => d.decision === "allowed").map((d) => d.userId);
+    expect(allowed.sort((x, y) => x - y)).toEqual(userIds);
+    const others = [...a.decisions, ...b.decisions].filter((d) => d.decision !== "allowed");
+    expect(new Set(others.map((d) => d.decision))).toEqual(new Set(["duplicate"]));
+  });
+});
+
+describe("a batch past 256 calendar profiles with every page write", () => {
+  for (const writes of [{ hotRecords: true }, { compactClasses: true }, { hotRecords: true, compactClasses: true }]) {
+    it(`decides as apart, its pages written by two parts (${JSON.stringify(writes)})`, async () => {
+      const stack = stacks({ caps: [{ window: "day", max: 2 }], writes });
+      const input = shuffled([...userIds, ...userIds.slice(0, 40)]);
+      const a = await both(stack, { campaignId: "c0", channel: "push", userIds: input, at: AT }, AT);
+      expect(new Set(kindsOf(a.whole))).toEqual(new Set(["allowed", "duplicate"]));
+      const again = await both(stack, { campaignId: "c0", channel: "push", userIds: input, at: AT + 1 }, AT + 1);
+      expect(new Set(kindsOf(again.whole))).toEqual(new Set(["duplicate"]));
+      await both(stack, { campaignId: "c1", channel: "push", userIds, at: AT + 2 }, AT + 2);
+      const capped = await both(stack, { campaignId: "c2", channel: "push", userIds, at: AT + 3 }, AT + 3);
+      expect(new Set(kindsOf(capped.whole))).toEqual(new Set(["capped"]));
+    });
+  }
 });
