@@ -13,6 +13,7 @@ import {
   AT,
   SEGMENTS,
   type Shape,
+  segmentOfUser,
   shuffled,
   stacks as stacksOn,
   USERS,
@@ -248,4 +249,28 @@ describe("a batch past 256 calendar profiles, a fault in a later part", () => {
     const deferredUsers = scheduled.flatMap((d) => (JSON.parse(d.body) as { userIds: number[] }).userIds);
     expect(deferredUsers.sort((a, b) => a - b)).toEqual([0, 7]);
   });
+
+  for (const lost of [false, true]) {
+    it(`a fault inside the first part reports what its answered calls decided, and nothing of the second (${lost ? "reply lost" : "not run"})`, async () => {
+      let calls = 0;
+      const { store } = faulty(() => ++calls === 2, lost);
+      const stack = stacks({}, store);
+      stack.clock.set(AT);
+      const batch = { campaignId: "j0", channel: "push", userIds: shuffled(userIds), at: AT };
+      const error = await partly(stack.gate.capBatch(batch));
+      const ids = error.decided.decisions.map((d) => d.userId);
+      expect(new Set(ids).size).toBe(ids.length);
+      expect(ids.length).toBeGreaterThan(0);
+      // segment 7 is all in the second part, which never ran
+      expect(ids.some((u) => segmentOfUser(u) === 7)).toBe(false);
+      const reported = new Set(ids);
+      const retry = await stack.make(stack.namespace, redis).capBatch(batch);
+      for (const d of retry.decisions) {
+        if (reported.has(d.userId) || segmentOfUser(d.userId) === 7)
+          expect(d.decision, `user ${d.userId}`).toBe(reported.has(d.userId) ? "duplicate" : "allowed");
+      }
+      const next = await stack.make(stack.namespace, redis).capBatch({ ...batch, campaignId: "j1", at: AT + 1 });
+      expect(new Set(kindsOf(next))).toEqual(new Set(["capped"]));
+    });
+  }
 });

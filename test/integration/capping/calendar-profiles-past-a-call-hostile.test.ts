@@ -3,8 +3,10 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RedisCapStore, type TollgateCluster } from "../../../functions/adapters/redis-cluster.ts";
 import type { CampaignBatchInput } from "../../../functions/core/capping/campaign-batch.ts";
+import { campaignBatchSchema } from "../../../functions/core/capping/campaign-batch.ts";
 import type { CapStore } from "../../../functions/core/capping/cap-sends-script.ts";
 import type { CapBatchResult, CapDecision } from "../../../functions/core/capping/decisions.ts";
+import { deferralMessages } from "../../../functions/core/capping/deferral.ts";
 import {
   AT,
   MINUTE,
@@ -289,6 +291,29 @@ describe("batches past 256 calendar profiles decided at one instant", () => {
     expect(allowed.sort((x, y) => x - y)).toEqual(userIds);
     const others = [...a.decisions, ...b.decisions].filter((d) => d.decision !== "allowed");
     expect(new Set(others.map((d) => d.decision))).toEqual(new Set(["duplicate"]));
+  });
+});
+
+describe("the deferred messages of a batch past 256 calendar profiles", () => {
+  it("re-decided each at its eligibleAt (with the clock there), allow every deferred send once", async () => {
+    const stack = stacks({ quiet: true });
+    const defer = { maxMs: 30 * HOUR };
+    await both(stack, { campaignId: "y0", channel: "push", userIds, at: AT }, AT);
+    const batch = { campaignId: "y1", channel: "push", userIds, at: AT + MINUTE, defer };
+    const { whole } = await both(stack, batch, AT + MINUTE);
+    const messages = deferralMessages(campaignBatchSchema.parse(batch), whole);
+    expect(messages.length).toBeGreaterThan(1);
+    const allowed: number[] = [];
+    for (const message of messages) {
+      stack.clock.set(message.eligibleAt);
+      const result = await stack.gate.capBatch(JSON.parse(message.body));
+      for (const d of result.decisions) {
+        expect(d.decision === "allowed" || d.decision === "deferred", `user ${d.userId}: ${d.decision}`).toBe(true);
+        if (d.decision === "allowed") allowed.push(d.userId);
+      }
+    }
+    expect(new Set(allowed).size).toBe(allowed.length);
+    expect(allowed.length).toBeGreaterThan(0);
   });
 });
 
