@@ -39,11 +39,13 @@ export interface Shape {
   quiet?: boolean;
   /** Page writes of the capper (hot records, compact classes), the same for both. */
   writes?: Pick<CapperOptions, "hotRecords" | "compactClasses">;
+  /** The user IDs the segments and zones hold (default userIds), each by segmentOfUser and zoneOfUser. */
+  ids?: readonly number[];
 }
 
-export function rulesFor({ caps = [{ window: "day", max: 1 }], quiet = false }: Shape) {
+export function rulesFor({ caps = [{ window: "day", max: 1 }], quiet = false, ids = userIds }: Shape) {
   const members: Record<string, number[]> = {};
-  for (let s = 0; s < SEGMENTS; s++) members[`s${s}`] = userIds.filter((u) => segmentOfUser(u) === s);
+  for (let s = 0; s < SEGMENTS; s++) members[`s${s}`] = ids.filter((u) => segmentOfUser(u) === s);
   const rules = rulesOf(
     {
       version: "hostile.1",
@@ -60,7 +62,7 @@ export function rulesFor({ caps = [{ window: "day", max: 1 }], quiet = false }: 
     members,
   );
   const index = new ZoneIndex(
-    zones.map((_, z) => new RoaringBitmap32(userIds.filter((u) => zoneOfUser(u) === z))),
+    zones.map((_, z) => new RoaringBitmap32(ids.filter((u) => zoneOfUser(u) === z))),
     zones,
   );
   return { ...rules, zones: index };

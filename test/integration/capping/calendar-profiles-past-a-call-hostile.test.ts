@@ -332,3 +332,25 @@ describe("a batch past 256 calendar profiles with every page write", () => {
     });
   }
 });
+
+describe("a batch past 256 calendar profiles of users in many cap tags", () => {
+  // user u's ID in a tag of its own, its segment kept (1024 is a multiple of 8), its zone spread
+  const ids = userIds.map((u) => u * 1024 + (u % 1024));
+  const pairs = new Set(ids.map((id) => `${segmentOfUser(id)}|${zoneOfUser(id)}`));
+
+  it("decides as apart: allowed, then duplicate, then capped; with quiet hours and defer", async () => {
+    expect(pairs.size).toBeGreaterThan(256);
+    const stack = stacks({ ids });
+    const input = shuffled(ids);
+    const a = await both(stack, { campaignId: "z0", channel: "push", userIds: input, at: AT }, AT);
+    expect(new Set(kindsOf(a.whole))).toEqual(new Set(["allowed"]));
+    const again = await both(stack, { campaignId: "z0", channel: "push", userIds: ids, at: AT + 1 }, AT + 1);
+    expect(new Set(kindsOf(again.whole))).toEqual(new Set(["duplicate"]));
+    const capped = await both(stack, { campaignId: "z1", channel: "push", userIds: ids, at: AT + 2 }, AT + 2);
+    expect(new Set(kindsOf(capped.whole))).toEqual(new Set(["capped"]));
+    const quiet = stacks({ ids, quiet: true });
+    const defer = { maxMs: 30 * HOUR };
+    await both(quiet, { campaignId: "z2", channel: "push", userIds: input, at: AT, defer }, AT);
+    await both(quiet, { campaignId: "z3", channel: "push", userIds: input, at: AT + MINUTE, defer }, AT + MINUTE);
+  });
+});
