@@ -41,9 +41,11 @@ export interface Shape {
   writes?: Pick<CapperOptions, "hotRecords" | "compactClasses">;
   /** The user IDs the segments and zones hold (default userIds), each by segmentOfUser and zoneOfUser. */
   ids?: readonly number[];
+  /** A segment's own quiet hours (by channel), by its number. */
+  quietOf?: (segment: number) => unknown;
 }
 
-export function rulesFor({ caps = [{ window: "day", max: 1 }], quiet = false, ids = userIds }: Shape) {
+export function rulesFor({ caps = [{ window: "day", max: 1 }], quiet = false, ids = userIds, quietOf }: Shape) {
   const members: Record<string, number[]> = {};
   for (let s = 0; s < SEGMENTS; s++) members[`s${s}`] = ids.filter((u) => segmentOfUser(u) === s);
   const rules = rulesOf(
@@ -54,6 +56,7 @@ export function rulesFor({ caps = [{ window: "day", max: 1 }], quiet = false, id
         name: `s${s}`,
         bitmap: `segments/s${s}.roaring`,
         caps: { push: caps },
+        ...(quietOf?.(s) ? { quietHours: quietOf(s) } : {}),
       })),
       default: { name: "rest", caps: { push: caps } },
       zones,

@@ -354,3 +354,36 @@ describe("a batch past 256 calendar profiles of users in many cap tags", () => {
     await both(quiet, { campaignId: "z3", channel: "push", userIds: input, at: AT + MINUTE, defer }, AT + MINUTE);
   });
 });
+
+describe("a batch past 256 calendar profiles whose second part is all held", () => {
+  // s6 and s7 quiet all week but Sunday 22:00 to midnight: every user of the second part is held at AT
+  const allWeek = {
+    push: [
+      { from: "00:00", to: "22:00" },
+      { from: "22:00", to: "00:00", days: ["mon", "tue", "wed", "thu", "fri", "sat"] },
+    ],
+  };
+  const quietOf = (segment: number) => (segment >= 6 ? allWeek : undefined);
+
+  for (const defer of [undefined, { maxMs: 30 * HOUR }]) {
+    it(`decides as apart, the held users counted nowhere (${defer ? "defer" : "no defer"})`, async () => {
+      const stack = stacks({ quietOf });
+      const batch = {
+        campaignId: "o0",
+        channel: "push",
+        userIds: shuffled(userIds),
+        at: AT,
+        ...(defer ? { defer } : {}),
+      };
+      const { whole } = await both(stack, batch, AT);
+      const held = whole.decisions.filter((d) => segmentOfUser(d.userId) >= 6);
+      // the next free hours are on Sunday, past 30 h: dropped with defer
+      expect(new Set(held.map((d) => d.decision))).toEqual(new Set([defer ? "dropped" : "quiet"]));
+      expect(new Set(whole.decisions.filter((d) => segmentOfUser(d.userId) < 6).map((d) => d.decision))).toEqual(
+        new Set(["allowed"]),
+      );
+      const exempt = await stack.gate.capBatch({ ...batch, campaignId: "o1", exempt: true, countExempt: true });
+      expect(new Set(kindsOf(exempt))).toEqual(new Set(["exempt"]));
+    });
+  }
+});
