@@ -8,7 +8,13 @@ import type { CapStore } from "../../../functions/core/capping/cap-sends-script.
 import type { CapBatchResult } from "../../../functions/core/capping/decisions.ts";
 import type { Deferral } from "../../../functions/core/capping/deferral.ts";
 import type { DeliveryMessage } from "../../../functions/core/capping/delivery.ts";
-import { PartlyDecidedError, StoreUnavailableError, ValidationError } from "../../../functions/core/shared/errors.ts";
+import {
+  PartlyDecidedError,
+  StoreLostError,
+  StoreUnavailableError,
+  ValidationError,
+} from "../../../functions/core/shared/errors.ts";
+import { capIdentityKey, capTagOf } from "../../../sdk/src/protocol/keys.ts";
 import {
   AT,
   SEGMENTS,
@@ -18,6 +24,8 @@ import {
   stacks as stacksOn,
   USERS,
   userIds,
+  zoneOfUser,
+  zones,
 } from "../../support/calendar-profiles-parts.ts";
 import { connectCluster } from "../../support/cluster.ts";
 import { HOUR } from "../../support/rules.ts";
@@ -271,6 +279,41 @@ describe("a batch past 256 calendar profiles, a fault in a later part", () => {
       }
       const next = await stack.make(stack.namespace, redis).capBatch({ ...batch, campaignId: "j1", at: AT + 1 });
       expect(new Set(kindsOf(next))).toEqual(new Set(["capped"]));
+    });
+  }
+});
+
+describe("a batch past 256 calendar profiles touching a slot known lost (onStoreLoss pause)", () => {
+  // each user in a cap tag of its own; the lost one has the last segment and zone pair: the second part's
+  const ids = userIds.map((u) => u * 1024 + (u % 1024));
+  const pairOf = (id: number) => segmentOfUser(id) * (zones.length + 1) + zoneOfUser(id);
+  const lostUser = ids.reduce((a, b) => (pairOf(b) > pairOf(a) ? b : a));
+  const cases: [string, number[]][] = [
+    ["its segment alone, no parts", ids.filter((id) => segmentOfUser(id) === segmentOfUser(lostUser))],
+    ["whole, in parts", ids],
+  ];
+  for (const [name, batchIds] of cases) {
+    // bug (in parts): the stillLost check runs per part, so the first part counts before the second fails
+    const test = name.startsWith("whole") ? it.fails : it;
+    test(`fails before any of its sends is counted (${name})`, async () => {
+      let lostKey = "";
+      const store: CapStore = {
+        capSends: (keys, args) => redis.capSends(keys, args),
+        stillLost: async (keys) =>
+          new Map(keys.filter((key) => key === lostKey).map((key) => [key, new StoreLostError(`${key}:epoch`, 1)])),
+      };
+      const stack = stacks({ ids }, store);
+      lostKey = capIdentityKey(stack.namespace, capTagOf(lostUser));
+      stack.clock.set(AT);
+      const batch = { campaignId: "l0", channel: "push", userIds: shuffled(batchIds), at: AT };
+      const error = await stack.gate.capBatch(batch).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(error).toBeInstanceOf(StoreLostError);
+      // nothing counted: the same campaign on a sound store allows every user
+      const retry = await stack.make(stack.namespace, redis).capBatch(batch);
+      expect(new Set(kindsOf(retry))).toEqual(new Set(["allowed"]));
     });
   }
 });
