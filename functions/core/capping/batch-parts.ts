@@ -1,19 +1,19 @@
 // A batch whose users need more calendar profiles than one script numbering holds (calendar-profiles.ts) is
-// decided in parts: its users grouped by segment and zone pair, at most a numbering's worth of pairs a part, each
-// user (and each repeat of it) in one part. Caps are per user, so the parts decide what the whole would; the
+// decided in parts: its users grouped by segment and zone pair, as many pairs a part as one numbering holds the
+// profiles of, each user (and each repeat of it) in one part. Caps are per user, so the parts decide what the whole would; the
 // parts' results are merged back into the batch's, in input order.
 import type { CapBatchResult, CapDecision, DeferredSends, SegmentTotals, ZoneTotals } from "./decisions.ts";
 
 /**
- * The batch's input positions in parts of at most `limit` distinct pairs (`pairOf`: each sorted user's pair,
- * `positions`: its input position), each part in input order.
+ * The batch's input positions by part, each part in input order (`pairOf`: each sorted user's pair, `positions`:
+ * its input position, `partOf`: the part a pair was given; parts numbered from 0).
  */
-export function partsByPair(pairOf: Uint32Array, positions: Uint32Array, limit: number): number[][] {
-  const distinct = [...new Set(pairOf)].sort((a, b) => a - b);
-  const partOfPair = new Map(distinct.map((pair, i) => [pair, Math.floor(i / limit)]));
-  const parts = Array.from({ length: Math.ceil(distinct.length / limit) }, (): number[] => []);
+export function partsOf(pairOf: Uint32Array, positions: Uint32Array, partOf: ReadonlyMap<number, number>): number[][] {
+  const parts: number[][] = [];
   for (let j = 0; j < pairOf.length; j++) {
-    (parts[partOfPair.get(pairOf[j] as number) as number] as number[]).push(positions[j] as number);
+    const part = partOf.get(pairOf[j] as number) as number;
+    parts[part] ??= [];
+    (parts[part] as number[]).push(positions[j] as number);
   }
   for (const part of parts) part.sort((a, b) => a - b);
   return parts;

@@ -61,6 +61,20 @@ export class CalendarProfiles {
     return pairs;
   }
 
+  /** Numbers the profile of `pair` (pairsOf()) unless this numbering is full: false then. */
+  tryNumber(pair: number): boolean {
+    const zoneCount = this.policy.zones.length + 1;
+    const zone = pair % zoneCount;
+    const zoneName = zone === this.policy.zones.length ? this.policy.defaultZone : (this.policy.zones[zone] as string);
+    try {
+      this.numberFor(Math.floor(pair / zoneCount), zoneName);
+      return true;
+    } catch (error) {
+      if (error instanceof ProfileLimitError) return false;
+      throw error;
+    }
+  }
+
   private numberFor(segment: number, zone: string): number {
     const caps = (this.base[segment] as ScriptProfile).caps;
     const periods = caps.map((cap) => (cap.calendar ? this.boundaries(zone, cap) : undefined));

@@ -1,14 +1,14 @@
 // The campaign capper: decides a whole batch of sends against the policy's caps, in as few script calls
 // as the key layout allows (cap-sends-script.ts plans them and bounds how many run at once).
 
-import { DEFAULT_NAMESPACE } from "../../../sdk/src/protocol/index.ts";
+import { capIdentityKey, capTagOf, DEFAULT_NAMESPACE } from "../../../sdk/src/protocol/index.ts";
 import type { Clock } from "../shared/clock.ts";
 import { decisionTime, systemClock } from "../shared/clock.ts";
 import { PartlyDecidedError, ValidationError } from "../shared/errors.ts";
 import { checkNamespace } from "../shared/namespace.ts";
 import { parseOrThrow } from "../shared/validation.ts";
-import { mergeDecided, mergeParts, partsByPair } from "./batch-parts.ts";
-import { CalendarProfiles, countedUntil, MAX_CALENDAR_PROFILES, ProfileLimitError } from "./calendar-profiles.ts";
+import { mergeDecided, mergeParts, partsOf } from "./batch-parts.ts";
+import { CalendarProfiles, countedUntil, ProfileLimitError } from "./calendar-profiles.ts";
 import { type CampaignBatch, type CampaignBatchInput, campaignBatchSchema } from "./campaign-batch.ts";
 import {
   type AnsweredVerdicts,
@@ -93,6 +93,7 @@ const POSITION_SPAN = 2 ** 20;
 export class Capper {
   /** Shares script calls between batches decided together (cap-sends-script.ts). */
   private readonly calls: CapSendsCoalescer;
+  private readonly store: CapStore;
   private readonly rules: (request: { channel: string }) => Rules | Promise<Rules>;
   private readonly clock: Clock;
   private readonly namespace: string;
@@ -105,6 +106,7 @@ export class Capper {
 
   constructor(options: CapperOptions) {
     this.calls = new CapSendsCoalescer(options.store);
+    this.store = options.store;
     this.rules = options.rules;
     this.clock = options.clock ?? systemClock;
     this.namespace = checkNamespace(options.namespace ?? DEFAULT_NAMESPACE);
@@ -200,8 +202,14 @@ export class Capper {
       beforeCount,
       now = this.clock.now(),
       quiet = true,
-      ownProfiles = false,
-    }: { beforeCount?: (sends: PlannedSends) => void; now?: number; quiet?: boolean; ownProfiles?: boolean } = {},
+      numbering,
+    }: {
+      beforeCount?: (sends: PlannedSends) => void;
+      now?: number;
+      quiet?: boolean;
+      /** A part's own profile numbering (runInParts), holding its users' profiles. */
+      numbering?: CalendarProfiles;
+    } = {},
   ): Promise<Decided> {
     if (!policy.channels.includes(batch.channel)) {
       throw new ValidationError(
@@ -233,15 +241,27 @@ export class Capper {
     // the script's profile of each decided user: its segment's, or with calendar caps its segment's in its zone
     let profileOf = decided.segmentOf;
     if (decided.sortedIds.length > 0 && policy.hasCalendarCaps(batch.channel)) {
-      // a part of a batch numbers its own profiles: the shared numbering was full
-      const calendar = ownProfiles
-        ? new CalendarProfiles(policy, profiles, at, countedUntil(at, now))
-        : this.calendarProfiles(policy, batch.channel, priority, profiles, at, now);
+      const calendar = numbering ?? this.calendarProfiles(policy, batch.channel, priority, profiles, at, now);
       try {
         profileOf = calendar.profileOf(decided.sortedIds, decided.segmentOf, zones);
       } catch (error) {
-        if (!(error instanceof ProfileLimitError) || ownProfiles) throw error;
-        const parts = partsByPair(calendar.pairsOf(sortedIds, segmentOf, zones), positions, MAX_CALENDAR_PROFILES);
+        if (!(error instanceof ProfileLimitError) || numbering) throw error;
+        // more profiles than one numbering holds: the batch's pairs, ascending, fill numberings of their own
+        const pairOf = calendar.pairsOf(sortedIds, segmentOf, zones);
+        const numberings: CalendarProfiles[] = [];
+        const partOf = new Map<number, number>();
+        for (const pair of [...new Set(pairOf)].sort((a, b) => a - b)) {
+          if (!numberings.at(-1)?.tryNumber(pair)) {
+            numberings.push(new CalendarProfiles(policy, profiles, at, countedUntil(at, now)));
+            (numberings.at(-1) as CalendarProfiles).tryNumber(pair);
+          }
+          partOf.set(pair, numberings.length - 1);
+        }
+        const parts = partsOf(pairOf, positions, partOf).map((part, k) => ({
+          positions: part,
+          numbering: numberings[k] as CalendarProfiles,
+        }));
+        if (mode === "count") await this.failIfLost(sortedIds);
         return this.runInParts(batch, mode, { policy, segments, zones }, withWindows, { now, quiet }, parts);
       }
       profiles = calendar.profiles;
@@ -328,7 +348,8 @@ export class Capper {
       });
       if (eligible) capDefer = { eligible, deadline: (batch.defer.since ?? judgedAt) + batch.defer.maxMs };
     }
-    return { result: reportOf(verdicts), windows, sortedIds };
+    // the windows are numbered by the decided users (the held ones are not in the script's calls)
+    return { result: reportOf(verdicts), windows, sortedIds: decided.sortedIds };
   }
 
   /**
@@ -342,16 +363,16 @@ export class Capper {
     rules: Rules,
     withWindows: boolean,
     options: { now: number; quiet: boolean },
-    parts: number[][],
+    parts: { positions: number[]; numbering: CalendarProfiles }[],
   ): Promise<Decided> {
     const done: { positions: number[]; result: CapBatchResult }[] = [];
     const windows = new Map<number, UserWindows>();
     const ids: number[] = [];
-    for (const positions of parts) {
+    for (const { positions, numbering } of parts) {
       const part = { ...batch, userIds: positions.map((position) => batch.userIds[position] as number) };
       let answer: Decided;
       try {
-        answer = await this.run(part, mode, rules, withWindows, { ...options, ownProfiles: true });
+        answer = await this.run(part, mode, rules, withWindows, { ...options, numbering });
       } catch (error) {
         if (mode === "peek") throw error;
         const results = done.map((d) => d.result);
@@ -365,6 +386,18 @@ export class Capper {
       done.push({ positions, result: answer.result });
     }
     return { result: mergeParts(batch.userIds.length, done), windows, sortedIds: Uint32Array.from(ids) };
+  }
+
+  /**
+   * Throws the error of a slot of `sortedIds` known lost (onStoreLoss `pause`) before a batch decided in parts
+   * counts anything: each part's calls check only their own slots.
+   */
+  private async failIfLost(sortedIds: Uint32Array): Promise<void> {
+    if (!this.store.stillLost) return;
+    const tags = new Set(Array.from(sortedIds, (id) => capTagOf(id)));
+    const lost = await this.store.stillLost([...tags].map((tag) => capIdentityKey(this.namespace, tag)));
+    const first = lost.values().next();
+    if (!first.done) throw first.value;
   }
 
   /**

@@ -1,6 +1,6 @@
 // Deciding a batch in parts: its users grouped by segment and zone pair, and the parts' results merged back.
 import { describe, expect, it } from "vitest";
-import { mergeDecided, mergeParts, partsByPair } from "../../../functions/core/capping/batch-parts.ts";
+import { mergeDecided, mergeParts, partsOf } from "../../../functions/core/capping/batch-parts.ts";
 import type { CapBatchResult } from "../../../functions/core/capping/decisions.ts";
 
 const result = (over: Partial<CapBatchResult>): CapBatchResult => ({
@@ -11,15 +11,20 @@ const result = (over: Partial<CapBatchResult>): CapBatchResult => ({
   ...over,
 });
 
-describe("partsByPair", () => {
-  it("keeps each pair in one part, at most `limit` pairs a part, input positions ascending", () => {
-    // sorted users' pairs and their input positions
+describe("partsOf", () => {
+  it("puts each user in its pair's part, each part's input positions ascending", () => {
+    // sorted users' pairs and their input positions; pairs 1 and 3 in part 0, 7 and 9 in part 1
     const pairs = Uint32Array.from([7, 3, 3, 9, 7, 1]);
     const positions = Uint32Array.from([5, 0, 4, 1, 2, 3]);
-    const parts = partsByPair(pairs, positions, 2);
-    expect(parts).toEqual([
-      [0, 3, 4], // pairs 1 and 3
-      [1, 2, 5], // pairs 7 and 9
+    const partOf = new Map([
+      [1, 0],
+      [3, 0],
+      [7, 1],
+      [9, 1],
+    ]);
+    expect(partsOf(pairs, positions, partOf)).toEqual([
+      [0, 3, 4],
+      [1, 2, 5],
     ]);
   });
 });
