@@ -8,30 +8,17 @@ import { Capper } from "../../../functions/core/capping/capper.ts";
 import type { CapBatchResult } from "../../../functions/core/capping/decisions.ts";
 import { ZoneIndex } from "../../../functions/core/capping/segment-index.ts";
 import { fixedClock } from "../../../functions/core/shared/clock.ts";
+import {
+  AT,
+  SEGMENTS,
+  segmentOfUser,
+  USERS,
+  userIds,
+  zoneOfUser,
+  zones,
+} from "../../support/calendar-profiles-parts.ts";
 import { connectCluster, uniqueNamespace } from "../../support/cluster.ts";
 import { rulesOf } from "../../support/rules.ts";
-
-const AT = Date.UTC(2026, 9, 20, 12, 0, 0);
-const SEGMENTS = 8;
-
-/** One zone per distinct UTC offset at AT (about 38): each gives a day of its own. */
-function zonesOfDistinctOffsets(): string[] {
-  const byOffset = new Map<string, string>();
-  for (const zone of Intl.supportedValuesOf("timeZone")) {
-    const offset = new Intl.DateTimeFormat("en", { timeZone: zone, timeZoneName: "longOffset" })
-      .formatToParts(AT)
-      .find((part) => part.type === "timeZoneName")?.value as string;
-    if (!byOffset.has(offset)) byOffset.set(offset, zone);
-  }
-  return [...byOffset.values()];
-}
-
-const zones = zonesOfDistinctOffsets();
-/** User u: segment u % SEGMENTS, zone floor(u / SEGMENTS) % zones, two users of each pair. */
-const USERS = SEGMENTS * zones.length * 2;
-const userIds = Array.from({ length: USERS }, (_, u) => u);
-const segmentOfUser = (u: number) => u % SEGMENTS;
-const zoneOfUser = (u: number) => Math.floor(u / SEGMENTS) % zones.length;
 
 let cluster: TollgateCluster;
 beforeAll(() => {
