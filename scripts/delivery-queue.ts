@@ -23,7 +23,13 @@ const HOLD_SECONDS = 120;
 export async function readDelivery(
   sqs: SQSClient,
   queueUrl: string,
-  options: { onMessage: (message: DeliveryMessage) => void; remove?: boolean; max?: number; waitSeconds?: number },
+  options: {
+    /** Each message, with when the queue took it (SentTimestamp, ms). */
+    onMessage: (message: DeliveryMessage, sentAt: number) => void;
+    remove?: boolean;
+    max?: number;
+    waitSeconds?: number;
+  },
 ): Promise<number> {
   let count = 0;
   const max = options.max ?? Number.POSITIVE_INFINITY;
@@ -38,13 +44,17 @@ export async function readDelivery(
           // held out of sight until the tail ends, so a put-back copy is not read again by this tail
           VisibilityTimeout: HOLD_SECONDS,
           MessageAttributeNames: ["All"],
+          MessageSystemAttributeNames: ["SentTimestamp"],
         }),
       );
       if (Messages.length === 0) break;
       count += Messages.length;
       if (options.remove) await deleteMessages(sqs, queueUrl, Messages);
       else held.push(...Messages);
-      for (const message of Messages) options.onMessage(JSON.parse(message.Body ?? "{}") as DeliveryMessage);
+      for (const message of Messages) {
+        const sentAt = Number(message.Attributes?.SentTimestamp);
+        options.onMessage(JSON.parse(message.Body ?? "{}") as DeliveryMessage, sentAt);
+      }
     }
   } finally {
     await putBack(sqs, queueUrl, held);

@@ -290,41 +290,16 @@ export class PipelineStack {
 
   /** Every send of the delivery queue, read and deleted. */
   async drainDelivery(queueUrl: string): Promise<DeliveredSend[]> {
-    const sends: DeliveredSend[] = [];
-    await readDelivery(this.sqs, queueUrl, {
-      remove: true,
-      onMessage: (message: DeliveryMessage) => {
-        const seq = (message.payload as { seq?: number } | undefined)?.seq ?? -1;
-        for (const send of message.sends)
-          sends.push({
-            seq,
-            campaignId: message.campaignId,
-            channel: message.channel,
-            userId: send.userId,
-            dedupeId: send.dedupeId,
-          });
-      },
-    });
-    return sends;
+    return (await this.drainTimedDelivery(queueUrl, 0)).map(({ sentAt: _sentAt, ...send }) => send);
   }
 
   /** Every send of the delivery queue with when the queue took it (plus `offsetMs`: the harness's clock). */
   async drainTimedDelivery(queueUrl: string, offsetMs: number): Promise<TimedDelivery[]> {
     const sends: TimedDelivery[] = [];
-    for (;;) {
-      const { Messages = [] } = await this.sqs.send(
-        new ReceiveMessageCommand({
-          QueueUrl: queueUrl,
-          MaxNumberOfMessages: 10,
-          VisibilityTimeout: 120,
-          MessageSystemAttributeNames: ["SentTimestamp"],
-        }),
-      );
-      if (Messages.length === 0) return sends;
-      for (const received of Messages) {
-        const message = JSON.parse(received.Body ?? "{}") as DeliveryMessage;
+    await readDelivery(this.sqs, queueUrl, {
+      remove: true,
+      onMessage: (message: DeliveryMessage, sentAt: number) => {
         const seq = (message.payload as { seq?: number } | undefined)?.seq ?? -1;
-        const sentAt = Number(received.Attributes?.SentTimestamp) + offsetMs;
         for (const send of message.sends)
           sends.push({
             seq,
@@ -332,16 +307,11 @@ export class PipelineStack {
             channel: message.channel,
             userId: send.userId,
             dedupeId: send.dedupeId,
-            sentAt,
+            sentAt: sentAt + offsetMs,
           });
-      }
-      await this.sqs.send(
-        new DeleteMessageBatchCommand({
-          QueueUrl: queueUrl,
-          Entries: Messages.map((m, i) => ({ Id: String(i), ReceiptHandle: m.ReceiptHandle as string })),
-        }),
-      );
-    }
+      },
+    });
+    return sends;
   }
 
   /** Every message of the DLQ with its reason, read and deleted. */
